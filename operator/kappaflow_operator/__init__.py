@@ -1,0 +1,1 @@
+"""kappaflow's Kubernetes operator: reconciles StreamApp resources into runtime pods."""

@@ -1,0 +1,1 @@
+"""kappaflow: Kafka Streams for Python."""

@@ -1,0 +1,1 @@
+"""Pytest fixtures for the local Kafka broker (filled in by the Kafka harness)."""

@@ -1,0 +1,1 @@
+"""Pytest fixtures for the local Kubernetes control plane (filled in by the Kubernetes harness)."""
