@@ -1,0 +1,126 @@
+"""The SparkApplication for `upgrade: reprocess` (Spark operator, `sparkoperator.k8s.io/v1beta2`).
+
+It runs `kappaflow reprocess <entry> --application-id <new id>` through spark-submit in cluster mode:
+the image's launcher `/opt/kappaflow/reprocess.py` (installed by runtime/Dockerfile) calls the kappaflow
+CLI, so the Spark job executes exactly the topology the pods will run. Outputs and state are written for
+a *new* application id; the reconciler rolls the pods onto that id once the run is COMPLETED, and a
+FAILED run leaves the old version untouched.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..models import StreamAppSpec, config_env_name
+from .common import CONFIG_DIR, CONFIG_FILE, AppRef, configmap_name, object_meta, stable_hash
+
+SPARK_API_VERSION = "sparkoperator.k8s.io/v1beta2"
+LAUNCHER = "local:///opt/kappaflow/reprocess.py"
+SECRETS_DIR = "/etc/kappaflow/secrets"
+
+
+def reprocess_application_id(spec: StreamAppSpec, spec_digest: str) -> str:
+    """The application id a reprocess run writes: the declared id plus a short hash of the new spec.
+
+    Deterministic, so a reconcile retried after a crash finds the run it already started.
+    """
+    return f"{spec.application_id}-r{spec_digest[:8]}"
+
+
+def spark_application_name(ref: AppRef, spec_digest: str) -> str:
+    suffix = f"-reprocess-{spec_digest[:8]}"
+    return ref.name[: 63 - len(suffix)].rstrip("-.") + suffix
+
+
+def _credentials(spec: StreamAppSpec) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, str]]:
+    """SASL env from Secrets, TLS Secrets mounted whole, and env overrides pointing ssl.* at them.
+
+    The Spark operator mounts a Secret as a directory of its keys (no per-key projection), so the file
+    paths differ from the pods'; KAPPAFLOW_SSL_* env vars override the config file (env wins).
+    """
+    env_refs: dict[str, Any] = {}
+    if spec.kafka.sasl is not None:
+        env_refs["KAPPAFLOW_SASL_USERNAME"] = spec.kafka.sasl.username_secret_ref.to_wire()
+        env_refs["KAPPAFLOW_SASL_PASSWORD"] = spec.kafka.sasl.password_secret_ref.to_wire()
+    secrets: list[dict[str, Any]] = []
+    env: dict[str, str] = {}
+    tls = spec.kafka.tls
+    if tls is not None:
+        for key, ref in (
+            ("ssl.ca.location", tls.ca_secret_ref),
+            ("ssl.certificate.location", tls.certificate_secret_ref),
+            ("ssl.key.location", tls.key_secret_ref),
+        ):
+            if ref is None:
+                continue
+            path = f"{SECRETS_DIR}/{ref.name}"
+            if all(s["name"] != ref.name for s in secrets):
+                secrets.append({"name": ref.name, "path": path, "secretType": "Generic"})
+            env[config_env_name(key)] = f"{path}/{ref.key}"
+    return env_refs, secrets, env
+
+
+def build_spark_application(
+    spec: StreamAppSpec, ref: AppRef, *, spec_digest: str, new_application_id: str | None = None
+) -> dict[str, Any]:
+    """The SparkApplication manifest; `spec_digest` is `desired.common.spec_hash(spec)` of the new spec."""
+    spark = spec.upgrade.spark
+    app_id = new_application_id or reprocess_application_id(spec, spec_digest)
+    env_refs, secrets, env = _credentials(spec)
+    name = spark_application_name(ref, spec_digest)
+    labels = {"kappaflow.io/reprocess": stable_hash(app_id, 8)}
+
+    def role(cores: int, memory: str) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "cores": cores,
+            "memory": memory,
+            "labels": dict(labels),
+            "configMaps": [{"name": configmap_name(ref.name), "path": CONFIG_DIR}],
+        }
+        if env_refs:
+            body["envSecretKeyRefs"] = dict(env_refs)
+        if secrets:
+            body["secrets"] = [dict(s) for s in secrets]
+        if env:
+            body["env"] = [{"name": k, "value": v} for k, v in sorted(env.items())]
+        return body
+
+    driver = role(spark.driver.cores, spark.driver.memory)
+    if spark.service_account_name:
+        driver["serviceAccount"] = spark.service_account_name
+    executor = role(spark.executor.cores, spark.executor.memory)
+    executor["instances"] = spark.executor.instances
+    body: dict[str, Any] = {
+        "type": "Python",
+        "pythonVersion": "3",
+        "mode": "cluster",
+        "image": spark.image or spec.image,
+        "mainApplicationFile": LAUNCHER,
+        "arguments": [
+            spec.entry_point,
+            "--application-id",
+            app_id,
+            "--config",
+            f"{CONFIG_DIR}/{CONFIG_FILE}",
+        ],
+        "sparkVersion": spark.spark_version,
+        "restartPolicy": {"type": "Never"},
+        "driver": driver,
+        "executor": executor,
+    }
+    if spec.image_pull_policy is not None:
+        body["imagePullPolicy"] = spec.image_pull_policy
+    if spec.pod_template.image_pull_secrets:
+        body["imagePullSecrets"] = list(spec.pod_template.image_pull_secrets)
+    return {
+        "apiVersion": SPARK_API_VERSION,
+        "kind": "SparkApplication",
+        "metadata": object_meta(ref, name, labels),
+        "spec": body,
+    }
+
+
+def spark_state(spark_application: dict[str, Any]) -> str | None:
+    """`status.applicationState.state` (e.g. SUBMITTED, RUNNING, COMPLETED, FAILED), if reported yet."""
+    state = (spark_application.get("status") or {}).get("applicationState", {}).get("state")
+    return str(state) if state else None

@@ -1,0 +1,277 @@
+"""The StreamApp spec (`kappaflow.io/v1alpha1`): what a user declares about a streaming application.
+
+Field names are the CRD's camelCase (pydantic aliases); the docstrings become the CRD's descriptions,
+so `kubectl explain streamapp.spec.<field>` shows them.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import ConfigDict, Field, field_validator, model_validator
+
+from .common import CamelModel, Port, Quantity, SecretKeySelector
+from .pod import PodTemplateOverrides
+
+ENTRY_POINT_PATTERN = (
+    r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
+)
+#: Kafka's legal topic characters; internal topics are `<applicationId>-<name>`, so keep it short.
+APPLICATION_ID_PATTERN = r"^[a-zA-Z0-9._-]+$"
+BOOTSTRAP_PATTERN = r"^[^,\s]+:[0-9]+(,[^,\s]+:[0-9]+)*$"
+CONFIG_KEY_PATTERN = r"^[a-zA-Z0-9][a-zA-Z0-9._-]*$"
+SPARK_MEMORY_PATTERN = r"^[0-9]+[kKmMgGtT]?$"
+
+#: Runtime config keys the operator sets itself, mapped to the spec field a user should set instead.
+RESERVED_CONFIG_KEYS: dict[str, str] = {
+    "application.id": "spec.applicationId",
+    "bootstrap.servers": "spec.kafka.bootstrapServers",
+    "group.instance.id": "the pod name (static membership, set by the operator)",
+    "state.dir": "the state volume mount (set by the operator)",
+    "application.server": "spec.interactiveQueries",
+    "query.http.enabled": "spec.interactiveQueries.enabled",
+    "metrics.port": "spec.metrics.port",
+    "processing.guarantee": "spec.processingGuarantee",
+    "num.standby.replicas": "spec.standbyReplicas",
+    "kappaflow.internal.topics.create": "the operator (it creates internal topics itself)",
+    "security.protocol": "spec.kafka.securityProtocol",
+    "sasl.mechanism": "spec.kafka.sasl.mechanism",
+    "sasl.mechanisms": "spec.kafka.sasl.mechanism",
+    "sasl.username": "spec.kafka.sasl.usernameSecretRef",
+    "sasl.password": "spec.kafka.sasl.passwordSecretRef",
+    "ssl.ca.location": "spec.kafka.tls.caSecretRef",
+    "ssl.certificate.location": "spec.kafka.tls.certificateSecretRef",
+    "ssl.key.location": "spec.kafka.tls.keySecretRef",
+    "ssl.key.password": "a Secret (credentials are never inline)",
+}
+
+
+def config_env_name(key: str) -> str:
+    """The environment variable the runtime reads for a config key (`KAPPAFLOW_<KEY>`, see the runtime)."""
+    return "KAPPAFLOW_" + key.upper().replace(".", "_").replace("-", "_")
+
+
+RESERVED_ENV_NAMES = frozenset(
+    {config_env_name(k) for k in RESERVED_CONFIG_KEYS} | {"POD_NAME", "POD_NAMESPACE"}
+)
+
+
+class SaslConfig(CamelModel):
+    """SASL authentication; both credentials come from Secrets, never from the StreamApp itself."""
+
+    mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "SCRAM-SHA-512"
+    username_secret_ref: SecretKeySelector
+    password_secret_ref: SecretKeySelector
+
+
+class TlsConfig(CamelModel):
+    """TLS material, mounted read-only from Secrets as files."""
+
+    ca_secret_ref: SecretKeySelector | None = None
+    """CA bundle (PEM) to verify the brokers; the system trust store when unset."""
+    certificate_secret_ref: SecretKeySelector | None = None
+    """Client certificate (PEM) for mutual TLS."""
+    key_secret_ref: SecretKeySelector | None = None
+    """Client private key (PEM) for mutual TLS."""
+
+    @model_validator(mode="after")
+    def _pair(self) -> TlsConfig:
+        if (self.certificate_secret_ref is None) != (self.key_secret_ref is None):
+            raise ValueError("tls: certificateSecretRef and keySecretRef must be set together (mutual TLS)")
+        return self
+
+
+class KafkaConnection(CamelModel):
+    """How the application reaches Kafka."""
+
+    bootstrap_servers: Annotated[str, Field(min_length=3, pattern=BOOTSTRAP_PATTERN)]
+    """Comma-separated host:port list."""
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    tls: TlsConfig | None = None
+    sasl: SaslConfig | None = None
+    replication_factor: Annotated[int, Field(ge=-1, le=32)] = -1
+    """Replication factor of the internal topics the operator creates (-1: the broker default)."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> KafkaConnection:
+        uses_sasl = self.security_protocol.startswith("SASL_")
+        uses_tls = self.security_protocol in ("SSL", "SASL_SSL")
+        if uses_sasl and self.sasl is None:
+            raise ValueError(f"kafka.sasl is required with securityProtocol {self.security_protocol}")
+        if self.sasl is not None and not uses_sasl:
+            raise ValueError("kafka.sasl needs securityProtocol SASL_PLAINTEXT or SASL_SSL")
+        if self.tls is not None and not uses_tls:
+            raise ValueError("kafka.tls needs securityProtocol SSL or SASL_SSL")
+        return self
+
+
+class StateVolume(CamelModel):
+    """The persistent volume each pod keeps its RocksDB state in (one claim per pod)."""
+
+    storage_class_name: str | None = None
+    """Storage class of the claims; the cluster default when unset."""
+    size: Quantity = "1Gi"
+
+
+class ResourceRequirements(CamelModel):
+    """Container resources (the Kubernetes shape)."""
+
+    requests: dict[str, Quantity] = Field(default_factory=dict)
+    limits: dict[str, Quantity] = Field(default_factory=dict)
+
+
+class InteractiveQueries(CamelModel):
+    """The runtime's interactive-query HTTP server, reachable per pod through the headless Service."""
+
+    enabled: bool = False
+    port: Port = 8080
+
+
+class Metrics(CamelModel):
+    """The runtime's metrics and health endpoint (/metrics, /health/live, /health/ready)."""
+
+    port: Port = 9464
+
+
+class Autoscaling(CamelModel):
+    """Lag-based autoscaling: replicas = ceil(total consumer lag / lagPerReplica), within bounds."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.minReplicas <= self.maxReplicas",
+                    "message": "minReplicas must be <= maxReplicas",
+                }
+            ]
+        }
+    )
+
+    enabled: bool = False
+    min_replicas: Annotated[int, Field(ge=1, le=1000)] = 1
+    max_replicas: Annotated[int, Field(ge=1, le=1000)] = 10
+    lag_per_replica: Annotated[int, Field(ge=1)] = 10000
+    """Target consumer lag (records) per replica."""
+    scale_up_cooldown_seconds: Annotated[int, Field(ge=0, le=86400)] = 60
+    scale_down_cooldown_seconds: Annotated[int, Field(ge=0, le=86400)] = 300
+    interval_seconds: Annotated[int, Field(ge=5, le=3600)] = 30
+    """How often the operator measures lag and decides."""
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Autoscaling:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(
+                f"autoscaling.minReplicas ({self.min_replicas}) must be <= maxReplicas ({self.max_replicas})"
+            )
+        return self
+
+
+SparkMemory = Annotated[str, Field(pattern=SPARK_MEMORY_PATTERN)]
+
+
+class SparkDriver(CamelModel):
+    """Resources of the Spark driver."""
+
+    cores: Annotated[int, Field(ge=1, le=64)] = 1
+    memory: SparkMemory = "1g"
+
+
+class SparkExecutor(CamelModel):
+    """Resources and count of the Spark executors."""
+
+    instances: Annotated[int, Field(ge=1, le=1000)] = 2
+    cores: Annotated[int, Field(ge=1, le=64)] = 1
+    memory: SparkMemory = "2g"
+
+
+class SparkSettings(CamelModel):
+    """How the operator runs a reprocessing SparkApplication."""
+
+    image: str | None = None
+    """Image with Spark and kappaflow[spark]; the app's image when unset."""
+    spark_version: Annotated[str, Field(pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$")] = "4.3.0"
+    service_account_name: str | None = None
+    """Service account of the driver (it creates executor pods)."""
+    driver: SparkDriver = Field(default_factory=SparkDriver)
+    executor: SparkExecutor = Field(default_factory=SparkExecutor)
+    timeout_seconds: Annotated[int, Field(ge=60)] = 6 * 3600
+    """A run longer than this is treated as failed and the old version keeps running."""
+
+
+class Upgrade(CamelModel):
+    """What an incompatible change (image, entry point, topology) does to state.
+
+    `rolling` keeps state and rolls pods one at a time; `reprocess` rebuilds outputs and state on Spark
+    under a new application id before rolling; `reset` discards state and starts from scratch.
+    """
+
+    mode: Literal["rolling", "reprocess", "reset"] = "rolling"
+    spark: SparkSettings = Field(default_factory=SparkSettings)
+
+
+def _config_schema_extra(schema: dict[str, Any]) -> None:
+    """Let the API server refuse operator-owned keys at `kubectl apply` time (CEL), not only the operator."""
+    keys = ", ".join(f"'{k}'" for k in RESERVED_CONFIG_KEYS)
+    schema["maxProperties"] = 256
+    schema["x-kubernetes-validations"] = [
+        {
+            "rule": f"self.all(k, !(k in [{keys}]))",
+            "message": "config keys managed by the operator are not allowed: "
+            + ", ".join(RESERVED_CONFIG_KEYS),
+        }
+    ]
+
+
+class StreamAppSpec(CamelModel):
+    """Desired state of a kappaflow streaming application."""
+
+    image: Annotated[str, Field(min_length=1, max_length=512)]
+    """Container image with the application and kappaflow installed."""
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
+    entry_point: Annotated[str, Field(max_length=256, pattern=ENTRY_POINT_PATTERN)]
+    """`module:attr` naming a Topology or a function returning one."""
+    application_id: Annotated[str, Field(min_length=1, max_length=180, pattern=APPLICATION_ID_PATTERN)]
+    """Kafka Streams application.id: the consumer group and the prefix of internal topics."""
+    replicas: Annotated[int, Field(ge=0, le=1000)] = 1
+    """Number of pods; 0 pauses the application (state volumes are kept)."""
+    kafka: KafkaConnection
+    processing_guarantee: Literal["at_least_once", "exactly_once_v2"] = "at_least_once"
+    standby_replicas: Annotated[int, Field(ge=0, le=10)] = 0
+    state: StateVolume = Field(default_factory=StateVolume)
+    resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
+    config: dict[str, str] = Field(default_factory=dict, json_schema_extra=_config_schema_extra)
+    """Extra runtime config (Kafka Streams dotted keys); keys the operator owns are refused."""
+    interactive_queries: InteractiveQueries = Field(default_factory=InteractiveQueries)
+    metrics: Metrics = Field(default_factory=Metrics)
+    autoscaling: Autoscaling = Field(default_factory=Autoscaling)
+    upgrade: Upgrade = Field(default_factory=Upgrade)
+    topic_cleanup_policy: Literal["Retain", "Delete"] = "Retain"
+    """On deletion: keep (Retain) or delete (Delete) the internal topics."""
+    pod_template: PodTemplateOverrides = Field(default_factory=PodTemplateOverrides)
+
+    @field_validator("config")
+    @classmethod
+    def _config_keys(cls, config: dict[str, str]) -> dict[str, str]:
+        import re
+
+        for key in sorted(config):
+            if not re.match(CONFIG_KEY_PATTERN, key):
+                raise ValueError(f"config key {key!r} is not a valid runtime config name")
+            owner = RESERVED_CONFIG_KEYS.get(key)
+            if owner is not None:
+                raise ValueError(f"config key {key!r} is managed by the operator; set {owner} instead")
+            lowered = key.lower()
+            if "password" in lowered or "secret" in lowered:
+                raise ValueError(f"config key {key!r} looks like a credential; pass it from a Secret instead")
+        return config
+
+    @model_validator(mode="after")
+    def _cross_field(self) -> StreamAppSpec:
+        if self.interactive_queries.enabled and self.interactive_queries.port == self.metrics.port:
+            raise ValueError(f"interactiveQueries.port and metrics.port are both {self.metrics.port}")
+        for env in self.pod_template.env:
+            if env.name in RESERVED_ENV_NAMES:
+                raise ValueError(
+                    f"podTemplate.env: {env.name} is set by the operator and cannot be overridden"
+                )
+        return self

@@ -1,0 +1,130 @@
+"""The StreamApp status: what the operator observed and decided, written only through /status."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+
+from .common import CamelModel
+
+Phase = Literal[
+    "Pending", "Running", "Scaling", "Upgrading", "Reprocessing", "Paused", "Degraded", "Deleting"
+]
+ConditionStatus = Literal["True", "False", "Unknown"]
+
+
+class Condition(CamelModel):
+    """A Kubernetes-style condition (Ready, Progressing, Degraded, ReplicasCapped)."""
+
+    type: Annotated[str, Field(min_length=1, max_length=316)]
+    status: ConditionStatus
+    reason: Annotated[str, Field(max_length=1024, pattern=r"^([A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?)?$")] = (
+        ""
+    )
+    """CamelCase machine-readable reason."""
+    message: Annotated[str, Field(max_length=32768)] = ""
+    last_transition_time: datetime
+    """When status last changed (not when the condition was last computed)."""
+    observed_generation: int | None = None
+
+
+class InternalTopicStatus(CamelModel):
+    """One repartition or changelog topic and whether it matches what the topology needs."""
+
+    name: str
+    type: Literal["changelog", "repartition"]
+    partitions: int
+    """Partitions the topology needs."""
+    actual_partitions: int | None = None
+    """Partitions the existing topic has (absent until it exists)."""
+    state: Literal["Ready", "Created", "Missing", "Mismatch"]
+
+
+class StableSpec(CamelModel):
+    """The last spec that ran with every replica ready; a failed upgrade falls back to it."""
+
+    hash: str
+    image: str
+    application_id: str
+
+
+class TopologyStatus(CamelModel):
+    """What `kappaflow describe` reported for the current image and entry point."""
+
+    hash: str
+    """Hash of the describe JSON: a change of it is a topology change."""
+    described_image: str
+    described_entry_point: str
+    source_topics: list[str] = Field(default_factory=list)
+    max_parallelism: int | None = None
+    """Largest partition count of any sub-topology's inputs: replicas beyond it would idle."""
+
+
+class AutoscalerDecision(CamelModel):
+    """One decision of the lag-based autoscaler."""
+
+    time: datetime
+    from_replicas: int
+    to_replicas: int
+    lag: int | None = None
+    reason: str
+
+
+class AutoscalerStatus(CamelModel):
+    """The autoscaler's memory: its current target and when it last changed the replica count."""
+
+    desired_replicas: int | None = None
+    last_scale_time: datetime | None = None
+    last_decision: AutoscalerDecision | None = None
+
+
+class ReprocessingRun(CamelModel):
+    """A reprocessing run on Spark (the `upgrade: reprocess` path)."""
+
+    spark_application: str
+    """Name of the SparkApplication."""
+    application_id: str
+    """The new application id the run writes state and outputs for."""
+    image: str
+    spec_hash: str
+    state: Literal["Pending", "Running", "Completed", "Failed"]
+    started_at: datetime
+    finished_at: datetime | None = None
+    message: str = ""
+
+
+def _kopf_schema(schema: dict[str, Any]) -> None:
+    schema.clear()
+    schema.update(
+        {
+            "type": "object",
+            "description": "Handler bookkeeping kopf may keep in status; opaque to users.",
+            "x-kubernetes-preserve-unknown-fields": True,
+        }
+    )
+
+
+class StreamAppStatus(CamelModel):
+    """Observed state of a StreamApp."""
+
+    observed_generation: int | None = None
+    phase: Phase | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+    replicas: int | None = None
+    """Pods the StatefulSet runs (the scale subresource reads this)."""
+    ready_replicas: int | None = None
+    selector: str | None = None
+    """Label selector of the pods, as a string (the scale subresource's labelSelectorPath)."""
+    application_id: str | None = None
+    """The application id the pods run with; differs from spec.applicationId after a reprocess."""
+    internal_topics: list[InternalTopicStatus] = Field(default_factory=list)
+    consumer_lag: int | None = None
+    """Total lag of the application's consumer group over its source topics."""
+    last_reconciled: datetime | None = None
+    last_stable_spec: StableSpec | None = None
+    topology: TopologyStatus | None = None
+    autoscaler: AutoscalerStatus | None = None
+    reprocessing: ReprocessingRun | None = None
+    kopf: dict[str, Any] | None = Field(default=None, json_schema_extra=_kopf_schema)
