@@ -1,0 +1,112 @@
+"""Replica decisions, pure: the parallelism cap and the lag-based autoscaler.
+
+The kopf timer measures the group's total lag, calls `autoscale(...)` with the time it read and the
+status' autoscaler memory, and writes the decision to status (and an event when it changes replicas).
+`effective_replicas` is what the StatefulSet gets; `kubectl scale` writes spec.replicas through the
+scale subresource and is honoured whenever the autoscaler is off.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime
+
+from .models import StreamAppSpec, StreamAppStatus
+
+
+@dataclass(frozen=True)
+class CapResult:
+    replicas: int
+    reason: str | None
+    """Why the request was reduced (None when it was not)."""
+
+
+def cap_replicas(requested: int, max_parallelism: int | None) -> CapResult:
+    """Cap `requested` at the topology's parallelism; pods past it would get no partitions."""
+    if max_parallelism is None or requested <= max_parallelism:
+        return CapResult(requested, None)
+    return CapResult(
+        max_parallelism,
+        f"{requested} replicas requested but the widest input topic has {max_parallelism} partitions; "
+        f"running {max_parallelism} (extra pods would get no tasks)",
+    )
+
+
+@dataclass(frozen=True)
+class ScaleDecision:
+    replicas: int
+    reason: str
+    changed: bool
+
+
+def autoscale(
+    *,
+    current: int,
+    total_lag: int,
+    lag_per_replica: int,
+    min_replicas: int,
+    max_replicas: int,
+    scale_up_cooldown_s: int,
+    scale_down_cooldown_s: int,
+    last_scale_time: datetime | None,
+    now: datetime,
+    max_parallelism: int | None = None,
+    tolerance: float = 0.1,
+) -> ScaleDecision:
+    """The replica count the lag calls for, like the HPA's: ceil(lag / target), bounded and damped.
+
+    Damping: within `tolerance` of the target no change is made (no flapping around a boundary), and a
+    change in either direction waits out its cooldown since the last scale (scaling up should be quick,
+    scaling down slow, because each change is a rebalance that itself causes lag).
+    """
+    upper = max_replicas if max_parallelism is None else max(min(max_replicas, max_parallelism), min_replicas)
+    wanted = math.ceil(total_lag / lag_per_replica) if total_lag > 0 else 0
+    target = min(max(wanted, min_replicas), upper)
+    if current < min_replicas or current > upper:
+        # Out of bounds (spec or topology changed): correct immediately, cooldowns do not apply.
+        return ScaleDecision(target, f"replicas {current} outside [{min_replicas}, {upper}]", True)
+    if target == current:
+        return ScaleDecision(current, f"lag {total_lag} fits {current} replicas", False)
+    if current > 0 and abs(total_lag / (current * lag_per_replica) - 1.0) <= tolerance:
+        return ScaleDecision(current, f"lag {total_lag} within {tolerance:.0%} of target", False)
+    cooldown = scale_up_cooldown_s if target > current else scale_down_cooldown_s
+    if last_scale_time is not None:
+        waited = (now - last_scale_time).total_seconds()
+        if waited < cooldown:
+            direction = "up" if target > current else "down"
+            return ScaleDecision(
+                current,
+                f"scale {direction} to {target} held by cooldown ({math.ceil(cooldown - waited)}s left)",
+                False,
+            )
+    return ScaleDecision(
+        target,
+        f"lag {total_lag} over target {lag_per_replica}/replica: {current} -> {target} replicas",
+        True,
+    )
+
+
+def requested_replicas(spec: StreamAppSpec, status: StreamAppStatus | None) -> int:
+    """The replica count before the parallelism cap.
+
+    `replicas: 0` pauses the app whatever the autoscaler says. With autoscaling on, the autoscaler's
+    last target wins over spec.replicas (which only seeds it), clamped to the current min/max.
+    """
+    if spec.replicas == 0:
+        return 0
+    auto = spec.autoscaling
+    if not auto.enabled:
+        return spec.replicas
+    desired = None
+    if status is not None and status.autoscaler is not None:
+        desired = status.autoscaler.desired_replicas
+    base = spec.replicas if desired is None else desired
+    return min(max(base, auto.min_replicas), auto.max_replicas)
+
+
+def effective_replicas(
+    spec: StreamAppSpec, status: StreamAppStatus | None, max_parallelism: int | None
+) -> CapResult:
+    """What the StatefulSet runs: requested replicas capped at the topology's parallelism."""
+    return cap_replicas(requested_replicas(spec, status), max_parallelism)

@@ -1,0 +1,194 @@
+"""Status computation, pure: phase and conditions from what the reconciler observed.
+
+`compute_status` takes the previous status and an `Observation` and returns the next status; the kopf
+layer writes it through the /status subresource. Conditions follow Kubernetes conventions: one entry
+per type, `lastTransitionTime` changes only when `status` flips (not when a message is refreshed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from .desired.common import selector_string
+from .models import Condition, StableSpec, StreamAppStatus
+from .models.status import Phase
+from .scaling import CapResult
+from .topics import TopicPlan
+
+READY = "Ready"
+PROGRESSING = "Progressing"
+DEGRADED = "Degraded"
+REPLICAS_CAPPED = "ReplicasCapped"
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Something that makes the app Degraded: a CamelCase reason and a human message."""
+
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What one reconcile pass saw and decided."""
+
+    generation: int
+    desired_replicas: int
+    """Effective replicas given to the StatefulSet."""
+    statefulset: Mapping[str, Any] | None = None
+    """The live StatefulSet (metadata + status), None if it does not exist yet."""
+    topology_known: bool = True
+    topic_plan: TopicPlan | None = None
+    created_topics: frozenset[str] = frozenset()
+    cap: CapResult | None = None
+    problems: Sequence[Problem] = ()
+    reprocessing_active: bool = False
+    consumer_lag: int | None = None
+    applied: StableSpec | None = None
+    """The spec this pass applied; it becomes status.lastStableSpec once the app is Running."""
+
+
+@dataclass(frozen=True)
+class _Rollout:
+    replicas: int
+    ready: int
+    updated: int
+    rolling: bool
+    settled: bool
+
+
+def _rollout(sts: Mapping[str, Any], desired: int) -> _Rollout:
+    status = sts.get("status") or {}
+    replicas = int(status.get("replicas") or 0)
+    ready = int(status.get("readyReplicas") or 0)
+    updated = int(status.get("updatedReplicas") or 0)
+    current_rev, update_rev = status.get("currentRevision"), status.get("updateRevision")
+    rolling = bool(update_rev) and current_rev != update_rev
+    generation = (sts.get("metadata") or {}).get("generation")
+    observed = status.get("observedGeneration")
+    settled = generation is None or (observed is not None and observed >= generation)
+    return _Rollout(replicas, ready, updated if rolling else replicas, rolling and desired > 0, settled)
+
+
+def _phase(obs: Observation, roll: _Rollout | None) -> tuple[Phase, str, str]:
+    """(phase, Progressing reason, message), in priority order."""
+    if obs.problems or (obs.topic_plan is not None and obs.topic_plan.mismatches):
+        return "Degraded", "Degraded", "see the Degraded condition"
+    if obs.reprocessing_active:
+        return "Reprocessing", "Reprocessing", "rebuilding state on Spark before rolling the new version"
+    if not obs.topology_known:
+        return "Pending", "DescribingTopology", "waiting for the describe Job to report the topology"
+    if obs.topic_plan is not None and obs.topic_plan.missing_sources:
+        return "Pending", "WaitingForSourceTopics", "; ".join(obs.topic_plan.problems())
+    if obs.desired_replicas == 0:
+        if roll is None or roll.replicas == 0:
+            return "Paused", "Paused", "replicas is 0"
+        return "Scaling", "ScalingDown", f"stopping {roll.replicas} pods to pause"
+    if roll is None:
+        return "Pending", "CreatingStatefulSet", "the StatefulSet does not exist yet"
+    if roll.rolling:
+        return "Upgrading", "RollingUpdate", f"{roll.updated}/{obs.desired_replicas} pods updated"
+    if roll.ready == 0:
+        return "Pending", "PodsStarting", f"0/{obs.desired_replicas} pods ready (restoring state)"
+    if roll.replicas != obs.desired_replicas or roll.ready != obs.desired_replicas or not roll.settled:
+        return "Scaling", "Scaling", f"{roll.ready}/{obs.desired_replicas} pods ready"
+    return "Running", "RolloutComplete", f"{roll.ready}/{obs.desired_replicas} pods ready"
+
+
+def desired_conditions(obs: Observation) -> list[tuple[str, str, str, str]]:
+    """(type, status, reason, message) of every condition this observation implies."""
+    roll = _rollout(obs.statefulset, obs.desired_replicas) if obs.statefulset is not None else None
+    phase, reason, message = _phase(obs, roll)
+    problems = list(obs.problems)
+    if obs.topic_plan is not None:
+        problems += [Problem("TopicPartitionMismatch", m.message) for m in obs.topic_plan.mismatches]
+    if problems:
+        degraded = ("True", problems[0].reason, "; ".join(p.message for p in problems))
+    else:
+        degraded = ("False", "AsExpected", "")
+    if phase == "Running":
+        ready = ("True", "AllReplicasReady", message)
+    else:
+        ready = (
+            "False",
+            reason if phase != "Degraded" else degraded[1],
+            message if phase != "Degraded" else "",
+        )
+    progressing_phases = ("Pending", "Scaling", "Upgrading", "Reprocessing")
+    progressing = ("True", reason, message) if phase in progressing_phases else ("False", reason, message)
+    conditions = [
+        (READY, *ready),
+        (PROGRESSING, *progressing),
+        (DEGRADED, *degraded),
+    ]
+    if obs.cap is not None and obs.cap.reason:
+        conditions.append((REPLICAS_CAPPED, "True", "ExceedsPartitionCount", obs.cap.reason))
+    else:
+        conditions.append((REPLICAS_CAPPED, "False", "WithinPartitionCount", ""))
+    return conditions
+
+
+def merge_conditions(
+    previous: Sequence[Condition],
+    wanted: Sequence[tuple[str, str, str, str]],
+    now: datetime,
+    generation: int | None = None,
+) -> list[Condition]:
+    """New conditions, keeping each one's lastTransitionTime when its status did not change."""
+    before = {c.type: c for c in previous}
+    out: list[Condition] = []
+    for type_, status, reason, message in wanted:
+        old = before.get(type_)
+        since = old.last_transition_time if old is not None and old.status == status else now
+        out.append(
+            Condition.model_validate(
+                {
+                    "type": type_,
+                    "status": status,
+                    "reason": reason,
+                    "message": message,
+                    "lastTransitionTime": since,
+                    "observedGeneration": generation,
+                }
+            )
+        )
+    wanted_types = {w[0] for w in wanted}
+    # Conditions owned by someone else (or a newer operator) are kept untouched.
+    out += [c for c in previous if c.type not in wanted_types]
+    return out
+
+
+def compute_status(
+    previous: StreamAppStatus | None, obs: Observation, *, name: str, now: datetime
+) -> StreamAppStatus:
+    """The next status: previous fields the reconcile pass does not own are carried over."""
+    base = previous or StreamAppStatus()
+    roll = _rollout(obs.statefulset, obs.desired_replicas) if obs.statefulset is not None else None
+    phase, _, _ = _phase(obs, roll)
+    updates: dict[str, Any] = {
+        "observed_generation": obs.generation,
+        "phase": phase,
+        "conditions": merge_conditions(base.conditions, desired_conditions(obs), now, obs.generation),
+        "replicas": roll.replicas if roll is not None else 0,
+        "ready_replicas": roll.ready if roll is not None else 0,
+        "selector": selector_string(name),
+        "last_reconciled": now,
+    }
+    if obs.topic_plan is not None:
+        updates["internal_topics"] = obs.topic_plan.status(obs.created_topics)
+    if obs.consumer_lag is not None:
+        updates["consumer_lag"] = obs.consumer_lag
+    if phase == "Running" and obs.applied is not None:
+        # Every replica is ready on this spec: a later failed upgrade can fall back to it.
+        updates["last_stable_spec"] = obs.applied
+        updates["application_id"] = obs.applied.application_id
+    return base.model_copy(update=updates)
+
+
+def condition(status: StreamAppStatus, type_: str) -> Condition | None:
+    """The condition of `type_`, if present."""
+    return next((c for c in status.conditions if c.type == type_), None)
