@@ -1,0 +1,120 @@
+"""Phase and conditions from observed state."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from kappaflow_operator.models import StableSpec, TopologyDescription
+from kappaflow_operator.scaling import cap_replicas
+from kappaflow_operator.status import Observation, Problem, compute_status, condition
+from kappaflow_operator.topics import plan_internal_topics
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _sts(replicas, ready, current="r1", update="r1", generation=1, observed=1):
+    return {
+        "metadata": {"generation": generation},
+        "status": {
+            "replicas": replicas,
+            "readyReplicas": ready,
+            "updatedReplicas": replicas,
+            "currentRevision": current,
+            "updateRevision": update,
+            "observedGeneration": observed,
+        },
+    }
+
+
+def _status(obs, previous=None, now=T0):
+    return compute_status(previous, obs, name="wc", now=now)
+
+
+def _cond(status, type_):
+    c = condition(status, type_)
+    assert c is not None
+    return (c.status, c.reason)
+
+
+def test_running_when_all_ready():
+    applied = StableSpec(hash="h", image="img:1", application_id="wc")
+    s = _status(Observation(generation=2, desired_replicas=3, statefulset=_sts(3, 3), applied=applied))
+    assert s.phase == "Running"
+    assert s.observed_generation == 2
+    assert (s.replicas, s.ready_replicas, s.selector) == (3, 3, "kappaflow.io/streamapp=wc")
+    assert _cond(s, "Ready") == ("True", "AllReplicasReady")
+    assert _cond(s, "Progressing") == ("False", "RolloutComplete")
+    assert _cond(s, "Degraded") == ("False", "AsExpected")
+    assert s.last_stable_spec == applied
+
+
+def test_progress_phases():
+    assert _status(Observation(1, 3, topology_known=False)).phase == "Pending"
+    assert _status(Observation(1, 3)).phase == "Pending"  # no StatefulSet yet
+    assert _status(Observation(1, 3, _sts(3, 0))).phase == "Pending"
+    scaling = _status(Observation(1, 3, _sts(2, 2)))
+    assert scaling.phase == "Scaling" and _cond(scaling, "Progressing") == ("True", "Scaling")
+    rolling = _status(Observation(1, 3, _sts(3, 2, update="r2")))
+    assert rolling.phase == "Upgrading" and _cond(rolling, "Ready") == ("False", "RollingUpdate")
+    assert _status(Observation(1, 0, _sts(0, 0))).phase == "Paused"
+    assert _status(Observation(1, 3, _sts(3, 3), reprocessing_active=True)).phase == "Reprocessing"
+    assert _status(Observation(1, 3, _sts(3, 3, generation=2, observed=1))).phase == "Scaling"
+
+
+def test_topic_mismatch_is_degraded():
+    describe = TopologyDescription.model_validate(
+        {"internal_topics": [{"name": "c-changelog", "type": "changelog", "partitions_from": ["in"]}]}
+    )
+    plan = plan_internal_topics(describe, "wc", {"in": 6, "wc-c-changelog": 4})
+    s = _status(Observation(1, 3, _sts(3, 3), topic_plan=plan))
+    assert s.phase == "Degraded"
+    assert _cond(s, "Degraded") == ("True", "TopicPartitionMismatch")
+    assert "wc-c-changelog has 4 partitions" in condition(s, "Degraded").message
+    assert [(t.name, t.state) for t in s.internal_topics] == [("wc-c-changelog", "Mismatch")]
+    assert _cond(s, "Ready")[0] == "False"
+
+
+def test_problems_and_waiting_for_sources():
+    s = _status(Observation(1, 3, problems=[Problem("DescribeFailed", "ImportError: no module x")]))
+    assert s.phase == "Degraded" and _cond(s, "Degraded") == ("True", "DescribeFailed")
+    describe = TopologyDescription.model_validate(
+        {"internal_topics": [{"name": "c-changelog", "type": "changelog", "partitions_from": ["in"]}]}
+    )
+    waiting = _status(Observation(1, 3, topic_plan=plan_internal_topics(describe, "wc", {})))
+    assert waiting.phase == "Pending" and _cond(waiting, "Progressing") == ("True", "WaitingForSourceTopics")
+
+
+def test_capped_condition():
+    s = _status(Observation(1, 6, _sts(6, 6), cap=cap_replicas(8, 6)))
+    assert _cond(s, "ReplicasCapped") == ("True", "ExceedsPartitionCount")
+    assert s.phase == "Running"
+
+
+def test_transition_time_kept_while_status_unchanged():
+    first = _status(Observation(1, 3, _sts(3, 1)))
+    later = T0 + timedelta(minutes=5)
+    second = _status(Observation(1, 3, _sts(3, 2)), previous=first, now=later)
+    assert condition(second, "Ready").last_transition_time == T0  # still False
+    assert condition(second, "Progressing").message == "2/3 pods ready"
+    third = _status(Observation(1, 3, _sts(3, 3)), previous=second, now=later + timedelta(minutes=1))
+    assert condition(third, "Ready").last_transition_time == later + timedelta(minutes=1)
+    assert condition(third, "Degraded").last_transition_time == T0
+
+
+def test_foreign_conditions_and_fields_are_kept():
+    from kappaflow_operator.models import StreamAppStatus
+
+    previous = StreamAppStatus.model_validate(
+        {
+            "conditions": [
+                {"type": "Custom", "status": "True", "lastTransitionTime": "2025-01-01T00:00:00Z"}
+            ],
+            "consumerLag": 42,
+            "autoscaler": {"desiredReplicas": 4},
+        }
+    )
+    s = _status(Observation(1, 3, _sts(3, 3)), previous=previous)
+    assert condition(s, "Custom") is not None
+    assert s.consumer_lag == 42 and s.autoscaler.desired_replicas == 4
+    wire = s.to_wire()
+    assert wire["conditions"][0]["lastTransitionTime"] == "2026-01-01T00:00:00Z"
