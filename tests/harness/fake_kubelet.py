@@ -1,0 +1,383 @@
+"""A kubelet stand-in that runs Pods as local processes, for end-to-end tests on the local control plane.
+
+The test control plane has no scheduler and no kubelet, so Pods would stay Pending forever. `FakeKubelet`
+plays both parts for one namespace: it registers a Ready Node, binds unscheduled Pods to it through the
+`pods/binding` subresource (exactly what kube-scheduler does), starts each bound Pod with a user-supplied
+`launcher(pod) -> handle` (e.g. `kappaflow run` as a subprocess with the Pod's env), and reports status the
+way a kubelet does: phase Running, podIP 127.0.0.1, and a Ready condition from a user-supplied probe.
+
+Deletion follows the real protocol: deleting a bound Pod only sets `deletionTimestamp`; the kubelet stops
+the containers (SIGTERM, SIGKILL after the grace period) and then confirms by deleting the Pod with
+`gracePeriodSeconds=0`, which is when the API object disappears and the StatefulSet controller moves on.
+
+A watch on the namespace wakes the reconcile loop; the loop also resyncs every `resync` seconds, which
+is what drives readiness probing and notices processes that exited.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import threading
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from kubernetes import client, watch
+from kubernetes.client.exceptions import ApiException
+
+
+class ProcessHandle(Protocol):
+    """What a launcher returns; `subprocess.Popen` satisfies it."""
+
+    def poll(self) -> int | None: ...
+    def terminate(self) -> None: ...
+    def kill(self) -> None: ...
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
+Launcher = Callable[[client.V1Pod], ProcessHandle]
+Readiness = Callable[[client.V1Pod, ProcessHandle], bool]
+
+POD_IP = "127.0.0.1"
+# Strategic merge patch: conditions merge by type, as a kubelet's updates do. (The client's default for a
+# dict body would be a JSON patch, which wants a list of operations.)
+SMP = "application/strategic-merge-patch+json"
+
+
+def process_alive(_pod: client.V1Pod, handle: ProcessHandle) -> bool:
+    """The default readiness probe: ready while the process runs."""
+    return handle.poll() is None
+
+
+def http_readiness(local_port: Callable[[client.V1Pod, int], int], timeout: float = 1.0) -> Readiness:
+    """A probe that runs the pod's own `readinessProbe.httpGet` against 127.0.0.1.
+
+    Every pod shares 127.0.0.1, so `local_port(pod, container_port)` maps the port the manifest names to
+    the port that pod's process actually listens on. Pods without an httpGet probe are ready while alive.
+    """
+
+    def probe(pod: Any, handle: ProcessHandle) -> bool:
+        if handle.poll() is not None:
+            return False
+        for container in pod.spec.containers:
+            http = container.readiness_probe.http_get if container.readiness_probe else None
+            if http is None:
+                continue
+            port = http.port
+            if isinstance(port, str) and not port.isdigit():
+                port = next(p.container_port for p in container.ports or [] if p.name == port)
+            url = f"http://127.0.0.1:{local_port(pod, int(port))}{http.path or '/'}"
+            try:
+                with urllib.request.urlopen(url, timeout=timeout) as resp:
+                    if not 200 <= resp.status < 400:
+                        return False
+            except OSError:
+                return False
+        return True
+
+    return probe
+
+
+@dataclass
+class _Running:
+    handle: ProcessHandle
+    started: dt.datetime
+    restarts: int = 0
+    reported: dict[str, Any] = field(default_factory=dict)
+    stopping: bool = False
+
+
+class FakeKubelet:
+    """Binds, runs and reports the Pods of one namespace; `start()`/`stop()` run the loop in threads."""
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        namespace: str,
+        launcher: Launcher,
+        readiness: Readiness = process_alive,
+        node_name: str = "kappaflow-fake-node",
+        max_grace_seconds: float = 10.0,
+        resync: float = 0.5,
+    ) -> None:
+        self.core = client.CoreV1Api(api_client)
+        self.namespace = namespace
+        self.launcher = launcher
+        self.readiness = readiness
+        self.node_name = node_name
+        self.max_grace_seconds = max_grace_seconds
+        self.resync = resync
+        self.running: dict[str, _Running] = {}  # pod uid -> process
+        self.errors: list[BaseException] = []
+        self._lock = threading.Lock()
+        self._kick = threading.Event()
+        self._stopped = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # ---- lifecycle ---------------------------------------------------------------------------------------
+    def start(self) -> FakeKubelet:
+        self.register_node()
+        self._stopped.clear()
+        for target in (self._watch_loop, self._reconcile_loop):
+            thread = threading.Thread(target=target, name=f"fake-kubelet-{target.__name__}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        return self
+
+    def stop(self) -> None:
+        """Stops the loops, then every process it launched (the Pod objects stay, as with a dead node)."""
+        self._stopped.set()
+        self._kick.set()
+        for thread in self._threads:
+            thread.join(timeout=10)
+        self._threads.clear()
+        with self._lock:
+            running = list(self.running.values())
+            self.running.clear()
+        for proc in running:
+            self._terminate(proc.handle, self.max_grace_seconds)
+
+    def __enter__(self) -> FakeKubelet:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def register_node(self) -> None:
+        """Creates (or adopts) the Node and marks it Ready; no taints, so nothing is kept off it."""
+        node = client.V1Node(
+            metadata=client.V1ObjectMeta(
+                name=self.node_name, labels={"kubernetes.io/hostname": self.node_name}
+            )
+        )
+        try:
+            self.core.create_node(node)
+        except ApiException as e:
+            if e.status != 409:
+                raise
+        # TaintNodesByCondition adds a not-ready taint at creation; no node controller will lift it.
+        self.core.patch_node(self.node_name, {"spec": {"taints": None}}, _content_type=SMP)
+        now = _now()
+        capacity = {"cpu": "16", "memory": "64Gi", "pods": "110"}
+        status = {
+            "capacity": capacity,
+            "allocatable": capacity,
+            "addresses": [
+                {"type": "InternalIP", "address": POD_IP},
+                {"type": "Hostname", "address": "localhost"},
+            ],
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "KubeletReady",
+                    "message": "fake kubelet",
+                    "lastHeartbeatTime": now,
+                    "lastTransitionTime": now,
+                },
+            ],
+            "nodeInfo": {
+                "machineID": "",
+                "systemUUID": "",
+                "bootID": "",
+                "kernelVersion": "",
+                "osImage": "local",
+                "containerRuntimeVersion": "fake://1",
+                "kubeletVersion": "fake",
+                "kubeProxyVersion": "",
+                "operatingSystem": "linux",
+                "architecture": "amd64",
+            },
+        }
+        self.core.patch_node_status(self.node_name, {"status": status}, _content_type=SMP)
+
+    # ---- loops -------------------------------------------------------------------------------------------
+    def _watch_loop(self) -> None:
+        while not self._stopped.is_set():
+            w = watch.Watch()  # type: ignore[no-untyped-call]
+            try:
+                for _event in w.stream(  # type: ignore[no-untyped-call]
+                    self.core.list_namespaced_pod, self.namespace, timeout_seconds=2
+                ):
+                    self._kick.set()
+                    if self._stopped.is_set():
+                        break
+            except Exception:  # a dropped watch is normal (timeouts, apiserver restarts): resync covers it
+                self._stopped.wait(0.5)
+            finally:
+                w.stop()  # type: ignore[no-untyped-call]
+
+    def _reconcile_loop(self) -> None:
+        while not self._stopped.is_set():
+            self._kick.wait(self.resync)
+            self._kick.clear()
+            if self._stopped.is_set():
+                return
+            try:
+                self.reconcile()
+            except Exception as e:  # kept for the test to inspect; the loop must survive API hiccups
+                self.errors.append(e)
+                self._stopped.wait(0.5)
+
+    def reconcile(self) -> None:
+        pods: list[Any] = self.core.list_namespaced_pod(self.namespace).items
+        seen = set()
+        for pod in pods:
+            seen.add(pod.metadata.uid)
+            if pod.spec.node_name is None:
+                if pod.metadata.deletion_timestamp is None:
+                    self._bind(pod)
+            elif pod.spec.node_name != self.node_name:
+                continue
+            elif pod.metadata.deletion_timestamp is not None:
+                self._delete(pod)
+            elif pod.status.phase not in ("Succeeded", "Failed"):
+                self._sync(pod)
+        with self._lock:
+            gone = [uid for uid in self.running if uid not in seen]
+            procs = [self.running.pop(uid) for uid in gone]
+        for proc in procs:  # force-deleted behind our back: the containers still have to stop
+            self._terminate(proc.handle, 0)
+
+    # ---- per pod -----------------------------------------------------------------------------------------
+    def _bind(self, pod: Any) -> None:
+        body = client.V1Binding(
+            metadata=client.V1ObjectMeta(name=pod.metadata.name, uid=pod.metadata.uid),
+            target=client.V1ObjectReference(api_version="v1", kind="Node", name=self.node_name),
+        )
+        # The generated client cannot deserialize the Status this endpoint returns; skip decoding it.
+        self.core.create_namespaced_pod_binding(
+            pod.metadata.name, self.namespace, body, _preload_content=False
+        )
+
+    def _sync(self, pod: Any) -> None:
+        uid = pod.metadata.uid
+        with self._lock:
+            proc = self.running.get(uid)
+        if proc is None:
+            proc = _Running(self.launcher(pod), _now_dt())
+            with self._lock:
+                self.running[uid] = proc
+        code = proc.handle.poll()
+        phase = "Running"
+        if code is not None:
+            policy = pod.spec.restart_policy or "Always"
+            if policy == "Always" or (policy == "OnFailure" and code != 0):
+                proc.handle = self.launcher(pod)
+                proc.restarts += 1
+                proc.started = _now_dt()
+            else:
+                phase = "Succeeded" if code == 0 else "Failed"
+        ready = phase == "Running" and bool(self.readiness(pod, proc.handle))
+        status = _pod_status(pod, phase, ready, proc, code)
+        if status != proc.reported:
+            stamped = _stamp(status, proc.reported)
+            self.core.patch_namespaced_pod_status(
+                pod.metadata.name, self.namespace, {"status": stamped}, _content_type=SMP
+            )
+            proc.reported = status
+        if phase != "Running":
+            with self._lock:
+                self.running.pop(uid, None)
+
+    def _delete(self, pod: Any) -> None:
+        uid = pod.metadata.uid
+        with self._lock:
+            proc = self.running.get(uid)
+            if proc is not None and proc.stopping:
+                return
+            if proc is not None:
+                proc.stopping = True
+        grace = pod.metadata.deletion_grace_period_seconds
+        grace = self.max_grace_seconds if grace is None else min(float(grace), self.max_grace_seconds)
+
+        def finish() -> None:
+            if proc is not None:
+                self._terminate(proc.handle, grace)
+            with contextlib.suppress(ApiException):  # already gone is fine
+                self.core.delete_namespaced_pod(
+                    pod.metadata.name,
+                    self.namespace,
+                    body=client.V1DeleteOptions(
+                        grace_period_seconds=0, preconditions=client.V1Preconditions(uid=uid)
+                    ),
+                )
+            with self._lock:
+                self.running.pop(uid, None)
+
+        if proc is None:
+            finish()
+        else:  # the grace period can be long: don't hold up the other pods
+            threading.Thread(
+                target=finish, name=f"fake-kubelet-stop-{pod.metadata.name}", daemon=True
+            ).start()
+
+    @staticmethod
+    def _terminate(handle: ProcessHandle, grace: float) -> None:
+        if handle.poll() is not None:
+            return
+        handle.terminate()
+        try:
+            handle.wait(timeout=grace)
+        except Exception:  # subprocess.TimeoutExpired, or a launcher handle's own timeout error
+            handle.kill()
+            handle.wait(timeout=10)
+
+
+def _now_dt() -> dt.datetime:
+    return dt.datetime.now(dt.UTC).replace(microsecond=0)
+
+
+def _now() -> str:
+    return _now_dt().strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _pod_status(pod: Any, phase: str, ready: bool, proc: _Running, code: int | None) -> dict[str, Any]:
+    """The status a kubelet would report, without timestamps (so unchanged status is not re-sent)."""
+    started = proc.started.strftime("%Y-%m-%dT%H:%M:%SZ")
+    if phase == "Running":
+        state: dict[str, Any] = {"running": {"startedAt": started}}
+    else:
+        state = {
+            "terminated": {"exitCode": code, "startedAt": started, "finishedAt": _now(), "reason": phase}
+        }
+    containers = [
+        {
+            "name": c.name,
+            "image": c.image,
+            "imageID": "",
+            "containerID": f"fake://{pod.metadata.uid}/{c.name}",
+            "ready": ready,
+            "started": phase == "Running",
+            "restartCount": proc.restarts,
+            "state": state,
+        }
+        for c in pod.spec.containers
+    ]
+    flag = "True" if ready else "False"
+    conditions = {"PodScheduled": "True", "Initialized": "True", "PodReadyToStartContainers": "True"}
+    conditions.update({"ContainersReady": flag, "Ready": flag})
+    return {
+        "phase": phase,
+        "hostIP": POD_IP,
+        "hostIPs": [{"ip": POD_IP}],
+        "podIP": POD_IP,
+        "podIPs": [{"ip": POD_IP}],
+        "startTime": started,
+        "qosClass": "BestEffort",
+        "conditions": [{"type": t, "status": s} for t, s in conditions.items()],
+        "containerStatuses": containers,
+    }
+
+
+def _stamp(status: dict[str, Any], previous: dict[str, Any]) -> dict[str, Any]:
+    """Adds lastTransitionTime to conditions whose status changed since the last report."""
+    before = {c["type"]: c["status"] for c in previous.get("conditions", [])}
+    now = _now()
+    conditions = [
+        {**c, "lastTransitionTime": now} if before.get(c["type"]) != c["status"] else c
+        for c in status["conditions"]
+    ]
+    return {**status, "conditions": conditions}

@@ -1,0 +1,201 @@
+"""The local control plane behaves like a real cluster for what the operator relies on.
+
+Controllers (StatefulSet, garbage collector) act on objects, CRD schemas are enforced by the server, and
+the fake kubelet runs a StatefulSet's pods as local processes and stops them when the set scales down.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from tests.harness.fake_kubelet import FakeKubelet, ProcessHandle
+from tests.harness.kube_fixtures import KubeCluster
+
+pytestmark = [pytest.mark.kube, pytest.mark.timeout(900)]
+
+T = TypeVar("T")
+
+
+def eventually(probe: Callable[[], T | None], timeout: float = 60.0, what: str = "condition") -> T:
+    """Polls until `probe` returns something truthy; controllers converge asynchronously."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = probe()
+        if result:
+            return result
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+@pytest.fixture
+def api(kube_cluster: KubeCluster) -> Iterator[client.ApiClient]:
+    with kube_cluster.api_client() as api_client:
+        yield api_client
+
+
+@pytest.fixture
+def namespace(kube_cluster: KubeCluster, api: client.ApiClient) -> Iterator[str]:
+    name = kube_cluster.create_namespace("kube")
+    yield name
+    client.CoreV1Api(api).delete_namespace(name)
+
+
+def statefulset(name: str, replicas: int, policy: str = "OrderedReady") -> client.V1StatefulSet:
+    labels = {"app": name}
+    container = client.V1Container(name="main", image="kappaflow:test", command=["sleep", "3600"])
+    return client.V1StatefulSet(
+        metadata=client.V1ObjectMeta(name=name, labels=labels),
+        spec=client.V1StatefulSetSpec(
+            replicas=replicas,
+            service_name=name,
+            pod_management_policy=policy,
+            selector=client.V1LabelSelector(match_labels=labels),
+            template=client.V1PodTemplateSpec(
+                metadata=client.V1ObjectMeta(labels=labels),
+                spec=client.V1PodSpec(containers=[container], termination_grace_period_seconds=5),
+            ),
+        ),
+    )
+
+
+def pod_names(core: client.CoreV1Api, namespace: str, app: str) -> set[str]:
+    return {p.metadata.name for p in core.list_namespaced_pod(namespace, label_selector=f"app={app}").items}
+
+
+def test_statefulset_creates_pods_and_garbage_collection_removes_them(
+    api: client.ApiClient, namespace: str
+) -> None:
+    apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
+    apps.create_namespaced_stateful_set(namespace, statefulset("web", 2, policy="Parallel"))
+
+    eventually(lambda: pod_names(core, namespace, "web") == {"web-0", "web-1"}, what="StatefulSet pods")
+    pod = core.read_namespaced_pod("web-0", namespace)
+    owners = [(o.kind, o.name, o.controller) for o in pod.metadata.owner_references]
+    assert owners == [("StatefulSet", "web", True)]
+    assert pod.spec.node_name is None  # no scheduler: pods wait for the fake kubelet to bind them
+
+    apps.delete_namespaced_stateful_set("web", namespace, propagation_policy="Background")
+    eventually(lambda: not pod_names(core, namespace, "web"), what="garbage collection of the pods")
+
+
+def test_crd_schema_is_enforced_by_the_server(api: client.ApiClient, namespace: str) -> None:
+    ext, custom = client.ApiextensionsV1Api(api), client.CustomObjectsApi(api)
+    group, plural = "test.kappaflow.io", f"widgets{namespace.replace('-', '')}"
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "spec": {
+                "type": "object",
+                "required": ["replicas"],
+                "properties": {"replicas": {"type": "integer", "minimum": 1}},
+            }
+        },
+    }
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{group}"},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {"plural": plural, "singular": plural[:-1], "kind": "Widget" + namespace[-8:]},
+            "versions": [
+                {"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": schema}}
+            ],
+        },
+    }
+    ext.create_custom_resource_definition(crd)
+    try:
+
+        def established() -> bool:
+            status = ext.read_custom_resource_definition(f"{plural}.{group}").status
+            return any(c.type == "Established" and c.status == "True" for c in status.conditions or [])
+
+        eventually(established, what="CRD Established")
+        kind = crd["spec"]["names"]["kind"]
+
+        def widget(name: str, replicas: Any) -> dict[str, Any]:
+            return {
+                "apiVersion": f"{group}/v1",
+                "kind": kind,
+                "metadata": {"name": name},
+                "spec": {"replicas": replicas},
+            }
+
+        def create(body: dict[str, Any]) -> Any:
+            return custom.create_namespaced_custom_object(group, "v1", namespace, plural, body)
+
+        # Discovery of a fresh CRD can lag a moment behind Established; retry until the valid one lands.
+        eventually(lambda: _succeeds(lambda: create(widget("good", 3))), what="valid custom object accepted")
+        for bad in (0, "three"):
+            with pytest.raises(ApiException) as rejected:
+                create(widget(f"bad-{bad}", bad))
+            assert rejected.value.status == 422
+            assert "spec.replicas" in str(rejected.value.body)
+        names = [
+            o["metadata"]["name"]
+            for o in custom.list_namespaced_custom_object(group, "v1", namespace, plural)["items"]
+        ]
+        assert names == ["good"]
+    finally:
+        ext.delete_custom_resource_definition(f"{plural}.{group}")
+
+
+def _succeeds(action: Callable[[], object]) -> bool:
+    try:
+        action()
+    except ApiException as e:
+        if e.status != 404:
+            raise
+        return False
+    return True
+
+
+def test_fake_kubelet_runs_statefulset_pods_and_stops_them_on_scale_down(
+    api: client.ApiClient, namespace: str
+) -> None:
+    apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
+    processes: dict[str, subprocess.Popen[bytes]] = {}
+
+    def launch(pod: client.V1Pod) -> ProcessHandle:
+        command = pod.spec.containers[0].command
+        processes[pod.metadata.name] = subprocess.Popen(command, start_new_session=True)
+        return processes[pod.metadata.name]
+
+    with FakeKubelet(api, namespace, launch, node_name=f"node-{namespace}") as kubelet:
+        apps.create_namespaced_stateful_set(namespace, statefulset("app", 2))
+
+        def all_ready() -> bool:
+            status = apps.read_namespaced_stateful_set("app", namespace).status
+            return status.ready_replicas == 2
+
+        eventually(all_ready, what="2 ready replicas")
+        for name in ("app-0", "app-1"):
+            pod = core.read_namespaced_pod(name, namespace)
+            assert pod.spec.node_name == f"node-{namespace}"
+            assert pod.status.phase == "Running"
+            assert pod.status.pod_ip == "127.0.0.1"
+            assert {c.type: c.status for c in pod.status.conditions}["Ready"] == "True"
+            assert processes[name].poll() is None
+        node = core.read_node(f"node-{namespace}")
+        assert {c.type: c.status for c in node.status.conditions}["Ready"] == "True"
+
+        apps.patch_namespaced_stateful_set_scale(
+            namespace=namespace,
+            name="app",
+            body={"spec": {"replicas": 1}},
+            _content_type="application/merge-patch+json",
+        )
+        eventually(lambda: pod_names(core, namespace, "app") == {"app-0"}, what="app-1 deleted")
+        assert processes["app-1"].wait(timeout=10) is not None  # SIGTERM'd before the pod was confirmed gone
+        assert processes["app-0"].poll() is None
+        assert kubelet.errors == []
+    assert processes["app-0"].poll() is not None  # stop() stops what it launched
+    core.delete_node(f"node-{namespace}")
