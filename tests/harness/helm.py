@@ -23,6 +23,19 @@ from pathlib import Path
 
 HELM_VERSION = "v3.22.0"
 HELM_PACKAGE = "helm.sh/helm/v3/cmd/helm"
+#: The Kubernetes version helm assumes offline (`helm template`, `helm lint`). helm's Makefile derives it
+#: from its client-go (v0.37 -> 1.37) and injects it with -X; a plain `go install` would leave 1.20.
+K8S_MAJOR, K8S_MINOR = "1", "37"
+_LDFLAGS = " ".join(
+    [
+        "-s -w",
+        f"-X helm.sh/helm/v3/internal/version.version={HELM_VERSION}",
+        f"-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor={K8S_MAJOR}",
+        f"-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor={K8S_MINOR}",
+        f"-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor={K8S_MAJOR}",
+        f"-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor={K8S_MINOR}",
+    ]
+)
 
 
 def cache_dir() -> Path:
@@ -49,7 +62,7 @@ def helm_binary(build: bool = True) -> Path | None:
         print(f"==> building helm {HELM_VERSION} with Go (cached in {target.parent})", file=sys.stderr)
         started = time.monotonic()
         proc = subprocess.run(
-            ["go", "install", "-trimpath", "-ldflags", "-s -w", f"{HELM_PACKAGE}@{HELM_VERSION}"],
+            ["go", "install", "-trimpath", "-ldflags", _LDFLAGS, f"{HELM_PACKAGE}@{HELM_VERSION}"],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

@@ -1,0 +1,164 @@
+"""The Helm chart lints, renders, and grants exactly what the operator's manifests need.
+
+helm is built from the Go module proxy once and cached (tests/harness/helm.py); without Go the tests
+skip with the reason.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kappaflow_operator.desired import (
+    Facts,
+    build_describe_job,
+    build_reset_job,
+    build_spark_application,
+    desired_resources,
+)
+from tests.harness.helm import helm_binary
+
+from .specs import REF, spec
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "kappaflow"
+#: kind -> (API group, resource) for everything the operator creates.
+RESOURCES = {
+    "ConfigMap": ("", "configmaps"),
+    "Service": ("", "services"),
+    "PodDisruptionBudget": ("policy", "poddisruptionbudgets"),
+    "StatefulSet": ("apps", "statefulsets"),
+    "Job": ("batch", "jobs"),
+    "SparkApplication": ("sparkoperator.k8s.io", "sparkapplications"),
+}
+
+
+@pytest.fixture(scope="module")
+def helm() -> Path:
+    binary = helm_binary(build=True)
+    if binary is None:
+        pytest.skip("helm is not cached and could not be built (needs Go and the Go module proxy)")
+    return binary
+
+
+def _run(helm: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(helm), *args], capture_output=True, text=True, check=False, timeout=120)
+
+
+def _render(helm: Path, *args: str) -> list[dict]:
+    result = _run(helm, "template", "kf", str(CHART), "--namespace", "kappaflow-system", *args)
+    assert result.returncode == 0, result.stderr
+    return [d for d in yaml.safe_load_all(result.stdout) if d]
+
+
+def _allowed(rules: list[dict], group: str, resource: str, verb: str) -> bool:
+    return any(group in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"] for r in rules)
+
+
+def test_lint_strict(helm):
+    result = _run(helm, "lint", "--strict", str(CHART))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_default_render_watches_all_namespaces(helm):
+    docs = _render(helm)
+    by_kind = {}
+    for d in docs:
+        by_kind.setdefault(d["kind"], []).append(d)
+    assert set(by_kind) == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment"}
+    (deployment,) = by_kind["Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["command"] == ["kopf"]
+    assert container["args"][:3] == ["run", "-m", "kappaflow_operator.main"]
+    assert "--all-namespaces" in container["args"] and "--standalone" in container["args"]
+    assert container["image"] == "ghcr.io/kappaflow/kappaflow-operator:0.1.0"
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert deployment["spec"]["strategy"]["type"] == "Recreate"
+    sa = by_kind["ServiceAccount"][0]["metadata"]["name"]
+    assert pod["serviceAccountName"] == sa
+    for binding in by_kind["ClusterRoleBinding"]:
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": sa, "namespace": "kappaflow-system"}
+        ]
+    assert {b["roleRef"]["name"] for b in by_kind["ClusterRoleBinding"]} == {
+        r["metadata"]["name"] for r in by_kind["ClusterRole"]
+    }
+
+
+def test_rbac_covers_every_manifest_the_operator_builds(helm):
+    rules = [r for d in _render(helm) if d["kind"] == "ClusterRole" for r in d["rules"]]
+    s = spec(interactiveQueries={"enabled": True}, upgrade={"mode": "reprocess"})
+    built = [
+        *desired_resources(s, REF, Facts(replicas=1)),
+        build_describe_job(s, REF),
+        build_reset_job(s, REF, 1),
+        build_spark_application(s, REF, spec_digest="0" * 16),
+    ]
+    for manifest in built:
+        group, resource = RESOURCES[manifest["kind"]]
+        for verb in ("create", "get", "list", "watch", "delete"):
+            assert _allowed(rules, group, resource, verb), f"{verb} {resource}"
+    for group, resource, verb in [
+        ("kappaflow.io", "streamapps", "watch"),
+        ("kappaflow.io", "streamapps", "patch"),
+        ("kappaflow.io", "streamapps/status", "patch"),
+        ("kappaflow.io", "streamapps/finalizers", "update"),
+        ("", "pods", "get"),
+        ("", "events", "create"),
+        ("", "persistentvolumeclaims", "delete"),
+    ]:
+        assert _allowed(rules, group, resource, verb), f"{verb} {group}/{resource}"
+
+
+def test_rbac_is_least_privilege(helm):
+    rules = [r for d in _render(helm) if d["kind"] in ("ClusterRole", "Role") for r in d["rules"]]
+    for rule in rules:
+        assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]
+        assert "secrets" not in rule["resources"]
+    assert not _allowed(rules, "", "pods", "create")
+    assert not _allowed(rules, "", "pods", "delete")
+    assert not _allowed(rules, "", "pods", "patch")
+
+
+def test_watched_namespaces_get_role_bindings_only(helm):
+    docs = _render(helm, "--set", "watchNamespaces={team-a,team-b}", "--set", "sparkOperator.enabled=false")
+    bindings = [d for d in docs if d["kind"] == "RoleBinding"]
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
+    assert all(
+        b["roleRef"]
+        == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kf-kappaflow-apps"}
+        for b in bindings
+    )
+    cluster_bindings = [d["roleRef"]["name"] for d in docs if d["kind"] == "ClusterRoleBinding"]
+    assert cluster_bindings == ["kf-kappaflow-cluster"]
+    args = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0][
+        "args"
+    ]
+    assert "--namespace=team-a" in args and "--namespace=team-b" in args and "--all-namespaces" not in args
+    rules = [r for d in docs if d["kind"] == "ClusterRole" for r in d["rules"]]
+    assert not _allowed(rules, "sparkoperator.k8s.io", "sparkapplications", "create")
+
+
+def test_crd_is_shipped_with_the_chart(helm):
+    docs = _render(helm, "--include-crds")
+    (crd,) = [d for d in docs if d["kind"] == "CustomResourceDefinition"]
+    assert crd == yaml.safe_load((ROOT / "crds" / "streamapps.kappaflow.io.yaml").read_text())
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--set", "image.pullPolicy=Sometimes"], "/image/pullPolicy"),
+        (["--set", "replicaCount=3"], "/peering/enabled"),
+        (["--set", "watchNamespaces={Bad_NS}"], "/watchNamespaces/0"),
+        (["--set", "unknownKey=1"], "unknownKey"),
+    ],
+)
+def test_values_schema_rejects_bad_values(helm, args, message):
+    result = _run(helm, "template", "kf", str(CHART), *args)
+    assert result.returncode != 0
+    assert message in result.stderr

@@ -1,0 +1,28 @@
+"""The GitOps example manifests are valid against the models the CRD is generated from."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from kappaflow_operator.desired import AppRef, Facts, desired_resources
+from kappaflow_operator.models import API_VERSION, KIND, StreamAppSpec
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "k8s"
+
+
+def test_kustomization_lists_existing_files():
+    kustomization = yaml.safe_load((EXAMPLES / "kustomization.yaml").read_text())
+    for resource in kustomization["resources"]:
+        assert (EXAMPLES / resource).is_file(), resource
+
+
+def test_wordcount_streamapp_is_valid():
+    doc = yaml.safe_load((EXAMPLES / "wordcount-streamapp.yaml").read_text())
+    assert (doc["apiVersion"], doc["kind"]) == (API_VERSION, KIND)
+    spec = StreamAppSpec.model_validate(doc["spec"])
+    assert spec.entry_point == "examples.wordcount:build_topology"
+    ref = AppRef(doc["metadata"]["name"], "kappaflow-examples", "uid")
+    sts = desired_resources(spec, ref, Facts(replicas=spec.replicas))[-1]
+    assert sts["spec"]["template"]["spec"]["containers"][0]["image"] == "kappaflow-examples:0.1.0"
