@@ -4,7 +4,8 @@ The test control plane has no scheduler and no kubelet, so Pods would stay Pendi
 plays both parts for one namespace: it registers a Ready Node, binds unscheduled Pods to it through the
 `pods/binding` subresource (exactly what kube-scheduler does), starts each bound Pod with a user-supplied
 `launcher(pod) -> handle` (e.g. `kappaflow run` as a subprocess with the Pod's env), and reports status the
-way a kubelet does: phase Running, podIP 127.0.0.1, and a Ready condition from a user-supplied probe.
+way a kubelet does: phase Running, podIP 127.0.0.1 (or one from `sequential_pod_ips`, where a test needs
+Service endpoints), and a Ready condition from a user-supplied probe.
 
 Deletion follows the real protocol: deleting a bound Pod only sets `deletionTimestamp`; the kubelet stops
 the containers (SIGTERM, SIGKILL after the grace period) and then confirms by deleting the Pod with
@@ -16,8 +17,11 @@ is what drives readiness probing and notices processes that exited.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import datetime as dt
+import ipaddress
+import re
 import threading
 import urllib.request
 from collections.abc import Callable
@@ -41,6 +45,7 @@ Launcher = Callable[[client.V1Pod], ProcessHandle]
 Readiness = Callable[[client.V1Pod, ProcessHandle], bool]
 
 POD_IP = "127.0.0.1"
+PodIP = Callable[[Any], str]
 # Strategic merge patch: conditions merge by type, as a kubelet's updates do. (The client's default for a
 # dict body would be a JSON patch, which wants a list of operations.)
 SMP = "application/strategic-merge-patch+json"
@@ -80,6 +85,82 @@ def http_readiness(local_port: Callable[[client.V1Pod, int], int], timeout: floa
     return probe
 
 
+def sequential_pod_ips(network: str = "10.244.0.0/16") -> PodIP:
+    """Gives each pod its own address from `network`, as a CNI would.
+
+    Why not always 127.0.0.1: the API server refuses loopback addresses in EndpointSlices and Endpoints,
+    so with the default the endpoint controllers keep retrying and Services get no endpoints. Use this
+    where a test needs Service endpoints; the addresses are not routable, so reach the processes through
+    the launcher's own port mapping.
+    """
+    hosts = ipaddress.ip_network(network).hosts()
+    assigned: dict[str, str] = {}
+    lock = threading.Lock()
+
+    def pod_ip(pod: Any) -> str:
+        with lock:
+            uid = pod.metadata.uid
+            if uid not in assigned:
+                assigned[uid] = str(next(hosts))
+            return assigned[uid]
+
+    return pod_ip
+
+
+def container_env(
+    core: client.CoreV1Api, pod: Any, container: str | None = None, pod_ip: str = POD_IP
+) -> dict[str, str]:
+    """The environment a kubelet would give `container` (default: the first one) of a bound pod.
+
+    Resolves `envFrom` and `env` in the kubelet's order (later wins): literal values with `$(VAR)`
+    references, the downward API (`fieldRef`: name, namespace, uid, labels/annotations, node name,
+    pod/host IP, service account) and ConfigMap/Secret keys read from the API. Launchers use it to start
+    the pod's process with the env the operator rendered, so the e2e test checks the real manifest.
+    """
+    spec = next(c for c in pod.spec.containers if container is None or c.name == container)
+    ns = pod.metadata.namespace
+    env: dict[str, str] = {}
+
+    def config_map(name: str) -> dict[str, str]:
+        return dict(core.read_namespaced_config_map(name, ns).data or {})
+
+    def secret(name: str) -> dict[str, str]:
+        data = core.read_namespaced_secret(name, ns).data or {}
+        return {k: base64.b64decode(v).decode() for k, v in data.items()}
+
+    for source in spec.env_from or []:
+        values = (
+            config_map(source.config_map_ref.name)
+            if source.config_map_ref
+            else secret(source.secret_ref.name)
+        )
+        env.update({f"{source.prefix or ''}{k}": v for k, v in values.items()})
+    fields = {
+        "metadata.name": pod.metadata.name,
+        "metadata.namespace": ns,
+        "metadata.uid": pod.metadata.uid,
+        "spec.nodeName": pod.spec.node_name or "",
+        "spec.serviceAccountName": pod.spec.service_account_name or "",
+        "status.podIP": pod_ip,
+        "status.hostIP": POD_IP,
+    }
+    for var in spec.env or []:
+        ref = var.value_from
+        if ref is None:
+            env[var.name] = re.sub(r"\$\((\w+)\)", lambda m: env.get(m.group(1), m.group(0)), var.value or "")
+        elif ref.field_ref is not None:
+            path = ref.field_ref.field_path
+            if match := re.fullmatch(r"metadata\.(labels|annotations)\['(.+)'\]", path):
+                env[var.name] = (getattr(pod.metadata, match.group(1)) or {}).get(match.group(2), "")
+            else:
+                env[var.name] = fields[path]
+        elif ref.config_map_key_ref is not None:
+            env[var.name] = config_map(ref.config_map_key_ref.name)[ref.config_map_key_ref.key]
+        elif ref.secret_key_ref is not None:
+            env[var.name] = secret(ref.secret_key_ref.name)[ref.secret_key_ref.key]
+    return env
+
+
 @dataclass
 class _Running:
     handle: ProcessHandle
@@ -101,6 +182,7 @@ class FakeKubelet:
         node_name: str = "kappaflow-fake-node",
         max_grace_seconds: float = 10.0,
         resync: float = 0.5,
+        pod_ip: str | PodIP = POD_IP,
     ) -> None:
         self.core = client.CoreV1Api(api_client)
         self.namespace = namespace
@@ -109,6 +191,7 @@ class FakeKubelet:
         self.node_name = node_name
         self.max_grace_seconds = max_grace_seconds
         self.resync = resync
+        self.pod_ip = pod_ip
         self.running: dict[str, _Running] = {}  # pod uid -> process
         self.errors: list[BaseException] = []
         self._lock = threading.Lock()
@@ -271,7 +354,8 @@ class FakeKubelet:
             else:
                 phase = "Succeeded" if code == 0 else "Failed"
         ready = phase == "Running" and bool(self.readiness(pod, proc.handle))
-        status = _pod_status(pod, phase, ready, proc, code)
+        ip = self.pod_ip(pod) if callable(self.pod_ip) else self.pod_ip
+        status = _pod_status(pod, phase, ready, proc, code, ip)
         if status != proc.reported:
             stamped = _stamp(status, proc.reported)
             self.core.patch_namespaced_pod_status(
@@ -334,7 +418,9 @@ def _now() -> str:
     return _now_dt().strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _pod_status(pod: Any, phase: str, ready: bool, proc: _Running, code: int | None) -> dict[str, Any]:
+def _pod_status(
+    pod: Any, phase: str, ready: bool, proc: _Running, code: int | None, pod_ip: str
+) -> dict[str, Any]:
     """The status a kubelet would report, without timestamps (so unchanged status is not re-sent)."""
     started = proc.started.strftime("%Y-%m-%dT%H:%M:%SZ")
     if phase == "Running":
@@ -363,8 +449,8 @@ def _pod_status(pod: Any, phase: str, ready: bool, proc: _Running, code: int | N
         "phase": phase,
         "hostIP": POD_IP,
         "hostIPs": [{"ip": POD_IP}],
-        "podIP": POD_IP,
-        "podIPs": [{"ip": POD_IP}],
+        "podIP": pod_ip,
+        "podIPs": [{"ip": pod_ip}],
         "startTime": started,
         "qosClass": "BestEffort",
         "conditions": [{"type": t, "status": s} for t, s in conditions.items()],

@@ -6,16 +6,18 @@ the fake kubelet runs a StatefulSet's pods as local processes and stops them whe
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.harness.fake_kubelet import FakeKubelet, ProcessHandle
+from tests.harness.fake_kubelet import FakeKubelet, ProcessHandle, container_env, sequential_pod_ips
 from tests.harness.kube_fixtures import KubeCluster
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(900)]
@@ -47,9 +49,14 @@ def namespace(kube_cluster: KubeCluster, api: client.ApiClient) -> Iterator[str]
     client.CoreV1Api(api).delete_namespace(name)
 
 
-def statefulset(name: str, replicas: int, policy: str = "OrderedReady") -> client.V1StatefulSet:
+def statefulset(
+    name: str, replicas: int, policy: str = "OrderedReady", env: list[client.V1EnvVar] | None = None
+) -> client.V1StatefulSet:
     labels = {"app": name}
-    container = client.V1Container(name="main", image="kappaflow:test", command=["sleep", "3600"])
+    # What the fake kubelet's launcher in these tests runs: it records its env, then sleeps until stopped.
+    script = 'printf "%s %s" "$POD_NAME" "$GREETING" > "$OUT_DIR/$POD_NAME.env"; exec sleep 3600'
+    command = ["sh", "-c", script] if env else ["sleep", "3600"]
+    container = client.V1Container(name="main", image="kappaflow:test", command=command, env=env)
     return client.V1StatefulSet(
         metadata=client.V1ObjectMeta(name=name, labels=labels),
         spec=client.V1StatefulSetSpec(
@@ -159,33 +166,44 @@ def _succeeds(action: Callable[[], object]) -> bool:
 
 
 def test_fake_kubelet_runs_statefulset_pods_and_stops_them_on_scale_down(
-    api: client.ApiClient, namespace: str
+    api: client.ApiClient, namespace: str, tmp_path: Path
 ) -> None:
     apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
+    core.create_namespaced_config_map(
+        namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="greeting"), data={"text": "hello"})
+    )
+    env = [
+        client.V1EnvVar(name="OUT_DIR", value=str(tmp_path)),
+        _env_from("POD_NAME", field_ref=client.V1ObjectFieldSelector(field_path="metadata.name")),
+        _env_from("GREETING", config_map_key_ref=client.V1ConfigMapKeySelector(name="greeting", key="text")),
+    ]
     processes: dict[str, subprocess.Popen[bytes]] = {}
 
     def launch(pod: client.V1Pod) -> ProcessHandle:
-        command = pod.spec.containers[0].command
-        processes[pod.metadata.name] = subprocess.Popen(command, start_new_session=True)
-        return processes[pod.metadata.name]
+        proc = subprocess.Popen(
+            pod.spec.containers[0].command, env=container_env(core, pod), start_new_session=True
+        )
+        processes[pod.metadata.name] = proc
+        return proc
 
-    with FakeKubelet(api, namespace, launch, node_name=f"node-{namespace}") as kubelet:
-        apps.create_namespaced_stateful_set(namespace, statefulset("app", 2))
+    node = f"node-{namespace}"
+    with FakeKubelet(api, namespace, launch, node_name=node, max_grace_seconds=5) as kubelet:
+        apps.create_namespaced_stateful_set(namespace, statefulset("app", 2, env=env))
 
         def all_ready() -> bool:
-            status = apps.read_namespaced_stateful_set("app", namespace).status
-            return status.ready_replicas == 2
+            return apps.read_namespaced_stateful_set("app", namespace).status.ready_replicas == 2
 
-        eventually(all_ready, what="2 ready replicas")
+        eventually(all_ready, what="2 ready replicas")  # OrderedReady: app-1 only after app-0 is Ready
         for name in ("app-0", "app-1"):
             pod = core.read_namespaced_pod(name, namespace)
-            assert pod.spec.node_name == f"node-{namespace}"
+            assert pod.spec.node_name == node
             assert pod.status.phase == "Running"
             assert pod.status.pod_ip == "127.0.0.1"
             assert {c.type: c.status for c in pod.status.conditions}["Ready"] == "True"
             assert processes[name].poll() is None
-        node = core.read_node(f"node-{namespace}")
-        assert {c.type: c.status for c in node.status.conditions}["Ready"] == "True"
+            recorded = eventually(lambda n=name: _read(tmp_path / f"{n}.env"), what="the pod's env file")
+            assert recorded == f"{name} hello"
+        assert {c.type: c.status for c in core.read_node(node).status.conditions}["Ready"] == "True"
 
         apps.patch_namespaced_stateful_set_scale(
             namespace=namespace,
@@ -194,8 +212,55 @@ def test_fake_kubelet_runs_statefulset_pods_and_stops_them_on_scale_down(
             _content_type="application/merge-patch+json",
         )
         eventually(lambda: pod_names(core, namespace, "app") == {"app-0"}, what="app-1 deleted")
-        assert processes["app-1"].wait(timeout=10) is not None  # SIGTERM'd before the pod was confirmed gone
+        assert processes["app-1"].poll() == -signal.SIGTERM  # stopped before the deletion was confirmed
         assert processes["app-0"].poll() is None
         assert kubelet.errors == []
-    assert processes["app-0"].poll() is not None  # stop() stops what it launched
-    core.delete_node(f"node-{namespace}")
+    assert processes["app-0"].poll() == -signal.SIGTERM  # stop() stops everything it launched
+    core.delete_node(node)
+
+
+def test_fake_kubelet_pod_ips_give_services_endpoints(api: client.ApiClient, namespace: str) -> None:
+    core, discovery = client.CoreV1Api(api), client.DiscoveryV1Api(api)
+    core.create_namespaced_service(
+        namespace,
+        client.V1Service(
+            metadata=client.V1ObjectMeta(name="web"),
+            spec=client.V1ServiceSpec(
+                cluster_ip="None", selector={"app": "web"}, ports=[client.V1ServicePort(port=8080)]
+            ),
+        ),
+    )
+    node = f"node-{namespace}"
+
+    def launch(pod: client.V1Pod) -> ProcessHandle:
+        return subprocess.Popen(["sleep", "3600"], start_new_session=True)
+
+    with FakeKubelet(api, namespace, launch, node_name=node, pod_ip=sequential_pod_ips("10.244.0.0/24")):
+        client.AppsV1Api(api).create_namespaced_stateful_set(
+            namespace, statefulset("web", 2, policy="Parallel")
+        )
+
+        def ready_endpoints() -> set[tuple[str, str]]:
+            slices = discovery.list_namespaced_endpoint_slice(
+                namespace, label_selector="kubernetes.io/service-name=web"
+            )
+            found = {
+                (e.target_ref.name, e.addresses[0])
+                for s in slices.items
+                for e in s.endpoints or []
+                if e.conditions.ready
+            }
+            return found if len(found) == 2 else set()
+
+        endpoints = eventually(ready_endpoints, what="two ready endpoints")
+        assert {name for name, _ in endpoints} == {"web-0", "web-1"}
+        assert {ip for _, ip in endpoints} <= {"10.244.0.1", "10.244.0.2"}
+    core.delete_node(node)
+
+
+def _env_from(name: str, **source: Any) -> client.V1EnvVar:
+    return client.V1EnvVar(name=name, value_from=client.V1EnvVarSource(**source))
+
+
+def _read(path: Path) -> str | None:
+    return path.read_text() if path.exists() else None
