@@ -1,1 +1,103 @@
-"""kappaflow: Kafka Streams for Python."""
+"""kappaflow: Kafka Streams for Python.
+
+The public facade. Users write `from kappaflow import StreamsBuilder, Materialized, serdes` and compile
+their topology with `builder.build()`; the same Topology runs in the TopologyTestDriver, on Kafka and on
+Spark.
+"""
+
+from kappaflow import serdes
+from kappaflow.api.config import StreamsConfig
+from kappaflow.api.errors import (
+    ConfigError,
+    DeserializationError,
+    HandlerResponse,
+    InvalidStateStoreError,
+    ProcessingError,
+    SerializationError,
+    StreamsError,
+    TopologyError,
+)
+from kappaflow.api.processor import (
+    BaseProcessor,
+    Cancellable,
+    Processor,
+    ProcessorContext,
+    PunctuationType,
+    TaskId,
+)
+from kappaflow.api.record import Headers, Record, RecordMetadata
+from kappaflow.api.time import (
+    ConsumedRecord,
+    FailOnInvalidTimestamp,
+    WallclockTimestampExtractor,
+    log_and_skip_on_invalid_timestamp,
+    use_partition_time_on_invalid_timestamp,
+)
+from kappaflow.api.windows import Window, Windowed
+from kappaflow.dsl import (
+    BranchedKStream,
+    Change,
+    Consumed,
+    GlobalKTable,
+    Grouped,
+    KGroupedStream,
+    KGroupedTable,
+    KStream,
+    KTable,
+    Materialized,
+    Named,
+    Produced,
+    Repartitioned,
+    StreamsBuilder,
+)
+from kappaflow.state import KeyValueStore, Stores, ValueAndTimestamp
+from kappaflow.topology import Topology
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BaseProcessor",
+    "BranchedKStream",
+    "Cancellable",
+    "Change",
+    "ConfigError",
+    "Consumed",
+    "ConsumedRecord",
+    "DeserializationError",
+    "FailOnInvalidTimestamp",
+    "GlobalKTable",
+    "Grouped",
+    "HandlerResponse",
+    "Headers",
+    "InvalidStateStoreError",
+    "KGroupedStream",
+    "KGroupedTable",
+    "KStream",
+    "KTable",
+    "KeyValueStore",
+    "Materialized",
+    "Named",
+    "ProcessingError",
+    "Processor",
+    "ProcessorContext",
+    "Produced",
+    "PunctuationType",
+    "Record",
+    "RecordMetadata",
+    "Repartitioned",
+    "SerializationError",
+    "Stores",
+    "StreamsBuilder",
+    "StreamsConfig",
+    "StreamsError",
+    "TaskId",
+    "Topology",
+    "TopologyError",
+    "ValueAndTimestamp",
+    "WallclockTimestampExtractor",
+    "Window",
+    "Windowed",
+    "log_and_skip_on_invalid_timestamp",
+    "serdes",
+    "use_partition_time_on_invalid_timestamp",
+]

@@ -1,0 +1,1 @@
+"""Runnable kappaflow example applications."""

@@ -1,0 +1,1 @@
+"""The lowest layer: records, the Processor API protocols, serdes, configuration and errors."""

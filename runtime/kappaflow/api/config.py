@@ -1,0 +1,196 @@
+"""`StreamsConfig`: Kafka Streams' dotted configuration names, defaults, parsing and validation.
+
+Configuration comes from a dict, a Java-style `.properties` file and `KAPPAFLOW_*` environment variables
+(environment wins), so one image can be configured by the operator's ConfigMap and the pod's env alike.
+Values stay as given and are converted by typed getters, which name the key in every error.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from kappaflow.api.errors import ConfigError
+from kappaflow.api.serdes import Serde, serde_from_config
+
+AT_LEAST_ONCE = "at_least_once"
+EXACTLY_ONCE_V2 = "exactly_once_v2"
+
+DEFAULTS: dict[str, Any] = {
+    "application.id": None,
+    "bootstrap.servers": None,
+    "client.id": "",
+    "default.key.serde": None,
+    "default.value.serde": None,
+    "default.timestamp.extractor": None,
+    "default.deserialization.exception.handler": "log_and_fail",
+    "processing.exception.handler": "log_and_fail",
+    "production.exception.handler": "fail",
+    "errors.dead.letter.queue.topic.name": None,
+    "statestore.cache.max.bytes": 10 * 1024 * 1024,
+    "commit.interval.ms": None,  # 30000, or 100 under exactly_once_v2 (resolved by commit_interval_ms)
+    "processing.guarantee": AT_LEAST_ONCE,
+    "num.standby.replicas": 0,
+    "num.stream.threads": 1,
+    "state.dir": str(Path(tempfile.gettempdir()) / "kappaflow"),
+    "application.server": "",
+    "group.instance.id": None,
+    "poll.ms": 100,
+    "max.task.idle.ms": 0,
+    "buffered.records.per.partition": 1000,
+    "replication.factor": -1,
+    "metrics.port": 9464,
+    "query.http.enabled": False,
+    "kappaflow.internal.topics.create": True,
+    "topology.optimization": "none",
+}
+
+_INT_KEYS = {
+    "statestore.cache.max.bytes",
+    "commit.interval.ms",
+    "num.standby.replicas",
+    "num.stream.threads",
+    "poll.ms",
+    "max.task.idle.ms",
+    "buffered.records.per.partition",
+    "replication.factor",
+    "metrics.port",
+}
+_BOOL_KEYS = {"query.http.enabled", "kappaflow.internal.topics.create"}
+ENV_PREFIX = "KAPPAFLOW_"
+
+
+def env_key(key: str) -> str:
+    """`bootstrap.servers` -> `KAPPAFLOW_BOOTSTRAP_SERVERS`."""
+    return ENV_PREFIX + key.upper().replace(".", "_").replace("-", "_")
+
+
+def read_properties(path: str | Path) -> dict[str, str]:
+    """Parse a Java-style .properties file: `key=value` or `key: value`, `#`/`!` comments."""
+    result: dict[str, str] = {}
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        if sep <= 0:
+            raise ConfigError(f"{path}:{number}: expected 'key=value', got {raw!r}")
+        result[line[:sep].strip()] = line[sep + 1 :].strip()
+    return result
+
+
+class StreamsConfig:
+    """An immutable view of the configuration with typed getters."""
+
+    def __init__(self, values: Mapping[str, Any] | None = None) -> None:
+        merged = dict(DEFAULTS)
+        merged.update(values or {})
+        self._values = merged
+        self._validate()
+
+    @classmethod
+    def load(
+        cls,
+        values: Mapping[str, Any] | None = None,
+        *,
+        file: str | Path | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> StreamsConfig:
+        """Merge, lowest precedence first: defaults, the dict, the properties file, `KAPPAFLOW_*` env."""
+        merged: dict[str, Any] = dict(values or {})
+        if file is not None:
+            merged.update(read_properties(file))
+        env = os.environ if environ is None else environ
+        known = set(DEFAULTS) | set(merged)
+        by_env = {env_key(k): k for k in known}
+        for name, value in env.items():
+            if not name.startswith(ENV_PREFIX):
+                continue
+            key = by_env.get(name) or name[len(ENV_PREFIX) :].lower().replace("_", ".")
+            merged[key] = value
+        return cls(merged)
+
+    def _validate(self) -> None:
+        guarantee = self.get_str("processing.guarantee")
+        if guarantee not in (AT_LEAST_ONCE, EXACTLY_ONCE_V2):
+            raise ConfigError(
+                f"config 'processing.guarantee': expected '{AT_LEAST_ONCE}' or '{EXACTLY_ONCE_V2}', "
+                f"got '{guarantee}'"
+            )
+        for key in _INT_KEYS:
+            self.get_int(key)
+        for key in _BOOL_KEYS:
+            self.get_bool(key)
+        if self.get_int("statestore.cache.max.bytes") < 0:
+            raise ConfigError("config 'statestore.cache.max.bytes' must be >= 0")
+
+    def get(self, key: str, default: Any = None) -> Any:
+        value = self._values.get(key, default)
+        return default if value is None else value
+
+    def get_str(self, key: str) -> str:
+        value = self._values.get(key)
+        return "" if value is None else str(value)
+
+    def get_int(self, key: str) -> int:
+        value = self._values.get(key)
+        if key == "commit.interval.ms" and value is None:
+            return 100 if self.exactly_once else 30000
+        if value is None:
+            raise ConfigError(f"config '{key}' is required")
+        try:
+            return int(value)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"config '{key}': expected an integer, got {value!r}") from exc
+
+    def get_bool(self, key: str) -> bool:
+        value = self._values.get(key)
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in ("true", "1", "yes", "on"):
+            return True
+        if text in ("false", "0", "no", "off", "none", ""):
+            return False
+        raise ConfigError(f"config '{key}': expected true or false, got {value!r}")
+
+    def require(self, key: str) -> str:
+        value = self._values.get(key)
+        if value is None or value == "":
+            raise ConfigError(f"config '{key}' is required")
+        return str(value)
+
+    def serde(self, key: str) -> Serde[Any] | None:
+        return serde_from_config(self._values.get(key), key)
+
+    @property
+    def application_id(self) -> str:
+        return self.require("application.id")
+
+    @property
+    def exactly_once(self) -> bool:
+        return self._values.get("processing.guarantee") == EXACTLY_ONCE_V2
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> StreamsConfig:
+        values = dict(self._values)
+        values.update(overrides)
+        return StreamsConfig(values)
+
+    def prefixed(self, prefix: str) -> dict[str, Any]:
+        """Values under `prefix` (e.g. `consumer.`), with the prefix removed: client overrides."""
+        return {
+            k[len(prefix) :]: v for k, v in self._values.items() if k.startswith(prefix) and v is not None
+        }
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self._values)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._values and self._values[key] is not None

@@ -1,0 +1,71 @@
+"""The exceptions kappaflow raises, and the error-handler responses users configure.
+
+Each error carries enough context (topic, partition, offset, node, store) to find the record or the
+configuration entry at fault without a debugger.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class StreamsError(Exception):
+    """Base class of every kappaflow error."""
+
+
+class ConfigError(StreamsError):
+    """A configuration value is missing or invalid; the message names the key."""
+
+
+class TopologyError(StreamsError):
+    """The topology is malformed: unknown parent, duplicate name, missing store, bad co-partitioning."""
+
+
+class SerializationError(StreamsError):
+    """A key or value could not be serialized (e.g. a sink received a type its serde cannot write)."""
+
+
+class DeserializationError(StreamsError):
+    """A record's bytes could not be deserialized; the message names topic, partition and offset."""
+
+    def __init__(self, message: str, *, topic: str = "", partition: int = -1, offset: int = -1) -> None:
+        super().__init__(message)
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+
+
+class ProcessingError(StreamsError):
+    """A user function raised while processing a record; wraps the cause with the record's position."""
+
+    def __init__(
+        self, message: str, *, node: str = "", topic: str = "", partition: int = -1, offset: int = -1
+    ) -> None:
+        super().__init__(message)
+        self.node = node
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+
+
+class InvalidStateStoreError(StreamsError):
+    """A store is closed, unknown, or not accessible from this processor."""
+
+
+class InvalidStateStorePartitionError(InvalidStateStoreError):
+    """The store exists but its partition is restoring or migrating: retry later (the key's owner moves)."""
+
+
+class TaskMigratedError(StreamsError):
+    """This instance no longer owns a task (fenced or rebalanced); the task must be closed and rejoined."""
+
+
+class TaskCorruptedError(StreamsError):
+    """A task's local state cannot be trusted (e.g. an EOS crash); it is wiped and restored."""
+
+
+class HandlerResponse(Enum):
+    """What an error handler tells the runtime to do with the failing record."""
+
+    CONTINUE = "continue"
+    FAIL = "fail"

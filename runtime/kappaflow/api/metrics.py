@@ -1,0 +1,47 @@
+"""A small in-process metrics registry.
+
+Processors, stores and tasks count events here (records processed, dropped records, restored records);
+the runner exports the same numbers to Prometheus and the test driver exposes them through `metrics()`,
+so the layers below the runner never import a metrics library.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+
+
+def _labels_key(labels: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(labels.items()))
+
+
+class Metrics:
+    """Counters and gauges keyed by name and labels, e.g. ("dropped-records-total", task="0_0")."""
+
+    def __init__(self) -> None:
+        self._counters: dict[str, dict[tuple[tuple[str, str], ...], float]] = defaultdict(dict)
+        self._gauges: dict[str, dict[tuple[tuple[str, str], ...], float]] = defaultdict(dict)
+
+    def increment(self, name: str, amount: float = 1.0, /, **labels: str) -> None:
+        series = self._counters[name]
+        key = _labels_key(labels)
+        series[key] = series.get(key, 0.0) + amount
+
+    def set_gauge(self, name: str, value: float, **labels: str) -> None:
+        self._gauges[name][_labels_key(labels)] = value
+
+    def counter(self, name: str, **labels: str) -> float:
+        """The counter's value summed over every series whose labels include the given ones."""
+        wanted = set(labels.items())
+        return sum(v for k, v in self._counters.get(name, {}).items() if wanted <= set(k))
+
+    def gauge(self, name: str, **labels: str) -> float | None:
+        wanted = set(labels.items())
+        values = [v for k, v in self._gauges.get(name, {}).items() if wanted <= set(k)]
+        return sum(values) if values else None
+
+    def counters(self) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+        return {name: dict(series) for name, series in self._counters.items()}
+
+    def gauges(self) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+        return {name: dict(series) for name, series in self._gauges.items()}

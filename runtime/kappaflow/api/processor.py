@@ -1,0 +1,122 @@
+"""The Processor API: the protocols user processors implement and the context they are given.
+
+These are protocols, not base classes, so any object with the right methods is a processor; the task
+layer supplies the concrete context. Nothing here knows about Kafka clients or the DSL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from enum import Enum
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+
+from kappaflow.api.record import Record, RecordMetadata
+
+if TYPE_CHECKING:
+    from kappaflow.api.config import StreamsConfig
+
+KIn = TypeVar("KIn")
+VIn = TypeVar("VIn")
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class TaskId:
+    """A task is one partition of one sub-topology; `0_3` is sub-topology 0, partition 3."""
+
+    subtopology: int
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.subtopology}_{self.partition}"
+
+    @staticmethod
+    def parse(text: str) -> TaskId:
+        sub, _, part = text.partition("_")
+        return TaskId(int(sub), int(part))
+
+
+class PunctuationType(Enum):
+    """Stream-time punctuation advances with record timestamps; wall-clock with the system clock."""
+
+    STREAM_TIME = "stream_time"
+    WALL_CLOCK_TIME = "wall_clock_time"
+
+
+class Cancellable(Protocol):
+    def cancel(self) -> None: ...
+
+
+class StateStoreView(Protocol):
+    """The minimum every state store offers a processor; concrete store protocols live in kappaflow.state."""
+
+    @property
+    def name(self) -> str: ...
+
+
+class ProcessorContext(Protocol):
+    """What a processor may do: forward records, schedule punctuations, reach its stores and metadata."""
+
+    @property
+    def application_id(self) -> str: ...
+
+    @property
+    def task_id(self) -> TaskId: ...
+
+    @property
+    def app_config(self) -> StreamsConfig: ...
+
+    def forward(self, record: Record[Any, Any], child: str | None = None) -> None: ...
+
+    def schedule(
+        self, interval: timedelta | int, punctuation_type: PunctuationType, callback: Callable[[int], None]
+    ) -> Cancellable: ...
+
+    def get_state_store(self, name: str) -> Any: ...
+
+    def record_metadata(self) -> RecordMetadata | None: ...
+
+    def current_stream_time_ms(self) -> int: ...
+
+    def current_system_time_ms(self) -> int: ...
+
+    def commit(self) -> None: ...
+
+
+@runtime_checkable
+class Processor(Protocol[KIn, VIn]):
+    """A node of the topology: `init` once per task, `process` for each record, `close` at shutdown."""
+
+    def init(self, context: ProcessorContext) -> None: ...
+
+    def process(self, record: Record[KIn, VIn]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class BaseProcessor:
+    """Convenience base: keeps the context and implements empty init/close."""
+
+    context: ProcessorContext
+
+    def init(self, context: ProcessorContext) -> None:
+        self.context = context
+
+    def process(self, record: Record[Any, Any]) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        return None
+
+
+ProcessorSupplier = Callable[[], Processor[Any, Any]]
+
+
+def to_millis(duration: timedelta | int, what: str = "duration") -> int:
+    """Durations are `timedelta` or integer milliseconds everywhere in the API."""
+    if isinstance(duration, timedelta):
+        return int(duration.total_seconds() * 1000)
+    if isinstance(duration, bool) or not isinstance(duration, int):
+        raise TypeError(f"{what} must be a timedelta or integer milliseconds, got {duration!r}")
+    return duration

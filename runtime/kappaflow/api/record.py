@@ -1,0 +1,123 @@
+"""Records flowing through a topology, their headers and source metadata.
+
+`Record` is immutable, like Kafka Streams' `Record`: processors derive new records with `with_key`,
+`with_value`, `with_timestamp` and `with_headers`, so a record forwarded to several children can never be
+mutated by one of them behind the others' backs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+K = TypeVar("K")
+V = TypeVar("V")
+K2 = TypeVar("K2")
+V2 = TypeVar("V2")
+
+
+class Headers:
+    """An ordered multi-map of header keys to byte values, as Kafka stores them."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: Iterable[tuple[str, bytes | None]] = ()) -> None:
+        self._items: list[tuple[str, bytes | None]] = list(items)
+
+    def add(self, key: str, value: bytes | None) -> Headers:
+        self._items.append((key, value))
+        return self
+
+    def remove(self, key: str) -> Headers:
+        self._items = [(k, v) for k, v in self._items if k != key]
+        return self
+
+    def last_header(self, key: str) -> bytes | None:
+        for k, v in reversed(self._items):
+            if k == key:
+                return v
+        return None
+
+    def headers(self, key: str) -> list[bytes | None]:
+        return [v for k, v in self._items if k == key]
+
+    def to_list(self) -> list[tuple[str, bytes | None]]:
+        return list(self._items)
+
+    def copy(self) -> Headers:
+        return Headers(self._items)
+
+    def __iter__(self) -> Iterator[tuple[str, bytes | None]]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Headers):
+            return self._items == other._items
+        if isinstance(other, list):
+            return self._items == other
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"Headers({self._items!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class Record(Generic[K, V]):
+    """A key, a value, an event timestamp (ms) and headers."""
+
+    key: K
+    value: V
+    timestamp: int = 0
+    headers: Headers = field(default_factory=Headers)
+
+    def with_key(self, key: K2) -> Record[K2, V]:
+        return Record(key, self.value, self.timestamp, self.headers)
+
+    def with_value(self, value: V2) -> Record[K, V2]:
+        return Record(self.key, value, self.timestamp, self.headers)
+
+    def with_timestamp(self, timestamp: int) -> Record[K, V]:
+        return Record(self.key, self.value, timestamp, self.headers)
+
+    def with_headers(self, headers: Headers) -> Record[K, V]:
+        return Record(self.key, self.value, self.timestamp, headers)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordMetadata:
+    """Where the record being processed came from: its topic, partition and offset."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class TestRecord(Generic[K, V]):
+    """A record as read back from an output topic (or piped into an input topic) in tests."""
+
+    __test__ = False
+
+    key: K
+    value: V
+    timestamp: int | None = None
+    headers: Headers = field(default_factory=Headers)
+
+    def key_value(self) -> tuple[K, V]:
+        return (self.key, self.value)
+
+
+def ensure_headers(headers: Headers | Iterable[tuple[str, bytes | None]] | None) -> Headers:
+    """Accept headers as a Headers object, a list of pairs or None."""
+    if headers is None:
+        return Headers()
+    if isinstance(headers, Headers):
+        return headers
+    return Headers(headers)
+
+
+AnyRecord = Record[Any, Any]

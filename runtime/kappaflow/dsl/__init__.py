@@ -1,0 +1,25 @@
+"""The DSL: StreamsBuilder, KStream, KTable, GlobalKTable and grouped streams, compiled to a Topology."""
+
+from kappaflow.dsl.builder import StreamsBuilder
+from kappaflow.dsl.change import Change
+from kappaflow.dsl.grouped import KGroupedStream, KGroupedTable
+from kappaflow.dsl.kstream import BranchedKStream, KStream
+from kappaflow.dsl.ktable import GlobalKTable, KTable
+from kappaflow.dsl.options import Consumed, Grouped, Materialized, Named, Produced, Repartitioned
+
+__all__ = [
+    "BranchedKStream",
+    "Change",
+    "Consumed",
+    "GlobalKTable",
+    "Grouped",
+    "KGroupedStream",
+    "KGroupedTable",
+    "KStream",
+    "KTable",
+    "Materialized",
+    "Named",
+    "Produced",
+    "Repartitioned",
+    "StreamsBuilder",
+]

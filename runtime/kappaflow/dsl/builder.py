@@ -1,0 +1,200 @@
+"""`StreamsBuilder`: the entry point of the DSL. It compiles operations straight into a `Topology`.
+
+Compilation is eager: each DSL call adds its nodes immediately, and decisions that depend on what comes
+next (a repartition topic is needed only when a key-changing operation is followed by a stateful one)
+are taken when the stateful operation is added, from a flag the stream carries. Node and store names
+follow Kafka Streams' `KSTREAM-<OP>-0000000001` scheme so descriptions read the same.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kappaflow.api.errors import TopologyError
+from kappaflow.api.processor import ProcessorSupplier
+from kappaflow.api.serdes import Serde
+from kappaflow.api.time import TimestampExtractor
+from kappaflow.dsl.options import Consumed, Materialized
+from kappaflow.dsl.table_processors import KTableSourceProcessor
+from kappaflow.state.builders import KeyValueStoreBuilder, Stores
+from kappaflow.topology.nodes import InternalTopicSpec
+from kappaflow.topology.topology import Topology
+
+
+class InternalBuilder:
+    """Shared state of one StreamsBuilder: the topology under construction and the name counter."""
+
+    def __init__(self) -> None:
+        self.topology = Topology()
+        self._index = 0
+
+    def new_name(self, prefix: str) -> str:
+        name = f"{prefix}{self._index:010d}"
+        self._index += 1
+        return name
+
+    def add_processor(
+        self, prefix: str, supplier: ProcessorSupplier, *parents: str, name: str | None = None
+    ) -> str:
+        node = name or self.new_name(prefix)
+        self.topology.add_processor(node, supplier, *parents)
+        return node
+
+    def kv_store_builder(
+        self,
+        materialized: Materialized,
+        generated_name: str,
+        key_serde: Serde[Any] | None,
+        value_serde: Serde[Any] | None,
+    ) -> KeyValueStoreBuilder[Any, Any]:
+        name = materialized.name or generated_name
+        if materialized.store_type == "memory":
+            supplier = Stores.in_memory_key_value_store(name)
+        else:
+            supplier = Stores.persistent_timestamped_key_value_store(name)
+        builder = Stores.timestamped_key_value_store_builder(
+            supplier, materialized.key_serde or key_serde, materialized.value_serde or value_serde
+        )
+        builder.caching_enabled = materialized.caching
+        if materialized.logging:
+            builder.with_logging_enabled(materialized.log_config)
+        else:
+            builder.with_logging_disabled()
+        return builder
+
+    def add_repartition(
+        self,
+        parent: str,
+        base_name: str,
+        key_serde: Serde[Any] | None,
+        value_serde: Serde[Any] | None,
+        *,
+        user_named: bool,
+        partitions: int | None = None,
+        partitioner: Any = None,
+    ) -> str:
+        """Insert null-key filter -> sink -> `<base>-repartition` -> source; returns the source's name.
+        Nodes are named `<base>-repartition-filter/-sink/-source` when the user named the operation."""
+        from kappaflow.dsl.stream_processors import NullKeyFilter
+
+        topic = f"{base_name}-repartition"
+        if topic in self.topology.internal_topics:
+            raise TopologyError(
+                f"repartition topic '{topic}' already exists: name the grouping or store differently"
+            )
+        self.topology.add_internal_topic(
+            InternalTopicSpec(
+                topic, "repartition", partitions, {"cleanup.policy": "delete", "retention.ms": "-1"}
+            )
+        )
+        names = [self.new_name(p) for p in ("KSTREAM-FILTER-", "KSTREAM-SINK-", "KSTREAM-SOURCE-")]
+        if user_named:
+            names = [f"{topic}-filter", f"{topic}-sink", f"{topic}-source"]
+        filter_name, sink, source = names
+        self.topology.add_processor(filter_name, lambda: NullKeyFilter(filter_name), parent)
+        self.topology.add_sink(
+            sink, topic, filter_name, key_serde=key_serde, value_serde=value_serde, partitioner=partitioner
+        )
+        self.topology.add_source(source, topic, key_serde=key_serde, value_serde=value_serde)
+        return source
+
+
+class StreamsBuilder:
+    def __init__(self) -> None:
+        self._internal = InternalBuilder()
+
+    def stream(
+        self,
+        topics: str | list[str],
+        *,
+        key_serde: Serde[Any] | None = None,
+        value_serde: Serde[Any] | None = None,
+        timestamp_extractor: TimestampExtractor | None = None,
+        consumed: Consumed | None = None,
+    ) -> Any:
+        from kappaflow.dsl.kstream import KStream
+
+        if consumed is not None:
+            key_serde = key_serde or consumed.key_serde
+            value_serde = value_serde or consumed.value_serde
+            timestamp_extractor = timestamp_extractor or consumed.timestamp_extractor
+        topic_list = [topics] if isinstance(topics, str) else list(topics)
+        name = (consumed.name if consumed else None) or self._internal.new_name("KSTREAM-SOURCE-")
+        self._internal.topology.add_source(
+            name,
+            *topic_list,
+            key_serde=key_serde,
+            value_serde=value_serde,
+            timestamp_extractor=timestamp_extractor,
+        )
+        return KStream(self._internal, name, key_serde, value_serde, repartition_required=False)
+
+    def table(
+        self,
+        topic: str,
+        *,
+        key_serde: Serde[Any] | None = None,
+        value_serde: Serde[Any] | None = None,
+        materialized: Materialized | str | None = None,
+        timestamp_extractor: TimestampExtractor | None = None,
+    ) -> Any:
+        from kappaflow.dsl.ktable import KTable
+
+        internal = self._internal
+        mat = Materialized.of(materialized)
+        store_name = mat.name or internal.new_name(f"{topic}-STATE-STORE-")
+        source = internal.new_name("KSTREAM-SOURCE-")
+        internal.topology.add_source(
+            source,
+            topic,
+            key_serde=key_serde,
+            value_serde=value_serde,
+            timestamp_extractor=timestamp_extractor,
+        )
+        processor = internal.new_name("KTABLE-SOURCE-")
+        table = KTable(internal, processor, key_serde, value_serde, store_name, parent=None)
+        internal.topology.add_processor(
+            processor,
+            lambda: KTableSourceProcessor(store_name, table.send_old_values_enabled, processor),
+            source,
+        )
+        builder = internal.kv_store_builder(mat, store_name, key_serde, value_serde)
+        internal.topology.add_state_store(builder, processor)
+        return table
+
+    def global_table(
+        self,
+        topic: str,
+        *,
+        key_serde: Serde[Any] | None = None,
+        value_serde: Serde[Any] | None = None,
+        materialized: Materialized | str | None = None,
+    ) -> Any:
+        from kappaflow.dsl.ktable import GlobalKTable
+
+        internal = self._internal
+        mat = Materialized.of(materialized)
+        store_name = mat.name or internal.new_name(f"{topic}-STATE-STORE-")
+        source = internal.new_name("KSTREAM-SOURCE-")
+        processor = internal.new_name("KTABLE-SOURCE-")
+        builder = internal.kv_store_builder(mat, store_name, key_serde, value_serde)
+        builder.with_logging_disabled()
+        builder.caching_enabled = False
+        internal.topology.add_global_store(
+            builder,
+            source,
+            topic,
+            processor,
+            lambda: KTableSourceProcessor(store_name, lambda: False, processor),
+            key_serde=key_serde,
+            value_serde=value_serde,
+        )
+        return GlobalKTable(store_name, key_serde, value_serde)
+
+    def add_state_store(self, builder: Any) -> StreamsBuilder:
+        """Add a store for `KStream.process(supplier, store_name)` to use."""
+        self._internal.topology.add_state_store(builder)
+        return self
+
+    def build(self) -> Topology:
+        return self._internal.topology

@@ -1,0 +1,202 @@
+"""Grouped streams and tables: `count`, `reduce` and `aggregate` into a KTable.
+
+The repartition decision is made here, when the aggregation is added: a stream re-keyed since its last
+repartition gets a `<name>-repartition` topic, named after the grouping or the store as Kafka Streams
+names it. A grouped *table* always repartitions, carrying (new, old) changes so the aggregate can
+subtract what a key's previous value contributed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from kappaflow.api.serdes import Long, Serde
+from kappaflow.dsl.builder import InternalBuilder
+from kappaflow.dsl.change import ChangeSerde
+from kappaflow.dsl.ktable import KTable
+from kappaflow.dsl.options import Materialized
+from kappaflow.dsl.table_processors import KStreamAggregateProcessor, KTableAggregateProcessor
+
+
+def _count_add(key: Any, value: Any, aggregate: int) -> int:
+    return aggregate + 1
+
+
+def _count_subtract(key: Any, value: Any, aggregate: int) -> int:
+    return aggregate - 1
+
+
+def _zero() -> int:
+    return 0
+
+
+class KGroupedStream:
+    def __init__(
+        self,
+        builder: InternalBuilder,
+        node: str,
+        key_serde: Serde[Any] | None,
+        value_serde: Serde[Any] | None,
+        repartition_required: bool,
+        grouped_name: str | None,
+    ) -> None:
+        self._builder = builder
+        self.node = node
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+        self.repartition_required = repartition_required
+        self.grouped_name = grouped_name
+
+    def _aggregate(
+        self,
+        prefix: str,
+        materialized: Materialized | str | None,
+        default_value_serde: Serde[Any] | None,
+        make: Callable[[str, Callable[[], bool], str], Any],
+    ) -> KTable:
+        builder = self._builder
+        mat = Materialized.of(materialized)
+        node = builder.new_name(prefix)
+        store_name = mat.name or builder.new_name("KSTREAM-AGGREGATE-STATE-STORE-")
+        parent = self.node
+        if self.repartition_required:
+            base = self.grouped_name or store_name
+            parent = builder.add_repartition(
+                parent,
+                base,
+                self.key_serde,
+                self.value_serde,
+                user_named=self.grouped_name is not None or mat.name is not None,
+            )
+        key_serde = mat.key_serde or self.key_serde
+        value_serde = mat.value_serde or default_value_serde
+        table = KTable(builder, node, key_serde, value_serde, store_name, parent=None)
+        send_old = table.send_old_values_enabled
+        builder.topology.add_processor(node, lambda: make(store_name, send_old, node), parent)
+        builder.topology.add_state_store(
+            builder.kv_store_builder(mat, store_name, key_serde, value_serde), node
+        )
+        return table
+
+    def count(self, materialized: Materialized | str | None = None) -> KTable:
+        """Count records per key (records with a null key or value are dropped, as in Kafka Streams)."""
+        return self._aggregate(
+            "KSTREAM-AGGREGATE-",
+            materialized,
+            Long(),
+            lambda store, send_old, label: KStreamAggregateProcessor(
+                store, send_old, label, initializer=_zero, aggregator=_count_add
+            ),
+        )
+
+    def reduce(
+        self, reducer: Callable[[Any, Any], Any], materialized: Materialized | str | None = None
+    ) -> KTable:
+        return self._aggregate(
+            "KSTREAM-REDUCE-",
+            materialized,
+            self.value_serde,
+            lambda store, send_old, label: KStreamAggregateProcessor(store, send_old, label, reducer=reducer),
+        )
+
+    def aggregate(
+        self,
+        initializer: Callable[[], Any],
+        aggregator: Callable[[Any, Any, Any], Any],
+        materialized: Materialized | str | None = None,
+    ) -> KTable:
+        return self._aggregate(
+            "KSTREAM-AGGREGATE-",
+            materialized,
+            None,
+            lambda store, send_old, label: KStreamAggregateProcessor(
+                store, send_old, label, initializer=initializer, aggregator=aggregator
+            ),
+        )
+
+
+class KGroupedTable:
+    def __init__(
+        self,
+        builder: InternalBuilder,
+        node: str,
+        key_serde: Serde[Any] | None,
+        value_serde: Serde[Any] | None,
+        grouped_name: str | None,
+    ) -> None:
+        self._builder = builder
+        self.node = node
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+        self.grouped_name = grouped_name
+
+    def _aggregate(
+        self,
+        prefix: str,
+        materialized: Materialized | str | None,
+        default_value_serde: Serde[Any] | None,
+        make: Callable[[str, Callable[[], bool], str], Any],
+    ) -> KTable:
+        builder = self._builder
+        mat = Materialized.of(materialized)
+        store_name = mat.name or builder.new_name("KTABLE-AGGREGATE-STATE-STORE-")
+        base = self.grouped_name or store_name
+        parent = builder.add_repartition(
+            self.node,
+            base,
+            self.key_serde,
+            ChangeSerde(self.value_serde),
+            user_named=self.grouped_name is not None or mat.name is not None,
+        )
+        node = builder.new_name(prefix)
+        key_serde = mat.key_serde or self.key_serde
+        value_serde = mat.value_serde or default_value_serde
+        table = KTable(builder, node, key_serde, value_serde, store_name, parent=None)
+        send_old = table.send_old_values_enabled
+        builder.topology.add_processor(node, lambda: make(store_name, send_old, node), parent)
+        builder.topology.add_state_store(
+            builder.kv_store_builder(mat, store_name, key_serde, value_serde), node
+        )
+        return table
+
+    def count(self, materialized: Materialized | str | None = None) -> KTable:
+        return self._aggregate(
+            "KTABLE-AGGREGATE-",
+            materialized,
+            Long(),
+            lambda store, send_old, label: KTableAggregateProcessor(
+                store, send_old, label, adder=_count_add, subtractor=_count_subtract, initializer=_zero
+            ),
+        )
+
+    def reduce(
+        self,
+        adder: Callable[[Any, Any], Any],
+        subtractor: Callable[[Any, Any], Any],
+        materialized: Materialized | str | None = None,
+    ) -> KTable:
+        return self._aggregate(
+            "KTABLE-REDUCE-",
+            materialized,
+            self.value_serde,
+            lambda store, send_old, label: KTableAggregateProcessor(
+                store, send_old, label, reduce_adder=adder, reduce_subtractor=subtractor
+            ),
+        )
+
+    def aggregate(
+        self,
+        initializer: Callable[[], Any],
+        adder: Callable[[Any, Any, Any], Any],
+        subtractor: Callable[[Any, Any, Any], Any],
+        materialized: Materialized | str | None = None,
+    ) -> KTable:
+        return self._aggregate(
+            "KTABLE-AGGREGATE-",
+            materialized,
+            None,
+            lambda store, send_old, label: KTableAggregateProcessor(
+                store, send_old, label, adder=adder, subtractor=subtractor, initializer=initializer
+            ),
+        )

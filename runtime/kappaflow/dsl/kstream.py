@@ -1,0 +1,369 @@
+"""`KStream`: a record stream, and the operations Kafka Streams offers on it.
+
+A stream remembers whether a key-changing operation happened since its last repartition
+(`repartition_required`); the next stateful operation inserts a repartition topic only then. Serdes
+propagate as in Kafka Streams: operations that keep the key keep its serde, and value mappers drop the
+value serde (it must then come from the next operation's options or the config defaults).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from kappaflow.api.errors import TopologyError
+from kappaflow.api.processor import Processor
+from kappaflow.api.serdes import Serde
+from kappaflow.dsl.builder import InternalBuilder
+from kappaflow.dsl.options import Grouped, Materialized, Produced, Repartitioned
+from kappaflow.dsl.stream_processors import (
+    BranchProcessor,
+    CallableProcessorAdapter,
+    FilterProcessor,
+    FixedKeyProcessorAdapter,
+    FlatMapProcessor,
+    FlatMapValuesProcessor,
+    MapProcessor,
+    MapValuesProcessor,
+    PassThroughProcessor,
+    PeekProcessor,
+    SelectKeyProcessor,
+)
+from kappaflow.dsl.table_processors import KTableSourceProcessor
+from kappaflow.topology.nodes import StreamPartitioner, TopicNameExtractor
+
+
+def takes_key(fn: Callable[..., Any]) -> bool:
+    """Value mappers may be `f(value)` or `f(key, value)` (Java's ValueMapperWithKey)."""
+    try:
+        params = [
+            p
+            for p in inspect.signature(fn).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+        ]
+    except (TypeError, ValueError):
+        return False
+    return len(params) >= 2
+
+
+class KStream:
+    def __init__(
+        self,
+        builder: InternalBuilder,
+        node: str,
+        key_serde: Serde[Any] | None,
+        value_serde: Serde[Any] | None,
+        repartition_required: bool,
+    ) -> None:
+        self._builder = builder
+        self.node = node
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+        self.repartition_required = repartition_required
+
+    def _derive(
+        self,
+        prefix: str,
+        supplier: Callable[[], Any],
+        *,
+        key_serde: Serde[Any] | None,
+        value_serde: Serde[Any] | None,
+        key_changed: bool,
+        name: str | None = None,
+    ) -> KStream:
+        node = self._builder.add_processor(prefix, supplier, self.node, name=name)
+        return KStream(self._builder, node, key_serde, value_serde, self.repartition_required or key_changed)
+
+    # ----------------------------------------------------------------- stateless
+    def filter(self, predicate: Callable[[Any, Any], bool], *, name: str | None = None) -> KStream:
+        return self._derive(
+            "KSTREAM-FILTER-",
+            lambda: FilterProcessor(predicate, False),
+            key_serde=self.key_serde,
+            value_serde=self.value_serde,
+            key_changed=False,
+            name=name,
+        )
+
+    def filter_not(self, predicate: Callable[[Any, Any], bool], *, name: str | None = None) -> KStream:
+        return self._derive(
+            "KSTREAM-FILTER-",
+            lambda: FilterProcessor(predicate, True),
+            key_serde=self.key_serde,
+            value_serde=self.value_serde,
+            key_changed=False,
+            name=name,
+        )
+
+    def map(self, mapper: Callable[[Any, Any], tuple[Any, Any]], *, name: str | None = None) -> KStream:
+        return self._derive(
+            "KSTREAM-MAP-",
+            lambda: MapProcessor(mapper),
+            key_serde=None,
+            value_serde=None,
+            key_changed=True,
+            name=name,
+        )
+
+    def map_values(self, mapper: Callable[..., Any], *, name: str | None = None) -> KStream:
+        with_key = takes_key(mapper)
+        return self._derive(
+            "KSTREAM-MAPVALUES-",
+            lambda: MapValuesProcessor(mapper, with_key),
+            key_serde=self.key_serde,
+            value_serde=None,
+            key_changed=False,
+            name=name,
+        )
+
+    def flat_map(
+        self, mapper: Callable[[Any, Any], Iterable[tuple[Any, Any]]], *, name: str | None = None
+    ) -> KStream:
+        return self._derive(
+            "KSTREAM-FLATMAP-",
+            lambda: FlatMapProcessor(mapper),
+            key_serde=None,
+            value_serde=None,
+            key_changed=True,
+            name=name,
+        )
+
+    def flat_map_values(self, mapper: Callable[..., Iterable[Any]], *, name: str | None = None) -> KStream:
+        with_key = takes_key(mapper)
+        return self._derive(
+            "KSTREAM-FLATMAPVALUES-",
+            lambda: FlatMapValuesProcessor(mapper, with_key),
+            key_serde=self.key_serde,
+            value_serde=None,
+            key_changed=False,
+            name=name,
+        )
+
+    def select_key(self, selector: Callable[[Any, Any], Any], *, name: str | None = None) -> KStream:
+        return self._derive(
+            "KSTREAM-KEY-SELECT-",
+            lambda: SelectKeyProcessor(selector),
+            key_serde=None,
+            value_serde=self.value_serde,
+            key_changed=True,
+            name=name,
+        )
+
+    def peek(self, action: Callable[[Any, Any], None], *, name: str | None = None) -> KStream:
+        return self._derive(
+            "KSTREAM-PEEK-",
+            lambda: PeekProcessor(action, True),
+            key_serde=self.key_serde,
+            value_serde=self.value_serde,
+            key_changed=False,
+            name=name,
+        )
+
+    def foreach(self, action: Callable[[Any, Any], None], *, name: str | None = None) -> None:
+        self._builder.add_processor(
+            "KSTREAM-FOREACH-", lambda: PeekProcessor(action, False), self.node, name=name
+        )
+
+    def split(self, prefix: str | None = None) -> BranchedKStream:
+        node = self._builder.new_name("KSTREAM-BRANCH-")
+        return BranchedKStream(self, node, prefix if prefix is not None else f"{node}-")
+
+    def merge(self, other: KStream, *, name: str | None = None) -> KStream:
+        if other._builder is not self._builder:
+            raise TopologyError("cannot merge streams from different StreamsBuilders")
+        node = name or self._builder.new_name("KSTREAM-MERGE-")
+        self._builder.topology.add_processor(node, PassThroughProcessor, self.node, other.node)
+        same_key = self.key_serde == other.key_serde
+        same_value = self.value_serde == other.value_serde
+        return KStream(
+            self._builder,
+            node,
+            self.key_serde if same_key else None,
+            self.value_serde if same_value else None,
+            self.repartition_required or other.repartition_required,
+        )
+
+    # ----------------------------------------------------------------- repartitioning and sinks
+    def repartition(
+        self,
+        repartitioned: Repartitioned | None = None,
+        *,
+        key_serde: Serde[Any] | None = None,
+        value_serde: Serde[Any] | None = None,
+        number_of_partitions: int | None = None,
+        name: str | None = None,
+    ) -> KStream:
+        opts = repartitioned or Repartitioned()
+        key_serde = key_serde or opts.key_serde or self.key_serde
+        value_serde = value_serde or opts.value_serde or self.value_serde
+        partitions = number_of_partitions or opts.number_of_partitions
+        user_name = name or opts.name
+        base = user_name or self._builder.new_name("KSTREAM-REPARTITION-")
+        source = self._builder.add_repartition(
+            self.node,
+            base,
+            key_serde,
+            value_serde,
+            user_named=user_name is not None,
+            partitions=partitions,
+            partitioner=opts.partitioner,
+        )
+        return KStream(self._builder, source, key_serde, value_serde, repartition_required=False)
+
+    def to(
+        self,
+        topic: str | TopicNameExtractor,
+        *,
+        key_serde: Serde[Any] | None = None,
+        value_serde: Serde[Any] | None = None,
+        partitioner: StreamPartitioner | None = None,
+        produced: Produced | None = None,
+    ) -> None:
+        opts = produced or Produced()
+        name = opts.name or self._builder.new_name("KSTREAM-SINK-")
+        self._builder.topology.add_sink(
+            name,
+            topic,
+            self.node,
+            key_serde=key_serde or opts.key_serde or self.key_serde,
+            value_serde=value_serde or opts.value_serde or self.value_serde,
+            partitioner=partitioner or opts.partitioner,
+        )
+
+    def to_table(self, materialized: Materialized | str | None = None, *, name: str | None = None) -> Any:
+        from kappaflow.dsl.ktable import KTable
+
+        builder = self._builder
+        mat = Materialized.of(materialized)
+        parent = self.node
+        key_serde = mat.key_serde or self.key_serde
+        value_serde = mat.value_serde or self.value_serde
+        if self.repartition_required:
+            base = mat.name or builder.new_name("KSTREAM-TOTABLE-")
+            parent = builder.add_repartition(
+                parent, base, key_serde, value_serde, user_named=mat.name is not None
+            )
+        node = name or builder.new_name("KSTREAM-TOTABLE-")
+        store_name = mat.name or builder.new_name("KSTREAM-TOTABLE-STATE-STORE-")
+        table = KTable(builder, node, key_serde, value_serde, store_name, parent=None)
+        builder.topology.add_processor(
+            node, lambda: KTableSourceProcessor(store_name, table.send_old_values_enabled, node), parent
+        )
+        builder.topology.add_state_store(
+            builder.kv_store_builder(mat, store_name, key_serde, value_serde), node
+        )
+        return table
+
+    # ----------------------------------------------------------------- grouping
+    def group_by_key(
+        self,
+        *,
+        key_serde: Serde[Any] | None = None,
+        value_serde: Serde[Any] | None = None,
+        grouped: Grouped | None = None,
+    ) -> Any:
+        from kappaflow.dsl.grouped import KGroupedStream
+
+        opts = grouped or Grouped()
+        return KGroupedStream(
+            self._builder,
+            self.node,
+            key_serde or opts.key_serde or self.key_serde,
+            value_serde or opts.value_serde or self.value_serde,
+            self.repartition_required,
+            opts.name,
+        )
+
+    def group_by(
+        self,
+        selector: Callable[[Any, Any], Any],
+        *,
+        key_serde: Serde[Any] | None = None,
+        value_serde: Serde[Any] | None = None,
+        grouped: Grouped | None = None,
+    ) -> Any:
+        """Re-key by `selector(key, value)` and group; the next aggregation repartitions."""
+        opts = grouped or Grouped()
+        rekeyed = self.select_key(selector)
+        return rekeyed.group_by_key(
+            key_serde=key_serde or opts.key_serde, value_serde=value_serde or opts.value_serde, grouped=opts
+        )
+
+    # ----------------------------------------------------------------- Processor API inside the DSL
+    def process(self, supplier: Callable[[], Any], *store_names: str, name: str | None = None) -> KStream:
+        """Run a Processor (or a function `(record, context)`) that may change keys and forward freely."""
+        node = self._builder.add_processor("KSTREAM-PROCESSOR-", _adapt(supplier), self.node, name=name)
+        if store_names:
+            self._builder.topology.connect_processor_and_state_stores(node, *store_names)
+        return KStream(self._builder, node, None, None, repartition_required=True)
+
+    def process_values(
+        self, supplier: Callable[[], Any], *store_names: str, name: str | None = None
+    ) -> KStream:
+        """Like `process`, but forwarded records keep the input key (no repartition needed)."""
+        adapted = _adapt(supplier)
+        node = self._builder.add_processor(
+            "KSTREAM-PROCESSVALUES-", lambda: FixedKeyProcessorAdapter(adapted()), self.node, name=name
+        )
+        if store_names:
+            self._builder.topology.connect_processor_and_state_stores(node, *store_names)
+        return KStream(self._builder, node, self.key_serde, None, self.repartition_required)
+
+
+def _adapt(supplier: Callable[[], Any]) -> Callable[[], Processor[Any, Any]]:
+    def make() -> Processor[Any, Any]:
+        made = supplier()
+        if isinstance(made, Processor):
+            return made
+        if callable(made):
+            return CallableProcessorAdapter(made)
+        raise TopologyError(f"process(): the supplier returned {made!r}, which is not a Processor")
+
+    return make
+
+
+class BranchedKStream:
+    """`split(prefix).branch(predicate, name=...)...default_branch(name=...)` -> dict of streams."""
+
+    def __init__(self, parent: KStream, node: str, prefix: str) -> None:
+        self._parent = parent
+        self._node = node
+        self._prefix = prefix
+        self._predicates: list[Callable[[Any, Any], bool]] = []
+        self._children: list[str] = []
+        self._default: list[str] = []
+        self._result: dict[str, KStream] = {}
+        predicates, children, default = self._predicates, self._children, self._default
+        parent._builder.topology.add_processor(
+            node, lambda: BranchProcessor(predicates, children, default[0] if default else None), parent.node
+        )
+
+    def _child(self, name: str) -> KStream:
+        full = self._prefix + name
+        if full in self._result:
+            raise TopologyError(f"split(): branch '{full}' is defined twice")
+        builder = self._parent._builder
+        builder.topology.add_processor(full, PassThroughProcessor, self._node)
+        stream = KStream(
+            builder, full, self._parent.key_serde, self._parent.value_serde, self._parent.repartition_required
+        )
+        self._result[full] = stream
+        return stream
+
+    def branch(self, predicate: Callable[[Any, Any], bool], *, name: str | None = None) -> BranchedKStream:
+        if self._default:
+            raise TopologyError("split(): branch() after default_branch()")
+        label = name if name is not None else str(len(self._predicates) + 1)
+        stream = self._child(label)
+        self._predicates.append(predicate)
+        self._children.append(stream.node)
+        return self
+
+    def default_branch(self, *, name: str | None = None) -> dict[str, KStream]:
+        stream = self._child(name if name is not None else "0")
+        self._default.append(stream.node)
+        return dict(self._result)
+
+    def no_default_branch(self) -> dict[str, KStream]:
+        return dict(self._result)

@@ -1,0 +1,213 @@
+"""`KTable` (a changelog stream: the latest value per key) and `GlobalKTable`.
+
+Table processors exchange `Change(new, old)`. Old values are sent only when something downstream needs
+them (a re-grouping, a join), as Kafka Streams does: `enable_send_old_values` walks up to the source, and
+the flag is read when tasks instantiate processors, after the topology is complete. That choice is
+visible: a filter that sees old values suppresses a tombstone for a key that never passed it, a filter
+that does not emits one. Each table can also hand out a *value getter* - a way to look up the current
+value of a key - which joins use; derived tables without a store compute it from their parent's getter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from kappaflow.api.processor import ProcessorContext
+from kappaflow.api.serdes import Serde
+from kappaflow.dsl.builder import InternalBuilder
+from kappaflow.dsl.options import Grouped, Materialized
+from kappaflow.dsl.table_processors import (
+    KTableFilterProcessor,
+    KTableMapValuesProcessor,
+    KTableRepartitionMapProcessor,
+    KTableToStreamProcessor,
+)
+from kappaflow.state.timestamped import ValueAndTimestamp
+
+# A value getter looks up a key's current (value, timestamp) from inside a processor of the same task.
+ValueGetter = Callable[[Any], ValueAndTimestamp[Any] | None]
+
+
+class ValueGetterSupplier:
+    """Builds a value getter bound to a processor context; `store_names` must be connected to the
+    processor that uses it."""
+
+    def __init__(
+        self,
+        store_names: list[str],
+        bind: Callable[[ProcessorContext], ValueGetter],
+    ) -> None:
+        self.store_names = store_names
+        self._bind = bind
+
+    def get(self, context: ProcessorContext) -> ValueGetter:
+        return self._bind(context)
+
+
+def _store_getter(store_name: str) -> ValueGetterSupplier:
+    def bind(context: ProcessorContext) -> ValueGetter:
+        store = context.get_state_store(store_name)
+        return store.get  # type: ignore[no-any-return]
+
+    return ValueGetterSupplier([store_name], bind)
+
+
+class KTable:
+    def __init__(
+        self,
+        builder: InternalBuilder,
+        node: str,
+        key_serde: Serde[Any] | None,
+        value_serde: Serde[Any] | None,
+        store_name: str | None,
+        parent: KTable | None,
+        getter: ValueGetterSupplier | None = None,
+    ) -> None:
+        self._builder = builder
+        self.node = node
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+        self.store_name = store_name
+        self._parent = parent
+        self._send_old = False
+        if getter is None:
+            assert store_name is not None, "a table without a store needs a value getter"
+            getter = _store_getter(store_name)
+        self.value_getter_supplier = getter
+
+    @property
+    def queryable_store_name(self) -> str | None:
+        return self.store_name
+
+    def send_old_values_enabled(self) -> bool:
+        return self._send_old
+
+    def enable_send_old_values(self) -> None:
+        self._send_old = True
+        if self._parent is not None:
+            self._parent.enable_send_old_values()
+
+    def _derived(
+        self,
+        prefix: str,
+        make: Callable[[str | None, Callable[[], bool], str], Any],
+        materialized: Materialized | str | None,
+        value_serde: Serde[Any] | None,
+        derive_value: Callable[[Any, Any], Any],
+    ) -> KTable:
+        builder = self._builder
+        mat = Materialized.of(materialized) if materialized is not None else None
+        node = builder.new_name(prefix)
+        store_name: str | None = None
+        if mat is not None:
+            store_name = mat.name or builder.new_name(f"{prefix}STATE-STORE-")
+            value_serde = mat.value_serde or value_serde
+        parent_getter = self.value_getter_supplier
+
+        def bind(context: ProcessorContext) -> ValueGetter:
+            lookup = parent_getter.get(context)
+
+            def get(key: Any) -> ValueAndTimestamp[Any] | None:
+                found = lookup(key)
+                if found is None:
+                    return None
+                return ValueAndTimestamp.make(derive_value(key, found.value), found.timestamp)
+
+            return get
+
+        getter = None if store_name else ValueGetterSupplier(parent_getter.store_names, bind)
+        table = KTable(builder, node, self.key_serde, value_serde, store_name, parent=self, getter=getter)
+        send_old = table.send_old_values_enabled
+        builder.topology.add_processor(node, lambda: make(store_name, send_old, node), self.node)
+        if mat is not None and store_name is not None:
+            key_serde = mat.key_serde or self.key_serde
+            builder.topology.add_state_store(
+                builder.kv_store_builder(mat, store_name, key_serde, value_serde), node
+            )
+        return table
+
+    def filter(
+        self, predicate: Callable[[Any, Any], bool], materialized: Materialized | str | None = None
+    ) -> KTable:
+        return self._filter(predicate, False, materialized)
+
+    def filter_not(
+        self, predicate: Callable[[Any, Any], bool], materialized: Materialized | str | None = None
+    ) -> KTable:
+        return self._filter(predicate, True, materialized)
+
+    def _filter(
+        self, predicate: Callable[[Any, Any], bool], negate: bool, materialized: Materialized | str | None
+    ) -> KTable:
+        def keep(key: Any, value: Any) -> Any:
+            return value if bool(predicate(key, value)) != negate else None
+
+        return self._derived(
+            "KTABLE-FILTER-",
+            lambda store, send_old, label: KTableFilterProcessor(predicate, negate, store, send_old, label),
+            materialized,
+            self.value_serde,
+            keep,
+        )
+
+    def map_values(
+        self, mapper: Callable[..., Any], materialized: Materialized | str | None = None
+    ) -> KTable:
+        from kappaflow.dsl.kstream import takes_key
+
+        with_key = takes_key(mapper)
+
+        def derive(key: Any, value: Any) -> Any:
+            return mapper(key, value) if with_key else mapper(value)
+
+        return self._derived(
+            "KTABLE-MAPVALUES-",
+            lambda store, send_old, label: KTableMapValuesProcessor(mapper, with_key, store, send_old, label),
+            materialized,
+            None,
+            derive,
+        )
+
+    def to_stream(self, *, name: str | None = None) -> Any:
+        from kappaflow.dsl.kstream import KStream
+
+        node = self._builder.add_processor("KTABLE-TOSTREAM-", KTableToStreamProcessor, self.node, name=name)
+        return KStream(self._builder, node, self.key_serde, self.value_serde, repartition_required=False)
+
+    def group_by(
+        self,
+        selector: Callable[[Any, Any], tuple[Any, Any]],
+        *,
+        key_serde: Serde[Any] | None = None,
+        value_serde: Serde[Any] | None = None,
+        grouped: Grouped | None = None,
+    ) -> Any:
+        """Re-group the table by `selector(key, value) -> (new_key, new_value)`."""
+        from kappaflow.dsl.grouped import KGroupedTable
+
+        opts = grouped or Grouped()
+        self.enable_send_old_values()
+        node = self._builder.add_processor(
+            "KTABLE-SELECT-", lambda: KTableRepartitionMapProcessor(selector, node), self.node
+        )
+        return KGroupedTable(
+            self._builder,
+            node,
+            key_serde or opts.key_serde,
+            value_serde or opts.value_serde,
+            opts.name,
+        )
+
+
+class GlobalKTable:
+    """A table replicated in full to every instance; joined with streams by a key mapper."""
+
+    def __init__(self, store_name: str, key_serde: Serde[Any] | None, value_serde: Serde[Any] | None) -> None:
+        self.store_name = store_name
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+
+    @property
+    def queryable_store_name(self) -> str:
+        return self.store_name

@@ -1,0 +1,133 @@
+"""Options objects of the DSL, named as in Kafka Streams: Materialized, Consumed, Produced, Grouped,
+Repartitioned, Named. Each is a plain dataclass with the `with_*`/`as_` constructors Java users expect."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from kappaflow.api.serdes import Serde
+from kappaflow.api.time import TimestampExtractor
+from kappaflow.topology.nodes import StreamPartitioner
+
+StoreType = Literal["rocksdb", "memory"]
+
+
+@dataclass(frozen=True)
+class Materialized:
+    """How a DSL store is built: name, serdes, caching, logging, backend, retention (windowed)."""
+
+    name: str | None = None
+    key_serde: Serde[Any] | None = None
+    value_serde: Serde[Any] | None = None
+    caching: bool = True
+    logging: bool = True
+    store_type: StoreType = "rocksdb"
+    log_config: dict[str, str] = field(default_factory=dict)
+    retention_ms: int | None = None
+
+    @staticmethod
+    def as_(name: str) -> Materialized:
+        return Materialized(name=name)
+
+    @staticmethod
+    def with_(key_serde: Serde[Any] | None, value_serde: Serde[Any] | None) -> Materialized:
+        return Materialized(key_serde=key_serde, value_serde=value_serde)
+
+    def with_key_serde(self, serde: Serde[Any]) -> Materialized:
+        return replace(self, key_serde=serde)
+
+    def with_value_serde(self, serde: Serde[Any]) -> Materialized:
+        return replace(self, value_serde=serde)
+
+    def with_caching_enabled(self) -> Materialized:
+        return replace(self, caching=True)
+
+    def with_caching_disabled(self) -> Materialized:
+        return replace(self, caching=False)
+
+    def with_logging_enabled(self, config: dict[str, str] | None = None) -> Materialized:
+        return replace(self, logging=True, log_config=dict(config or {}))
+
+    def with_logging_disabled(self) -> Materialized:
+        return replace(self, logging=False)
+
+    def with_store_type(self, store_type: StoreType) -> Materialized:
+        return replace(self, store_type=store_type)
+
+    def with_retention(self, retention_ms: int) -> Materialized:
+        return replace(self, retention_ms=retention_ms)
+
+    @staticmethod
+    def of(value: Materialized | str | None) -> Materialized:
+        if value is None:
+            return Materialized()
+        if isinstance(value, str):
+            return Materialized(name=value)
+        if not isinstance(value, Materialized):
+            raise TypeError(f"materialized must be a store name or Materialized, got {value!r}")
+        return value
+
+
+@dataclass(frozen=True)
+class Consumed:
+    key_serde: Serde[Any] | None = None
+    value_serde: Serde[Any] | None = None
+    timestamp_extractor: TimestampExtractor | None = None
+    name: str | None = None
+
+    @staticmethod
+    def with_(key_serde: Serde[Any] | None, value_serde: Serde[Any] | None) -> Consumed:
+        return Consumed(key_serde, value_serde)
+
+
+@dataclass(frozen=True)
+class Produced:
+    key_serde: Serde[Any] | None = None
+    value_serde: Serde[Any] | None = None
+    partitioner: StreamPartitioner | None = None
+    name: str | None = None
+
+    @staticmethod
+    def with_(key_serde: Serde[Any] | None, value_serde: Serde[Any] | None) -> Produced:
+        return Produced(key_serde, value_serde)
+
+
+@dataclass(frozen=True)
+class Grouped:
+    key_serde: Serde[Any] | None = None
+    value_serde: Serde[Any] | None = None
+    name: str | None = None
+
+    @staticmethod
+    def with_(key_serde: Serde[Any] | None, value_serde: Serde[Any] | None) -> Grouped:
+        return Grouped(key_serde, value_serde)
+
+    @staticmethod
+    def as_(name: str) -> Grouped:
+        return Grouped(name=name)
+
+
+@dataclass(frozen=True)
+class Repartitioned:
+    key_serde: Serde[Any] | None = None
+    value_serde: Serde[Any] | None = None
+    name: str | None = None
+    number_of_partitions: int | None = None
+    partitioner: StreamPartitioner | None = None
+
+    @staticmethod
+    def as_(name: str) -> Repartitioned:
+        return Repartitioned(name=name)
+
+    def with_number_of_partitions(self, n: int) -> Repartitioned:
+        return replace(self, number_of_partitions=n)
+
+
+@dataclass(frozen=True)
+class Named:
+    name: str
+
+    @staticmethod
+    def as_(name: str) -> Named:
+        return Named(name)

@@ -1,0 +1,188 @@
+"""Processors behind the stateless KStream operations.
+
+Each is a tiny class with the user function bound at construction, so the per-record cost is one Python
+call for the function and one for `forward`. Key-changing mappers return `(key, value)` tuples.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from kappaflow.api.errors import StreamsError
+from kappaflow.api.processor import Processor, ProcessorContext
+from kappaflow.api.record import Record
+
+AnyRecord = Record[Any, Any]
+
+
+class _Base:
+    context: ProcessorContext
+
+    def init(self, context: ProcessorContext) -> None:
+        self.context = context
+
+    def close(self) -> None:
+        return None
+
+
+class FilterProcessor(_Base):
+    def __init__(self, predicate: Callable[[Any, Any], bool], negate: bool) -> None:
+        self.predicate = predicate
+        self.negate = negate
+
+    def process(self, record: AnyRecord) -> None:
+        if bool(self.predicate(record.key, record.value)) != self.negate:
+            self.context.forward(record)
+
+
+def _pair(result: Any, op: str) -> tuple[Any, Any]:
+    if not isinstance(result, tuple) or len(result) != 2:
+        raise StreamsError(f"{op}: the mapper must return a (key, value) tuple, got {result!r:.80}")
+    return result
+
+
+class MapProcessor(_Base):
+    def __init__(self, mapper: Callable[[Any, Any], tuple[Any, Any]]) -> None:
+        self.mapper = mapper
+
+    def process(self, record: AnyRecord) -> None:
+        key, value = _pair(self.mapper(record.key, record.value), "map")
+        self.context.forward(Record(key, value, record.timestamp, record.headers))
+
+
+class MapValuesProcessor(_Base):
+    def __init__(self, mapper: Callable[..., Any], with_key: bool) -> None:
+        self.mapper = mapper
+        self.with_key = with_key
+
+    def process(self, record: AnyRecord) -> None:
+        value = self.mapper(record.key, record.value) if self.with_key else self.mapper(record.value)
+        self.context.forward(Record(record.key, value, record.timestamp, record.headers))
+
+
+class FlatMapProcessor(_Base):
+    def __init__(self, mapper: Callable[[Any, Any], Iterable[tuple[Any, Any]]]) -> None:
+        self.mapper = mapper
+
+    def process(self, record: AnyRecord) -> None:
+        for result in self.mapper(record.key, record.value) or ():
+            key, value = _pair(result, "flat_map")
+            self.context.forward(Record(key, value, record.timestamp, record.headers))
+
+
+class FlatMapValuesProcessor(_Base):
+    def __init__(self, mapper: Callable[..., Iterable[Any]], with_key: bool) -> None:
+        self.mapper = mapper
+        self.with_key = with_key
+
+    def process(self, record: AnyRecord) -> None:
+        values = self.mapper(record.key, record.value) if self.with_key else self.mapper(record.value)
+        forward = self.context.forward
+        for value in values or ():
+            forward(Record(record.key, value, record.timestamp, record.headers))
+
+
+class SelectKeyProcessor(_Base):
+    def __init__(self, selector: Callable[[Any, Any], Any]) -> None:
+        self.selector = selector
+
+    def process(self, record: AnyRecord) -> None:
+        self.context.forward(
+            Record(self.selector(record.key, record.value), record.value, record.timestamp, record.headers)
+        )
+
+
+class PeekProcessor(_Base):
+    def __init__(self, action: Callable[[Any, Any], None], forward: bool) -> None:
+        self.action = action
+        self.forwards = forward
+
+    def process(self, record: AnyRecord) -> None:
+        self.action(record.key, record.value)
+        if self.forwards:
+            self.context.forward(record)
+
+
+class BranchProcessor(_Base):
+    """Sends each record to the first branch whose predicate matches, else to the default branch."""
+
+    def __init__(
+        self, predicates: list[Callable[[Any, Any], bool]], children: list[str], default: str | None
+    ):
+        self.predicates = predicates
+        self.children = children
+        self.default = default
+
+    def process(self, record: AnyRecord) -> None:
+        for predicate, child in zip(self.predicates, self.children, strict=True):
+            if predicate(record.key, record.value):
+                self.context.forward(record, child)
+                return
+        if self.default is not None:
+            self.context.forward(record, self.default)
+
+
+class PassThroughProcessor(_Base):
+    def process(self, record: AnyRecord) -> None:
+        self.context.forward(record)
+
+
+class NullKeyFilter(_Base):
+    """Before a repartition topic: records with a null key cannot be partitioned, so Kafka Streams
+    drops them (counted in dropped-records)."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+
+    def process(self, record: AnyRecord) -> None:
+        if record.key is None:
+            drop_record(self.context, "null-key", self.label)
+            return
+        self.context.forward(record)
+
+
+def drop_record(context: ProcessorContext, reason: str, node: str) -> None:
+    """Count a record the DSL drops by design (null key, null value, late), as Kafka Streams does."""
+    metrics = getattr(context, "metrics", None)
+    if metrics is not None:
+        metrics.increment("dropped-records-total", reason=reason, task=str(context.task_id), node=node)
+
+
+class FixedKeyProcessorAdapter(_Base):
+    """`process_values`: the user's processor may change values only, so forwarded keys are reset to the
+    input record's key (Kafka Streams enforces this with FixedKeyRecord)."""
+
+    def __init__(self, inner: Processor[Any, Any]) -> None:
+        self.inner = inner
+        self._key: Any = None
+
+    def init(self, context: ProcessorContext) -> None:
+        adapter = self
+
+        class _Ctx:
+            def __getattr__(self, item: str) -> Any:
+                return getattr(context, item)
+
+            def forward(self, record: AnyRecord, child: str | None = None) -> None:
+                context.forward(record.with_key(adapter._key), child)
+
+        self.context = context
+        self.inner.init(_Ctx())
+
+    def process(self, record: AnyRecord) -> None:
+        self._key = record.key
+        self.inner.process(record)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class CallableProcessorAdapter(_Base):
+    """Lets `process` take a plain function `(record, context) -> None` as well as a Processor."""
+
+    def __init__(self, fn: Callable[[AnyRecord, ProcessorContext], None]) -> None:
+        self.fn = fn
+
+    def process(self, record: AnyRecord) -> None:
+        self.fn(record, self.context)

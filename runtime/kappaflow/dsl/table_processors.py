@@ -1,0 +1,313 @@
+"""Processors behind KTables and aggregations, with Kafka Streams' emit and timestamp rules.
+
+Tables pass `Change(new, old)` between processors. A materialized table or aggregate writes to its store
+and forwards through a `TupleForwarder`: immediately without caching, or when the record cache flushes
+with caching, which is what makes cached tables emit one update per key per commit. Aggregates take the
+maximum timestamp of the aggregate and the record; null keys and null values are dropped and counted.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from kappaflow.api.errors import StreamsError
+from kappaflow.api.processor import ProcessorContext
+from kappaflow.api.record import Record
+from kappaflow.dsl.change import Change
+from kappaflow.dsl.stream_processors import drop_record
+from kappaflow.state.api import RecordContext
+from kappaflow.state.timestamped import ValueAndTimestamp
+
+log = logging.getLogger("kappaflow.dsl")
+AnyRecord = Record[Any, Any]
+
+
+class TupleForwarder:
+    """Forwards table updates now (no cache) or on cache flush (cache), from the owning node."""
+
+    def __init__(self, store: Any, context: ProcessorContext, send_old_values: bool) -> None:
+        self.context = context
+        self.node = getattr(context, "current_node", None)
+        self.send_old_values = send_old_values
+        self.cached = bool(store.set_flush_listener(self._on_flush, send_old_values))
+
+    def maybe_forward(self, record: AnyRecord) -> None:
+        if not self.cached:
+            self.context.forward(record)
+
+    def _on_flush(
+        self,
+        key: Any,
+        new: ValueAndTimestamp[Any] | None,
+        old: ValueAndTimestamp[Any] | None,
+        record_context: RecordContext,
+    ) -> None:
+        context: Any = self.context
+        previous = context.current_node
+        context.current_node = self.node
+        try:
+            change = Change(
+                None if new is None else new.value,
+                None if (old is None or not self.send_old_values) else old.value,
+            )
+            timestamp = new.timestamp if new is not None else record_context.timestamp
+            context.forward(Record(key, change, timestamp, record_context.headers))
+        finally:
+            context.current_node = previous
+
+
+class _Stateful:
+    context: ProcessorContext
+    store: Any
+    forwarder: TupleForwarder
+
+    def __init__(self, store_name: str | None, send_old_values: Callable[[], bool], label: str) -> None:
+        self.store_name = store_name
+        self.send_old = send_old_values
+        self.label = label
+
+    def init(self, context: ProcessorContext) -> None:
+        self.context = context
+        if self.store_name is not None:
+            self.store = context.get_state_store(self.store_name)
+            self.forwarder = TupleForwarder(self.store, context, self.send_old())
+
+    def close(self) -> None:
+        return None
+
+    def _emit(self, record: AnyRecord, new: Any, old: Any, timestamp: int) -> None:
+        """Write to the store (if materialized) and forward the change."""
+        out = Record(record.key, Change(new, old if self.send_old() else None), timestamp, record.headers)
+        if self.store_name is None:
+            self.context.forward(out)
+            return
+        self.store.put(record.key, ValueAndTimestamp.make(new, timestamp))
+        self.forwarder.maybe_forward(out)
+
+
+class KTableSourceProcessor(_Stateful):
+    def process(self, record: AnyRecord) -> None:
+        if record.key is None:
+            log.debug("dropping table record with null key (%s)", self.label)
+            drop_record(self.context, "null-key", self.label)
+            return
+        old = None
+        if self.store_name is not None:
+            previous = self.store.get(record.key)
+            if previous is not None:
+                old = previous.value
+                if record.timestamp < previous.timestamp:
+                    log.debug("out-of-order update of key %r in %s", record.key, self.label)
+        self._emit(record, record.value, old, record.timestamp)
+
+
+class KTableFilterProcessor(_Stateful):
+    def __init__(
+        self,
+        predicate: Callable[[Any, Any], bool],
+        negate: bool,
+        store_name: str | None,
+        send_old_values: Callable[[], bool],
+        label: str,
+    ) -> None:
+        super().__init__(store_name, send_old_values, label)
+        self.predicate = predicate
+        self.negate = negate
+
+    def _compute(self, key: Any, value: Any) -> Any:
+        if value is None:
+            return None
+        return value if bool(self.predicate(key, value)) != self.negate else None
+
+    def process(self, record: AnyRecord) -> None:
+        change: Change[Any] = record.value
+        new = self._compute(record.key, change.new_value)
+        old = self._compute(record.key, change.old_value) if self.send_old() else None
+        if self.send_old() and new is None and old is None:
+            return
+        self._emit(record, new, old, record.timestamp)
+
+
+class KTableMapValuesProcessor(_Stateful):
+    def __init__(
+        self,
+        mapper: Callable[..., Any],
+        with_key: bool,
+        store_name: str | None,
+        send_old_values: Callable[[], bool],
+        label: str,
+    ) -> None:
+        super().__init__(store_name, send_old_values, label)
+        self.mapper = mapper
+        self.with_key = with_key
+
+    def _compute(self, key: Any, value: Any) -> Any:
+        if value is None:
+            return None
+        return self.mapper(key, value) if self.with_key else self.mapper(value)
+
+    def process(self, record: AnyRecord) -> None:
+        change: Change[Any] = record.value
+        new = self._compute(record.key, change.new_value)
+        old = self._compute(record.key, change.old_value) if self.send_old() else None
+        self._emit(record, new, old, record.timestamp)
+
+
+class KTableToStreamProcessor:
+    context: ProcessorContext
+
+    def __init__(self, mapper: Callable[[Any, Any], Any] | None = None) -> None:
+        self.mapper = mapper
+
+    def init(self, context: ProcessorContext) -> None:
+        self.context = context
+
+    def process(self, record: AnyRecord) -> None:
+        value = record.value.new_value
+        self.context.forward(Record(record.key, value, record.timestamp, record.headers))
+
+    def close(self) -> None:
+        return None
+
+
+class KTableRepartitionMapProcessor:
+    """`KTable.group_by`: re-keys each change. The old value is subtracted under its old key and the new
+    one added under its new key; when both keys agree one record carries both."""
+
+    context: ProcessorContext
+
+    def __init__(self, selector: Callable[[Any, Any], tuple[Any, Any]], label: str) -> None:
+        self.selector = selector
+        self.label = label
+
+    def init(self, context: ProcessorContext) -> None:
+        self.context = context
+
+    def _select(self, key: Any, value: Any) -> tuple[Any, Any] | None:
+        if value is None:
+            return None
+        result = self.selector(key, value)
+        if not isinstance(result, tuple) or len(result) != 2:
+            raise StreamsError(f"KTable.group_by: the selector must return (key, value), got {result!r:.80}")
+        return result
+
+    def process(self, record: AnyRecord) -> None:
+        change: Change[Any] = record.value
+        new = self._select(record.key, change.new_value)
+        old = self._select(record.key, change.old_value)
+        ts, headers = record.timestamp, record.headers
+        if new is not None and old is not None and new[0] == old[0] and new[0] is not None:
+            self.context.forward(Record(new[0], Change(new[1], old[1]), ts, headers))
+            return
+        if old is not None:
+            if old[0] is None:
+                drop_record(self.context, "null-key", self.label)
+            else:
+                self.context.forward(Record(old[0], Change(None, old[1]), ts, headers))
+        if new is not None:
+            if new[0] is None:
+                drop_record(self.context, "null-key", self.label)
+            else:
+                self.context.forward(Record(new[0], Change(new[1], None), ts, headers))
+
+    def close(self) -> None:
+        return None
+
+
+class KStreamAggregateProcessor(_Stateful):
+    """Aggregates a stream per key: `aggregator(key, value, aggregate)`, starting from `initializer()`.
+    With `reducer` instead, the first value is the aggregate (KGroupedStream.reduce)."""
+
+    def __init__(
+        self,
+        store_name: str,
+        send_old_values: Callable[[], bool],
+        label: str,
+        initializer: Callable[[], Any] | None = None,
+        aggregator: Callable[[Any, Any, Any], Any] | None = None,
+        reducer: Callable[[Any, Any], Any] | None = None,
+    ) -> None:
+        super().__init__(store_name, send_old_values, label)
+        self.initializer = initializer
+        self.aggregator = aggregator
+        self.reducer = reducer
+
+    def process(self, record: AnyRecord) -> None:
+        key, value = record.key, record.value
+        if key is None or value is None:
+            log.debug("skipping record with null key or value in %s", self.label)
+            drop_record(self.context, "null-key-or-value", self.label)
+            return
+        previous = self.store.get(key)
+        old = None if previous is None else previous.value
+        if old is None:
+            timestamp = record.timestamp
+            if self.reducer is not None:
+                new = value
+            else:
+                new = self.aggregator(key, value, self.initializer())  # type: ignore[misc]
+        else:
+            timestamp = max(record.timestamp, previous.timestamp)
+            if self.reducer is not None:
+                new = self.reducer(old, value)
+            else:
+                new = self.aggregator(key, value, old)  # type: ignore[misc]
+        self._emit(record, new, old, timestamp)
+
+
+class KTableAggregateProcessor(_Stateful):
+    """Aggregates a re-grouped table: subtract the old value, add the new one (KGroupedTable)."""
+
+    def __init__(
+        self,
+        store_name: str,
+        send_old_values: Callable[[], bool],
+        label: str,
+        adder: Callable[[Any, Any, Any], Any] | None = None,
+        subtractor: Callable[[Any, Any, Any], Any] | None = None,
+        initializer: Callable[[], Any] | None = None,
+        reduce_adder: Callable[[Any, Any], Any] | None = None,
+        reduce_subtractor: Callable[[Any, Any], Any] | None = None,
+    ) -> None:
+        super().__init__(store_name, send_old_values, label)
+        self.adder = adder
+        self.subtractor = subtractor
+        self.initializer = initializer
+        self.reduce_adder = reduce_adder
+        self.reduce_subtractor = reduce_subtractor
+
+    def process(self, record: AnyRecord) -> None:
+        key = record.key
+        if key is None:
+            drop_record(self.context, "null-key", self.label)
+            return
+        change: Change[Any] = record.value
+        previous = self.store.get(key)
+        old_agg = None if previous is None else previous.value
+        timestamp = record.timestamp
+        reducing = self.reduce_adder is not None
+        if change.old_value is not None and old_agg is not None:
+            if reducing:
+                intermediate = self.reduce_subtractor(old_agg, change.old_value)  # type: ignore[misc]
+            else:
+                intermediate = self.subtractor(key, change.old_value, old_agg)  # type: ignore[misc]
+            timestamp = max(record.timestamp, previous.timestamp)
+        else:
+            intermediate = old_agg
+        if change.new_value is not None:
+            if reducing:
+                new_agg = (
+                    change.new_value
+                    if intermediate is None
+                    else self.reduce_adder(intermediate, change.new_value)  # type: ignore[misc]
+                )
+            else:
+                base = self.initializer() if intermediate is None else intermediate  # type: ignore[misc]
+                new_agg = self.adder(key, change.new_value, base)  # type: ignore[misc]
+            if previous is not None:
+                timestamp = max(record.timestamp, previous.timestamp)
+        else:
+            new_agg = intermediate
+        self._emit(record, new_agg, old_agg, timestamp)

@@ -1,0 +1,132 @@
+"""Store protocols, and the contract between stores and the task that owns them.
+
+Stores are layered as in Kafka Streams: a typed *metered* layer (serdes, metrics) over an optional
+*caching* layer (dedup per key, flushed on commit) over an optional *change-logging* layer (every write
+becomes a changelog record) over a *bytes* store (memory or RocksDB) ordered by key bytes. Window and
+session stores reuse the same layers over a different key layout, so every layer here works on byte keys
+and byte values and knows nothing of windows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from kappaflow.api.config import StreamsConfig
+from kappaflow.api.metrics import Metrics
+from kappaflow.api.processor import TaskId
+from kappaflow.api.record import Headers
+
+if TYPE_CHECKING:
+    from kappaflow.state.cache import ThreadCache
+
+KeyValueBytes = tuple[bytes, bytes]
+BytesIterator = Iterator[KeyValueBytes]
+# A changelog record handed to a store on restore: key, value (None = tombstone), record timestamp.
+ChangelogRecord = tuple[bytes, bytes | None, int]
+RestoreCallback = Callable[[list[ChangelogRecord]], None]
+
+
+@dataclass(frozen=True, slots=True)
+class RecordContext:
+    """Where a write came from: used for cache entries and for forwarding on cache flush."""
+
+    timestamp: int
+    topic: str
+    partition: int
+    offset: int
+    headers: Headers
+
+
+class StoreContext(Protocol):
+    """What a store needs from its task: identity, directories, the changelog and the cache."""
+
+    @property
+    def application_id(self) -> str: ...
+
+    @property
+    def task_id(self) -> TaskId: ...
+
+    @property
+    def app_config(self) -> StreamsConfig: ...
+
+    @property
+    def metrics(self) -> Metrics: ...
+
+    @property
+    def cache(self) -> ThreadCache | None: ...
+
+    def state_dir(self) -> Path: ...
+
+    def changelog_topic(self, store_name: str) -> str: ...
+
+    def log_change(
+        self, store_name: str, key: bytes, value: bytes | None, timestamp: int, headers: Headers | None = None
+    ) -> None: ...
+
+    def record_context(self) -> RecordContext: ...
+
+    def set_record_context(self, context: RecordContext) -> None: ...
+
+    def register_store(self, store: StateStore, restore: RestoreCallback) -> None: ...
+
+
+class StateStore(Protocol):
+    """Lifecycle common to every store layer."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def persistent(self) -> bool: ...
+
+    def init(self, context: StoreContext, root: StateStore) -> None: ...
+
+    def flush(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def is_open(self) -> bool: ...
+
+
+class KeyValueBytesStore(StateStore, Protocol):
+    """A key-value store over byte keys in lexicographic order. Ranges are inclusive at both ends and
+    `None` bounds are open, as in Kafka Streams 3.x."""
+
+    def get(self, key: bytes) -> bytes | None: ...
+
+    def put(self, key: bytes, value: bytes | None) -> None: ...
+
+    def put_if_absent(self, key: bytes, value: bytes | None) -> bytes | None: ...
+
+    def put_all(self, entries: list[tuple[bytes, bytes | None]]) -> None: ...
+
+    def delete(self, key: bytes) -> bytes | None: ...
+
+    def range(self, from_key: bytes | None, to_key: bytes | None) -> BytesIterator: ...
+
+    def reverse_range(self, from_key: bytes | None, to_key: bytes | None) -> BytesIterator: ...
+
+    def all(self) -> BytesIterator: ...
+
+    def reverse_all(self) -> BytesIterator: ...
+
+    def prefix_scan(self, prefix: bytes) -> BytesIterator: ...
+
+    def approximate_num_entries(self) -> int: ...
+
+    def restore_batch(self, records: list[ChangelogRecord]) -> None: ...
+
+    def committed_changelog_offset(self) -> int | None: ...
+
+    def checkpoint(self, changelog_offset: int) -> None: ...
+
+
+def prefix_upper_bound(prefix: bytes) -> bytes | None:
+    """The smallest byte string greater than every string starting with `prefix` (None if unbounded)."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes([stripped[-1] + 1])

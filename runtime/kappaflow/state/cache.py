@@ -1,0 +1,147 @@
+"""The record cache: Kafka Streams' ThreadCache, shared by the tasks of one stream thread.
+
+It exists to turn many updates of a hot key into one downstream record and one changelog write per
+commit. Entries are grouped in named caches (one per task and store); the total size is bounded by
+`statestore.cache.max.bytes`. When a put pushes the total over the bound, the least recently used
+entries of the cache being written are evicted, and evicting a dirty entry first flushes every dirty
+entry of that cache, in the order they were last written, exactly as Kafka Streams does. A bound of 0
+therefore forwards every update immediately: caching off.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kappaflow.state.api import RecordContext
+
+_ENTRY_OVERHEAD = 64
+
+
+@dataclass(slots=True)
+class CacheEntry:
+    value: bytes | None
+    dirty: bool
+    context: RecordContext
+    size: int
+
+
+DirtyEntries = list[tuple[bytes, CacheEntry]]
+FlushListener = Callable[[DirtyEntries], None]
+
+
+class NamedCache:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.entries: OrderedDict[bytes, CacheEntry] = OrderedDict()
+        self.dirty: OrderedDict[bytes, None] = OrderedDict()
+        self.size = 0
+        self.listener: FlushListener | None = None
+
+    def flush(self) -> None:
+        if not self.dirty:
+            return
+        batch: DirtyEntries = []
+        for key in self.dirty:
+            entry = self.entries[key]
+            entry.dirty = False
+            batch.append((key, entry))
+        self.dirty.clear()
+        if self.listener is not None:
+            self.listener(batch)
+
+    def evict_eldest(self) -> int:
+        key, entry = next(iter(self.entries.items()))
+        if entry.dirty:
+            self.flush()
+        # the listener may have written through this cache; the eldest is still the one to drop
+        removed = self.entries.pop(key, None)
+        if removed is None:
+            return 0
+        self.dirty.pop(key, None)
+        self.size -= removed.size
+        return removed.size
+
+
+class ThreadCache:
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._caches: dict[str, NamedCache] = {}
+        self._size = 0
+        self.evictions = 0
+        self.hits = 0
+        self.misses = 0
+
+    @property
+    def size_bytes(self) -> int:
+        return self._size
+
+    def named(self, namespace: str) -> NamedCache:
+        cache = self._caches.get(namespace)
+        if cache is None:
+            cache = self._caches[namespace] = NamedCache(namespace)
+        return cache
+
+    def add_dirty_entry_flush_listener(self, namespace: str, listener: FlushListener) -> None:
+        self.named(namespace).listener = listener
+
+    def get(self, namespace: str, key: bytes) -> CacheEntry | None:
+        cache = self._caches.get(namespace)
+        entry = cache.entries.get(key) if cache is not None else None
+        if entry is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        cache.entries.move_to_end(key)  # type: ignore[union-attr]
+        return entry
+
+    def put(
+        self, namespace: str, key: bytes, value: bytes | None, dirty: bool, context: RecordContext
+    ) -> None:
+        cache = self.named(namespace)
+        size = len(key) + (len(value) if value is not None else 0) + len(context.topic) + _ENTRY_OVERHEAD
+        old = cache.entries.get(key)
+        if old is not None:
+            cache.size -= old.size
+            self._size -= old.size
+            dirty = dirty or old.dirty
+        cache.entries[key] = CacheEntry(value, dirty, context, size)
+        cache.entries.move_to_end(key)
+        if dirty:
+            cache.dirty[key] = None
+            cache.dirty.move_to_end(key)
+        cache.size += size
+        self._size += size
+        self._maybe_evict(cache)
+
+    def _maybe_evict(self, cache: NamedCache) -> None:
+        while self._size > self.max_bytes and cache.entries:
+            self._size -= cache.evict_eldest()
+            self.evictions += 1
+
+    def sorted_entries(
+        self, namespace: str, from_key: bytes | None, to_key: bytes | None
+    ) -> list[tuple[bytes, CacheEntry]]:
+        cache = self._caches.get(namespace)
+        if cache is None:
+            return []
+        return sorted(
+            (k, e)
+            for k, e in cache.entries.items()
+            if (from_key is None or k >= from_key) and (to_key is None or k <= to_key)
+        )
+
+    def flush(self, namespace: str) -> None:
+        cache = self._caches.get(namespace)
+        if cache is not None:
+            cache.flush()
+
+    def close(self, namespace: str) -> None:
+        cache = self._caches.pop(namespace, None)
+        if cache is not None:
+            self._size -= cache.size
+
+    def entry_count(self, namespace: str) -> int:
+        cache = self._caches.get(namespace)
+        return len(cache.entries) if cache is not None else 0

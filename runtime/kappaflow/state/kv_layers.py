@@ -1,0 +1,399 @@
+"""The wrapping layers of a key-value store: change-logging, caching and the typed metered facade.
+
+Each layer forwards what it does not change to the layer inside it, so the same three classes serve every
+bytes store. The caching layer is where Kafka Streams' emit behaviour comes from: with caching, updates
+to a key between two commits collapse into one downstream record and one changelog record.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterator
+from typing import Any, Generic, TypeVar
+
+from kappaflow.api.errors import InvalidStateStoreError
+from kappaflow.api.serdes import Serde
+from kappaflow.state.api import (
+    BytesIterator,
+    ChangelogRecord,
+    KeyValueBytesStore,
+    RecordContext,
+    StateStore,
+    StoreContext,
+)
+from kappaflow.state.cache import DirtyEntries, ThreadCache
+from kappaflow.state.timestamped import split_timestamped
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+# (key bytes, new value bytes, old value bytes, the record context of the write)
+BytesFlushListener = Callable[[bytes, bytes | None, bytes | None, RecordContext], None]
+
+
+class WrappedBytesStore:
+    """Delegates everything to the inner bytes store; subclasses override the writes they observe."""
+
+    def __init__(self, inner: KeyValueBytesStore) -> None:
+        self.inner = inner
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def persistent(self) -> bool:
+        return self.inner.persistent
+
+    def init(self, context: StoreContext, root: StateStore) -> None:
+        self.inner.init(context, root)
+
+    def flush(self) -> None:
+        self.inner.flush()
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def is_open(self) -> bool:
+        return self.inner.is_open()
+
+    def get(self, key: bytes) -> bytes | None:
+        return self.inner.get(key)
+
+    def put(self, key: bytes, value: bytes | None) -> None:
+        self.inner.put(key, value)
+
+    def put_if_absent(self, key: bytes, value: bytes | None) -> bytes | None:
+        return self.inner.put_if_absent(key, value)
+
+    def put_all(self, entries: list[tuple[bytes, bytes | None]]) -> None:
+        self.inner.put_all(entries)
+
+    def delete(self, key: bytes) -> bytes | None:
+        return self.inner.delete(key)
+
+    def range(self, from_key: bytes | None, to_key: bytes | None) -> BytesIterator:
+        return self.inner.range(from_key, to_key)
+
+    def reverse_range(self, from_key: bytes | None, to_key: bytes | None) -> BytesIterator:
+        return self.inner.reverse_range(from_key, to_key)
+
+    def all(self) -> BytesIterator:
+        return self.inner.all()
+
+    def reverse_all(self) -> BytesIterator:
+        return self.inner.reverse_all()
+
+    def prefix_scan(self, prefix: bytes) -> BytesIterator:
+        return self.inner.prefix_scan(prefix)
+
+    def approximate_num_entries(self) -> int:
+        return self.inner.approximate_num_entries()
+
+    def restore_batch(self, records: list[ChangelogRecord]) -> None:
+        self.inner.restore_batch(records)
+
+    def committed_changelog_offset(self) -> int | None:
+        return self.inner.committed_changelog_offset()
+
+    def checkpoint(self, changelog_offset: int) -> None:
+        self.inner.checkpoint(changelog_offset)
+
+
+class ChangeLoggingKeyValueBytesStore(WrappedBytesStore):
+    """Sends every write to the store's changelog topic. For timestamped stores the changelog record
+    carries the plain value with the stored timestamp as its record time (Java's format)."""
+
+    def __init__(self, inner: KeyValueBytesStore, timestamped: bool = False) -> None:
+        super().__init__(inner)
+        self.timestamped = timestamped
+        self._context: StoreContext | None = None
+
+    def init(self, context: StoreContext, root: StateStore) -> None:
+        self._context = context
+        self.inner.init(context, root)
+
+    def _log(self, key: bytes, value: bytes | None) -> None:
+        context = self._context
+        if context is None:
+            raise InvalidStateStoreError(f"store '{self.name}' is not initialized")
+        record_context = context.record_context()
+        if self.timestamped and value is not None:
+            timestamp, raw = split_timestamped(value)
+            context.log_change(self.name, key, raw, timestamp, record_context.headers)
+        else:
+            context.log_change(self.name, key, value, record_context.timestamp, record_context.headers)
+
+    def put(self, key: bytes, value: bytes | None) -> None:
+        self.inner.put(key, value)
+        self._log(key, value)
+
+    def put_if_absent(self, key: bytes, value: bytes | None) -> bytes | None:
+        old = self.inner.put_if_absent(key, value)
+        if old is None:
+            self._log(key, value)
+        return old
+
+    def put_all(self, entries: list[tuple[bytes, bytes | None]]) -> None:
+        self.inner.put_all(entries)
+        for key, value in entries:
+            self._log(key, value)
+
+    def delete(self, key: bytes) -> bytes | None:
+        old = self.inner.delete(key)
+        self._log(key, None)
+        return old
+
+
+def _merge(
+    cached: list[tuple[bytes, bytes | None]], stored: BytesIterator, reverse: bool
+) -> Iterator[tuple[bytes, bytes]]:
+    """Merge the cache's entries over the store's, both sorted; the cache wins, cached tombstones hide."""
+    cached_keys = {k for k, _ in cached}
+    tagged_cache = ((k, 0, v) for k, v in cached)
+    tagged_store = ((k, 1, v) for k, v in stored if k not in cached_keys)
+    merged = heapq.merge(tagged_cache, tagged_store, key=lambda t: t[0], reverse=reverse)
+    for key, _, value in merged:
+        if value is not None:
+            yield key, value
+
+
+class CachingKeyValueStore(WrappedBytesStore):
+    """Buffers writes in the thread's record cache; dirty entries reach the inner store (and the flush
+    listener, which forwards them downstream) on commit or eviction."""
+
+    def __init__(self, inner: KeyValueBytesStore) -> None:
+        super().__init__(inner)
+        self._context: StoreContext | None = None
+        self._cache: ThreadCache | None = None
+        self._namespace = ""
+        self._listener: BytesFlushListener | None = None
+        self._send_old_values = False
+
+    def init(self, context: StoreContext, root: StateStore) -> None:
+        self.inner.init(context, root)
+        self._context = context
+        self._cache = context.cache
+        self._namespace = f"{context.task_id}-{self.name}"
+        if self._cache is not None:
+            self._cache.add_dirty_entry_flush_listener(self._namespace, self._flush_entries)
+
+    def set_flush_listener(self, listener: BytesFlushListener, send_old_values: bool) -> bool:
+        self._listener = listener
+        self._send_old_values = send_old_values
+        return self._cache is not None
+
+    def _flush_entries(self, entries: DirtyEntries) -> None:
+        context = self._context
+        assert context is not None
+        previous = context.record_context()
+        try:
+            for key, entry in entries:
+                context.set_record_context(entry.context)
+                old = self.inner.get(key) if (self._listener and self._send_old_values) else None
+                self.inner.put(key, entry.value)
+                if self._listener is not None:
+                    self._listener(key, entry.value, old, entry.context)
+        finally:
+            context.set_record_context(previous)
+
+    def _put_cached(self, key: bytes, value: bytes | None) -> None:
+        assert self._cache is not None and self._context is not None
+        self._cache.put(self._namespace, key, value, True, self._context.record_context())
+
+    def get(self, key: bytes) -> bytes | None:
+        cache = self._cache
+        if cache is None:
+            return self.inner.get(key)
+        entry = cache.get(self._namespace, key)
+        if entry is not None:
+            return entry.value
+        return self.inner.get(key)
+
+    def put(self, key: bytes, value: bytes | None) -> None:
+        if self._cache is None:
+            self.inner.put(key, value)
+        else:
+            self._put_cached(key, value)
+
+    def put_if_absent(self, key: bytes, value: bytes | None) -> bytes | None:
+        existing = self.get(key)
+        if existing is None:
+            self.put(key, value)
+        return existing
+
+    def put_all(self, entries: list[tuple[bytes, bytes | None]]) -> None:
+        for key, value in entries:
+            self.put(key, value)
+
+    def delete(self, key: bytes) -> bytes | None:
+        old = self.get(key)
+        self.put(key, None)
+        return old
+
+    def _cached_range(self, from_key: bytes | None, to_key: bytes | None) -> list[tuple[bytes, bytes | None]]:
+        if self._cache is None:
+            return []
+        return [(k, e.value) for k, e in self._cache.sorted_entries(self._namespace, from_key, to_key)]
+
+    def range(self, from_key: bytes | None, to_key: bytes | None) -> BytesIterator:
+        if from_key is not None and to_key is not None and from_key > to_key:
+            return iter(())
+        return _merge(self._cached_range(from_key, to_key), self.inner.range(from_key, to_key), False)
+
+    def reverse_range(self, from_key: bytes | None, to_key: bytes | None) -> BytesIterator:
+        if from_key is not None and to_key is not None and from_key > to_key:
+            return iter(())
+        cached = list(reversed(self._cached_range(from_key, to_key)))
+        return _merge(cached, self.inner.reverse_range(from_key, to_key), True)
+
+    def all(self) -> BytesIterator:
+        return self.range(None, None)
+
+    def reverse_all(self) -> BytesIterator:
+        return self.reverse_range(None, None)
+
+    def prefix_scan(self, prefix: bytes) -> BytesIterator:
+        from kappaflow.state.api import prefix_upper_bound
+
+        upper = prefix_upper_bound(prefix)
+        return (kv for kv in self.range(prefix, None) if upper is None or kv[0] < upper)
+
+    def flush(self) -> None:
+        if self._cache is not None:
+            self._cache.flush(self._namespace)
+        self.inner.flush()
+
+    def close(self) -> None:
+        if self._cache is not None:
+            self._cache.flush(self._namespace)
+            self._cache.close(self._namespace)
+        self.inner.close()
+
+
+class MeteredKeyValueStore(Generic[K, V]):
+    """The typed store processors and queries see: serdes at the boundary, counters in the metrics."""
+
+    def __init__(
+        self, inner: KeyValueBytesStore, key_serde: Serde[Any] | None, value_serde: Serde[Any] | None
+    ):
+        self.inner = inner
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+        self._topic = inner.name
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def persistent(self) -> bool:
+        return self.inner.persistent
+
+    def init(self, context: StoreContext, root: StateStore | None = None) -> None:
+        if self.key_serde is None:
+            self.key_serde = context.app_config.serde("default.key.serde")
+        if self.value_serde is None:
+            self.value_serde = context.app_config.serde("default.value.serde")
+        if self.key_serde is None or self.value_serde is None:
+            which = "key" if self.key_serde is None else "value"
+            raise InvalidStateStoreError(
+                f"store '{self.name}' has no {which} serde: pass one in Materialized or set "
+                f"default.{which}.serde"
+            )
+        self._topic = context.changelog_topic(self.name)
+        self.inner.init(context, root or self)
+
+    def flush(self) -> None:
+        self.inner.flush()
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def is_open(self) -> bool:
+        return self.inner.is_open()
+
+    def _k(self, key: K) -> bytes:
+        if key is None:
+            raise InvalidStateStoreError(f"store '{self.name}': keys must not be None")
+        raw = self.key_serde.serialize(self._topic, key)  # type: ignore[union-attr]
+        assert raw is not None
+        return raw
+
+    def _v(self, value: V | None) -> bytes | None:
+        return self.value_serde.serialize(self._topic, value)  # type: ignore[union-attr]
+
+    def _dv(self, raw: bytes | None) -> V | None:
+        return self.value_serde.deserialize(self._topic, raw)  # type: ignore[union-attr]
+
+    def _dk(self, raw: bytes) -> K:
+        return self.key_serde.deserialize(self._topic, raw)  # type: ignore[union-attr, return-value]
+
+    def _pairs(self, it: BytesIterator) -> Iterator[tuple[K, V]]:
+        for k, v in it:
+            yield self._dk(k), self._dv(v)  # type: ignore[misc]
+
+    def get(self, key: K) -> V | None:
+        return self._dv(self.inner.get(self._k(key)))
+
+    def put(self, key: K, value: V | None) -> None:
+        self.inner.put(self._k(key), self._v(value))
+
+    def put_if_absent(self, key: K, value: V | None) -> V | None:
+        return self._dv(self.inner.put_if_absent(self._k(key), self._v(value)))
+
+    def put_all(self, entries: list[tuple[K, V | None]]) -> None:
+        self.inner.put_all([(self._k(k), self._v(v)) for k, v in entries])
+
+    def delete(self, key: K) -> V | None:
+        return self._dv(self.inner.delete(self._k(key)))
+
+    def range(self, from_key: K | None, to_key: K | None) -> Iterator[tuple[K, V]]:
+        lo = None if from_key is None else self._k(from_key)
+        hi = None if to_key is None else self._k(to_key)
+        return self._pairs(self.inner.range(lo, hi))
+
+    def reverse_range(self, from_key: K | None, to_key: K | None) -> Iterator[tuple[K, V]]:
+        lo = None if from_key is None else self._k(from_key)
+        hi = None if to_key is None else self._k(to_key)
+        return self._pairs(self.inner.reverse_range(lo, hi))
+
+    def all(self) -> Iterator[tuple[K, V]]:
+        return self._pairs(self.inner.all())
+
+    def reverse_all(self) -> Iterator[tuple[K, V]]:
+        return self._pairs(self.inner.reverse_all())
+
+    def prefix_scan(self, prefix: Any, prefix_key_serde: Serde[Any]) -> Iterator[tuple[K, V]]:
+        raw = prefix_key_serde.serialize(self._topic, prefix)
+        assert raw is not None
+        return self._pairs(self.inner.prefix_scan(raw))
+
+    def approximate_num_entries(self) -> int:
+        return self.inner.approximate_num_entries()
+
+    def set_flush_listener(
+        self, listener: Callable[[K, V | None, V | None, RecordContext], None], send_old_values: bool
+    ) -> bool:
+        """Called by DSL processors: with caching, updates are forwarded when flushed, not when written.
+        Returns False when the store has no cache, so the processor must forward immediately."""
+        caching = _find_layer(self.inner, CachingKeyValueStore)
+        if caching is None:
+            return False
+
+        def on_flush(key: bytes, new: bytes | None, old: bytes | None, context: RecordContext) -> None:
+            listener(self._dk(key), self._dv(new), self._dv(old), context)
+
+        return caching.set_flush_listener(on_flush, send_old_values)
+
+
+L = TypeVar("L")
+
+
+def _find_layer(store: object, layer: type[L]) -> L | None:
+    current: object | None = store
+    while current is not None:
+        if isinstance(current, layer):
+            return current
+        current = getattr(current, "inner", None)
+    return None

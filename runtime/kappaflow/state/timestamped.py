@@ -1,0 +1,57 @@
+"""Values stored with the timestamp of the record that produced them (Kafka's ValueAndTimestamp).
+
+DSL stores are timestamped so aggregates can take the max timestamp of their inputs and tables can
+forward updates with the right time. The byte layout matches Java's: 8-byte big-endian timestamp, then
+the value's bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from kappaflow.api.serdes import Serde
+
+V = TypeVar("V")
+
+
+@dataclass(frozen=True, slots=True)
+class ValueAndTimestamp(Generic[V]):
+    value: V
+    timestamp: int
+
+    @staticmethod
+    def make(value: V | None, timestamp: int) -> ValueAndTimestamp[V] | None:
+        return None if value is None else ValueAndTimestamp(value, timestamp)
+
+
+def get_value_or_none(vat: ValueAndTimestamp[V] | None) -> V | None:
+    return None if vat is None else vat.value
+
+
+def split_timestamped(raw: bytes) -> tuple[int, bytes]:
+    return int.from_bytes(raw[:8], "big", signed=True), raw[8:]
+
+
+class ValueAndTimestampSerde(Serde[ValueAndTimestamp[Any]]):
+    name = "ValueAndTimestamp"
+
+    def __init__(self, inner: Serde[Any]) -> None:
+        self.inner = inner
+
+    def serialize(self, topic: str, data: ValueAndTimestamp[Any] | None) -> bytes | None:
+        if data is None:
+            return None
+        raw = self.inner.serialize(topic, data.value)
+        if raw is None:
+            return None
+        return data.timestamp.to_bytes(8, "big", signed=True) + raw
+
+    def deserialize(self, topic: str, data: bytes | None) -> ValueAndTimestamp[Any] | None:
+        if data is None:
+            return None
+        timestamp, raw = split_timestamped(data)
+        return ValueAndTimestamp(self.inner.deserialize(topic, raw), timestamp)
+
+    def __repr__(self) -> str:
+        return f"ValueAndTimestamp({self.inner!r})"

@@ -1,0 +1,29 @@
+"""The record collector: where sinks and changelogs send serialized records.
+
+Tasks talk to this protocol, not to a producer, so the same task code writes to a real Kafka producer in
+the runtime, to in-memory topics in the TopologyTestDriver, and to a buffer on Spark.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from kappaflow.api.record import Headers
+
+
+class RecordCollector(Protocol):
+    def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers | None,
+        timestamp: int,
+        partition: int | None,
+    ) -> None:
+        """Send a record. `partition=None` means: choose it with the murmur2 partitioner on the key."""
+        ...
+
+    def partition_count(self, topic: str) -> int | None:
+        """The topic's partition count, if known; stream partitioners need it."""
+        ...

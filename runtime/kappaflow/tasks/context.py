@@ -1,0 +1,161 @@
+"""The processor context a task hands to its processors and stores.
+
+One object per task plays both roles, ProcessorContext for user code and StoreContext for stores, because
+both need the same facts: the record being processed, the task's identity, its collector and cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kappaflow.api.config import StreamsConfig
+from kappaflow.api.errors import InvalidStateStoreError, TopologyError
+from kappaflow.api.metrics import Metrics
+from kappaflow.api.processor import PunctuationType, TaskId, to_millis
+from kappaflow.api.record import Headers, Record, RecordMetadata
+from kappaflow.state.api import RecordContext, RestoreCallback, StateStore
+from kappaflow.state.cache import ThreadCache
+from kappaflow.tasks.collector import RecordCollector
+from kappaflow.tasks.punctuation import PunctuationQueue, PunctuationSchedule
+
+if TYPE_CHECKING:
+    from kappaflow.tasks.nodes import ProcessorNode
+
+NO_CONTEXT = RecordContext(-1, "", -1, -1, Headers())
+
+
+class ProcessorContextImpl:
+    def __init__(
+        self,
+        task_id: TaskId,
+        config: StreamsConfig,
+        collector: RecordCollector,
+        cache: ThreadCache | None,
+        metrics: Metrics,
+        state_dir: Path,
+        changelog_topic: Callable[[str], str],
+        register: Callable[[StateStore, RestoreCallback], None],
+        clock: Callable[[], int],
+    ) -> None:
+        self._task_id = task_id
+        self._config = config
+        self._application_id = config.get_str("application.id")
+        self.collector = collector
+        self._cache = cache
+        self._metrics = metrics
+        self._state_dir = state_dir
+        self._changelog_topic = changelog_topic
+        self._register = register
+        self._clock = clock
+        self.stores: dict[str, Any] = {}
+        self.global_stores: dict[str, Any] = {}
+        self.current_node: ProcessorNode | None = None
+        self.current: RecordContext = NO_CONTEXT
+        self.stream_time = -1
+        self.stream_time_punctuations = PunctuationQueue()
+        self.system_time_punctuations = PunctuationQueue()
+        self.commit_requested = False
+        self.changelog_partition = task_id.partition
+
+    # ----------------------------------------------------------------- ProcessorContext
+    @property
+    def application_id(self) -> str:
+        return self._application_id
+
+    @property
+    def task_id(self) -> TaskId:
+        return self._task_id
+
+    @property
+    def app_config(self) -> StreamsConfig:
+        return self._config
+
+    @property
+    def metrics(self) -> Metrics:
+        return self._metrics
+
+    @property
+    def cache(self) -> ThreadCache | None:
+        return self._cache
+
+    def forward(self, record: Record[Any, Any], child: str | None = None) -> None:
+        previous = self.current_node
+        if previous is None:
+            raise TopologyError("forward() called outside of process() or a punctuation")
+        if child is None:
+            targets = previous.children
+        else:
+            target = previous.children_by_name.get(child)
+            if target is None:
+                raise TopologyError(f"'{previous.name}' has no child named '{child}'")
+            targets = [target]
+        try:
+            for node in targets:
+                self.current_node = node
+                node.process(record)
+        finally:
+            self.current_node = previous
+
+    def schedule(
+        self, interval: timedelta | int, punctuation_type: PunctuationType, callback: Callable[[int], None]
+    ) -> PunctuationSchedule:
+        millis = to_millis(interval, "punctuation interval")
+        if millis < 1:
+            raise ValueError(f"punctuation interval must be at least 1 ms, got {millis}")
+        if punctuation_type is PunctuationType.STREAM_TIME:
+            return self.stream_time_punctuations.add(
+                PunctuationSchedule(self.current_node, millis, callback, 0)
+            )
+        return self.system_time_punctuations.add(
+            PunctuationSchedule(self.current_node, millis, callback, self._clock() + millis)
+        )
+
+    def get_state_store(self, name: str) -> Any:
+        store = self.stores.get(name) or self.global_stores.get(name)
+        if store is None:
+            node = self.current_node.name if self.current_node else "?"
+            raise InvalidStateStoreError(
+                f"processor '{node}' has no access to store '{name}': connect it with "
+                f"add_state_store/connect_processor_and_state_stores or process(supplier, '{name}')"
+            )
+        return store
+
+    def record_metadata(self) -> RecordMetadata | None:
+        if not self.current.topic:
+            return None
+        return RecordMetadata(self.current.topic, self.current.partition, self.current.offset)
+
+    def current_stream_time_ms(self) -> int:
+        return self.stream_time
+
+    def current_system_time_ms(self) -> int:
+        return self._clock()
+
+    def commit(self) -> None:
+        self.commit_requested = True
+
+    # ----------------------------------------------------------------- StoreContext
+    def state_dir(self) -> Path:
+        return self._state_dir
+
+    def changelog_topic(self, store_name: str) -> str:
+        return self._changelog_topic(store_name)
+
+    def log_change(
+        self, store_name: str, key: bytes, value: bytes | None, timestamp: int, headers: Headers | None = None
+    ) -> None:
+        self.collector.send(
+            self._changelog_topic(store_name), key, value, None, timestamp, self.changelog_partition
+        )
+
+    def record_context(self) -> RecordContext:
+        return self.current
+
+    def set_record_context(self, context: RecordContext) -> None:
+        self.current = context
+
+    def register_store(self, store: StateStore, restore: RestoreCallback) -> None:
+        self._register(store, restore)

@@ -1,0 +1,373 @@
+"""`StreamTask`: one partition of one sub-topology, bound to the runtime.
+
+The task owns its processors, stores and record queues. It is driven from outside (by the runner, the
+test driver or Spark) through a small surface: add records, process one, punctuate, prepare and finish a
+commit, close. Its lifecycle is an explicit state machine so an illegal transition is a bug report, not
+a silent corruption.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from kappaflow.api.config import StreamsConfig
+from kappaflow.api.errors import (
+    DeserializationError,
+    HandlerResponse,
+    ProcessingError,
+    StreamsError,
+    TaskMigratedError,
+)
+from kappaflow.api.metrics import Metrics
+from kappaflow.api.processor import TaskId
+from kappaflow.api.record import Headers, Record
+from kappaflow.api.serdes import Serde
+from kappaflow.api.time import ConsumedRecord, TimestampExtractor, record_timestamp
+from kappaflow.state.api import RecordContext
+from kappaflow.state.cache import ThreadCache
+from kappaflow.tasks.collector import RecordCollector
+from kappaflow.tasks.context import ProcessorContextImpl
+from kappaflow.tasks.handlers import FailedRecord, dead_letter_headers, resolve_handler
+from kappaflow.tasks.nodes import ProcessorNode, SinkNode, SourceNode
+from kappaflow.tasks.punctuation import PunctuationQueue
+from kappaflow.tasks.state_manager import ProcessorStateManager
+from kappaflow.topology.nodes import ProcessorSpec, SinkSpec, SourceSpec
+from kappaflow.topology.topology import Topology
+
+log = logging.getLogger("kappaflow.task")
+
+
+class TaskState(Enum):
+    CREATED = "CREATED"
+    RESTORING = "RESTORING"
+    RUNNING = "RUNNING"
+    SUSPENDED = "SUSPENDED"
+    CLOSED = "CLOSED"
+
+
+_TRANSITIONS: dict[TaskState, set[TaskState]] = {
+    TaskState.CREATED: {TaskState.RESTORING, TaskState.CLOSED},
+    TaskState.RESTORING: {TaskState.RUNNING, TaskState.SUSPENDED, TaskState.CLOSED},
+    TaskState.RUNNING: {TaskState.SUSPENDED, TaskState.CLOSED},
+    TaskState.SUSPENDED: {TaskState.RESTORING, TaskState.RUNNING, TaskState.CLOSED},
+    TaskState.CLOSED: set(),
+}
+
+
+@dataclass(slots=True)
+class RawRecord:
+    """A record as consumed: bytes plus position. The runner adapts client messages to this."""
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: Headers = field(default_factory=Headers)
+
+
+def resolve_serde(explicit: Serde[Any] | None, config: StreamsConfig, key: str) -> Serde[Any] | None:
+    if explicit is None:
+        return config.serde(key)
+    return explicit.with_default(config.serde(key))
+
+
+class StreamTask:
+    def __init__(
+        self,
+        task_id: TaskId,
+        topology: Topology,
+        config: StreamsConfig,
+        collector: RecordCollector,
+        cache: ThreadCache | None,
+        metrics: Metrics,
+        state_root: Path,
+        clock: Callable[[], int],
+        global_stores: dict[str, Any] | None = None,
+    ) -> None:
+        self.id = task_id
+        self.topology = topology
+        self.config = config
+        self.metrics = metrics
+        self.sub = topology.sub_topologies()[task_id.subtopology]
+        self.application_id = config.get_str("application.id")
+        self.state = TaskState.CREATED
+        self.task_dir = state_root / str(task_id)
+        self.state_manager = ProcessorStateManager(self.task_dir, task_id.partition, self.changelog_topic)
+        self.context = ProcessorContextImpl(
+            task_id,
+            config,
+            collector,
+            cache,
+            metrics,
+            self.task_dir,
+            self.changelog_topic,
+            self.state_manager.register,
+            clock,
+        )
+        self.context.global_stores = global_stores or {}
+        self.queues: dict[tuple[str, int], deque[RawRecord]] = {}
+        self.partition_time: dict[tuple[str, int], int] = {}
+        self.consumed_offsets: dict[tuple[str, int], int] = {}
+        self.committed_offsets: dict[tuple[str, int], int] = {}
+        self.sources: dict[str, SourceNode] = {}
+        self.nodes: list[ProcessorNode] = []
+        self._deserialization_handler = resolve_handler(
+            config.get("default.deserialization.exception.handler"),
+            "default.deserialization.exception.handler",
+        )
+        self._processing_handler = resolve_handler(
+            config.get("processing.exception.handler"), "processing.exception.handler"
+        )
+        self._dead_letter_topic = config.get_str("errors.dead.letter.queue.topic.name")
+        self._labels = {"task": str(task_id)}
+        self._build_nodes()
+
+    # ----------------------------------------------------------------- construction
+    def changelog_topic(self, store_name: str) -> str:
+        return f"{self.application_id}-{store_name}-changelog"
+
+    def _build_nodes(self) -> None:
+        config = self.config
+        by_name: dict[str, ProcessorNode] = {}
+        resolve = self._resolve_topic
+        for spec in self.sub.nodes:
+            node: ProcessorNode
+            if isinstance(spec, SourceSpec):
+                key_serde = resolve_serde(spec.key_serde, config, "default.key.serde")
+                value_serde = resolve_serde(spec.value_serde, config, "default.value.serde")
+                if key_serde is None or value_serde is None:
+                    which = "key" if key_serde is None else "value"
+                    raise StreamsError(
+                        f"source '{spec.name}' (topics {spec.topics}) has no {which} serde: pass "
+                        f"{which}_serde= or set default.{which}.serde"
+                    )
+                extractor: TimestampExtractor | None = spec.timestamp_extractor or config.get(
+                    "default.timestamp.extractor"
+                )
+                source = SourceNode(spec, key_serde, value_serde, extractor)
+                source.bind(self.context)
+                node = source
+                for topic in spec.topics:
+                    self.sources[resolve(topic)] = source
+            elif isinstance(spec, SinkSpec):
+                sink = SinkNode(
+                    spec,
+                    resolve,
+                    resolve_serde(spec.key_serde, config, "default.key.serde"),
+                    resolve_serde(spec.value_serde, config, "default.value.serde"),
+                )
+                sink.bind(self.context)
+                node = sink
+            else:
+                assert isinstance(spec, ProcessorSpec)
+                node = ProcessorNode(spec.name, spec.supplier())
+            by_name[spec.name] = node
+            self.nodes.append(node)
+        for spec in self.sub.nodes:
+            for child in spec.children:
+                by_name[spec.name].add_child(by_name[child])
+
+    def _resolve_topic(self, topic: str) -> str:
+        return self.topology.resolve_topic(topic, self.application_id)
+
+    def _transition(self, target: TaskState) -> None:
+        if target not in _TRANSITIONS[self.state]:
+            raise StreamsError(f"task {self.id}: illegal transition {self.state.value} -> {target.value}")
+        log.debug("task %s: %s -> %s", self.id, self.state.value, target.value)
+        self.state = target
+
+    def initialize(self) -> None:
+        """Open the stores (which register their changelogs); the task then restores before running."""
+        for store_name in self.sub.stores:
+            builder = self.topology.stores[store_name]
+            self.state_manager.register_builder(builder)
+            store = builder.build()
+            self.context.stores[store_name] = store
+            store.init(self.context, store)
+        self._transition(TaskState.RESTORING)
+
+    def complete_restoration(self) -> None:
+        """Restoration is done: initialize the processors (in topology order) and start running."""
+        for node in self.nodes:
+            node.init(self.context)
+        self._transition(TaskState.RUNNING)
+
+    # ----------------------------------------------------------------- input
+    def add_records(self, topic: str, partition: int, records: Iterable[RawRecord]) -> None:
+        key = (topic, partition)
+        queue = self.queues.get(key)
+        if queue is None:
+            queue = self.queues[key] = deque()
+        queue.extend(records)
+
+    def buffered(self) -> int:
+        return sum(len(q) for q in self.queues.values())
+
+    def _next_queue(self) -> tuple[tuple[str, int], deque[RawRecord]] | None:
+        best: tuple[tuple[str, int], deque[RawRecord]] | None = None
+        best_ts = 0
+        for key, queue in self.queues.items():
+            if queue and (best is None or queue[0].timestamp < best_ts):
+                best, best_ts = (key, queue), queue[0].timestamp
+        return best
+
+    def process(self) -> bool:
+        """Process the buffered record with the lowest timestamp; False when nothing is buffered."""
+        if self.state is not TaskState.RUNNING:
+            return False
+        chosen = self._next_queue()
+        if chosen is None:
+            return False
+        (topic, partition), queue = chosen
+        raw = queue.popleft()
+        self._process_raw(topic, partition, raw)
+        self.consumed_offsets[(topic, partition)] = raw.offset
+        return True
+
+    def _process_raw(self, topic: str, partition: int, raw: RawRecord) -> None:
+        source = self.sources[topic]
+        try:
+            consumed = source.deserialize(
+                topic, partition, raw.offset, raw.timestamp, raw.key, raw.value, raw.headers
+            )
+        except DeserializationError as exc:
+            self._handle_failure(self._deserialization_handler, exc, topic, partition, raw, source.name)
+            return
+        tp = (topic, partition)
+        partition_time = self.partition_time.get(tp, -1)
+        timestamp = self._extract_timestamp(source, consumed, partition_time)
+        if timestamp < 0:
+            log.warning(
+                "dropping record %s-%s@%s: invalid extracted timestamp %s",
+                topic,
+                partition,
+                raw.offset,
+                timestamp,
+            )
+            self.metrics.increment("dropped-records-total", reason="invalid-timestamp", **self._labels)
+            return
+        if timestamp > partition_time:
+            self.partition_time[tp] = timestamp
+        context = self.context
+        if timestamp > context.stream_time:
+            context.stream_time = timestamp
+        context.current = RecordContext(timestamp, topic, partition, raw.offset, raw.headers)
+        context.current_node = source
+        try:
+            source.process(Record(consumed.key, consumed.value, timestamp, raw.headers))
+        except (TaskMigratedError, ProcessingError):
+            raise
+        except Exception as exc:
+            node = context.current_node.name if context.current_node else source.name
+            error = ProcessingError(
+                f"error processing record {topic}-{partition}@{raw.offset} in node '{node}': "
+                f"{type(exc).__name__}: {exc}",
+                node=node,
+                topic=topic,
+                partition=partition,
+                offset=raw.offset,
+            )
+            error.__cause__ = exc
+            self._handle_failure(self._processing_handler, error, topic, partition, raw, node)
+        finally:
+            context.current_node = None
+        self.metrics.increment("records-processed-total", **self._labels)
+        self.maybe_punctuate_stream_time()
+
+    def _extract_timestamp(self, source: SourceNode, consumed: ConsumedRecord, partition_time: int) -> int:
+        extractor = source.timestamp_extractor
+        if extractor is record_timestamp:
+            return (
+                consumed.timestamp if consumed.timestamp >= 0 else record_timestamp(consumed, partition_time)
+            )
+        return int(extractor(consumed, partition_time))
+
+    def _handle_failure(
+        self, handler: Any, error: StreamsError, topic: str, partition: int, raw: RawRecord, node: str
+    ) -> None:
+        failed = FailedRecord(
+            topic, partition, raw.offset, raw.timestamp, raw.key, raw.value, raw.headers, node
+        )
+        response = handler(error, failed)
+        if response is not HandlerResponse.CONTINUE:
+            raise error
+        self.metrics.increment("dropped-records-total", reason=type(error).__name__, **self._labels)
+        if self._dead_letter_topic:
+            self.context.collector.send(
+                self._dead_letter_topic,
+                raw.key,
+                raw.value,
+                dead_letter_headers(failed, error),
+                max(raw.timestamp, 0),
+                None,
+            )
+
+    # ----------------------------------------------------------------- punctuation
+    def _punctuate(self, queue: PunctuationQueue, now: int) -> bool:
+        fired = False
+        for schedule in queue.due(now):
+            context = self.context
+            context.current = RecordContext(now, "", self.id.partition, -1, Headers())
+            context.current_node = schedule.node
+            try:
+                schedule.callback(now)
+            finally:
+                context.current_node = None
+            schedule.advance(now)
+            fired = True
+        return fired
+
+    def maybe_punctuate_stream_time(self) -> bool:
+        stream_time = self.context.stream_time
+        if stream_time < 0 or not len(self.context.stream_time_punctuations):
+            return False
+        return self._punctuate(self.context.stream_time_punctuations, stream_time)
+
+    def maybe_punctuate_system_time(self, now: int) -> bool:
+        if self.state is not TaskState.RUNNING or not len(self.context.system_time_punctuations):
+            return False
+        return self._punctuate(self.context.system_time_punctuations, now)
+
+    # ----------------------------------------------------------------- commit and close
+    def commit_needed(self) -> bool:
+        return bool(self.consumed_offsets) or self.context.commit_requested
+
+    def prepare_commit(self) -> dict[tuple[str, int], int]:
+        """Flush stores (caches forward and log their dirty entries) and return the offsets to commit."""
+        if self.state in (TaskState.RUNNING, TaskState.RESTORING, TaskState.SUSPENDED):
+            self.state_manager.flush()
+        offsets = {tp: offset + 1 for tp, offset in self.consumed_offsets.items()}
+        return offsets
+
+    def post_commit(self, changelog_offsets: dict[str, int] | None = None) -> None:
+        self.committed_offsets.update({tp: o + 1 for tp, o in self.consumed_offsets.items()})
+        self.consumed_offsets.clear()
+        self.context.commit_requested = False
+        if changelog_offsets:
+            self.state_manager.checkpoint(changelog_offsets)
+
+    def suspend(self) -> None:
+        if self.state is TaskState.RUNNING or self.state is TaskState.RESTORING:
+            self._transition(TaskState.SUSPENDED)
+
+    def close(self, clean: bool = True) -> None:
+        if self.state is TaskState.CLOSED:
+            return
+        if self.state is TaskState.RUNNING:
+            for node in self.nodes:
+                try:
+                    node.close()
+                except Exception:
+                    if clean:
+                        raise
+                    log.exception("task %s: error closing node %s", self.id, node.name)
+        if clean:
+            self.state_manager.flush()
+        self.state_manager.close()
+        self.state = TaskState.CLOSED

@@ -1,0 +1,405 @@
+"""`TopologyTestDriver`: run a Topology with the real tasks, processors and stores, without a broker.
+
+It mirrors Kafka Streams' driver: one partition per topic, repartition topics routed in memory, a commit
+after every input record (so caches flush per record, as Java's driver does), a mock wall clock for
+punctuations. Records a topology writes to its changelogs are kept, so a test can close a driver and open
+a new one restored from them (`restore_from=`), exercising the same restore path as the runtime.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections import defaultdict, deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from kappaflow.api.config import StreamsConfig
+from kappaflow.api.errors import InvalidStateStoreError, TopologyError
+from kappaflow.api.metrics import Metrics
+from kappaflow.api.processor import TaskId, to_millis
+from kappaflow.api.record import Headers, TestRecord, ensure_headers
+from kappaflow.api.serdes import Serde
+from kappaflow.state.builders import ReadOnlyKeyValueView
+from kappaflow.state.cache import ThreadCache
+from kappaflow.tasks.global_task import GlobalTask
+from kappaflow.tasks.task import RawRecord, StreamTask
+from kappaflow.topology.topology import Topology
+
+__all__ = ["EmptyTopicError", "TestInputTopic", "TestOutputTopic", "TestRecord", "TopologyTestDriver"]
+
+
+class EmptyTopicError(LookupError):
+    """Reading from an output topic that has no (more) records."""
+
+
+@dataclass(frozen=True)
+class ProducedRecord:
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    headers: Headers
+    timestamp: int
+
+
+class _DriverCollector:
+    def __init__(self, driver: TopologyTestDriver) -> None:
+        self._driver = driver
+
+    def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers | None,
+        timestamp: int,
+        partition: int | None,
+    ) -> None:
+        self._driver._route(ProducedRecord(topic, key, value, (headers or Headers()).copy(), timestamp))
+
+    def partition_count(self, topic: str) -> int | None:
+        return 1
+
+
+def _millis(value: datetime | timedelta | int | None) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return int(value.timestamp() * 1000)
+    return to_millis(value)
+
+
+class TopologyTestDriver:
+    def __init__(
+        self,
+        topology: Topology,
+        config: dict[str, Any] | None = None,
+        initial_wall_clock_time: datetime | int | None = None,
+        *,
+        restore_from: TopologyTestDriver | None = None,
+    ) -> None:
+        values: dict[str, Any] = {"application.id": "topology-test-driver", "bootstrap.servers": "dummy:1234"}
+        values.update(config or {})
+        self._own_state_dir = "state.dir" not in (config or {})
+        if self._own_state_dir:
+            values["state.dir"] = tempfile.mkdtemp(prefix="kappaflow-ttd-")
+        self.config = StreamsConfig(values)
+        self.topology = topology
+        self.application_id = self.config.application_id
+        self._metrics = Metrics()
+        self._wall_clock = _millis(initial_wall_clock_time) or int(time.time() * 1000)
+        self._cache = ThreadCache(self.config.get_int("statestore.cache.max.bytes"))
+        self._outputs: dict[str, deque[ProducedRecord]] = defaultdict(deque)
+        self.produced: dict[str, list[ProducedRecord]] = defaultdict(list)
+        self._pending: deque[tuple[str, ProducedRecord]] = deque()
+        self._offsets: dict[str, int] = defaultdict(int)
+        self._closed = False
+        state_root = Path(self.config.get_str("state.dir")) / self.application_id
+        collector = _DriverCollector(self)
+        self._global: GlobalTask | None = None
+        if topology.global_stores:
+            self._global = GlobalTask(
+                topology, self.config, collector, self._metrics, state_root, self._clock
+            )
+        global_stores = self._global.stores if self._global else {}
+        self._internal_topics = {
+            topology.resolve_topic(t, self.application_id) for t in topology.internal_topics
+        }
+        self._tasks: dict[int, StreamTask] = {}
+        self._task_by_topic: dict[str, StreamTask] = {}
+        for sub in topology.sub_topologies():
+            task = StreamTask(
+                TaskId(sub.id, 0),
+                topology,
+                self.config,
+                collector,
+                self._cache,
+                self._metrics,
+                state_root,
+                self._clock,
+                global_stores,
+            )
+            self._tasks[sub.id] = task
+            for topic in sub.source_topics:
+                self._task_by_topic[topology.resolve_topic(topic, self.application_id)] = task
+        for task in self._tasks.values():
+            task.initialize()
+            if restore_from is not None:
+                self._restore(task, restore_from)
+            task.complete_restoration()
+
+    def _clock(self) -> int:
+        return self._wall_clock
+
+    def _restore(self, task: StreamTask, previous: TopologyTestDriver) -> None:
+        for meta in task.state_manager.logged_stores():
+            log = previous.produced.get(meta.changelog_topic, [])
+            start = task.state_manager.committed_offset(meta.name) or 0
+            records = [(r.key or b"", r.value, r.timestamp) for r in log[start:]]
+            if records:
+                task.state_manager.restore(meta.name, records)
+            task.state_manager.checkpoint({meta.name: len(log)})
+
+    # ----------------------------------------------------------------- routing
+    def _route(self, record: ProducedRecord) -> None:
+        self.produced[record.topic].append(record)
+        if record.topic in self._internal_topics:
+            self._pending.append((record.topic, record))
+            return
+        if record.topic.endswith("-changelog") and record.topic.startswith(self.application_id + "-"):
+            return
+        self._outputs[record.topic].append(record)
+        if record.topic in self._task_by_topic:
+            self._pending.append((record.topic, record))
+
+    def _enqueue(self, topic: str, record: ProducedRecord) -> StreamTask:
+        task = self._task_by_topic[topic]
+        offset = self._offsets[topic]
+        self._offsets[topic] = offset + 1
+        task.add_records(
+            topic, 0, [RawRecord(offset, record.timestamp, record.key, record.value, record.headers)]
+        )
+        return task
+
+    def _process(self, task: StreamTask) -> None:
+        while task.process():
+            self._commit(task)
+
+    def _commit(self, task: StreamTask) -> None:
+        task.prepare_commit()
+        task.post_commit()
+
+    def _drain(self) -> None:
+        while self._pending:
+            topic, record = self._pending.popleft()
+            self._process(self._enqueue(topic, record))
+
+    def pipe_raw(self, topic: str, record: ProducedRecord) -> None:
+        if self._closed:
+            raise TopologyError("the driver is closed")
+        if self._global is not None and topic in self._global.topics():
+            offset = self._offsets[topic]
+            self._offsets[topic] = offset + 1
+            raw = RawRecord(offset, record.timestamp, record.key, record.value, record.headers)
+            self._global.update(topic, 0, raw)
+            self._global.flush()
+            return
+        if topic not in self._task_by_topic:
+            raise TopologyError(f"unknown topic '{topic}': the topology does not read it")
+        self._process(self._enqueue(topic, record))
+        self._drain()
+
+    # ----------------------------------------------------------------- public API
+    def create_input_topic(
+        self,
+        name: str,
+        key_serde: Serde[Any] | None = None,
+        value_serde: Serde[Any] | None = None,
+        start_timestamp: datetime | int | None = None,
+        auto_advance: timedelta | int | None = None,
+    ) -> TestInputTopic:
+        return TestInputTopic(
+            self,
+            name,
+            key_serde or self.config.serde("default.key.serde"),
+            value_serde or self.config.serde("default.value.serde"),
+            _millis(start_timestamp) or self._wall_clock if start_timestamp is not None else self._wall_clock,
+            _millis(auto_advance) or 0,
+        )
+
+    def create_output_topic(
+        self, name: str, key_serde: Serde[Any] | None = None, value_serde: Serde[Any] | None = None
+    ) -> TestOutputTopic:
+        return TestOutputTopic(
+            self,
+            name,
+            key_serde or self.config.serde("default.key.serde"),
+            value_serde or self.config.serde("default.value.serde"),
+        )
+
+    def advance_wall_clock_time(self, advance: timedelta | int) -> None:
+        self._wall_clock += to_millis(advance, "advance")
+        for task in self._tasks.values():
+            if task.maybe_punctuate_system_time(self._wall_clock):
+                self._commit(task)
+        self._drain()
+
+    @property
+    def wall_clock_time_ms(self) -> int:
+        return self._wall_clock
+
+    def _find_store(self, name: str) -> Any:
+        for task in self._tasks.values():
+            if name in task.context.stores:
+                return task.context.stores[name]
+        if self._global is not None and name in self._global.stores:
+            return self._global.stores[name]
+        return None
+
+    def get_state_store(self, name: str) -> Any:
+        store = self._find_store(name)
+        if store is None:
+            raise InvalidStateStoreError(f"no store named '{name}' in this topology")
+        return store
+
+    def get_key_value_store(self, name: str) -> ReadOnlyKeyValueView:
+        return ReadOnlyKeyValueView(self.get_state_store(name))
+
+    def get_timestamped_key_value_store(self, name: str) -> Any:
+        return self.get_state_store(name)
+
+    def metrics(self) -> Metrics:
+        return self._metrics
+
+    def producer_topics(self) -> list[str]:
+        return sorted(self.produced)
+
+    def _output_queue(self, topic: str) -> deque[ProducedRecord]:
+        return self._outputs[topic]
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for task in self._tasks.values():
+            task.close(clean=True)
+        if self._global is not None:
+            self._global.close()
+        if self._own_state_dir:
+            shutil.rmtree(self.config.get_str("state.dir"), ignore_errors=True)
+
+    def __enter__(self) -> TopologyTestDriver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class TestInputTopic:
+    __test__ = False
+
+    def __init__(
+        self,
+        driver: TopologyTestDriver,
+        name: str,
+        key_serde: Serde[Any] | None,
+        value_serde: Serde[Any] | None,
+        start: int,
+        auto_advance: int,
+    ) -> None:
+        self._driver = driver
+        self.name = name
+        self._key_serde = key_serde
+        self._value_serde = value_serde
+        self._time = start
+        self._advance = auto_advance
+
+    def advance_time(self, advance: timedelta | int) -> None:
+        self._time += to_millis(advance, "advance")
+
+    def _next_time(self, timestamp: datetime | int | None) -> int:
+        if timestamp is not None:
+            return _millis(timestamp)  # type: ignore[return-value]
+        current = self._time
+        self._time += self._advance
+        return current
+
+    def pipe_input(
+        self,
+        key: Any = None,
+        value: Any = None,
+        timestamp: datetime | int | None = None,
+        headers: Headers | Iterable[tuple[str, bytes | None]] | None = None,
+    ) -> None:
+        if self._key_serde is None or self._value_serde is None:
+            raise TopologyError(f"input topic '{self.name}' needs key and value serdes")
+        record = ProducedRecord(
+            self.name,
+            self._key_serde.serialize(self.name, key),
+            self._value_serde.serialize(self.name, value),
+            ensure_headers(headers),
+            self._next_time(timestamp),
+        )
+        self._driver.pipe_raw(self.name, record)
+
+    def pipe_record(self, record: TestRecord[Any, Any]) -> None:
+        self.pipe_input(record.key, record.value, record.timestamp, record.headers)
+
+    def pipe_value_list(self, values: Iterable[Any]) -> None:
+        for value in values:
+            self.pipe_input(None, value)
+
+    def pipe_key_value_list(self, pairs: Iterable[tuple[Any, Any]]) -> None:
+        for key, value in pairs:
+            self.pipe_input(key, value)
+
+    def pipe_records_list(self, records: Iterable[TestRecord[Any, Any]]) -> None:
+        for record in records:
+            self.pipe_record(record)
+
+
+class TestOutputTopic:
+    __test__ = False
+
+    def __init__(
+        self,
+        driver: TopologyTestDriver,
+        name: str,
+        key_serde: Serde[Any] | None,
+        value_serde: Serde[Any] | None,
+    ) -> None:
+        self._driver = driver
+        self.name = name
+        self._key_serde = key_serde
+        self._value_serde = value_serde
+
+    def read_record(self) -> TestRecord[Any, Any]:
+        queue = self._driver._output_queue(self.name)
+        if not queue:
+            raise EmptyTopicError(f"empty topic: {self.name}")
+        if self._key_serde is None or self._value_serde is None:
+            raise TopologyError(f"output topic '{self.name}' needs key and value serdes")
+        raw = queue.popleft()
+        return TestRecord(
+            self._key_serde.deserialize(self.name, raw.key),
+            self._value_serde.deserialize(self.name, raw.value),
+            raw.timestamp,
+            raw.headers,
+        )
+
+    def read_value(self) -> Any:
+        return self.read_record().value
+
+    def read_key_value(self) -> tuple[Any, Any]:
+        return self.read_record().key_value()
+
+    def read_records_to_list(self) -> list[TestRecord[Any, Any]]:
+        result = []
+        while not self.is_empty():
+            result.append(self.read_record())
+        return result
+
+    def read_values_to_list(self) -> list[Any]:
+        return [r.value for r in self.read_records_to_list()]
+
+    def read_key_values_to_list(self) -> list[tuple[Any, Any]]:
+        return [r.key_value() for r in self.read_records_to_list()]
+
+    def read_key_values_to_map(self) -> dict[Any, Any]:
+        """The last value per key (a tombstone maps to None), as Java's readKeyValuesToMap."""
+        result: dict[Any, Any] = {}
+        for key, value in self.read_key_values_to_list():
+            if key is None:
+                raise ValueError(f"read_key_values_to_map: topic '{self.name}' has a record with a null key")
+            result[key] = value
+        return result
+
+    def is_empty(self) -> bool:
+        return not self._driver._output_queue(self.name)
+
+    def get_queue_size(self) -> int:
+        return len(self._driver._output_queue(self.name))
