@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import ctypes
 import fcntl
 import json
 import os
@@ -48,6 +49,8 @@ HEAP = "512m"
 MAIN_CLASS = "kafka.Kafka"
 STORAGE_TOOL = "kafka.tools.StorageTool"
 COMPLETE_MARKER = ".complete"
+
+_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 PID_FILE = "broker.pid"
 STATE_FILE = "broker.json"
@@ -113,6 +116,8 @@ def ensure_kafka_libs(version: str = KAFKA_VERSION, *, verbose: bool = False) ->
     home = kafka_home(version)
     libs = home / "libs"
     if (libs / COMPLETE_MARKER).is_file():
+        if verbose:
+            print(f"==> Apache Kafka {version} jars already cached in {libs}", flush=True)
         return libs
     if shutil.which("mvn") is None:
         raise BrokerError("Maven (mvn) is required to download the Kafka broker jars; install maven")
@@ -241,13 +246,19 @@ def _write_properties(path: Path, props: Mapping[str, str]) -> None:
 
 
 def _pid_alive(pid: int) -> bool:
+    """True while ``pid`` runs; a zombie counts as gone (in a container whose init never reaps, a
+    detached broker's corpse would otherwise look alive forever)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
 def _is_our_broker(pid: int, data_dir: Path) -> bool:
@@ -389,6 +400,7 @@ class LocalKafkaBroker:
                 stderr=subprocess.STDOUT,
                 cwd=self.data_dir,
                 start_new_session=detach,
+                preexec_fn=None if detach else _die_with_parent,
             )
         self.pid = self._proc.pid
         (self.data_dir / PID_FILE).write_text(f"{self.pid}\n")
@@ -453,6 +465,19 @@ class LocalKafkaBroker:
         self.stop()
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: ask Linux to SIGTERM the broker when its parent dies.
+
+    A pytest run that is killed (SIGKILL, a CI timeout) never reaches the fixture's ``stop()``; without
+    this its broker JVM would linger and hold the ports. Harmless no-op where prctl is unavailable.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:
+        pass
+
+
 def _terminate_pid(pid: int, timeout: float) -> None:
     """Stop a broker that is not our child (started by an earlier CLI call): poll instead of wait()."""
     with contextlib.suppress(ProcessLookupError):
@@ -463,7 +488,8 @@ def _terminate_pid(pid: int, timeout: float) -> None:
     if _pid_alive(pid):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        while _pid_alive(pid):
+        deadline = time.monotonic() + 10.0
+        while _pid_alive(pid) and time.monotonic() < deadline:
             time.sleep(0.05)
 
 

@@ -22,7 +22,8 @@ from tests.harness.kafka_broker import BrokerError, LocalKafkaBroker
 TopicFactory = Callable[..., str]
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A port free on 127.0.0.1 right now (the OS picks it; a race with other processes is possible)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
@@ -39,9 +40,9 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafk
     # the JVM binds it: retry with new ports rather than fail the whole session on that race.
     for attempt in range(3):
         broker = LocalKafkaBroker(
-            _free_port(),
+            free_port(),
             tmp_path_factory.mktemp(f"kafka{attempt}"),
-            controller_port=_free_port(),
+            controller_port=free_port(),
         )
         try:
             broker.start()
@@ -121,4 +122,4 @@ def kafka_topics(kafka_bootstrap: str, request: pytest.FixtureRequest) -> Iterat
                 print(f"kafka_topics: could not delete a topic: {err}")
 
 
-__all__ = ["TopicFactory", "kafka_bootstrap", "kafka_broker", "kafka_topics", "wait_for_topics"]
+__all__ = ["TopicFactory", "free_port", "kafka_bootstrap", "kafka_broker", "kafka_topics", "wait_for_topics"]

@@ -8,15 +8,19 @@ assumption fails here first, with a clear name.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import Consumer, ConsumerGroupType, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConsumerGroupDescription, NewTopic
 
-from tests.harness.kafka_fixtures import TopicFactory
+from tests.harness.kafka_fixtures import TopicFactory, free_port
 from tests.harness.murmur2 import default_partition, murmur2
 
 # Reference values printed by the Java client itself (org.apache.kafka.common.utils.Utils.murmur2 from
@@ -77,6 +81,12 @@ def _poll_until(consumers: Iterable[Consumer], condition: Callable[[], bool], ti
                 and msg.error().code() != KafkaError._PARTITION_EOF
             ):
                 raise AssertionError(f"consumer error: {msg.error()}")
+
+
+def _describe_group(bootstrap: str, group: str) -> ConsumerGroupDescription:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    description: ConsumerGroupDescription = admin.describe_consumer_groups([group])[group].result(timeout=30)
+    return description
 
 
 def _partitions(consumer: Consumer) -> dict[str, set[int]]:
@@ -300,16 +310,22 @@ def test_classic_range_with_static_members_co_partitions_and_survives_a_restart(
             assert view[topics[0]] == view[topics[1]]
             assert view[topics[0]] in ({0, 1}, {2, 3})
         assert before["pod-0"][topics[0]] != before["pod-1"][topics[0]]
+        description = _describe_group(kafka_bootstrap, group)
+        assert description.type == ConsumerGroupType.CLASSIC
+        assert description.partition_assignor == "range"
+        assert sorted(m.group_instance_id for m in description.members) == ["pod-0", "pod-1"]
 
         # Static membership: a member that closes and comes back with the same group.instance.id within
         # the session timeout gets its partitions back without a rebalance, so pod-0 never loses its own.
-        revoked.clear()
-        members["pod-1"].close()
-        members["pod-1"] = _classic_member(kafka_bootstrap, group, "pod-1", topics, revoked)
-        _poll_until(members.values(), lambda: _partitions(members["pod-1"]) == before["pod-1"])
-        _poll_for(members.values(), 2.0)  # several heartbeats: a rebalance would revoke pod-0 now
-        assert _partitions(members["pod-0"]) == before["pod-0"]
-        assert "pod-0" not in revoked
+        # Restart both in turn, as a rolling upgrade does (pod-0 subscribed first: usually the group leader).
+        for restarted, other in (("pod-1", "pod-0"), ("pod-0", "pod-1")):
+            revoked.clear()
+            members[restarted].close()
+            members[restarted] = _classic_member(kafka_bootstrap, group, restarted, topics, revoked)
+            _poll_until(members.values(), lambda r=restarted: _partitions(members[r]) == before[r])
+            _poll_for(members.values(), 2.0)  # several heartbeats: a rebalance would revoke `other` now
+            assert _partitions(members[other]) == before[other]
+            assert other not in revoked, f"restarting {restarted} rebalanced {other}"
     finally:
         for consumer in members.values():
             consumer.close()
@@ -348,6 +364,11 @@ def test_consumer_protocol_with_the_range_remote_assignor_co_partitions(
             assert view[topics[0]] == view[topics[1]]
         assert views[0][topics[0]] | views[1][topics[0]] == {0, 1, 2, 3}
         assert not views[0][topics[0]] & views[1][topics[0]]
+        # The broker really runs this group on the KIP-848 protocol (no silent fallback to classic).
+        description = _describe_group(kafka_bootstrap, group)
+        assert description.type == ConsumerGroupType.CONSUMER
+        assert description.partition_assignor == "range"
+        assert sorted(m.group_instance_id for m in description.members) == ["pod-0", "pod-1"]
     finally:
         for consumer in members:
             consumer.close()
@@ -365,3 +386,45 @@ def test_auto_topic_creation_is_off(kafka_bootstrap: str) -> None:
     producer.flush(10)
     assert errors and errors[0] is not None
     assert name not in admin.list_topics(timeout=10).topics
+
+
+@pytest.mark.kafka
+@pytest.mark.skipif(bool(os.environ.get("KAPPAFLOW_TEST_BOOTSTRAP")), reason="uses the local broker only")
+def test_cli_starts_a_detached_broker_idempotently_and_keeps_its_topics(tmp_path: Path) -> None:
+    """What ``make kafka-up``/``kafka-down`` run: start (twice), status, stop, restart on the same dir."""
+    repo = Path(__file__).resolve().parents[2]
+    data_dir = tmp_path / "kafka"
+    port, controller_port = free_port(), free_port()
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "tests.harness.kafka_broker", *args, "--dir", str(data_dir)],
+            cwd=repo,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    start = ["start", "--port", str(port), "--controller-port", str(controller_port)]
+    try:
+        first = cli(*start)
+        assert first.returncode == 0, first.stderr
+        bootstrap = f"127.0.0.1:{port}"
+        assert first.stdout.strip().splitlines()[-1] == bootstrap
+        assert "already running" in cli(*start).stdout
+        assert cli("status").returncode == 0
+
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic("kept-across-restarts", num_partitions=3)])[
+            "kept-across-restarts"
+        ].result(30)
+        assert cli("stop").returncode == 0
+        assert cli("status").returncode == 1
+
+        # A restart on the same dir does not reformat: the topic is still there.
+        assert cli(*start).returncode == 0
+        topics = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics
+        assert len(topics["kept-across-restarts"].partitions) == 3
+    finally:
+        cli("stop")
+    assert cli("status").returncode == 1
