@@ -60,7 +60,7 @@ def _consume_all(consumer: Consumer, expected: int, timeout: float = 30.0) -> li
                 records.append(msg)
             elif msg.error().code() != KafkaError._PARTITION_EOF:
                 raise AssertionError(f"consumer error: {msg.error()}")
-    settle = time.monotonic() + 1.0
+    settle = time.monotonic() + 0.5
     while time.monotonic() < settle:
         records.extend(m for m in consumer.consume(num_messages=500, timeout=0.2) if m.error() is None)
     return records
