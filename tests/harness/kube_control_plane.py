@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import json
 import os
 import re
@@ -252,6 +253,11 @@ def _alive(pid: int, binary: str) -> bool:
     return Path(cmdline).name == binary and stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
+def _die_with_parent() -> None:
+    """Runs in the child between fork and exec: prctl(PR_SET_PDEATHSIG, SIGTERM)."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)
+
+
 @dataclass
 class _Proc:
     name: str
@@ -267,9 +273,14 @@ class LocalControlPlane:
     see tests/harness/fake_kubelet.py for the stand-in that runs pods as local processes.
     """
 
-    def __init__(self, workdir: Path | str, binaries: Path | None = None) -> None:
+    def __init__(
+        self, workdir: Path | str, binaries: Path | None = None, tie_to_parent: bool = False
+    ) -> None:
+        """`tie_to_parent`: the kernel SIGTERMs the processes if this Python process dies (a test run that
+        is killed must not leave an API server behind); the CLI's detached `start` leaves it off."""
         self.workdir = Path(workdir).resolve()
         self.binaries = binaries
+        self.tie_to_parent = tie_to_parent
         self.pki = self.workdir / "pki"
         self.kubeconfig = self.workdir / "admin.kubeconfig"
         self.server = ""
@@ -377,6 +388,7 @@ class LocalControlPlane:
             popen = subprocess.Popen(
                 [str(bins / name), *args], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 cwd=self.workdir, start_new_session=True,
+                preexec_fn=_die_with_parent if self.tie_to_parent else None,
             )  # fmt: skip
         finally:
             log.close()

@@ -61,7 +61,7 @@ def kube_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeClust
         return
     from tests.harness.kube_control_plane import LocalControlPlane
 
-    plane = LocalControlPlane(tmp_path_factory.mktemp("kube"))
+    plane = LocalControlPlane(tmp_path_factory.mktemp("kube"), tie_to_parent=True)
     plane.start()
     try:
         yield KubeCluster(plane.kubeconfig, plane.server)
