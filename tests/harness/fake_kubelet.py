@@ -209,8 +209,13 @@ class FakeKubelet:
             self._threads.append(thread)
         return self
 
-    def stop(self) -> None:
-        """Stops the loops, then every process it launched (the Pod objects stay, as with a dead node)."""
+    def stop(self, delete_pods: bool = True) -> None:
+        """Stops the loops, then every process it launched.
+
+        With `delete_pods` the Pods bound to this node are then force-deleted, so a namespace deleted
+        after the test does not hang on Pods no kubelet will ever confirm; without it they stay, as on a
+        node that died (which is what a node-failure test wants).
+        """
         self._stopped.set()
         self._kick.set()
         for thread in self._threads:
@@ -221,6 +226,12 @@ class FakeKubelet:
             self.running.clear()
         for proc in running:
             self._terminate(proc.handle, self.max_grace_seconds)
+        if delete_pods:
+            selector = f"spec.nodeName={self.node_name}"
+            pods: list[Any] = self.core.list_namespaced_pod(self.namespace, field_selector=selector).items
+            for pod in pods:
+                with contextlib.suppress(ApiException):
+                    self.core.delete_namespaced_pod(pod.metadata.name, self.namespace, grace_period_seconds=0)
 
     def __enter__(self) -> FakeKubelet:
         return self.start()

@@ -6,8 +6,10 @@ the fake kubelet runs a StatefulSet's pods as local processes and stops them whe
 
 from __future__ import annotations
 
+import http.server
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,7 +19,14 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.harness.fake_kubelet import FakeKubelet, ProcessHandle, container_env, sequential_pod_ips
+from tests.harness.fake_kubelet import (
+    FakeKubelet,
+    ProcessHandle,
+    container_env,
+    http_readiness,
+    sequential_pod_ips,
+)
+from tests.harness.kube_control_plane import free_port
 from tests.harness.kube_fixtures import KubeCluster
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(900)]
@@ -256,6 +265,60 @@ def test_fake_kubelet_pod_ips_give_services_endpoints(api: client.ApiClient, nam
         assert {name for name, _ in endpoints} == {"web-0", "web-1"}
         assert {ip for _, ip in endpoints} <= {"10.244.0.1", "10.244.0.2"}
     core.delete_node(node)
+
+
+def test_fake_kubelet_ready_condition_follows_the_http_readiness_probe(
+    api: client.ApiClient, namespace: str
+) -> None:
+    core = client.CoreV1Api(api)
+    port = free_port()  # where the "pod" really listens; the manifest says container port 8080
+    container = client.V1Container(
+        name="main",
+        image="kappaflow:test",
+        ports=[client.V1ContainerPort(name="http", container_port=8080)],
+        readiness_probe=client.V1Probe(http_get=client.V1HTTPGetAction(path="/ready", port="http")),
+    )
+    pod = client.V1Pod(
+        metadata=client.V1ObjectMeta(name="probed"), spec=client.V1PodSpec(containers=[container])
+    )
+    mapped: list[int] = []
+
+    def local_port(_pod: client.V1Pod, container_port: int) -> int:
+        mapped.append(container_port)
+        return port
+
+    def launch(_pod: client.V1Pod) -> ProcessHandle:
+        return subprocess.Popen(["sleep", "3600"], start_new_session=True)
+
+    def ready() -> str | None:
+        status = core.read_namespaced_pod("probed", namespace).status
+        conditions = {c.type: c.status for c in status.conditions or []}
+        return conditions.get("Ready") if status.phase == "Running" else None
+
+    node = f"node-{namespace}"
+    with FakeKubelet(api, namespace, launch, readiness=http_readiness(local_port), node_name=node):
+        core.create_namespaced_pod(namespace, pod)
+        assert eventually(ready, what="pod Running") == "False"  # nothing listens yet
+        server = http.server.HTTPServer(("127.0.0.1", port), _ReadyHandler)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            eventually(lambda: ready() == "True", what="Ready once the probe answers")
+        finally:
+            server.shutdown()
+            server.server_close()
+        eventually(lambda: ready() == "False", what="not Ready once the probe fails")
+        assert set(mapped) == {8080}  # the named port was resolved through the container's ports
+    core.delete_node(node)
+
+
+class _ReadyHandler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200 if self.path == "/ready" else 404)
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
 
 
 def _env_from(name: str, **source: Any) -> client.V1EnvVar:
