@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import fcntl
 import json
 import os
 import re
@@ -127,11 +128,24 @@ def _write_wrapper(src: Path, go_env: dict[str, str]) -> None:
 
 
 def build(force: bool = False) -> Path:
-    """Build etcd, kube-apiserver and kube-controller-manager into the cache; returns the bin dir."""
+    """Build etcd, kube-apiserver and kube-controller-manager into the cache; returns the bin dir.
+
+    Serialised with a lock file so that parallel test processes on a fresh machine build once.
+    """
     root = cache_root()
     marker = root / "bin" / ".complete"
     if marker.exists() and not force:
         return root / "bin"
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if marker.exists() and not force:
+            return root / "bin"
+        marker.unlink(missing_ok=True)
+        return _build(root, marker)
+
+
+def _build(root: Path, marker: Path) -> Path:
     if shutil.which("go") is None:
         raise RuntimeError("the Go toolchain (>= 1.26) is needed to build the Kubernetes control plane")
     src = root / "src"
@@ -456,7 +470,9 @@ class LocalControlPlane:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.harness.kube_control_plane", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.harness.kube_control_plane", description=(__doc__ or "").split("\n\n")[0]
+    )
     parser.add_argument("command", choices=["build", "start", "stop", "status"])
     parser.add_argument("--dir", default=".run/kube", help="work directory (pid files, logs, etcd data)")
     parser.add_argument("--force", action="store_true", help="build: rebuild even if the marker exists")
