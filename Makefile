@@ -1,16 +1,22 @@
-# kappaflow developer entry points. `make run` sets everything up and runs the example;
-# `make test` runs every test tier. Downloads are cached under $(KAPPAFLOW_CACHE).
+# kappaflow developer entry points.
+#   make run   - set everything up, start a local Kafka broker and run the word count example
+#   make test  - lint, type-check and run every test tier (unit, Kafka, Kubernetes, Spark)
+# Downloads and builds are cached under $(KAPPAFLOW_CACHE), outside the clone.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 export KAPPAFLOW_CACHE ?= $(HOME)/.cache/kappaflow
 export PIP_CACHE_DIR ?= $(KAPPAFLOW_CACHE)/pip
+KAFKA_PORT ?= 9092
+KAFKA_DIR ?= .run/kafka
+PYTEST_ARGS ?=
 
-.PHONY: setup test test-unit lint typecheck run describe clean
+.PHONY: setup test test-unit test-kafka test-kube lint typecheck crds crds-check chart-lint describe \
+	kafka-up kafka-down kafka-status kafka-download clean
 
 $(VENV)/.installed: pyproject.toml
-	@echo "==> creating virtualenv and installing kappaflow (cached in $(PIP_CACHE_DIR))"
+	@echo "==> creating virtualenv and installing kappaflow (pip cache: $(PIP_CACHE_DIR))"
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev,operator]'
@@ -18,11 +24,17 @@ $(VENV)/.installed: pyproject.toml
 
 setup: $(VENV)/.installed
 
-test: setup
-	$(PY) -m pytest -q
+test: lint typecheck crds-check
+	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 test-unit: setup
-	$(PY) -m pytest -q tests/runtime
+	$(PY) -m pytest -q tests/runtime tests/operator -m "not kube and not kafka"
+
+test-kafka: setup
+	$(PY) -m pytest -q -m kafka
+
+test-kube: setup
+	$(PY) -m pytest -q -m kube
 
 lint: setup
 	$(VENV)/bin/ruff check runtime operator tests examples bench
@@ -32,8 +44,32 @@ lint: setup
 typecheck: setup
 	$(VENV)/bin/mypy runtime/kappaflow operator/kappaflow_operator
 
+crds: setup
+	$(PY) -m kappaflow_operator.crdgen
+
+crds-check: setup
+	$(PY) -m kappaflow_operator.crdgen --check
+
+chart-lint: setup
+	@helm=$$($(PY) -m tests.harness.helm) && \
+	  $$helm lint --strict charts/kappaflow && \
+	  $$helm template kf charts/kappaflow -n kappaflow-system >/dev/null && \
+	  $$helm template kf charts/kappaflow --set 'watchNamespaces={a,b}' >/dev/null
+
 describe: setup
 	$(VENV)/bin/kappaflow describe examples.wordcount:build_topology
 
-clean:
+kafka-up: setup
+	$(PY) -m tests.harness.kafka_broker start --port $(KAFKA_PORT) --dir $(KAFKA_DIR)
+
+kafka-down:
+	@if [ -x $(PY) ]; then $(PY) -m tests.harness.kafka_broker stop --dir $(KAFKA_DIR); fi
+
+kafka-status: setup
+	$(PY) -m tests.harness.kafka_broker status --dir $(KAFKA_DIR)
+
+kafka-download: setup
+	$(PY) -m tests.harness.kafka_broker download
+
+clean: kafka-down
 	rm -rf $(VENV) .state .run

@@ -32,7 +32,10 @@ def load_topology(target: str) -> Topology:
     except AttributeError as exc:
         raise StreamsError(f"module '{module_name}' has no attribute '{attr}'") from exc
     if callable(found) and not isinstance(found, Topology):
-        found = found()
+        try:
+            found = found()
+        except TypeError as exc:
+            raise StreamsError(f"'{target}' must be a Topology or take no arguments: {exc}") from exc
     if hasattr(found, "build") and not isinstance(found, Topology):
         found = found.build()
     if not isinstance(found, Topology):

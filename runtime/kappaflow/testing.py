@@ -91,7 +91,8 @@ class TopologyTestDriver:
         self.topology = topology
         self.application_id = self.config.application_id
         self._metrics = Metrics()
-        self._wall_clock = _millis(initial_wall_clock_time) or int(time.time() * 1000)
+        initial = _millis(initial_wall_clock_time)
+        self._wall_clock = initial if initial is not None else int(time.time() * 1000)
         self._cache = ThreadCache(self.config.get_int("statestore.cache.max.bytes"))
         self._outputs: dict[str, deque[ProducedRecord]] = defaultdict(deque)
         self.produced: dict[str, list[ProducedRecord]] = defaultdict(list)
@@ -207,7 +208,7 @@ class TopologyTestDriver:
             name,
             key_serde or self.config.serde("default.key.serde"),
             value_serde or self.config.serde("default.value.serde"),
-            _millis(start_timestamp) or self._wall_clock if start_timestamp is not None else self._wall_clock,
+            start if (start := _millis(start_timestamp)) is not None else self._wall_clock,
             _millis(auto_advance) or 0,
         )
 

@@ -311,7 +311,12 @@ class KStream:
         return KStream(self._builder, node, self.key_serde, None, self.repartition_required)
 
 
-def _adapt(supplier: Callable[[], Any]) -> Callable[[], Processor[Any, Any]]:
+def _adapt(supplier: Callable[..., Any]) -> Callable[[], Processor[Any, Any]]:
+    """A supplier (zero-argument callable, e.g. a Processor class) or a plain `f(record, context)`."""
+    if not isinstance(supplier, type) and takes_key(supplier):
+        function = supplier
+        return lambda: CallableProcessorAdapter(function)
+
     def make() -> Processor[Any, Any]:
         made = supplier()
         if isinstance(made, Processor):

@@ -58,6 +58,7 @@ class ProcessorContextImpl:
         self.stream_time_punctuations = PunctuationQueue()
         self.system_time_punctuations = PunctuationQueue()
         self.commit_requested = False
+        self.failed_node: str | None = None  # the deepest node a processing error came from
         self.changelog_partition = task_id.partition
 
     # ----------------------------------------------------------------- ProcessorContext
@@ -96,6 +97,10 @@ class ProcessorContextImpl:
             for node in targets:
                 self.current_node = node
                 node.process(record)
+        except BaseException:
+            if self.failed_node is None and self.current_node is not None:
+                self.failed_node = self.current_node.name
+            raise
         finally:
             self.current_node = previous
 

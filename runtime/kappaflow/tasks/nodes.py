@@ -111,6 +111,10 @@ class SourceNode(ProcessorNode):
             for child in self.children:
                 context.current_node = child
                 child.process(record)
+        except BaseException:
+            if context.failed_node is None and context.current_node is not None:
+                context.failed_node = context.current_node.name
+            raise
         finally:
             context.current_node = previous
 

@@ -264,7 +264,7 @@ class StreamTask:
         except (TaskMigratedError, ProcessingError):
             raise
         except Exception as exc:
-            node = context.current_node.name if context.current_node else source.name
+            node = context.failed_node or source.name
             error = ProcessingError(
                 f"error processing record {topic}-{partition}@{raw.offset} in node '{node}': "
                 f"{type(exc).__name__}: {exc}",
@@ -277,6 +277,7 @@ class StreamTask:
             self._handle_failure(self._processing_handler, error, topic, partition, raw, node)
         finally:
             context.current_node = None
+            context.failed_node = None
         self.metrics.increment("records-processed-total", **self._labels)
         self.maybe_punctuate_stream_time()
 

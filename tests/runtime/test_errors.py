@@ -1,0 +1,89 @@
+"""Bad input: deserialization and processing handlers, dead-letter records, invalid timestamps."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kappaflow import StreamsBuilder, serdes
+from kappaflow.api.errors import DeserializationError, ProcessingError
+from kappaflow.testing import TopologyTestDriver
+
+S, L = serdes.String(), serdes.Long()
+
+
+def long_sum_topology() -> Any:
+    builder = StreamsBuilder()
+    builder.stream("in", key_serde=S, value_serde=L).map_values(lambda v: 100 // v).to("out", value_serde=L)
+    return builder.build()
+
+
+def test_log_and_fail_names_topic_partition_and_offset() -> None:
+    with TopologyTestDriver(long_sum_topology()) as driver:
+        raw_in = driver.create_input_topic("in", S, serdes.Bytes())
+        with pytest.raises(DeserializationError, match=r"value of record in-0@0 with Long\(\)"):
+            raw_in.pipe_input("k", b"\x01\x02")
+
+
+def test_log_and_continue_skips_to_dead_letter_topic_and_keeps_going() -> None:
+    config = {
+        "default.deserialization.exception.handler": "log_and_continue",
+        "processing.exception.handler": "log_and_continue",
+        "errors.dead.letter.queue.topic.name": "dlq",
+    }
+    with TopologyTestDriver(long_sum_topology(), config) as driver:
+        raw_in = driver.create_input_topic("in", S, serdes.Bytes())
+        raw_in.pipe_input("poison", b"\x01\x02", headers=[("origin", b"test")])
+        raw_in.pipe_input("zero", L.serialize("in", 0))  # ZeroDivisionError while processing
+        raw_in.pipe_input("ok", L.serialize("in", 4))
+        assert driver.create_output_topic("out", S, L).read_key_values_to_list() == [("ok", 25)]
+        dead = driver.create_output_topic("dlq", S, serdes.Bytes()).read_records_to_list()
+        assert [(r.key, r.value) for r in dead] == [("poison", b"\x01\x02"), ("zero", L.serialize("in", 0))]
+        first = dict(dead[0].headers.to_list())
+        assert first["origin"] == b"test"
+        assert first["__kappaflow.error.class"] == b"DeserializationError"
+        assert first["__kappaflow.source.offset"] == b"0"
+        second = dict(dead[1].headers.to_list())
+        assert second["__kappaflow.error.class"] == b"ProcessingError"
+        assert b"ZeroDivisionError" in second["__kappaflow.error.message"]
+        assert driver.metrics().counter("dropped-records-total") == 2
+
+
+def test_callable_handler_decides() -> None:
+    decisions: list[str] = []
+
+    def handler(error: BaseException, record: Any) -> Any:
+        from kappaflow import HandlerResponse
+
+        decisions.append(record.where())
+        return HandlerResponse.CONTINUE
+
+    with TopologyTestDriver(long_sum_topology(), {"processing.exception.handler": handler}) as driver:
+        driver.create_input_topic("in", S, L).pipe_input("k", 0)
+        assert decisions == ["in-0@0 in node 'KSTREAM-MAPVALUES-0000000001'"]
+
+
+def test_processing_errors_fail_by_default() -> None:
+    with (
+        TopologyTestDriver(long_sum_topology()) as driver,
+        pytest.raises(ProcessingError, match="ZeroDivisionError"),
+    ):
+        driver.create_input_topic("in", S, L).pipe_input("k", 0)
+
+
+def test_negative_timestamps_fail_unless_another_extractor_is_configured() -> None:
+    from kappaflow.api.errors import StreamsError
+
+    with (
+        TopologyTestDriver(long_sum_topology()) as driver,
+        pytest.raises(StreamsError, match="invalid timestamp -5"),
+    ):
+        driver.create_input_topic("in", S, L).pipe_input("k", 1, timestamp=-5)
+    config = {"default.timestamp.extractor": __import__("kappaflow").log_and_skip_on_invalid_timestamp}
+    with TopologyTestDriver(long_sum_topology(), config) as driver:
+        topic = driver.create_input_topic("in", S, L)
+        topic.pipe_input("k", 1, timestamp=-5)
+        topic.pipe_input("k", 2, timestamp=5)
+        assert driver.create_output_topic("out", S, L).read_key_values_to_list() == [("k", 50)]
+        assert driver.metrics().counter("dropped-records-total", reason="invalid-timestamp") == 1

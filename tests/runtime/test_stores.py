@@ -1,0 +1,209 @@
+"""Key-value stores: memory and RocksDB behave identically (property-tested); cache and changelog layers."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kappaflow.api.config import StreamsConfig
+from kappaflow.api.metrics import Metrics
+from kappaflow.api.processor import TaskId
+from kappaflow.api.record import Headers
+from kappaflow.state.api import RecordContext
+from kappaflow.state.cache import ThreadCache
+from kappaflow.state.kv_bytes import InMemoryKeyValueBytesStore, RocksDBKeyValueBytesStore
+from kappaflow.state.kv_layers import CachingKeyValueStore, ChangeLoggingKeyValueBytesStore
+
+
+class FakeStoreContext:
+    """A minimal StoreContext: records changelog writes and restore registrations."""
+
+    def __init__(self, state_dir: Path, cache_bytes: int | None = None) -> None:
+        self.application_id = "app"
+        self.task_id = TaskId(0, 0)
+        self.app_config = StreamsConfig({"application.id": "app"})
+        self.metrics = Metrics()
+        self.cache = ThreadCache(cache_bytes) if cache_bytes is not None else None
+        self._dir = state_dir
+        self.logged: list[tuple[str, bytes, bytes | None, int]] = []
+        self.registered: list[Any] = []
+        self.current = RecordContext(7, "in", 0, 3, Headers())
+
+    def state_dir(self) -> Path:
+        return self._dir
+
+    def changelog_topic(self, store_name: str) -> str:
+        return f"app-{store_name}-changelog"
+
+    def log_change(
+        self, store_name: str, key: bytes, value: bytes | None, timestamp: int, headers: Any = None
+    ) -> None:
+        self.logged.append((store_name, key, value, timestamp))
+
+    def record_context(self) -> RecordContext:
+        return self.current
+
+    def set_record_context(self, context: RecordContext) -> None:
+        self.current = context
+
+    def register_store(self, store: Any, restore: Any) -> None:
+        self.registered.append((store, restore))
+
+
+keys = st.binary(min_size=1, max_size=4)
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("put"), keys, st.binary(max_size=4)),
+        st.tuples(st.just("delete"), keys, st.none()),
+        st.tuples(st.just("put_if_absent"), keys, st.binary(max_size=4)),
+        st.tuples(st.just("put_none"), keys, st.none()),
+    ),
+    max_size=40,
+)
+
+
+def _apply(store: Any, operations: list[tuple[str, bytes, bytes | None]]) -> list[Any]:
+    results = []
+    for op, key, value in operations:
+        if op == "put":
+            results.append(store.put(key, value))
+        elif op == "put_none":
+            results.append(store.put(key, None))
+        elif op == "delete":
+            results.append(store.delete(key))
+        else:
+            results.append(store.put_if_absent(key, value))
+    return results
+
+
+def _queries(store: Any, lo: bytes, hi: bytes, prefix: bytes) -> dict[str, Any]:
+    return {
+        "all": list(store.all()),
+        "reverse_all": list(store.reverse_all()),
+        "range": list(store.range(lo, hi)),
+        "reverse_range": list(store.reverse_range(lo, hi)),
+        "open_lo": list(store.range(None, hi)),
+        "open_hi": list(store.reverse_range(lo, None)),
+        "prefix": list(store.prefix_scan(prefix)),
+        "get": [store.get(k) for k in (lo, hi, prefix)],
+        "count": store.approximate_num_entries(),
+    }
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops, keys, keys, st.binary(max_size=2))
+def test_rocksdb_and_memory_stores_behave_the_same(
+    operations: list[tuple[str, bytes, bytes | None]], lo: bytes, hi: bytes, prefix: bytes
+) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        context = FakeStoreContext(Path(tmp))
+        memory = InMemoryKeyValueBytesStore("s")
+        rocks = RocksDBKeyValueBytesStore("s")
+        memory.init(context, memory)  # type: ignore[arg-type]
+        rocks.init(context, rocks)  # type: ignore[arg-type]
+        try:
+            assert _apply(memory, operations) == _apply(rocks, operations)
+            expected = _queries(memory, lo, hi, prefix)
+            actual = _queries(rocks, lo, hi, prefix)
+            # RocksDB's entry count is an estimate; everything else must be identical
+            expected.pop("count")
+            actual.pop("count")
+            assert actual == expected
+        finally:
+            rocks.close()
+
+
+@settings(max_examples=40, deadline=None)
+@given(ops, keys, keys, st.integers(min_value=0, max_value=400))
+def test_caching_layer_reads_like_the_store_under_it(
+    operations: list[tuple[str, bytes, bytes | None]], lo: bytes, hi: bytes, cache_bytes: int
+) -> None:
+    """Whatever the cache size (so whatever was evicted when), reads through the cache match a store
+    written directly, before and after a flush."""
+    with tempfile.TemporaryDirectory() as tmp:
+        context = FakeStoreContext(Path(tmp), cache_bytes=cache_bytes)
+        plain = InMemoryKeyValueBytesStore("p")
+        plain.init(context, plain)  # type: ignore[arg-type]
+        cached = CachingKeyValueStore(InMemoryKeyValueBytesStore("c"))
+        cached.init(context, cached)  # type: ignore[arg-type]
+        _apply(plain, operations)
+        _apply(cached, operations)
+        assert _queries(cached, lo, hi, b"")["range"] == _queries(plain, lo, hi, b"")["range"]
+        assert list(cached.all()) == list(plain.all())
+        cached.flush()
+        assert list(cached.inner.all()) == list(plain.all())
+
+
+def test_rocksdb_keeps_data_and_checkpoint_across_reopen(tmp_path: Path) -> None:
+    context = FakeStoreContext(tmp_path)
+    store = RocksDBKeyValueBytesStore("s")
+    store.init(context, store)  # type: ignore[arg-type]
+    store.put(b"k", b"v")
+    store.checkpoint(42)
+    store.close()
+    reopened = RocksDBKeyValueBytesStore("s")
+    reopened.init(context, reopened)  # type: ignore[arg-type]
+    try:
+        assert reopened.get(b"k") == b"v"
+        assert reopened.committed_changelog_offset() == 42
+    finally:
+        reopened.close()
+
+
+def test_change_logging_writes_every_change_with_the_record_time(tmp_path: Path) -> None:
+    context = FakeStoreContext(tmp_path)
+    store = ChangeLoggingKeyValueBytesStore(InMemoryKeyValueBytesStore("s"))
+    store.init(context, store)  # type: ignore[arg-type]
+    store.put(b"a", b"1")
+    store.put_if_absent(b"a", b"2")  # no change, no log
+    store.delete(b"a")
+    assert context.logged == [("s", b"a", b"1", 7), ("s", b"a", None, 7)]
+
+
+def test_timestamped_changelog_carries_plain_value_and_stored_timestamp(tmp_path: Path) -> None:
+    context = FakeStoreContext(tmp_path)
+    store = ChangeLoggingKeyValueBytesStore(
+        InMemoryKeyValueBytesStore("s", timestamped=True), timestamped=True
+    )
+    store.init(context, store)  # type: ignore[arg-type]
+    store.put(b"a", (99).to_bytes(8, "big") + b"value")
+    assert context.logged == [("s", b"a", b"value", 99)]
+    restored = InMemoryKeyValueBytesStore("r", timestamped=True)
+    restored.restore_batch([(b"a", b"value", 99)])
+    assert restored.get(b"a") == (99).to_bytes(8, "big") + b"value"
+
+
+def test_cache_flushes_dirty_entries_in_write_order_with_their_context(tmp_path: Path) -> None:
+    context = FakeStoreContext(tmp_path, cache_bytes=10_000)
+    store = CachingKeyValueStore(ChangeLoggingKeyValueBytesStore(InMemoryKeyValueBytesStore("s")))
+    store.init(context, store)  # type: ignore[arg-type]
+    flushed: list[tuple[bytes, bytes | None, bytes | None, int]] = []
+    store.set_flush_listener(lambda k, new, old, rc: flushed.append((k, new, old, rc.timestamp)), True)
+    store.put(b"b", b"1")
+    context.current = RecordContext(8, "in", 0, 4, Headers())
+    store.put(b"a", b"1")
+    store.put(b"b", b"2")
+    assert context.logged == []  # nothing reaches the changelog before a flush
+    store.flush()
+    assert flushed == [(b"a", b"1", None, 8), (b"b", b"2", None, 8)]
+    assert [(k, v) for _, k, v, _ in context.logged] == [(b"a", b"1"), (b"b", b"2")]
+    store.put(b"a", b"3")
+    store.flush()
+    assert flushed[-1] == (b"a", b"3", b"1", 8)
+
+
+def test_cache_eviction_flushes_when_over_budget(tmp_path: Path) -> None:
+    context = FakeStoreContext(tmp_path, cache_bytes=200)
+    store = CachingKeyValueStore(InMemoryKeyValueBytesStore("s"))
+    store.init(context, store)  # type: ignore[arg-type]
+    flushed: list[bytes] = []
+    store.set_flush_listener(lambda k, new, old, rc: flushed.append(k), False)
+    for i in range(10):
+        store.put(bytes([i]), b"x" * 10)
+    assert flushed  # evictions forced flushes long before a commit
+    assert context.cache is not None and context.cache.size_bytes <= 200
+    assert [store.get(bytes([i])) for i in range(10)] == [b"x" * 10] * 10
