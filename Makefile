@@ -10,10 +10,11 @@ export KAPPAFLOW_CACHE ?= $(HOME)/.cache/kappaflow
 export PIP_CACHE_DIR ?= $(KAPPAFLOW_CACHE)/pip
 KAFKA_PORT ?= 9092
 KAFKA_DIR ?= .run/kafka
+KUBE_DIR ?= .run/kube
 PYTEST_ARGS ?=
 
 .PHONY: setup test test-unit test-kafka test-kube lint typecheck crds crds-check chart-lint describe \
-	kafka-up kafka-down kafka-status kafka-download clean
+	kafka-up kafka-down kafka-status kafka-download kube-build kube-up kube-down kube-status clean
 
 $(VENV)/.installed: pyproject.toml
 	@echo "==> creating virtualenv and installing kappaflow (pip cache: $(PIP_CACHE_DIR))"
@@ -24,7 +25,8 @@ $(VENV)/.installed: pyproject.toml
 
 setup: $(VENV)/.installed
 
-test: lint typecheck crds-check
+# The servers the tiers need are fetched/built first, with progress, so no single test pays for them.
+test: lint typecheck crds-check kafka-download kube-build
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 test-unit: setup
@@ -33,7 +35,7 @@ test-unit: setup
 test-kafka: setup
 	$(PY) -m pytest -q -m kafka
 
-test-kube: setup
+test-kube: kube-build
 	$(PY) -m pytest -q -m kube
 
 lint: setup
@@ -71,5 +73,19 @@ kafka-status: setup
 kafka-download: setup
 	$(PY) -m tests.harness.kafka_broker download
 
-clean: kafka-down
+# etcd + kube-apiserver + kube-controller-manager built from the Go module proxy (~5.5 min cold, cached)
+kube-build: setup
+	$(PY) -m tests.harness.kube_control_plane build
+
+# a detached local control plane (no kubelet/scheduler); prints the kubeconfig path
+kube-up: kube-build
+	$(PY) -m tests.harness.kube_control_plane start --dir $(KUBE_DIR)
+
+kube-down:
+	@if [ -x $(PY) ]; then $(PY) -m tests.harness.kube_control_plane stop --dir $(KUBE_DIR); fi
+
+kube-status: setup
+	$(PY) -m tests.harness.kube_control_plane status --dir $(KUBE_DIR)
+
+clean: kafka-down kube-down
 	rm -rf $(VENV) .state .run
