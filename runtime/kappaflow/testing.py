@@ -250,6 +250,12 @@ class TopologyTestDriver:
     def get_key_value_store(self, name: str) -> ReadOnlyKeyValueView:
         return ReadOnlyKeyValueView(self.get_state_store(name))
 
+    def get_window_store(self, name: str) -> Any:
+        """A plain-value view of a window store: fetch(key, from, to), fetch_all, backward_fetch, ..."""
+        from kappaflow.state.window_store import ReadOnlyWindowView
+
+        return ReadOnlyWindowView(self.get_state_store(name))
+
     def get_timestamped_key_value_store(self, name: str) -> Any:
         return self.get_state_store(name)
 

@@ -115,6 +115,15 @@ class KGroupedStream:
             ),
         )
 
+    def windowed_by(self, windows: Any) -> Any:
+        """`windowed_by(TimeWindows...)` -> a TimeWindowedKStream (count/reduce/aggregate per window)."""
+        from kappaflow.dsl.windowed import TimeWindowedKStream
+        from kappaflow.dsl.windows import TimeWindows
+
+        if isinstance(windows, TimeWindows):
+            return TimeWindowedKStream(self, windows)
+        raise TypeError(f"windowed_by: unsupported windows {windows!r}")
+
 
 class KGroupedTable:
     def __init__(
