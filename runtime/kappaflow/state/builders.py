@@ -185,9 +185,13 @@ class ReadOnlyKeyValueView:
     def approximate_num_entries(self) -> int:
         return self._store.approximate_num_entries()
 
-    # writes through the view are for tests that seed state, as Java's test driver allows
+    # writes through the view are for tests that seed state, as Java's test driver allows; on a
+    # timestamped store the value gets no timestamp (-1), as Java's KeyValueStoreFacade does
     def put(self, key: Any, value: Any) -> None:
-        self._store.put(key, value)
+        if isinstance(self._store.value_serde, ValueAndTimestampSerde):
+            self._store.put(key, ValueAndTimestamp.make(value, -1))
+        else:
+            self._store.put(key, value)
 
     def delete(self, key: Any) -> Any:
         return self._plain(self._store.delete(key))
