@@ -98,25 +98,11 @@ class SourceNode(ProcessorNode):
         return ConsumedRecord(topic, partition, offset, timestamp, k, v, headers)
 
     def process(self, record: Record[Any, Any]) -> None:
-        forward = self.context_forward
-        forward(record)
+        # the task makes this node current before calling, so forward() reaches its children
+        self.context.forward(record)
 
     def bind(self, context: ProcessorContextImpl) -> None:
         self.context = context
-
-    def context_forward(self, record: Record[Any, Any]) -> None:
-        context = self.context
-        previous = context.current_node
-        try:
-            for child in self.children:
-                context.current_node = child
-                child.process(record)
-        except BaseException:
-            if context.failed_node is None and context.current_node is not None:
-                context.failed_node = context.current_node.name
-            raise
-        finally:
-            context.current_node = previous
 
 
 class SinkNode(ProcessorNode):
