@@ -207,3 +207,17 @@ def test_cache_eviction_flushes_when_over_budget(tmp_path: Path) -> None:
     assert flushed  # evictions forced flushes long before a commit
     assert context.cache is not None and context.cache.size_bytes <= 200
     assert [store.get(bytes([i])) for i in range(10)] == [b"x" * 10] * 10
+
+
+def test_metered_store_publishes_operation_counts_on_flush() -> None:
+    from kappaflow import Materialized, StreamsBuilder, serdes
+    from kappaflow.testing import TopologyTestDriver
+
+    S = serdes.String()
+    builder = StreamsBuilder()
+    builder.stream("in", key_serde=S, value_serde=S).group_by_key().count(Materialized.as_("c"))
+    with TopologyTestDriver(builder.build()) as driver:
+        driver.create_input_topic("in", S, S).pipe_key_value_list([("a", "1"), ("a", "2")])
+        metrics = driver.metrics()
+        assert metrics.gauge("state-store-put-total", store="c") == 2
+        assert metrics.gauge("state-store-get-total", store="c") == 2

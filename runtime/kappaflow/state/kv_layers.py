@@ -281,6 +281,13 @@ class MeteredKeyValueStore(Generic[K, V]):
         self.key_serde = key_serde
         self.value_serde = value_serde
         self._topic = inner.name
+        # plain integer counters on the hot path; published to the metrics registry on flush
+        self.gets = 0
+        self.puts = 0
+        self.deletes = 0
+        self.scans = 0
+        self._metrics: Any = None
+        self._labels: dict[str, str] = {}
 
     @property
     def name(self) -> str:
@@ -302,10 +309,24 @@ class MeteredKeyValueStore(Generic[K, V]):
                 f"default.{which}.serde"
             )
         self._topic = context.changelog_topic(self.name)
+        self._metrics = context.metrics
+        self._labels = {"store": self.name, "task": str(context.task_id)}
         self.inner.init(context, root or self)
 
     def flush(self) -> None:
         self.inner.flush()
+        self.publish_metrics()
+
+    def publish_metrics(self) -> None:
+        if self._metrics is None:
+            return
+        for name, value in (
+            ("state-store-get-total", self.gets),
+            ("state-store-put-total", self.puts),
+            ("state-store-delete-total", self.deletes),
+            ("state-store-scan-total", self.scans),
+        ):
+            self._metrics.set_gauge(name, float(value), **self._labels)
 
     def close(self) -> None:
         self.inner.close()
@@ -334,21 +355,27 @@ class MeteredKeyValueStore(Generic[K, V]):
             yield self._dk(k), self._dv(v)  # type: ignore[misc]
 
     def get(self, key: K) -> V | None:
+        self.gets += 1
         return self._dv(self.inner.get(self._k(key)))
 
     def put(self, key: K, value: V | None) -> None:
+        self.puts += 1
         self.inner.put(self._k(key), self._v(value))
 
     def put_if_absent(self, key: K, value: V | None) -> V | None:
+        self.puts += 1
         return self._dv(self.inner.put_if_absent(self._k(key), self._v(value)))
 
     def put_all(self, entries: list[tuple[K, V | None]]) -> None:
+        self.puts += len(entries)
         self.inner.put_all([(self._k(k), self._v(v)) for k, v in entries])
 
     def delete(self, key: K) -> V | None:
+        self.deletes += 1
         return self._dv(self.inner.delete(self._k(key)))
 
     def range(self, from_key: K | None, to_key: K | None) -> Iterator[tuple[K, V]]:
+        self.scans += 1
         lo = None if from_key is None else self._k(from_key)
         hi = None if to_key is None else self._k(to_key)
         return self._pairs(self.inner.range(lo, hi))
@@ -359,6 +386,7 @@ class MeteredKeyValueStore(Generic[K, V]):
         return self._pairs(self.inner.reverse_range(lo, hi))
 
     def all(self) -> Iterator[tuple[K, V]]:
+        self.scans += 1
         return self._pairs(self.inner.all())
 
     def reverse_all(self) -> Iterator[tuple[K, V]]:
