@@ -1,0 +1,209 @@
+"""Admin adapter: internal topics (create and validate), co-partitioning checks, group inspection, reset.
+
+The runner describes what it needs as plain `TopicPlan`s (this layer never sees a Topology). Partition
+counts come from the source topics; an existing topic with a different count is an error, never a
+resize, because resizing silently moves keys between partitions and corrupts state.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import Consumer, TopicPartition
+
+# NewTopic and ConsumerGroupDescription are re-exported without __all__: mypy needs the ignore.
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from kappaflow.api.errors import StreamsError
+
+log = logging.getLogger("kappaflow.admin")
+
+
+class TopicError(StreamsError):
+    """Topics are missing, have the wrong partition count or are not co-partitioned."""
+
+
+@dataclass
+class TopicPlan:
+    """An internal topic: full name, kind, topic config, and an explicit count or the topics it follows."""
+
+    name: str
+    kind: str
+    config: dict[str, str] = field(default_factory=dict)
+    partitions: int | None = None
+    partitions_from: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class GroupMember:
+    member_id: str
+    client_id: str
+    instance_id: str
+    assignment: tuple[tuple[str, int], ...]
+
+    @property
+    def sort_key(self) -> str:
+        return self.instance_id or self.member_id
+
+
+class InternalTopicManager:
+    def __init__(self, settings: Mapping[str, Any]) -> None:
+        self._settings = dict(settings)
+        self.admin = AdminClient(self._settings)
+
+    def list_topics(self, topic: str | None = None, timeout: float = 10) -> Any:
+        return self.admin.list_topics(topic, timeout=timeout)
+
+    def partition_counts(self, topics: Iterable[str]) -> dict[str, int]:
+        """Partition counts of the topics that exist (missing ones are absent from the result)."""
+        metadata = self.admin.list_topics(timeout=15)
+        result: dict[str, int] = {}
+        for name in topics:
+            found = metadata.topics.get(name)
+            if found is not None and found.error is None and found.partitions:
+                result[name] = len(found.partitions)
+        return result
+
+    def require_topics(self, topics: Iterable[str]) -> dict[str, int]:
+        wanted = sorted(set(topics))
+        counts = self.partition_counts(wanted)
+        missing = [t for t in wanted if t not in counts]
+        if missing:
+            raise TopicError(f"source topics do not exist: {', '.join(missing)}; create them first")
+        return counts
+
+    def resolve_counts(self, plans: list[TopicPlan], user_counts: Mapping[str, int]) -> dict[str, int]:
+        result: dict[str, int] = {}
+        for plan in plans:
+            if plan.partitions is not None:
+                result[plan.name] = plan.partitions
+                continue
+            counts = [user_counts[t] for t in plan.partitions_from if t in user_counts]
+            if not counts:
+                raise TopicError(
+                    f"cannot size internal topic '{plan.name}': none of {plan.partitions_from} exists"
+                )
+            result[plan.name] = max(counts)
+        return result
+
+    def ensure(
+        self, plans: list[TopicPlan], wanted: Mapping[str, int], create: bool, replication_factor: int = -1
+    ) -> None:
+        """Create missing internal topics (if `create`) and fail on any with the wrong partition count."""
+        existing = self.partition_counts(wanted)
+        wrong = [
+            f"{n} has {existing[n]} (expected {c})" for n, c in wanted.items() if existing.get(n, c) != c
+        ]
+        if wrong:
+            raise TopicError(
+                "internal topics have the wrong partition count: "
+                + "; ".join(wrong)
+                + ". Run `kappaflow reset` or delete them; kappaflow never resizes a topic."
+            )
+        missing = [p for p in plans if p.name not in existing]
+        if not missing:
+            return
+        if not create:
+            raise TopicError(
+                "internal topics are missing and kappaflow.internal.topics.create=false: "
+                + ", ".join(p.name for p in missing)
+            )
+        new = [
+            NewTopic(
+                p.name, num_partitions=wanted[p.name], replication_factor=replication_factor, config=p.config
+            )
+            for p in missing
+        ]
+        for name, future in self.admin.create_topics(new, operation_timeout=30).items():
+            try:
+                future.result(timeout=60)
+                log.info("created internal topic %s (%d partitions)", name, wanted[name])
+            except Exception as exc:
+                if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                    raise TopicError(f"cannot create internal topic '{name}': {exc}") from exc
+        self.wait_for([p.name for p in missing])
+
+    def wait_for(self, names: list[str], timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            metadata = self.admin.list_topics(timeout=10)
+            ready = {
+                n
+                for n in names
+                if n in metadata.topics
+                and metadata.topics[n].error is None
+                and metadata.topics[n].partitions
+                and all(p.leader >= 0 for p in metadata.topics[n].partitions.values())
+            }
+            if len(ready) == len(names):
+                return
+            if time.monotonic() > deadline:
+                raise TopicError(f"topics not ready after {timeout}s: {sorted(set(names) - ready)}")
+            time.sleep(0.1)
+
+    @staticmethod
+    def check_copartitioned(groups: list[list[str]], counts: Mapping[str, int]) -> None:
+        for group in groups:
+            sizes = {t: counts[t] for t in group if t in counts}
+            if len(set(sizes.values())) > 1:
+                listed = ", ".join(f"{t} ({n} partitions)" for t, n in sorted(sizes.items()))
+                raise TopicError(
+                    f"topics joined together must be co-partitioned (same partition count): {listed}"
+                )
+
+    def group_members(self, group_id: str) -> tuple[str, list[GroupMember]]:
+        """(group state, members with their current assignments) as the coordinator sees them."""
+        description = self.admin.describe_consumer_groups([group_id])[group_id].result(timeout=15)
+        members = []
+        for member in description.members:
+            parts = member.assignment.topic_partitions if member.assignment else []
+            members.append(
+                GroupMember(
+                    member.member_id,
+                    member.client_id,
+                    member.group_instance_id or "",
+                    tuple(sorted((tp.topic, tp.partition) for tp in parts)),
+                )
+            )
+        members.sort(key=lambda m: m.sort_key)
+        return str(description.state).rsplit(".", 1)[-1], members
+
+    def delete_topics(self, names: list[str]) -> list[str]:
+        existing = [n for n in names if n in self.admin.list_topics(timeout=15).topics]
+        if not existing:
+            return []
+        for name, future in self.admin.delete_topics(existing, operation_timeout=30).items():
+            try:
+                future.result(timeout=60)
+            except Exception as exc:
+                raise TopicError(f"cannot delete topic '{name}': {exc}") from exc
+        return existing
+
+    def reset_to_earliest(self, group_id: str, topics: list[str]) -> dict[str, int]:
+        """Commit the earliest offsets of `topics` for `group_id` (which must have no active members)."""
+        state, members = self.group_members(group_id)
+        if members:
+            raise TopicError(
+                f"group '{group_id}' still has {len(members)} active member(s) ({state}): stop the "
+                "application before resetting it"
+            )
+        consumer = Consumer({**self._settings, "group.id": group_id, "enable.auto.commit": False})
+        try:
+            metadata = consumer.list_topics(timeout=15)
+            offsets = []
+            for topic in topics:
+                found = metadata.topics.get(topic)
+                if found is None or found.error is not None:
+                    continue
+                for partition in found.partitions:
+                    low, _high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+                    offsets.append(TopicPartition(topic, partition, low))
+            if offsets:
+                consumer.commit(offsets=offsets, asynchronous=False)
+            return {t: sum(1 for o in offsets if o.topic == t) for t in topics}
+        finally:
+            consumer.close()

@@ -1,0 +1,184 @@
+"""Consumer and producer adapters: the runtime's only contact with librdkafka (through confluent-kafka).
+
+`client_configs` turns a StreamsConfig into librdkafka settings for each role, so security passthrough
+(`security.protocol`, `sasl.*`, `ssl.*`) and per-role overrides (`consumer.*`, `producer.*`,
+`restore.consumer.*`, `admin.*`, as in Kafka Streams) are applied in one place. `KafkaRecordCollector` is
+the task-facing RecordCollector over a producer; it remembers the last offset written per changelog
+partition (from delivery reports) so a commit can checkpoint stores at exactly what Kafka holds.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+
+from kappaflow.api.config import StreamsConfig
+from kappaflow.api.errors import StreamsError
+from kappaflow.api.record import Headers
+
+log = logging.getLogger("kappaflow.clients")
+
+# librdkafka settings passed through verbatim when present in the streams configuration.
+PASSTHROUGH = (
+    "security.protocol",
+    "sasl.mechanism",
+    "sasl.mechanisms",
+    "sasl.username",
+    "sasl.password",
+    "ssl.ca.location",
+    "ssl.certificate.location",
+    "ssl.key.location",
+    "ssl.key.password",
+    "client.rack",
+    "session.timeout.ms",
+    "heartbeat.interval.ms",
+    "max.poll.interval.ms",
+)
+
+
+def _base(config: StreamsConfig) -> dict[str, Any]:
+    base: dict[str, Any] = {"bootstrap.servers": config.require("bootstrap.servers")}
+    for key in PASSTHROUGH:
+        if key in config:
+            base[key] = config.get(key)
+    return base
+
+
+def client_configs(config: StreamsConfig, client_id: str) -> dict[str, dict[str, Any]]:
+    """librdkafka configs for the roles `consumer`, `restore`, `producer` and `admin`."""
+    app_id = config.application_id
+    base = _base(config)
+    eos = config.exactly_once
+    consumer: dict[str, Any] = {
+        **base,
+        "group.id": app_id,
+        "client.id": f"{client_id}-consumer",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "earliest",
+        "partition.assignment.strategy": "range",
+        "isolation.level": "read_committed" if eos else "read_uncommitted",
+    }
+    instance = config.get_str("group.instance.id")
+    if instance:
+        consumer["group.instance.id"] = instance
+    consumer.update(config.prefixed("consumer."))
+    restore: dict[str, Any] = {
+        **base,
+        # assign()-only: this id is never joined or committed to, but librdkafka wants one.
+        "group.id": f"{app_id}-restore",
+        "client.id": f"{client_id}-restore-consumer",
+        "enable.auto.commit": False,
+        "enable.partition.eof": True,
+        "auto.offset.reset": "earliest",
+        "isolation.level": "read_committed" if eos else "read_uncommitted",
+    }
+    restore.update(config.prefixed("restore.consumer."))
+    producer: dict[str, Any] = {
+        **base,
+        "client.id": f"{client_id}-producer",
+        "partitioner": "murmur2_random",
+        "linger.ms": 5 if eos else 20,
+        "enable.idempotence": True,
+        "acks": "all",
+    }
+    if eos:
+        producer["transactional.id"] = f"{app_id}-{instance or uuid.uuid4().hex}"
+        producer["transaction.timeout.ms"] = 60000
+    producer.update(config.prefixed("producer."))
+    admin: dict[str, Any] = {**base, "client.id": f"{client_id}-admin"}
+    admin.update(config.prefixed("admin."))
+    return {"consumer": consumer, "restore": restore, "producer": producer, "admin": admin}
+
+
+def new_consumer(settings: dict[str, Any]) -> Consumer:
+    return Consumer(dict(settings))
+
+
+def new_producer(settings: dict[str, Any]) -> Producer:
+    return Producer(dict(settings))
+
+
+class ProductionError(StreamsError):
+    """A record could not be produced (reported by a delivery callback)."""
+
+
+class KafkaRecordCollector:
+    """The RecordCollector of every task in a process, over one (possibly transactional) producer."""
+
+    def __init__(self, producer: Producer, metadata_source: Any, production_handler: Any = None) -> None:
+        self.producer = producer
+        self._metadata_source = metadata_source
+        self._partition_counts: dict[str, int] = {}
+        self.written: dict[tuple[str, int], int] = {}
+        self.error: KafkaError | None = None
+        self.error_topic = ""
+        self._handler = production_handler
+        self.sent = 0
+
+    def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
+        if err is not None:
+            if self._handler is not None and self._handler(err, msg):
+                log.warning("dropping record for %s after production error: %s", msg.topic(), err)
+                return
+            if self.error is None:
+                self.error, self.error_topic = err, msg.topic()
+            return
+        tp = (msg.topic(), msg.partition())
+        offset = msg.offset()
+        if offset > self.written.get(tp, -1):
+            self.written[tp] = offset
+
+    def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers | None,
+        timestamp: int,
+        partition: int | None,
+    ) -> None:
+        kwargs: dict[str, Any] = {"key": key, "value": value, "on_delivery": self._on_delivery}
+        if partition is not None:
+            kwargs["partition"] = partition
+        if timestamp >= 0:
+            kwargs["timestamp"] = timestamp
+        if headers is not None and len(headers):
+            kwargs["headers"] = headers.to_list()
+        while True:
+            try:
+                self.producer.produce(topic, **kwargs)
+                break
+            except BufferError:
+                self.producer.poll(0.05)  # the local queue is full: serve delivery reports, retry
+            except KafkaException as exc:
+                raise ProductionError(f"cannot produce to '{topic}': {exc}") from exc
+        self.sent += 1
+        if self.sent & 0x3FF == 0:
+            self.producer.poll(0)
+
+    def partition_count(self, topic: str) -> int | None:
+        count = self._partition_counts.get(topic)
+        if count is None:
+            metadata = self._metadata_source.list_topics(topic, timeout=10)
+            found = metadata.topics.get(topic)
+            if found is None or found.error is not None or not found.partitions:
+                return None
+            count = self._partition_counts[topic] = len(found.partitions)
+        return count
+
+    def flush(self, timeout: float = 60.0) -> None:
+        """Wait for every record's delivery; raise the first production error."""
+        remaining = self.producer.flush(timeout)
+        if remaining:
+            raise ProductionError(f"{remaining} records not delivered within {timeout}s")
+        self.raise_error()
+
+    def raise_error(self) -> None:
+        if self.error is not None:
+            err, topic = self.error, self.error_topic
+            self.error = None
+            raise ProductionError(f"producing to '{topic}' failed: {err}")

@@ -1,0 +1,185 @@
+"""`KafkaStreams`: run a Topology against Kafka, with Kafka Streams' lifecycle and state listener.
+
+States: CREATED -> REBALANCING <-> RUNNING -> PENDING_SHUTDOWN -> NOT_RUNNING, or ERROR when the stream
+thread dies and the uncaught-exception handler says to shut down. REBALANCING also covers restoration,
+as in Kafka Streams, so "ready" (every active task restored and running) is exactly state RUNNING.
+The stream thread runs in the background; `close()` asks it to commit and stop.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import socket
+import threading
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from kappaflow.api.config import StreamsConfig
+from kappaflow.api.errors import StreamsError
+from kappaflow.api.metrics import Metrics
+from kappaflow.runner.thread import StreamThread
+from kappaflow.topology.topology import Topology
+
+log = logging.getLogger("kappaflow.streams")
+
+
+class State(enum.Enum):
+    CREATED = "CREATED"
+    REBALANCING = "REBALANCING"
+    RUNNING = "RUNNING"
+    PENDING_SHUTDOWN = "PENDING_SHUTDOWN"
+    NOT_RUNNING = "NOT_RUNNING"
+    ERROR = "ERROR"
+
+    def is_running_or_rebalancing(self) -> bool:
+        return self in (State.RUNNING, State.REBALANCING)
+
+
+_ALLOWED: dict[State, set[State]] = {
+    State.CREATED: {State.REBALANCING, State.PENDING_SHUTDOWN, State.ERROR},
+    State.REBALANCING: {State.RUNNING, State.REBALANCING, State.PENDING_SHUTDOWN, State.ERROR},
+    State.RUNNING: {State.REBALANCING, State.PENDING_SHUTDOWN, State.ERROR},
+    State.PENDING_SHUTDOWN: {State.NOT_RUNNING},
+    State.NOT_RUNNING: set(),
+    State.ERROR: {State.PENDING_SHUTDOWN},
+}
+
+
+class StreamThreadExceptionResponse(enum.Enum):
+    """What the uncaught-exception handler decides (Kafka Streams' names)."""
+
+    REPLACE_THREAD = "REPLACE_THREAD"
+    SHUTDOWN_CLIENT = "SHUTDOWN_CLIENT"
+    SHUTDOWN_APPLICATION = "SHUTDOWN_APPLICATION"
+
+
+StateListener = Callable[[State, State], None]
+UncaughtExceptionHandler = Callable[[BaseException], StreamThreadExceptionResponse]
+
+
+class KafkaStreams:
+    def __init__(self, topology: Topology, config: StreamsConfig | Mapping[str, Any]) -> None:
+        self.topology = topology
+        self.config = config if isinstance(config, StreamsConfig) else StreamsConfig(dict(config))
+        self.config.require("bootstrap.servers")
+        self.application_id = self.config.application_id
+        self.metrics = Metrics()
+        self.state = State.CREATED
+        self._lock = threading.Lock()
+        self._listeners: list[StateListener] = []
+        self._handler: UncaughtExceptionHandler | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+        base = self.config.get_str("client.id") or self.config.get_str("group.instance.id")
+        self.client_id = base or f"{self.application_id}-{socket.gethostname()}-{os.getpid()}"
+        self.stream_thread: StreamThread | None = None
+
+    # ----------------------------------------------------------------- listeners
+    def set_state_listener(self, listener: StateListener) -> None:
+        if self.state is not State.CREATED:
+            raise StreamsError("set the state listener before start()")
+        self._listeners.append(listener)
+
+    def set_uncaught_exception_handler(self, handler: UncaughtExceptionHandler) -> None:
+        if self.state is not State.CREATED:
+            raise StreamsError("set the uncaught exception handler before start()")
+        self._handler = handler
+
+    def _set_state(self, target: State) -> bool:
+        with self._lock:
+            old = self.state
+            if target is old:
+                return True
+            if target not in _ALLOWED[old]:
+                return False
+            self.state = target
+        log.info("state %s -> %s", old.value, target.value)
+        self.metrics.set_gauge("streams-state", float(list(State).index(target)))
+        for listener in self._listeners:
+            try:
+                listener(target, old)
+            except Exception:
+                log.exception("state listener failed")
+        return True
+
+    def _thread_state(self, name: str) -> None:
+        if not self._stop.is_set():
+            self._set_state(State[name])
+
+    # ----------------------------------------------------------------- lifecycle
+    def start(self) -> None:
+        if self.state is not State.CREATED:
+            raise StreamsError(f"start() is allowed once, in state CREATED (now {self.state.value})")
+        Path(self.config.get_str("state.dir")).mkdir(parents=True, exist_ok=True)
+        self._set_state(State.REBALANCING)
+        self._thread = threading.Thread(
+            target=self._run, name=f"{self.client_id}-StreamThread-1", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.stream_thread = StreamThread(
+                self.topology, self.config, self.metrics, self.client_id, self._thread_state
+            )
+            try:
+                self.stream_thread.run(self._stop)
+                return
+            except BaseException as exc:
+                log.exception("stream thread failed: %s", exc)
+                self.error = exc
+                response = StreamThreadExceptionResponse.SHUTDOWN_CLIENT
+                if self._handler is not None:
+                    try:
+                        response = self._handler(exc)
+                    except Exception:
+                        log.exception("uncaught exception handler failed")
+                if response is StreamThreadExceptionResponse.REPLACE_THREAD and not self._stop.is_set():
+                    log.warning("replacing the stream thread")
+                    self._set_state(State.REBALANCING)
+                    continue
+                self._set_state(State.ERROR)
+                return
+
+    def close(self, timeout: float = 60.0) -> bool:
+        """Commit, close the tasks and clients, and wait up to `timeout` seconds; True when stopped."""
+        if self.state in (State.NOT_RUNNING, State.PENDING_SHUTDOWN):
+            return True
+        self._set_state(State.PENDING_SHUTDOWN)
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                return False
+        self._set_state(State.NOT_RUNNING)
+        return True
+
+    def wait_until(self, state: State, timeout: float) -> bool:
+        """Block until the instance reaches `state` (or ERROR/NOT_RUNNING); True if it reached it."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.state is state:
+                return True
+            if self.state in (State.ERROR, State.NOT_RUNNING):
+                return False
+            time.sleep(0.05)
+        return self.state is state
+
+    def ready(self) -> bool:
+        return self.state is State.RUNNING
+
+    def alive(self) -> bool:
+        return self.state not in (State.ERROR, State.NOT_RUNNING)
+
+    def local_task_ids(self) -> tuple[list[str], list[str]]:
+        """(active, standby) task ids of this instance, as strings like `0_1`."""
+        thread = self.stream_thread
+        if thread is None or thread.tm is None:
+            return [], []
+        return sorted(str(t) for t in thread.tm.active), sorted(str(t) for t in thread.tm.standby)

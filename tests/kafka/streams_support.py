@@ -1,0 +1,117 @@
+"""Helpers for the Kafka-tier runtime tests: produce input, read output, wait for conditions (bounded)."""
+
+from __future__ import annotations
+
+import struct
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from confluent_kafka import Consumer, Producer
+
+from kappaflow.runner import KafkaStreams, State
+
+
+def produce(bootstrap: str, topic: str, records: Iterable[tuple[bytes | None, bytes | None]]) -> int:
+    producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random", "linger.ms": 5})
+    count = 0
+    for key, value in records:
+        producer.produce(topic, key=key, value=value)
+        count += 1
+        if count % 1000 == 0:
+            producer.poll(0)
+    assert producer.flush(30) == 0
+    return count
+
+
+def produce_lines(bootstrap: str, topic: str, lines: Iterable[str]) -> int:
+    return produce(bootstrap, topic, ((None, line.encode()) for line in lines))
+
+
+def read_topic(
+    bootstrap: str,
+    topic: str,
+    expected: int | None = None,
+    timeout: float = 30.0,
+    committed_only: bool = False,
+) -> list[Any]:
+    """Every record of `topic` from the beginning, until `expected` arrived or nothing new came for 2s."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{uuid.uuid4().hex[:8]}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed" if committed_only else "read_uncommitted",
+        }
+    )
+    consumer.subscribe([topic])
+    records: list[Any] = []
+    deadline = time.monotonic() + timeout
+    idle_since = time.monotonic()
+    try:
+        while time.monotonic() < deadline:
+            batch = consumer.consume(500, 0.2)
+            batch = [m for m in batch if m.error() is None]
+            if batch:
+                records.extend(batch)
+                idle_since = time.monotonic()
+            if expected is not None and len(records) >= expected:
+                break
+            if expected is None and records and time.monotonic() - idle_since > 2.0:
+                break
+    finally:
+        consumer.close()
+    return records
+
+
+def latest_counts(records: Iterable[Any]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for msg in records:
+        counts[msg.key().decode()] = struct.unpack(">q", msg.value())[0]
+    return counts
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.1) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def wait_running(*apps: KafkaStreams, timeout: float = 60.0) -> None:
+    wait_for(lambda: all(a.state is State.RUNNING for a in apps), timeout, "RUNNING")
+
+
+def fast_config(bootstrap: str, app_id: str, state_dir: str, **extra: Any) -> dict[str, Any]:
+    """Settings that keep broker tests quick: short sessions, frequent commits."""
+    config: dict[str, Any] = {
+        "application.id": app_id,
+        "bootstrap.servers": bootstrap,
+        "state.dir": state_dir,
+        "commit.interval.ms": 200,
+        "consumer.session.timeout.ms": 6000,
+        "consumer.heartbeat.interval.ms": 500,
+        "metrics.port": 0,
+    }
+    config.update(extra)
+    return config
+
+
+def wordcount_topology(input_topic: str, output_topic: str, store: str = "counts") -> Any:
+    """The examples/wordcount.py topology on test-specific topic names."""
+    from examples.wordcount import split_words
+
+    from kappaflow import Materialized, StreamsBuilder, serdes
+
+    builder = StreamsBuilder()
+    lines = builder.stream(input_topic, key_serde=serdes.String(), value_serde=serdes.String())
+    grouped = lines.flat_map_values(split_words).group_by(
+        lambda _key, word: word, key_serde=serdes.String(), value_serde=serdes.String()
+    )
+    counts = grouped.count(Materialized.as_(store).with_value_serde(serdes.Long()))
+    counts.to_stream().to(output_topic, key_serde=serdes.String(), value_serde=serdes.Long())
+    return builder.build()
