@@ -290,6 +290,85 @@ class KStream:
             key_serde=key_serde or opts.key_serde, value_serde=value_serde or opts.value_serde, grouped=opts
         )
 
+    # ----------------------------------------------------------------- joins
+    def _join(
+        self,
+        kind: str,
+        other: Any,
+        second: Callable[..., Any],
+        third: Any,
+        name: str | None,
+        key_serde: Serde[Any] | None,
+        value_serde: Serde[Any] | None,
+        other_value_serde: Serde[Any] | None,
+        store_type: str,
+    ) -> KStream:
+        from kappaflow.dsl.joins import stream_stream_join
+        from kappaflow.dsl.ktable import GlobalKTable, KTable
+        from kappaflow.dsl.table_joins import stream_global_table_join, stream_table_join
+
+        if isinstance(other, KStream):
+            return stream_stream_join(  # type: ignore[no-any-return]
+                self, other, second, third, kind, name=name, key_serde=key_serde, value_serde=value_serde,
+                other_value_serde=other_value_serde, store_type=store_type,
+            )  # fmt: skip
+        if kind == "outer":
+            raise TopologyError("outer_join is defined for two streams or two tables only")
+        if isinstance(other, KTable):
+            return stream_table_join(self, other, second, kind == "left")  # type: ignore[no-any-return]
+        if isinstance(other, GlobalKTable):
+            if third is None:
+                raise TopologyError("a GlobalKTable join needs a key mapper and a joiner")
+            return stream_global_table_join(self, other, second, third, kind == "left")  # type: ignore[no-any-return]
+        raise TopologyError(f"cannot join a stream with {other!r}")
+
+    def join(
+        self,
+        other: Any,
+        joiner_or_key_mapper: Callable[..., Any],
+        windows_or_joiner: Any = None,
+        *,
+        name: str | None = None,
+        key_serde: Serde[Any] | None = None,
+        value_serde: Serde[Any] | None = None,
+        other_value_serde: Serde[Any] | None = None,
+        store_type: str = "rocksdb",
+    ) -> KStream:
+        """`join(stream, joiner, JoinWindows)`, `join(table, joiner)` or `join(global_table, key_mapper,
+        joiner)`; joiners are `(v1, v2)` or `(key, v1, v2)`."""
+        return self._join("inner", other, joiner_or_key_mapper, windows_or_joiner, name, key_serde,
+                          value_serde, other_value_serde, store_type)  # fmt: skip
+
+    def left_join(
+        self,
+        other: Any,
+        joiner_or_key_mapper: Callable[..., Any],
+        windows_or_joiner: Any = None,
+        *,
+        name: str | None = None,
+        key_serde: Serde[Any] | None = None,
+        value_serde: Serde[Any] | None = None,
+        other_value_serde: Serde[Any] | None = None,
+        store_type: str = "rocksdb",
+    ) -> KStream:
+        return self._join("left", other, joiner_or_key_mapper, windows_or_joiner, name, key_serde,
+                          value_serde, other_value_serde, store_type)  # fmt: skip
+
+    def outer_join(
+        self,
+        other: KStream,
+        joiner: Callable[..., Any],
+        windows: Any,
+        *,
+        name: str | None = None,
+        key_serde: Serde[Any] | None = None,
+        value_serde: Serde[Any] | None = None,
+        other_value_serde: Serde[Any] | None = None,
+        store_type: str = "rocksdb",
+    ) -> KStream:
+        return self._join("outer", other, joiner, windows, name, key_serde, value_serde, other_value_serde,
+                          store_type)  # fmt: skip
+
     # ----------------------------------------------------------------- Processor API inside the DSL
     def process(self, supplier: Callable[[], Any], *store_names: str, name: str | None = None) -> KStream:
         """Run a Processor (or a function `(record, context)`) that may change keys and forward freely."""

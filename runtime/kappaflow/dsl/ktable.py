@@ -199,6 +199,28 @@ class KTable:
             opts.name,
         )
 
+    # ----------------------------------------------------------------- joins and suppression
+    def join(
+        self, other: KTable, joiner: Callable[..., Any], materialized: Materialized | str | None = None
+    ) -> KTable:
+        from kappaflow.dsl.table_joins import table_table_join
+
+        return table_table_join(self, other, joiner, "inner", materialized)
+
+    def left_join(
+        self, other: KTable, joiner: Callable[..., Any], materialized: Materialized | str | None = None
+    ) -> KTable:
+        from kappaflow.dsl.table_joins import table_table_join
+
+        return table_table_join(self, other, joiner, "left", materialized)
+
+    def outer_join(
+        self, other: KTable, joiner: Callable[..., Any], materialized: Materialized | str | None = None
+    ) -> KTable:
+        from kappaflow.dsl.table_joins import table_table_join
+
+        return table_table_join(self, other, joiner, "outer", materialized)
+
 
 class GlobalKTable:
     """A table replicated in full to every instance; joined with streams by a key mapper."""

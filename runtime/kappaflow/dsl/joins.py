@@ -1,0 +1,395 @@
+"""Stream-stream joins with Kafka Streams 3.1+ semantics, and the helpers every join shares.
+
+Topology, as Kafka Streams builds it: each side goes through a `KSTREAM-WINDOWED` node that forwards the
+record and then puts it into that side's window store (retaining duplicates, retention before + after +
+grace); `KSTREAM-JOINTHIS` / `KSTREAM-JOINOTHER` look up the other side's store for windows
+[t - before, t + after] (both inclusive) and emit `joiner(left, right)` at max(left time, right time);
+a merge node unites both outputs.
+
+Left/outer joins keep unmatched records in a shared *outer-join store* keyed `[8-byte time][side][key]`
+(Java's TimestampedKeyAndJoinSide layout) and emit `joiner(value, None)` only when the record's window
+has closed (stream time > t + after + grace for a left record, t + before + grace for a right one), so
+no spurious left result is emitted before a later match, as Kafka Streams does since 3.1. A record whose
+window closed before it arrived (out of order beyond the window) is emitted at once. Stream time is
+shared by both join processors of a task. Kafka Streams throttles the outer-store scan by wall clock
+(an internal 1 s interval); kappaflow scans on every advance of stream time (interval 0), which emits
+the same records, sooner.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import struct
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from kappaflow.api.errors import SerializationError, TopologyError
+from kappaflow.api.processor import ProcessorContext
+from kappaflow.api.record import Record
+from kappaflow.api.serdes import Serde
+from kappaflow.dsl.builder import InternalBuilder
+from kappaflow.dsl.options import Materialized
+from kappaflow.dsl.stream_processors import drop_record
+from kappaflow.dsl.windowed import window_store_builder
+from kappaflow.dsl.windows import JoinWindows
+from kappaflow.state.api import KeyValueBytesStore, StateStore, StoreContext
+from kappaflow.state.builders import KeyValueStoreBuilder, Stores
+from kappaflow.state.kv_layers import ChangeLoggingKeyValueBytesStore, MeteredKeyValueStore
+from kappaflow.topology.nodes import SourceSpec
+
+log = logging.getLogger("kappaflow.dsl")
+_TS = struct.Struct(">q")
+
+
+def joiner_arity(joiner: Callable[..., Any]) -> int:
+    """ValueJoiner `(v1, v2)` or ValueJoinerWithKey `(key, v1, v2)`."""
+    try:
+        params = [
+            p
+            for p in inspect.signature(joiner).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+        ]
+    except (TypeError, ValueError):
+        return 2
+    return 3 if len(params) >= 3 else 2
+
+
+def adapt_joiner(joiner: Callable[..., Any]) -> Callable[[Any, Any, Any], Any]:
+    if joiner_arity(joiner) == 3:
+        return joiner
+    return lambda key, left, right: joiner(left, right)
+
+
+def source_topics(builder: InternalBuilder, node: str) -> set[str]:
+    """The topics a node's records come from (walking parents up to the sources)."""
+    topology = builder.topology
+    topics: set[str] = set()
+    seen: set[str] = set()
+    pending = [node]
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        spec = topology.nodes[name]
+        if isinstance(spec, SourceSpec):
+            topics.update(spec.topics)
+        else:
+            pending.extend(spec.parents)
+    return topics
+
+
+def copartition(builder: InternalBuilder, *nodes: str) -> None:
+    """Register the join's inputs as a co-partition group; the runtime checks partition counts at start
+    and fails with a clear message when they differ."""
+    topics: set[str] = set()
+    for node in nodes:
+        topics |= source_topics(builder, node)
+    if len(topics) > 1:
+        builder.topology.add_copartition_group(topics)
+
+
+# ----------------------------------------------------------------- the outer-join store
+class TimestampedKeyAndJoinSideSerde(Serde[tuple[int, bool, Any]]):
+    """Java's `[8-byte timestamp][1-byte is-left][key]`: the store iterates oldest first."""
+
+    name = "TimestampedKeyAndJoinSide"
+
+    def __init__(self, key_serde: Serde[Any]) -> None:
+        self.key_serde = key_serde
+
+    def serialize(self, topic: str, data: tuple[int, bool, Any] | None) -> bytes | None:
+        if data is None:
+            return None
+        ts, is_left, key = data
+        raw = self.key_serde.serialize(topic, key)
+        assert raw is not None
+        return _TS.pack(ts) + (b"\x01" if is_left else b"\x00") + raw
+
+    def deserialize(self, topic: str, data: bytes | None) -> tuple[int, bool, Any] | None:
+        if data is None:
+            return None
+        return _TS.unpack_from(data)[0], data[8] == 1, self.key_serde.deserialize(topic, data[9:])
+
+
+class LeftOrRightValueSerde(Serde[tuple[bool, Any]]):
+    """Java's LeftOrRightValue: `[1-byte is-left][value]`."""
+
+    name = "LeftOrRightValue"
+
+    def __init__(self, left: Serde[Any], right: Serde[Any]) -> None:
+        self.left = left
+        self.right = right
+
+    def serialize(self, topic: str, data: tuple[bool, Any] | None) -> bytes | None:
+        if data is None:
+            return None
+        is_left, value = data
+        raw = (self.left if is_left else self.right).serialize(topic, value)
+        if raw is None:
+            raise SerializationError("outer-join store: values must not be None")
+        return (b"\x01" if is_left else b"\x00") + raw
+
+    def deserialize(self, topic: str, data: bytes | None) -> tuple[bool, Any] | None:
+        if data is None:
+            return None
+        is_left = data[0] == 1
+        return is_left, (self.left if is_left else self.right).deserialize(topic, data[1:])
+
+
+class _OuterJoinStore(MeteredKeyValueStore[Any, Any]):
+    """Resolves its composite serdes at init, so unset serdes fall back to the configured defaults."""
+
+    def __init__(
+        self,
+        inner: KeyValueBytesStore,
+        key: Serde[Any] | None,
+        left: Serde[Any] | None,
+        right: Serde[Any] | None,
+    ) -> None:
+        super().__init__(inner, None, None)
+        self._parts = (key, left, right)
+
+    def init(self, context: StoreContext, root: StateStore | None = None) -> None:
+        key, left, right = self._parts
+        config = context.app_config
+        key = key or config.serde("default.key.serde")
+        left = left or config.serde("default.value.serde")
+        right = right or config.serde("default.value.serde")
+        if key is None or left is None or right is None:
+            raise TopologyError(f"store '{self.name}' needs key and value serdes (or defaults)")
+        self.key_serde = TimestampedKeyAndJoinSideSerde(key)
+        self.value_serde = LeftOrRightValueSerde(left, right)
+        super().init(context, root)
+
+
+class OuterJoinStoreBuilder(KeyValueStoreBuilder[Any, Any]):
+    def build(self) -> MeteredKeyValueStore[Any, Any]:
+        inner: KeyValueBytesStore = self.supplier.get(False)
+        if self.logging_enabled:
+            inner = ChangeLoggingKeyValueBytesStore(inner)
+        key, left, right = self.serdes
+        return _OuterJoinStore(inner, key, left, right)
+
+    serdes: tuple[Serde[Any] | None, Serde[Any] | None, Serde[Any] | None] = (None, None, None)
+
+
+# ----------------------------------------------------------------- processors
+class _TimeTracker:
+    def __init__(self) -> None:
+        self.stream_time = -1
+
+    def advance(self, timestamp: int) -> None:
+        self.stream_time = max(self.stream_time, timestamp)
+
+
+class KStreamJoinWindowProcessor:
+    """Forward, then remember the record in this side's window store (so it never joins itself)."""
+
+    context: ProcessorContext
+
+    def __init__(self, store_name: str) -> None:
+        self.store_name = store_name
+
+    def init(self, context: ProcessorContext) -> None:
+        self.context = context
+        self.store = context.get_state_store(self.store_name)
+
+    def process(self, record: Record[Any, Any]) -> None:
+        if record.key is None:
+            return
+        self.context.forward(record)
+        if record.value is not None:
+            self.store.put(record.key, record.value, record.timestamp)
+
+    def close(self) -> None:
+        return None
+
+
+class KStreamKStreamJoinProcessor:
+    context: ProcessorContext
+
+    def __init__(
+        self,
+        is_left: bool,
+        windows: JoinWindows,
+        joiner: Callable[[Any, Any, Any], Any],
+        outer: bool,
+        other_store: str,
+        outer_store: str | None,
+        trackers: weakref.WeakKeyDictionary[Any, _TimeTracker],
+        label: str,
+    ) -> None:
+        self.is_left = is_left
+        self.windows = windows
+        self.before = windows.before_ms if is_left else windows.after_ms
+        self.after = windows.after_ms if is_left else windows.before_ms
+        self.joiner = joiner
+        self.outer = outer
+        self.other_store_name = other_store
+        self.outer_store_name = outer_store
+        self.trackers = trackers
+        self.label = label
+
+    def init(self, context: ProcessorContext) -> None:
+        self.context = context
+        self.other = context.get_state_store(self.other_store_name)
+        self.outer_store = (
+            None if self.outer_store_name is None else context.get_state_store(self.outer_store_name)
+        )
+        self.tracker = self.trackers.setdefault(context, _TimeTracker())
+
+    def _join(self, key: Any, mine: Any, theirs: Any) -> Any:
+        return self.joiner(key, mine, theirs) if self.is_left else self.joiner(key, theirs, mine)
+
+    def process(self, record: Record[Any, Any]) -> None:
+        key, value, ts = record.key, record.value, record.timestamp
+        if key is None or value is None:
+            log.debug("skipping join record with null key or value in %s", self.label)
+            drop_record(self.context, "null-key-or-value", self.label)
+            return
+        time_from = max(0, ts - self.before)
+        time_to = max(0, ts + self.after)
+        self.tracker.advance(ts)
+        if self.outer_store is not None and ts == self.tracker.stream_time:
+            self._emit_non_joined(record)
+        need_outer = self.outer
+        for other_ts, other_value in list(self.other.fetch(key, time_from, time_to)):
+            need_outer = False
+            if self.outer_store is not None:
+                self.outer_store.delete((other_ts, not self.is_left, key))
+            joined = self._join(key, value, other_value)
+            self.context.forward(Record(key, joined, max(ts, other_ts), record.headers))
+        if need_outer:
+            if self.outer_store is None or time_to < self.tracker.stream_time:
+                self.context.forward(Record(key, self._join(key, value, None), ts, record.headers))
+            else:
+                self.outer_store.put((ts, self.is_left, key), (self.is_left, value))
+
+    def _emit_non_joined(self, record: Record[Any, Any]) -> None:
+        assert self.outer_store is not None
+        stream_time = self.tracker.stream_time
+        grace = self.windows.grace_ms
+        open_sides: set[bool] = set()
+        emitted: list[tuple[int, bool, Any]] = []
+        for stored_key, stored_value in self.outer_store.all():
+            ts, is_left, key = stored_key
+            lookback = self.windows.after_ms if is_left else self.windows.before_ms
+            if ts + lookback + grace >= stream_time:
+                open_sides.add(is_left)
+                if len(open_sides) == 2:
+                    break
+                continue
+            side_left, value = stored_value
+            joined = self.joiner(key, value, None) if side_left else self.joiner(key, None, value)
+            self.context.forward(Record(key, joined, ts, record.headers))
+            emitted.append(stored_key)
+        for stored_key in emitted:
+            self.outer_store.delete(stored_key)
+
+    def close(self) -> None:
+        return None
+
+
+class _PassThrough:
+    context: ProcessorContext
+
+    def init(self, context: ProcessorContext) -> None:
+        self.context = context
+
+    def process(self, record: Record[Any, Any]) -> None:
+        self.context.forward(record)
+
+    def close(self) -> None:
+        return None
+
+
+def stream_stream_join(
+    left: Any,
+    right: Any,
+    joiner: Callable[..., Any],
+    windows: JoinWindows,
+    kind: str,
+    *,
+    name: str | None,
+    key_serde: Serde[Any] | None,
+    value_serde: Serde[Any] | None,
+    other_value_serde: Serde[Any] | None,
+    store_type: str,
+) -> Any:
+    """Compile `left.join/left_join/outer_join(right, joiner, windows)`; `kind` is inner|left|outer."""
+    from kappaflow.dsl.kstream import KStream
+
+    builder: InternalBuilder = left._builder
+    if right._builder is not builder:
+        raise TopologyError("cannot join streams from different StreamsBuilders")
+    if not isinstance(windows, JoinWindows):
+        raise TypeError(f"a stream-stream join needs JoinWindows, got {windows!r}")
+    key_serde = key_serde or left.key_serde or right.key_serde
+    left_serde = value_serde or left.value_serde
+    right_serde = other_value_serde or right.value_serde
+    left_node, right_node = left.node, right.node
+    if left.repartition_required:
+        base = f"{name}-left" if name else left_node
+        left_node = builder.add_repartition(left_node, base, key_serde, left_serde, user_named=bool(name))
+    if right.repartition_required:
+        base = f"{name}-right" if name else right_node
+        right_node = builder.add_repartition(right_node, base, key_serde, right_serde, user_named=bool(name))
+    copartition(builder, left_node, right_node)
+
+    topology = builder.topology
+    this_windowed = builder.new_name("KSTREAM-WINDOWED-")
+    other_windowed = builder.new_name("KSTREAM-WINDOWED-")
+    this_join = builder.new_name("KSTREAM-OUTERTHIS-" if kind == "outer" else "KSTREAM-JOINTHIS-")
+    other_join = builder.new_name("KSTREAM-JOINOTHER-" if kind == "inner" else "KSTREAM-OUTEROTHER-")
+    merge = builder.new_name("KSTREAM-MERGE-")
+    this_store = f"{name}-this-join-store" if name else f"{this_join}-store"
+    other_store = f"{name}-other-join-store" if name else f"{other_join}-store"
+    outer_store = None
+    if kind != "inner":
+        outer_store = (
+            f"{name}-outer-shared-join-store" if name else builder.new_name("KSTREAM-OUTERSHARED-") + "-store"
+        )
+    retention = windows.before_ms + windows.after_ms + windows.grace_ms
+    size = windows.before_ms + windows.after_ms
+    mat = Materialized(caching=False, store_type="memory" if store_type == "memory" else "rocksdb")
+    adapted = adapt_joiner(joiner)
+    trackers: weakref.WeakKeyDictionary[Any, _TimeTracker] = weakref.WeakKeyDictionary()
+
+    topology.add_processor(this_windowed, lambda: KStreamJoinWindowProcessor(this_store), left_node)
+    topology.add_processor(other_windowed, lambda: KStreamJoinWindowProcessor(other_store), right_node)
+    for store, serde in ((this_store, left_serde), (other_store, right_serde)):
+        wsb = window_store_builder(mat, store, key_serde, serde, size, retention, retain_duplicates=True)
+        wsb.timestamped = False
+        topology.add_state_store(wsb)
+    topology.connect_processor_and_state_stores(this_windowed, this_store)
+    topology.connect_processor_and_state_stores(other_windowed, other_store)
+    topology.add_processor(
+        this_join,
+        lambda: KStreamKStreamJoinProcessor(
+            True, windows, adapted, kind != "inner", other_store, outer_store, trackers, this_join
+        ),
+        this_windowed,
+    )
+    topology.add_processor(
+        other_join,
+        lambda: KStreamKStreamJoinProcessor(
+            False, windows, adapted, kind == "outer", this_store, outer_store, trackers, other_join
+        ),
+        other_windowed,
+    )
+    topology.connect_processor_and_state_stores(this_join, other_store)
+    topology.connect_processor_and_state_stores(other_join, this_store)
+    if outer_store is not None:
+        supplier = (
+            Stores.in_memory_key_value_store(outer_store)
+            if store_type == "memory"
+            else Stores.persistent_key_value_store(outer_store)
+        )
+        osb = OuterJoinStoreBuilder(supplier, None, None)
+        osb.serdes = (key_serde, left_serde, right_serde)
+        topology.add_state_store(osb, this_join, other_join)
+    topology.add_processor(merge, _PassThrough, this_join, other_join)
+    return KStream(builder, merge, key_serde, None, repartition_required=False)

@@ -1,0 +1,247 @@
+"""Joins against tables: stream-table, stream-GlobalKTable and table-table, with Kafka Streams' rules.
+
+- Stream-table: each stream record looks up the table's current value for its key (through the table's
+  value getter, in the same task - hence co-partitioning) and emits at the *stream record's* timestamp.
+  Table updates never emit. Stream records with a null key or value are dropped and counted.
+- Stream-GlobalKTable: the same, with the table key computed by `key_mapper(key, value)`; no
+  co-partitioning needed because every instance holds the whole table.
+- Table-table: an update on either side looks up the other side and emits `Change(new, old)` at
+  max(this update's time, the other value's time). Inner joins emit only when the other side has a
+  value (and then a tombstone when this side's value goes away); left joins always emit for left-side
+  updates; outer joins for updates of either side. Tombstones propagate as `None` results.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from kappaflow.api.errors import TopologyError
+from kappaflow.api.processor import ProcessorContext
+from kappaflow.api.record import Record
+from kappaflow.dsl.builder import InternalBuilder
+from kappaflow.dsl.change import Change
+from kappaflow.dsl.joins import adapt_joiner, copartition
+from kappaflow.dsl.ktable import KTable, ValueGetter, ValueGetterSupplier
+from kappaflow.dsl.options import Materialized
+from kappaflow.dsl.stream_processors import drop_record
+from kappaflow.dsl.table_processors import _Stateful
+from kappaflow.state.timestamped import ValueAndTimestamp
+
+log = logging.getLogger("kappaflow.dsl")
+Joiner = Callable[[Any, Any, Any], Any]
+
+
+class KStreamKTableJoinProcessor:
+    context: ProcessorContext
+
+    def __init__(
+        self,
+        getter: ValueGetterSupplier,
+        joiner: Joiner,
+        left: bool,
+        label: str,
+        key_mapper: Callable[[Any, Any], Any] | None = None,
+    ) -> None:
+        self.getter_supplier = getter
+        self.joiner = joiner
+        self.left = left
+        self.label = label
+        self.key_mapper = key_mapper
+
+    def init(self, context: ProcessorContext) -> None:
+        self.context = context
+        self.lookup: ValueGetter = self.getter_supplier.get(context)
+
+    def process(self, record: Record[Any, Any]) -> None:
+        key, value = record.key, record.value
+        if self.key_mapper is None and (key is None or value is None):
+            log.debug("skipping stream-table join record with null key or value in %s", self.label)
+            drop_record(self.context, "null-key-or-value", self.label)
+            return
+        if value is None:
+            drop_record(self.context, "null-value", self.label)
+            return
+        table_key = key if self.key_mapper is None else self.key_mapper(key, value)
+        found = None if table_key is None else self.lookup(table_key)
+        other = None if found is None else found.value
+        if other is None and not self.left:
+            return
+        self.context.forward(Record(key, self.joiner(key, value, other), record.timestamp, record.headers))
+
+    def close(self) -> None:
+        return None
+
+
+def stream_table_join(stream: Any, table: KTable, joiner: Callable[..., Any], left: bool) -> Any:
+    from kappaflow.dsl.kstream import KStream
+
+    builder: InternalBuilder = stream._builder
+    node = stream.node
+    if stream.repartition_required:
+        node = builder.add_repartition(node, node, stream.key_serde or table.key_serde, stream.value_serde,
+                                       user_named=False)  # fmt: skip
+    copartition(builder, node, table.node)
+    name = builder.new_name("KSTREAM-LEFTJOIN-" if left else "KSTREAM-JOIN-")
+    getter = table.value_getter_supplier
+    adapted = adapt_joiner(joiner)
+    builder.topology.add_processor(
+        name, lambda: KStreamKTableJoinProcessor(getter, adapted, left, name), node
+    )
+    builder.topology.connect_processor_and_state_stores(name, *getter.store_names)
+    return KStream(builder, name, stream.key_serde, None, repartition_required=False)
+
+
+def stream_global_table_join(
+    stream: Any, table: Any, key_mapper: Callable[[Any, Any], Any], joiner: Callable[..., Any], left: bool
+) -> Any:
+    from kappaflow.dsl.kstream import KStream
+
+    builder: InternalBuilder = stream._builder
+    name = builder.new_name("KSTREAM-LEFTJOIN-" if left else "KSTREAM-JOIN-")
+    store_name = table.store_name
+
+    def bind(context: ProcessorContext) -> ValueGetter:
+        store = context.get_state_store(store_name)
+        return store.get  # type: ignore[no-any-return]
+
+    getter = ValueGetterSupplier([store_name], bind)
+    adapted = adapt_joiner(joiner)
+    builder.topology.add_processor(
+        name, lambda: KStreamKTableJoinProcessor(getter, adapted, left, name, key_mapper), stream.node
+    )
+    builder.topology.connect_processor_and_state_stores(name, store_name)
+    return KStream(builder, name, stream.key_serde, None, repartition_required=stream.repartition_required)
+
+
+# ----------------------------------------------------------------- table-table
+class KTableKTableJoinProcessor(_Stateful):
+    """One side of a table-table join (not materialized: the merge node stores when asked)."""
+
+    def __init__(
+        self, getter: ValueGetterSupplier, joiner: Joiner, is_left: bool, kind: str, label: str
+    ) -> None:
+        super().__init__(None, lambda: True, label)
+        self.getter_supplier = getter
+        self.joiner = joiner
+        self.is_left = is_left
+        self.kind = kind
+
+    def init(self, context: ProcessorContext) -> None:
+        super().init(context)
+        self.lookup: ValueGetter = self.getter_supplier.get(context)
+
+    def _join(self, key: Any, mine: Any, theirs: Any) -> Any:
+        return self.joiner(key, mine, theirs) if self.is_left else self.joiner(key, theirs, mine)
+
+    def process(self, record: Record[Any, Any]) -> None:
+        key = record.key
+        if key is None:
+            drop_record(self.context, "null-key", self.label)
+            return
+        change: Change[Any] = record.value
+        found = self.lookup(key)
+        other = None if found is None else found.value
+        # does an update of this side produce a result without the other side's value?
+        this_outer = self.kind == "outer" or (self.kind == "left" and self.is_left)
+        if other is None and (not this_outer or (change.new_value is None and change.old_value is None)):
+            return
+        timestamp = record.timestamp if found is None else max(record.timestamp, found.timestamp)
+
+        def result(value: Any) -> Any:
+            if value is None and (other is None or not self._other_outer()):
+                return None
+            return self._join(key, value, other)
+
+        new = result(change.new_value)
+        old = result(change.old_value)
+        self.context.forward(Record(key, Change(new, old), timestamp, record.headers))
+
+    def _other_outer(self) -> bool:
+        """True when a missing value on *this* side still joins (the other side is outer)."""
+        return self.kind == "outer" or (self.kind == "left" and not self.is_left)
+
+    def close(self) -> None:
+        return None
+
+
+class KTableKTableMergeProcessor(_Stateful):
+    """Unites both sides' results; materializes them when the join is materialized."""
+
+    def process(self, record: Record[Any, Any]) -> None:
+        change: Change[Any] = record.value
+        if self.store_name is None:
+            self.context.forward(record)
+            return
+        previous = self.store.get(record.key)
+        old = None if previous is None else previous.value
+        self._emit(record, change.new_value, old, record.timestamp)
+
+
+class JoinedKTable(KTable):
+    """A join result: asking it for old values asks both parents (when it has no store of its own)."""
+
+    def __init__(self, *args: Any, parents: tuple[KTable, KTable], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._join_parents = parents
+
+    def enable_send_old_values(self) -> None:
+        self._send_old = True
+        for parent in self._join_parents:
+            parent.enable_send_old_values()
+
+
+def table_table_join(
+    left: KTable, right: KTable, joiner: Callable[..., Any], kind: str, materialized: Any
+) -> KTable:
+    builder: InternalBuilder = left._builder
+    if right._builder is not builder:
+        raise TopologyError("cannot join tables from different StreamsBuilders")
+    copartition(builder, left.node, right.node)
+    adapted = adapt_joiner(joiner)
+    this_name = builder.new_name("KTABLE-OUTERTHIS-" if kind == "outer" else "KTABLE-JOINTHIS-")
+    other_name = builder.new_name("KTABLE-JOINOTHER-" if kind == "inner" else "KTABLE-OUTEROTHER-")
+    merge = builder.new_name("KTABLE-MERGE-")
+    mat = Materialized.of(materialized) if materialized is not None else None
+    store_name = None if mat is None else (mat.name or builder.new_name("KTABLE-JOINTHIS-STATE-STORE-"))
+    lg, rg = left.value_getter_supplier, right.value_getter_supplier
+    # both sides need the other side's old values to retract previous results
+    left.enable_send_old_values()
+    right.enable_send_old_values()
+
+    def bind(context: ProcessorContext) -> ValueGetter:
+        left_get, right_get = lg.get(context), rg.get(context)
+
+        def get(key: Any) -> ValueAndTimestamp[Any] | None:
+            lv, rv = left_get(key), right_get(key)
+            if (lv is None and kind != "outer") or (rv is None and kind == "inner") or (lv is rv is None):
+                return None
+            ts = max(v.timestamp for v in (lv, rv) if v is not None)
+            return ValueAndTimestamp.make(adapted(key, lv and lv.value, rv and rv.value), ts)
+
+        return get
+
+    getter = None if store_name else ValueGetterSupplier(lg.store_names + rg.store_names, bind)
+    value_serde = mat.value_serde if mat is not None else None
+    table = JoinedKTable(
+        builder, merge, left.key_serde, value_serde, store_name, None, getter, parents=(left, right)
+    )
+    topology = builder.topology
+    topology.add_processor(
+        this_name, lambda: KTableKTableJoinProcessor(rg, adapted, True, kind, this_name), left.node
+    )
+    topology.add_processor(
+        other_name, lambda: KTableKTableJoinProcessor(lg, adapted, False, kind, other_name), right.node
+    )
+    topology.connect_processor_and_state_stores(this_name, *rg.store_names)
+    topology.connect_processor_and_state_stores(other_name, *lg.store_names)
+    send_old = table.send_old_values_enabled
+    topology.add_processor(
+        merge, lambda: KTableKTableMergeProcessor(store_name, send_old, merge), this_name, other_name
+    )
+    if mat is not None and store_name is not None:
+        topology.add_state_store(
+            builder.kv_store_builder(mat, store_name, mat.key_serde or left.key_serde, value_serde), merge
+        )
+    return table
