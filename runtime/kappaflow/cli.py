@@ -1,4 +1,4 @@
-"""The `kappaflow` command line: `describe` a topology (text, Mermaid or JSON for the operator).
+"""The `kappaflow` command line: `describe` a topology, `run` it on Kafka, `reset` an application.
 
 Applications are named `module:attr`, where attr is a Topology or a zero-argument function returning
 one, so the same string works for `kappaflow describe`, `kappaflow run` and the operator's StreamApp.
@@ -8,8 +8,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
+import shutil
+import signal
 import sys
+import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from kappaflow.api.errors import StreamsError
@@ -55,6 +60,68 @@ def _describe(args: argparse.Namespace) -> int:
     return 0
 
 
+def _config(args: argparse.Namespace) -> Any:
+    from kappaflow.api.config import StreamsConfig
+
+    return StreamsConfig.load(file=args.config)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run until SIGTERM/SIGINT, then commit and close (exit 0), or exit 1 if the app failed."""
+    from kappaflow.runner import KafkaStreams, State
+    from kappaflow.runner.logs import configure_json_logging
+
+    configure_json_logging(args.log_level)
+    log = logging.getLogger("kappaflow.cli")
+    topology = load_topology(args.app)
+    streams = KafkaStreams(topology, _config(args))
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info("received %s: committing and closing", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    streams.start()
+    while not stop.wait(0.2):
+        if streams.state is State.ERROR:
+            break
+    failed = streams.state is State.ERROR
+    closed = streams.close(args.close_timeout)
+    log.info("stopped (%s)", "error" if failed else "clean" if closed else "close timed out")
+    return 1 if failed or not closed else 0
+
+
+def _reset(args: argparse.Namespace) -> int:
+    """What kafka-streams-application-reset does: input offsets to earliest, internal topics, local state."""
+    from kappaflow.clients.admin import InternalTopicManager
+    from kappaflow.clients.kafka import client_configs
+
+    config = _config(args)
+    topology = load_topology(args.app)
+    app_id = config.application_id
+    admin = InternalTopicManager(client_configs(config, f"{app_id}-reset")["admin"])
+    inputs = sorted(
+        set(topology.source_topics()) - {g.source.topics[0] for g in topology.global_stores.values()}
+    )
+    internal = [f"{app_id}-{name}" for name in topology.internal_topics]
+    internal += [f"{app_id}-{spec.name}" for spec in topology.changelog_topics().values()]
+    state_dir = Path(config.get_str("state.dir")) / app_id
+    if args.dry_run:
+        print(f"would reset offsets of group '{app_id}' on {', '.join(inputs)} to earliest")
+        print(f"would delete internal topics: {', '.join(sorted(internal)) or '-'}")
+        print(f"would delete local state: {state_dir}")
+        return 0
+    admin.reset_to_earliest(app_id, inputs)
+    print(f"reset offsets of group '{app_id}' on {', '.join(inputs)} to earliest")
+    deleted = admin.delete_topics(sorted(internal))
+    print(f"deleted internal topics: {', '.join(deleted) or '-'}")
+    shutil.rmtree(state_dir, ignore_errors=True)
+    print(f"deleted local state: {state_dir}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kappaflow", description="Kafka Streams for Python")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -66,6 +133,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--mermaid", dest="format", action="store_const", const="mermaid", help="Mermaid graph"
     )
     describe.set_defaults(func=_describe, format="text")
+    run = commands.add_parser("run", help="run the application against Kafka until SIGTERM")
+    run.add_argument("app", help="module:attr naming a Topology or a function returning one")
+    run.add_argument("--config", help="a .properties file; KAPPAFLOW_* environment variables override it")
+    run.add_argument("--log-level", default="INFO")
+    run.add_argument("--close-timeout", type=float, default=60.0, help="seconds to commit and close")
+    run.set_defaults(func=_run)
+    reset = commands.add_parser(
+        "reset", help="reset input offsets to earliest, delete internal topics and local state"
+    )
+    reset.add_argument("app", help="module:attr naming a Topology or a function returning one")
+    reset.add_argument("--config", help="a .properties file; KAPPAFLOW_* environment variables override it")
+    reset.add_argument("--dry-run", action="store_true", help="print what would be done")
+    reset.set_defaults(func=_reset)
     return parser
 
 

@@ -95,6 +95,7 @@ def fast_config(bootstrap: str, app_id: str, state_dir: str, **extra: Any) -> di
         "commit.interval.ms": 200,
         "consumer.session.timeout.ms": 6000,
         "consumer.heartbeat.interval.ms": 500,
+        "metrics.host": "127.0.0.1",
         "metrics.port": 0,
     }
     config.update(extra)

@@ -20,6 +20,7 @@ from typing import Any
 from kappaflow.api.config import StreamsConfig
 from kappaflow.api.errors import StreamsError
 from kappaflow.api.metrics import Metrics
+from kappaflow.runner.http import HealthServer
 from kappaflow.runner.thread import StreamThread
 from kappaflow.topology.topology import Topology
 
@@ -77,6 +78,8 @@ class KafkaStreams:
         base = self.config.get_str("client.id") or self.config.get_str("group.instance.id")
         self.client_id = base or f"{self.application_id}-{socket.gethostname()}-{os.getpid()}"
         self.stream_thread: StreamThread | None = None
+        self._http: HealthServer | None = None
+        self.metrics_port: int | None = None
 
     # ----------------------------------------------------------------- listeners
     def set_state_listener(self, listener: StateListener) -> None:
@@ -115,6 +118,12 @@ class KafkaStreams:
         if self.state is not State.CREATED:
             raise StreamsError(f"start() is allowed once, in state CREATED (now {self.state.value})")
         Path(self.config.get_str("state.dir")).mkdir(parents=True, exist_ok=True)
+        port = self.config.get_int("metrics.port")
+        if port >= 0:  # -1 disables the endpoint; 0 lets the OS choose (tests)
+            host = self.config.get_str("metrics.host") or "0.0.0.0"
+            self._http = HealthServer(host, port, self.metrics, self.alive, self.ready, self._describe)
+            self._http.start()
+            self.metrics_port = self._http.port
         self._set_state(State.REBALANCING)
         self._thread = threading.Thread(
             target=self._run, name=f"{self.client_id}-StreamThread-1", daemon=True
@@ -155,8 +164,15 @@ class KafkaStreams:
             self._thread.join(timeout)
             if self._thread.is_alive():
                 return False
+        if self._http is not None:
+            self._http.stop()
+            self._http = None
         self._set_state(State.NOT_RUNNING)
         return True
+
+    def _describe(self) -> dict[str, Any]:
+        active, standby = self.local_task_ids()
+        return {"state": self.state.value, "active_tasks": active, "standby_tasks": standby}
 
     def wait_until(self, state: State, timeout: float) -> bool:
         """Block until the instance reaches `state` (or ERROR/NOT_RUNNING); True if it reached it."""

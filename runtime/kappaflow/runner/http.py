@@ -1,0 +1,96 @@
+"""Health and metrics over HTTP: GET /health/live, /health/ready and /metrics (Prometheus text format).
+
+Liveness is "the stream thread has not died" and readiness is "every active task is restored and
+running" (state RUNNING), which is what Kubernetes probes and rolling upgrades need. The exposition is
+written from the in-process Metrics registry directly, so tasks and stores never import a metrics
+library and the format stays a few lines of code (counters end in `_total`, labels are escaped).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from kappaflow.api.metrics import Metrics
+
+
+def _metric_name(name: str) -> str:
+    cleaned = "".join(c if c.isalnum() else "_" for c in name)
+    return f"kappaflow_{cleaned}"
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _series(name: str, labels: tuple[tuple[str, str], ...], value: float) -> str:
+    if labels:
+        inner = ",".join(f'{k}="{_escape(str(v))}"' for k, v in labels)
+        return f"{name}{{{inner}}} {value!r}"
+    return f"{name} {value!r}"
+
+
+def prometheus_text(metrics: Metrics, extra_labels: dict[str, str] | None = None) -> str:
+    extra = tuple(sorted((extra_labels or {}).items()))
+    lines: list[str] = []
+    for kind, families in (("counter", metrics.counters()), ("gauge", metrics.gauges())):
+        for raw_name, series in sorted(families.items()):
+            name = _metric_name(raw_name)
+            if kind == "counter" and not name.endswith("_total"):
+                name += "_total"
+            lines.append(f"# TYPE {name} {kind}")
+            lines.extend(
+                _series(name, tuple(sorted(labels + extra)), value) for labels, value in series.items()
+            )
+    return "\n".join(lines) + "\n"
+
+
+class HealthServer:
+    """A small threaded HTTP server; `port=0` lets the OS choose (see `.port`)."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        metrics: Metrics,
+        live: Callable[[], bool],
+        ready: Callable[[], bool],
+        describe: Callable[[], dict[str, Any]],
+    ) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                path = self.path.split("?", 1)[0]
+                if path == "/metrics":
+                    body = prometheus_text(metrics).encode()
+                    self._reply(200, body, "text/plain; version=0.0.4")
+                elif path in ("/health/live", "/health/ready"):
+                    ok = live() if path == "/health/live" else ready()
+                    body = json.dumps({"status": "UP" if ok else "DOWN", **describe()}).encode()
+                    self._reply(200 if ok else 503, body, "application/json")
+                else:
+                    self._reply(404, b'{"error": "not found"}', "application/json")
+
+            def _reply(self, status: int, body: bytes, content_type: str) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return None  # probes every few seconds would flood the logs
+
+        self._httpd = ThreadingHTTPServer((host, port), Handler)
+        self._httpd.daemon_threads = True
+        self.port = int(self._httpd.server_address[1])
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="kappaflow-http", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
