@@ -116,3 +116,42 @@ def wordcount_topology(input_topic: str, output_topic: str, store: str = "counts
     counts = grouped.count(Materialized.as_(store).with_value_serde(serdes.Long()))
     counts.to_stream().to(output_topic, key_serde=serdes.String(), value_serde=serdes.Long())
     return builder.build()
+
+
+def start_cli_app(
+    app: str, properties: dict[str, Any], workdir: Any, env: dict[str, str] | None = None, name: str = "app"
+) -> Any:
+    """`kappaflow run app --config <file>` as a child process (logs to <workdir>/<name>.log)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    config_file = workdir / f"{name}.properties"
+    config_file.write_text("".join(f"{k}={v}\n" for k, v in properties.items()))
+    log_file = open(workdir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child process
+    root = Path(__file__).resolve().parents[2]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kappaflow.cli", "run", app, "--config", str(config_file)],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root), **(env or {})},
+        stdout=log_file,
+        stderr=subprocess.STDOUT,
+    )
+    log_file.close()
+    return process
+
+
+def http_get(port: int, path: str) -> tuple[int, str]:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+    except OSError:
+        return 0, ""

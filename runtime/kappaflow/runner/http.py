@@ -29,8 +29,8 @@ def _escape(value: str) -> str:
 def _series(name: str, labels: tuple[tuple[str, str], ...], value: float) -> str:
     if labels:
         inner = ",".join(f'{k}="{_escape(str(v))}"' for k, v in labels)
-        return f"{name}{{{inner}}} {value!r}"
-    return f"{name} {value!r}"
+        return f"{name}{{{inner}}} {float(value)!r}"
+    return f"{name} {float(value)!r}"
 
 
 def prometheus_text(metrics: Metrics, extra_labels: dict[str, str] | None = None) -> str:

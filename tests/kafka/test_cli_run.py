@@ -1,0 +1,73 @@
+"""`kappaflow run` as a process: health/metrics endpoints, JSON logs, SIGTERM commits and exits 0."""
+
+from __future__ import annotations
+
+import json
+import signal
+import uuid
+
+import pytest
+
+from tests.harness.kafka_fixtures import free_port
+from tests.kafka.streams_support import (
+    fast_config,
+    http_get,
+    latest_counts,
+    produce_lines,
+    read_topic,
+    start_cli_app,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(180)]
+
+
+def test_run_serves_health_and_metrics_and_stops_cleanly_on_sigterm(kafka_bootstrap, kafka_topics, tmp_path):
+    source = kafka_topics("cli-in", partitions=2)
+    sink = kafka_topics("cli-out", partitions=2)
+    app_id = f"cli-{uuid.uuid4().hex[:8]}"
+    port = free_port()
+    props = fast_config(kafka_bootstrap, app_id, str(tmp_path / "state"), **{"metrics.port": port})
+    props["commit.interval.ms"] = 60000  # only the SIGTERM close commits
+    env = {"WC_INPUT": source, "WC_OUTPUT": sink}
+    process = start_cli_app("tests.kafka.apps:wordcount", props, tmp_path, env)
+    try:
+        wait_for(lambda: http_get(port, "/health/live")[0] == 200, 60, "liveness")
+        wait_for(lambda: http_get(port, "/health/ready")[0] == 200, 60, "readiness")
+        assert json.loads(http_get(port, "/health/ready")[1])["state"] == "RUNNING"
+        produce_lines(kafka_bootstrap, source, ["a b", "b c", "c"])
+        wait_for(
+            lambda: "kappaflow_records_processed_total" in http_get(port, "/metrics")[1],
+            30,
+            "processed metric",
+        )
+        metrics = http_get(port, "/metrics")[1]
+        assert "# TYPE kappaflow_records_processed_total counter" in metrics
+        assert 'kappaflow_active_tasks{state="RUNNING"} 4.0' in metrics
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+    assert latest_counts(read_topic(kafka_bootstrap, sink, expected=3, timeout=20)) == {
+        "a": 1,
+        "b": 2,
+        "c": 2,
+    }
+    log_lines = (tmp_path / "app.log").read_text().splitlines()
+    entries = [json.loads(line) for line in log_lines if line.startswith("{")]
+    assert any("SIGTERM" in e["msg"] for e in entries)
+    assert any(e["msg"].startswith("stopped (clean)") for e in entries)
+
+    # The offsets were committed on SIGTERM: a restart processes nothing again.
+    process = start_cli_app("tests.kafka.apps:wordcount", props, tmp_path, env, name="again")
+    try:
+        wait_for(lambda: http_get(port, "/health/ready")[0] == 200, 60, "readiness after restart")
+        assert "kappaflow_records_processed_total" not in http_get(port, "/metrics")[1]
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
