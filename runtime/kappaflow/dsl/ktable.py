@@ -71,6 +71,8 @@ class KTable:
         self.store_name = store_name
         self._parent = parent
         self._send_old = False
+        # set on windowed aggregation results: suppress(until_window_closes) needs the grace period
+        self.window_grace_ms: int | None = None
         if getter is None:
             assert store_name is not None, "a table without a store needs a value getter"
             getter = _store_getter(store_name)
@@ -220,6 +222,41 @@ class KTable:
         from kappaflow.dsl.table_joins import table_table_join
 
         return table_table_join(self, other, joiner, "outer", materialized)
+
+    def suppress(self, suppressed: Any) -> KTable:
+        """Hold back updates: `Suppressed.until_window_closes(...)` (final windowed results) or
+        `Suppressed.until_time_limit(...)`; the buffer is changelogged."""
+        from kappaflow.api.errors import TopologyError
+        from kappaflow.dsl.suppress import KTableSuppressProcessor, change_codec
+        from kappaflow.state.time_ordered_buffer import BufferStoreBuilder
+
+        builder = self._builder
+        grace = 0
+        if suppressed.final_results:
+            if self.window_grace_ms is None:
+                raise TopologyError("suppress(until_window_closes) needs a windowed aggregation's table")
+            grace = self.window_grace_ms
+        node = f"{suppressed.name}" if suppressed.name else builder.new_name("KTABLE-SUPPRESS-")
+        store = (
+            f"{suppressed.name}-store"
+            if suppressed.name
+            else builder.new_name("KTABLE-SUPPRESS-STATE-STORE-")
+        )
+        builder.topology.add_processor(
+            node, lambda: KTableSuppressProcessor(suppressed, grace, store, node), self.node
+        )
+        builder.topology.add_state_store(
+            BufferStoreBuilder(store, self.key_serde, change_codec(self.value_serde)), node
+        )
+        return KTable(
+            builder,
+            node,
+            self.key_serde,
+            self.value_serde,
+            None,
+            parent=self,
+            getter=self.value_getter_supplier,
+        )
 
 
 class GlobalKTable:

@@ -164,6 +164,7 @@ class TimeWindowedKStream:
         table = KTable(
             builder, node, TimeWindowedSerde(key_serde, size), value_serde, store_name, parent=None
         )
+        table.window_grace_ms = self.windows.grace_ms
         send_old = table.send_old_values_enabled
         builder.topology.add_processor(node, lambda: make(store_name, send_old, node), parent)
         store = window_store_builder(
