@@ -10,6 +10,7 @@ emits exactly what it would have emitted without the restart.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 import struct
@@ -112,17 +113,16 @@ class TimeOrderedKeyValueBuffer:
     def put(self, time: int, key: Any, change: Any, record_time: int, headers: Headers) -> None:
         """Buffer `change` (a Change(new, old)) for `key`; an already buffered key keeps its time and
         its prior value."""
-        from kappaflow.dsl.change import Change
-
         raw_key = self._raw_key(key)
         previous = self._entries.get(raw_key)
         if previous is None:
             token = next(self._counter)
-            stored = Change(change.new_value, change.old_value)
+            stored = change
             heapq.heappush(self._heap, (time, raw_key, token))
         else:
             time, token = previous.time, previous.token
-            stored = Change(change.new_value, previous.change.old_value)
+            # a Change dataclass: keep the new value, keep the prior (pre-buffer) old value
+            stored = dataclasses.replace(change, old_value=previous.change.old_value)
             self.size_bytes -= previous.size
         payload = self._encode(stored)
         entry = BufferedEntry(
