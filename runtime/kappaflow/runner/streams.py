@@ -9,6 +9,7 @@ The stream thread runs in the background; `close()` asks it to commit and stop.
 from __future__ import annotations
 
 import enum
+import gc
 import logging
 import os
 import socket
@@ -167,6 +168,10 @@ class KafkaStreams:
         if self._http is not None:
             self._http.stop()
             self._http = None
+        self.stream_thread = None
+        # librdkafka clients in reference cycles (delivery callbacks) would linger, reconnecting in the
+        # background, until the next collection: collect now so close() really closes them.
+        gc.collect()
         self._set_state(State.NOT_RUNNING)
         return True
 
