@@ -33,13 +33,16 @@ from kappaflow.api.time import (
     log_and_skip_on_invalid_timestamp,
     use_partition_time_on_invalid_timestamp,
 )
+from kappaflow.api.windowed_serdes import SessionWindowedSerde, TimeWindowedSerde
 from kappaflow.api.windows import Window, Windowed
 from kappaflow.dsl import (
     BranchedKStream,
+    BufferConfig,
     Change,
     Consumed,
     GlobalKTable,
     Grouped,
+    JoinWindows,
     KGroupedStream,
     KGroupedTable,
     KStream,
@@ -48,7 +51,11 @@ from kappaflow.dsl import (
     Named,
     Produced,
     Repartitioned,
+    SessionWindows,
+    SlidingWindows,
     StreamsBuilder,
+    Suppressed,
+    TimeWindows,
 )
 from kappaflow.state import KeyValueStore, Stores, ValueAndTimestamp
 from kappaflow.topology import Topology
@@ -58,6 +65,7 @@ __version__ = "0.1.0"
 __all__ = [
     "BaseProcessor",
     "BranchedKStream",
+    "BufferConfig",
     "Cancellable",
     "Change",
     "ConfigError",
@@ -70,6 +78,7 @@ __all__ = [
     "HandlerResponse",
     "Headers",
     "InvalidStateStoreError",
+    "JoinWindows",
     "KGroupedStream",
     "KGroupedTable",
     "KStream",
@@ -86,11 +95,17 @@ __all__ = [
     "RecordMetadata",
     "Repartitioned",
     "SerializationError",
+    "SessionWindowedSerde",
+    "SessionWindows",
+    "SlidingWindows",
     "Stores",
     "StreamsBuilder",
     "StreamsConfig",
     "StreamsError",
+    "Suppressed",
     "TaskId",
+    "TimeWindowedSerde",
+    "TimeWindows",
     "Topology",
     "TopologyError",
     "ValueAndTimestamp",

@@ -256,6 +256,12 @@ class TopologyTestDriver:
 
         return ReadOnlyWindowView(self.get_state_store(name))
 
+    def get_session_store(self, name: str) -> Any:
+        """A view of a session store: fetch(key), find_sessions(key, earliest_end, latest_start), ..."""
+        from kappaflow.state.session_store import ReadOnlySessionView
+
+        return ReadOnlySessionView(self.get_state_store(name))
+
     def get_timestamped_key_value_store(self, name: str) -> Any:
         return self.get_state_store(name)
 

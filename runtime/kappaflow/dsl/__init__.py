@@ -6,13 +6,18 @@ from kappaflow.dsl.grouped import KGroupedStream, KGroupedTable
 from kappaflow.dsl.kstream import BranchedKStream, KStream
 from kappaflow.dsl.ktable import GlobalKTable, KTable
 from kappaflow.dsl.options import Consumed, Grouped, Materialized, Named, Produced, Repartitioned
+from kappaflow.dsl.suppress import BufferConfig, Suppressed
+from kappaflow.dsl.windowed import TimeWindowedKStream
+from kappaflow.dsl.windows import JoinWindows, SessionWindows, SlidingWindows, TimeWindows
 
 __all__ = [
     "BranchedKStream",
+    "BufferConfig",
     "Change",
     "Consumed",
     "GlobalKTable",
     "Grouped",
+    "JoinWindows",
     "KGroupedStream",
     "KGroupedTable",
     "KStream",
@@ -21,5 +26,10 @@ __all__ = [
     "Named",
     "Produced",
     "Repartitioned",
+    "SessionWindows",
+    "SlidingWindows",
     "StreamsBuilder",
+    "Suppressed",
+    "TimeWindowedKStream",
+    "TimeWindows",
 ]

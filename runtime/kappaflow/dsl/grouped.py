@@ -116,12 +116,17 @@ class KGroupedStream:
         )
 
     def windowed_by(self, windows: Any) -> Any:
-        """`windowed_by(TimeWindows...)` -> a TimeWindowedKStream (count/reduce/aggregate per window)."""
+        """`windowed_by(TimeWindows | SessionWindows)` -> a windowed stream (count/reduce/aggregate)."""
         from kappaflow.dsl.windowed import TimeWindowedKStream
         from kappaflow.dsl.windows import TimeWindows
 
         if isinstance(windows, TimeWindows):
             return TimeWindowedKStream(self, windows)
+        from kappaflow.dsl.session_windowed import SessionWindowedKStream
+        from kappaflow.dsl.windows import SessionWindows
+
+        if isinstance(windows, SessionWindows):
+            return SessionWindowedKStream(self, windows)
         raise TypeError(f"windowed_by: unsupported windows {windows!r}")
 
 

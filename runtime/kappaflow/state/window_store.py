@@ -175,7 +175,8 @@ class MeteredWindowStore:
 
     # ----------------------------------------------------------------- reads
     def _earliest(self, time_from: int) -> int:
-        return max(time_from, self.observed_stream_time - self.retention_ms + 1)
+        # windows never start before 0; a negative bound would sort after positive ones as bytes
+        return max(0, time_from, self.observed_stream_time - self.retention_ms + 1)
 
     def _key_scan(self, key: Any, time_from: int, time_to: int, backward: bool) -> Iterator[tuple[int, Any]]:
         raw_key = self._k(key)
