@@ -1,0 +1,69 @@
+"""Poison records go to the dead-letter topic with their bytes, headers and the error; processing goes on."""
+
+from __future__ import annotations
+
+import struct
+import uuid
+
+import pytest
+from confluent_kafka import Producer
+
+from kappaflow import StreamsBuilder, serdes
+from kappaflow.runner import KafkaStreams
+from tests.kafka.streams_support import fast_config, read_topic, wait_running
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
+
+
+def doubling(source: str, sink: str):
+    def double(value: int) -> int:
+        if value == 13:
+            raise ValueError("unlucky number")
+        return value * 2
+
+    builder = StreamsBuilder()
+    stream = builder.stream(source, key_serde=serdes.String(), value_serde=serdes.Long())
+    stream.map_values(double).to(sink, key_serde=serdes.String(), value_serde=serdes.Long())
+    return builder.build()
+
+
+def test_poison_records_land_in_the_dead_letter_topic(kafka_bootstrap, kafka_topics, tmp_path):
+    source = kafka_topics("dlq-in")
+    sink = kafka_topics("dlq-out")
+    dead = kafka_topics("dlq-dead")
+    config = fast_config(
+        kafka_bootstrap,
+        f"dlq-{uuid.uuid4().hex[:8]}",
+        str(tmp_path),
+        **{
+            "default.deserialization.exception.handler": "log_and_continue",
+            "processing.exception.handler": "log_and_continue",
+            "errors.dead.letter.queue.topic.name": dead,
+        },
+    )
+    app = KafkaStreams(doubling(source, sink), config)
+    app.start()
+    try:
+        wait_running(app)
+        producer = Producer({"bootstrap.servers": kafka_bootstrap})
+        long = struct.Struct(">q").pack
+        producer.produce(source, key=b"a", value=long(1))
+        producer.produce(source, key=b"poison", value=b"not a long", headers=[("trace", b"abc")])
+        producer.produce(source, key=b"b", value=long(13))
+        producer.produce(source, key=b"c", value=long(2))
+        assert producer.flush(10) == 0
+        out = read_topic(kafka_bootstrap, sink, expected=2, timeout=30)
+        assert [(m.key(), struct.unpack(">q", m.value())[0]) for m in out] == [(b"a", 2), (b"c", 4)]
+        dlq = read_topic(kafka_bootstrap, dead, expected=2, timeout=30)
+    finally:
+        app.close(30)
+    assert [(m.key(), m.value()) for m in dlq] == [(b"poison", b"not a long"), (b"b", long(13))]
+    first = dict(dlq[0].headers())
+    assert first["trace"] == b"abc"
+    assert first["__kappaflow.error.class"] == b"DeserializationError"
+    assert first["__kappaflow.source.topic"] == source.encode()
+    assert first["__kappaflow.source.offset"] == b"1"
+    second = dict(dlq[1].headers())
+    assert second["__kappaflow.error.class"] == b"ProcessingError"
+    assert b"unlucky number" in second["__kappaflow.error.message"]
+    assert app.metrics.counter("dropped-records-total") == 2
