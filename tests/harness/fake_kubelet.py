@@ -437,9 +437,12 @@ def _pod_status(
     if phase == "Running":
         state: dict[str, Any] = {"running": {"startedAt": started}}
     else:
-        state = {
-            "terminated": {"exitCode": code, "startedAt": started, "finishedAt": _now(), "reason": phase}
-        }
+        terminated = {"exitCode": code, "startedAt": started, "finishedAt": _now(), "reason": phase}
+        # A real kubelet reads terminationMessagePath; a launcher handle may offer the text instead.
+        message = getattr(proc.handle, "termination_message", None)
+        if message:
+            terminated["message"] = str(message)[:4096]
+        state = {"terminated": terminated}
     containers = [
         {
             "name": c.name,

@@ -1,0 +1,216 @@
+"""The only module that talks to the Kubernetes API (besides kopf's own watching).
+
+Why raw REST calls through the official client's `ApiClient.call_api` rather than the typed APIs: the
+desired-state builders produce plain dicts, and server-side apply (`application/apply-patch+yaml`, JSON
+is valid YAML) takes them as they are, for any kind, with one code path and one field manager. Applying
+the full desired object on every pass is idempotent (the API server does the diff), and a field manager
+means a user's `kubectl edit` of a field we do not own survives.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client, config
+
+from .models import API_VERSION, PLURAL
+
+FIELD_MANAGER = "kappaflow-operator"
+APPLY = "application/apply-patch+yaml"
+MERGE = "application/merge-patch+json"
+
+#: kind -> plural, for every kind the operator manages (the builders' output plus its own CRD).
+PLURALS: dict[str, str] = {
+    "ConfigMap": "configmaps",
+    "Service": "services",
+    "Secret": "secrets",
+    "Pod": "pods",
+    "Event": "events",
+    "PersistentVolumeClaim": "persistentvolumeclaims",
+    "StatefulSet": "statefulsets",
+    "PodDisruptionBudget": "poddisruptionbudgets",
+    "Job": "jobs",
+    "SparkApplication": "sparkapplications",
+    "StreamApp": PLURAL,
+}
+
+
+class KubeError(RuntimeError):
+    """An API call failed with a status other than the ones the caller expects (e.g. 404 on get)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"Kubernetes API error {status}: {message}")
+        self.status = status
+
+
+def object_path(api_version: str, kind: str, namespace: str, name: str | None = None) -> str:
+    """REST path of a namespaced object (or its collection when `name` is None)."""
+    base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+    path = f"{base}/namespaces/{namespace}/{PLURALS[kind]}"
+    return path if name is None else f"{path}/{name}"
+
+
+@dataclass(frozen=True)
+class TerminatedContainer:
+    """How a describe Job's container ended: exit code and the termination message it left."""
+
+    exit_code: int
+    message: str
+
+
+class Kube:
+    """A thin, synchronous wrapper; kopf runs sync handlers in its thread pool, so blocking is fine."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self.api = api
+
+    @classmethod
+    def from_environment(cls) -> Kube:
+        """In-cluster credentials when running in a pod, otherwise $KUBECONFIG / ~/.kube/config."""
+        configuration = client.Configuration()
+        if os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("KUBECONFIG"):
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        else:
+            # Explicit path: the client reads $KUBECONFIG once at import, which may predate the caller's env.
+            config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=os.environ.get("KUBECONFIG"), client_configuration=configuration
+            )
+        return cls(client.ApiClient(configuration))
+
+    def close(self) -> None:
+        self.api.close()  # type: ignore[no-untyped-call]
+
+    # ---- raw ---------------------------------------------------------------------------------------------
+    def _call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        content_type: str = "application/json",
+        query: Mapping[str, str] | None = None,
+    ) -> dict[str, Any]:
+        method_, url, headers, body_, _post = self.api.param_serialize(
+            method,
+            path,
+            query_params=list((query or {}).items()),
+            header_params={"Content-Type": content_type, "Accept": "application/json"},
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        resp = self.api.call_api(method_, url, header_params=headers, body=body_)
+        data = resp.read()  # type: ignore[no-untyped-call]
+        if not 200 <= int(resp.status) < 300:
+            raise KubeError(int(resp.status), data.decode(errors="replace") if data else "")
+        parsed: dict[str, Any] = json.loads(data) if data else {}
+        return parsed
+
+    # ---- objects -----------------------------------------------------------------------------------------
+    def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Server-side apply `obj` with the operator's field manager (conflicts forced: we own these)."""
+        meta = obj["metadata"]
+        path = object_path(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
+        return self._call(
+            "PATCH",
+            path,
+            dict(obj),
+            content_type=APPLY,
+            query={"fieldManager": FIELD_MANAGER, "force": "true"},
+        )
+
+    def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self._call("GET", object_path(api_version, kind, namespace, name))
+        except KubeError as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def list(self, api_version: str, kind: str, namespace: str, selector: str) -> list[dict[str, Any]]:
+        path = object_path(api_version, kind, namespace)
+        items: list[dict[str, Any]] = self._call("GET", path, query={"labelSelector": selector}).get(
+            "items", []
+        )
+        return items
+
+    def delete(
+        self, api_version: str, kind: str, namespace: str, name: str, *, propagation: str = "Background"
+    ) -> bool:
+        """Delete if present; True when a delete was issued. `Orphan` keeps the dependents (pods, PVCs)."""
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}
+        try:
+            self._call("DELETE", object_path(api_version, kind, namespace, name), body)
+        except KubeError as err:
+            if err.status == 404:
+                return False
+            raise
+        return True
+
+    def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        """Merge-patch the StreamApp's /status subresource (never its spec or metadata)."""
+        path = object_path(API_VERSION, "StreamApp", namespace, name) + "/status"
+        self._call("PATCH", path, {"status": dict(status)}, content_type=MERGE)
+
+    def read_secret_key(self, namespace: str, name: str, key: str) -> str:
+        import base64
+
+        secret = self.get("v1", "Secret", namespace, name)
+        if secret is None or key not in (secret.get("data") or {}):
+            raise KubeError(404, f"secret {namespace}/{name} has no key {key!r}")
+        return base64.b64decode(secret["data"][key]).decode()
+
+    # ---- the describe Job --------------------------------------------------------------------------------
+    def job_outcome(self, namespace: str, job_name: str) -> TerminatedContainer | None:
+        """The terminated container of the Job's newest finished pod, or None while none has finished.
+
+        The termination message is where `kappaflow describe --json` writes its output (see
+        `desired.jobs`): reading it from the Pod object needs no log access.
+        """
+        pods = self.list("v1", "Pod", namespace, f"job-name={job_name}")
+        finished: list[tuple[str, TerminatedContainer]] = []
+        for pod in pods:
+            for status in (pod.get("status") or {}).get("containerStatuses") or []:
+                term = (status.get("state") or {}).get("terminated")
+                if term is not None:
+                    when = str(term.get("finishedAt") or "")
+                    outcome = TerminatedContainer(
+                        int(term.get("exitCode") or 0), str(term.get("message") or "")
+                    )
+                    finished.append((when, outcome))
+        if not finished:
+            return None
+        return max(finished, key=lambda f: f[0])[1]
+
+    # ---- events ------------------------------------------------------------------------------------------
+    def event(self, involved: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+        """A core/v1 Event on the StreamApp, so `kubectl describe streamapp` shows each step."""
+        meta = involved["metadata"]
+        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:12]}", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": involved.get("apiVersion", API_VERSION),
+                "kind": involved.get("kind", "StreamApp"),
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta.get("uid"),
+            },
+            "type": type_,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": FIELD_MANAGER},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+            "reportingComponent": FIELD_MANAGER,
+            "reportingInstance": os.environ.get("HOSTNAME", FIELD_MANAGER),
+        }
+        self._call("POST", object_path("v1", "Event", meta["namespace"]), body)

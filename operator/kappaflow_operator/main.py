@@ -1,0 +1,65 @@
+"""kopf handlers: wiring only; each one delegates to `reconcile` in a line.
+
+Run: `kopf run -m kappaflow_operator.main --all-namespaces` (or `--namespace X`); the chart's Deployment
+does the same. kopf's own bookkeeping (handler progress, diff base) is kept in annotations, so the
+status subresource holds only what `status.py` computes. The finalizer is the one the CRD documents
+(`kappaflow.io/topic-cleanup`): deletion waits until the topic cleanup policy was applied.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from typing import Any
+
+import kopf
+
+from . import reconcile
+from .k8s import Kube
+from .models import FINALIZER, GROUP, PLURAL, VERSION
+
+RESOURCE = (GROUP, VERSION, PLURAL)
+#: Seconds between periodic passes (status refresh, autoscaler ticks); tests make it short.
+RESYNC_S = float(os.environ.get("KAPPAFLOW_OPERATOR_RESYNC_SECONDS", "15"))
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC).replace(microsecond=0)
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    settings.persistence.finalizer = FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="kopf.kappaflow.io")
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="kopf.kappaflow.io")
+    settings.posting.level = 30  # kopf's own per-handler events: warnings only; ours say more
+    kube = Kube.from_environment()
+    memo["ctx"] = reconcile.Context(kube, reconcile.default_kafka_factory(kube))
+
+
+@kopf.on.login()
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    # kopf's own logins, read at call time: in a pod the service account, elsewhere $KUBECONFIG.
+    return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+
+@kopf.on.cleanup()
+def close(memo: kopf.Memo, **_: Any) -> None:
+    memo["ctx"].kube.close()
+
+
+@kopf.on.create(*RESOURCE)
+@kopf.on.update(*RESOURCE)
+@kopf.on.resume(*RESOURCE)
+def reconcile_app(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    reconcile.on_change(memo["ctx"], body, now=_now())
+
+
+@kopf.timer(*RESOURCE, interval=RESYNC_S, initial_delay=RESYNC_S)
+def resync_app(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    reconcile.resync(memo["ctx"], body, now=_now())
+
+
+@kopf.on.delete(*RESOURCE)
+def delete_app(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    reconcile.cleanup(memo["ctx"], body)

@@ -1,0 +1,420 @@
+"""Orchestration: one reconcile pass = pure decisions (models, desired, topics, scaling, diff, status)
+followed by the I/O they call for (k8s.py, kafka.py). kopf handlers in main.py only delegate here.
+
+Where the operator keeps its memory, and why:
+- the topology (`kappaflow describe` output) in a ConfigMap `<name>-topology` owned by the StreamApp,
+  keyed by `describe_key(spec)`: a new image or entry point is described again, nothing else is;
+- the last applied spec and topology hash as annotations on the StatefulSet it applied, so the change
+  classification compares against what really runs (not against kopf's diff base, which records what
+  kopf saw, including specs that failed to apply);
+- the autoscaler's memory in status.autoscaler (it is observed state, and users should see it).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import kopf
+from pydantic import ValidationError
+
+from . import desired, scaling, status
+from .desired.common import AppRef, object_meta, spec_hash
+from .diff import Action, classify
+from .k8s import Kube
+from .kafka import KafkaAdmin, KafkaError, client_config
+from .models import (
+    AutoscalerDecision,
+    AutoscalerStatus,
+    StableSpec,
+    StreamAppSpec,
+    StreamAppStatus,
+    TopologyDescription,
+    TopologyStatus,
+)
+from .topics import internal_topic_names, plan_internal_topics
+
+APPLIED_SPEC_ANNOTATION = "kappaflow.io/applied-spec"
+TOPOLOGY_ANNOTATION = "kappaflow.io/topology-hash"
+DESCRIBE_KEY = "kappaflow.io/describe-key"
+TOPOLOGY_FILE = "topology.json"
+#: How soon to look again while waiting for something outside our control (a Job, a topic).
+RETRY_S = 3.0
+
+KafkaFactory = Callable[[StreamAppSpec, str], KafkaAdmin]
+
+
+@dataclass
+class Context:
+    """Process-wide clients, built once at start-up (kopf's memo)."""
+
+    kube: Kube
+    kafka_factory: KafkaFactory
+    locks: dict[str, threading.Lock] = field(default_factory=dict)
+
+    def lock(self, body: Mapping[str, Any]) -> threading.Lock:
+        """kopf runs timers beside event handlers: one pass per object at a time keeps status coherent."""
+        return self.locks.setdefault(str(body["metadata"]["uid"]), threading.Lock())
+
+
+def topology_configmap_name(name: str) -> str:
+    return f"{name}-topology"
+
+
+def _ref(body: Mapping[str, Any]) -> AppRef:
+    meta = body["metadata"]
+    return AppRef(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"])
+
+
+def _status_of(body: Mapping[str, Any]) -> StreamAppStatus | None:
+    raw = {k: v for k, v in (body.get("status") or {}).items() if k != "kopf"}
+    try:
+        return StreamAppStatus.model_validate(raw) if raw else None
+    except ValidationError:  # written by an older/newer operator: start afresh rather than fail
+        return None
+
+
+def default_kafka_factory(kube: Kube) -> KafkaFactory:
+    """Admin clients per connection, credentials read from the Secrets the spec names."""
+    cache: dict[str, KafkaAdmin] = {}
+
+    def make(spec: StreamAppSpec, namespace: str) -> KafkaAdmin:
+        k = spec.kafka
+        secrets: dict[str, str] = {}
+        if k.sasl is not None:
+            secrets["sasl.mechanism"] = k.sasl.mechanism
+            for key, ref in (
+                ("sasl.username", k.sasl.username_secret_ref),
+                ("sasl.password", k.sasl.password_secret_ref),
+            ):
+                secrets[key] = kube.read_secret_key(namespace, ref.name, ref.key)
+        if k.tls is not None:
+            for key, tls_ref in (
+                ("ssl.ca.location", k.tls.ca_secret_ref),
+                ("ssl.certificate.location", k.tls.certificate_secret_ref),
+                ("ssl.key.location", k.tls.key_secret_ref),
+            ):
+                if tls_ref is not None:
+                    secrets[key] = kube.read_secret_key(namespace, tls_ref.name, tls_ref.key)
+        cache_key = json.dumps([k.bootstrap_servers, k.security_protocol, secrets], sort_keys=True)
+        if cache_key not in cache:
+            cache[cache_key] = KafkaAdmin(client_config(k.bootstrap_servers, k.security_protocol, secrets))
+        return cache[cache_key]
+
+    return make
+
+
+# ---- topology ------------------------------------------------------------------------------------------
+def ensure_topology(
+    ctx: Context, spec: StreamAppSpec, ref: AppRef, body: Mapping[str, Any]
+) -> TopologyDescription | status.Problem | None:
+    """The topology for this image + entry point: cached, or described by a Job (None while it runs)."""
+    key = desired.describe_key(spec)
+    cm = ctx.kube.get("v1", "ConfigMap", ref.namespace, topology_configmap_name(ref.name))
+    if cm is not None and (cm.get("metadata", {}).get("annotations") or {}).get(DESCRIBE_KEY) == key:
+        return TopologyDescription.parse((cm.get("data") or {})[TOPOLOGY_FILE])
+    job = desired.build_describe_job(spec, ref)
+    job_name = job["metadata"]["name"]
+    if ctx.kube.get("batch/v1", "Job", ref.namespace, job_name) is None:
+        ctx.kube.apply(job)
+        ctx.kube.event(body, "Normal", "DescribingTopology", f"started Job {job_name} for image {spec.image}")
+    outcome = ctx.kube.job_outcome(ref.namespace, job_name)
+    if outcome is None:
+        return None
+    if outcome.exit_code != 0:
+        return status.Problem(
+            "DescribeFailed", f"Job {job_name} exited {outcome.exit_code}: {outcome.message[-512:]}"
+        )
+    try:
+        description = TopologyDescription.parse(outcome.message)
+    except (ValueError, ValidationError) as err:
+        return status.Problem("DescribeFailed", f"Job {job_name} printed no valid topology: {err}")
+    data = description.model_dump_json(exclude_none=True)
+    meta = object_meta(ref, topology_configmap_name(ref.name))
+    meta["annotations"] = {DESCRIBE_KEY: key}
+    ctx.kube.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {TOPOLOGY_FILE: data}})
+    ctx.kube.event(
+        body,
+        "Normal",
+        "TopologyDescribed",
+        f"{len(description.sub_topologies)} sub-topologies, internal topics: "
+        + (", ".join(t.name for t in description.internal_topics) or "none"),
+    )
+    return description
+
+
+# ---- the pass ------------------------------------------------------------------------------------------
+def _write_status(
+    ctx: Context,
+    body: Mapping[str, Any],
+    prev: StreamAppStatus | None,
+    obs: status.Observation,
+    now: datetime,
+    **extra: Any,
+) -> StreamAppStatus:
+    meta = body["metadata"]
+    new = status.compute_status(prev, obs, name=meta["name"], now=now)
+    if extra:
+        new = new.model_copy(update=extra)
+    ctx.kube.patch_status(meta["namespace"], meta["name"], new.to_wire())
+    return new
+
+
+def _sts(ctx: Context, ref: AppRef) -> dict[str, Any] | None:
+    return ctx.kube.get("apps/v1", "StatefulSet", ref.namespace, ref.name)
+
+
+def _problem_once(
+    ctx: Context, body: Mapping[str, Any], prev: StreamAppStatus | None, p: status.Problem
+) -> None:
+    """Warn with an event only when the Degraded reason is new (the timer must not spam events)."""
+    old = status.condition(prev, status.DEGRADED) if prev is not None else None
+    if old is None or old.status != "True" or old.reason != p.reason or old.message != p.message:
+        ctx.kube.event(body, "Warning", p.reason, p.message)
+
+
+def reconcile(
+    ctx: Context, body: Mapping[str, Any], *, now: datetime, prev: StreamAppStatus | None = None
+) -> StreamAppStatus:
+    """Bring the cluster and Kafka to the spec, then write status. Idempotent: every pass applies all.
+
+    Raises kopf.TemporaryError while waiting on something (the describe Job, source topics), so kopf
+    calls again after a short delay.
+    """
+    ref = _ref(body)
+    prev = prev if prev is not None else _status_of(body)
+    generation = int(body["metadata"].get("generation") or 0)
+    try:
+        spec = StreamAppSpec.model_validate(body.get("spec") or {})
+    except ValidationError as err:
+        msg = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
+        problem = status.Problem("InvalidSpec", msg)
+        _problem_once(ctx, body, prev, problem)
+        obs = status.Observation(generation, 0, _sts(ctx, ref), problems=[problem])
+        return _write_status(ctx, body, prev, obs, now)
+
+    found = ensure_topology(ctx, spec, ref, body)
+    if found is None:
+        obs = status.Observation(generation, spec.replicas, _sts(ctx, ref), topology_known=False)
+        _write_status(ctx, body, prev, obs, now)
+        raise kopf.TemporaryError("waiting for the describe Job", delay=RETRY_S)
+    if isinstance(found, status.Problem):
+        _problem_once(ctx, body, prev, found)
+        obs = status.Observation(
+            generation, spec.replicas, _sts(ctx, ref), topology_known=False, problems=[found]
+        )
+        return _write_status(ctx, body, prev, obs, now)
+    description = found
+
+    app_id = (prev.application_id if prev is not None else None) or spec.application_id
+    try:
+        admin = ctx.kafka_factory(spec, ref.namespace)
+        plan = plan_internal_topics(description, app_id, admin.topic_partitions())
+        created: list[str] = []
+        if plan.ready and plan.to_create:
+            created = admin.create_topics(plan.to_create, spec.kafka.replication_factor)
+            ctx.kube.event(body, "Normal", "TopicsCreated", "created " + ", ".join(created))
+    except KafkaError as err:
+        problem = status.Problem("KafkaUnavailable", str(err))
+        _problem_once(ctx, body, prev, problem)
+        _write_status(
+            ctx,
+            body,
+            prev,
+            status.Observation(generation, spec.replicas, _sts(ctx, ref), problems=[problem]),
+            now,
+        )
+        raise kopf.TemporaryError(str(err), delay=RETRY_S * 5) from err
+    topo_status = TopologyStatus(
+        hash=description.fingerprint(),
+        described_image=spec.image,
+        described_entry_point=spec.entry_point,
+        source_topics=sorted(description.source_topics),
+        max_parallelism=plan.max_parallelism,
+    )
+    if not plan.ready:
+        obs = status.Observation(generation, spec.replicas, _sts(ctx, ref), topic_plan=plan)
+        for m in plan.mismatches:
+            _problem_once(ctx, body, prev, status.Problem("TopicPartitionMismatch", m.message))
+        written = _write_status(ctx, body, prev, obs, now, topology=topo_status)
+        if plan.missing_sources and not plan.mismatches:
+            raise kopf.TemporaryError("waiting for source topics", delay=RETRY_S * 2)
+        return written
+
+    cap = scaling.effective_replicas(spec, prev, plan.max_parallelism)
+    _apply(ctx, body, spec, ref, description, cap, app_id, prev)
+    obs = status.Observation(
+        generation,
+        cap.replicas,
+        _sts(ctx, ref),
+        topic_plan=plan,
+        created_topics=frozenset(created),
+        cap=cap,
+        applied=StableSpec(hash=spec_hash(spec), image=spec.image, application_id=app_id),
+    )
+    return _write_status(ctx, body, prev, obs, now, topology=topo_status)
+
+
+def _apply(
+    ctx: Context,
+    body: Mapping[str, Any],
+    spec: StreamAppSpec,
+    ref: AppRef,
+    description: TopologyDescription,
+    cap: scaling.CapResult,
+    app_id: str,
+    prev: StreamAppStatus | None,
+) -> None:
+    sts = _sts(ctx, ref)
+    annotations = (sts or {}).get("metadata", {}).get("annotations") or {}
+    old_spec: StreamAppSpec | None = None
+    if APPLIED_SPEC_ANNOTATION in annotations:
+        try:
+            old_spec = StreamAppSpec.model_validate(json.loads(annotations[APPLIED_SPEC_ANNOTATION]))
+        except (ValueError, ValidationError):
+            old_spec = None
+    fingerprint = description.fingerprint()
+    change = classify(
+        old_spec, spec, old_topology=annotations.get(TOPOLOGY_ANNOTATION), new_topology=fingerprint
+    )
+    if change.recreate_statefulset and sts is not None:
+        # volumeClaimTemplates are immutable: replace the StatefulSet, leaving pods and claims in place.
+        ctx.kube.delete("apps/v1", "StatefulSet", ref.namespace, ref.name, propagation="Orphan")
+        deadline = time.monotonic() + 30
+        while _sts(ctx, ref) is not None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        ctx.kube.event(
+            body,
+            "Normal",
+            "RecreatingStatefulSet",
+            "state volume settings changed: " + ", ".join(change.changed),
+        )
+    if change.action in (Action.REPROCESS, Action.RESET):
+        ctx.kube.event(
+            body,
+            "Warning",
+            "UpgradeModeNotSupported",
+            f"upgrade mode {spec.upgrade.mode} is not implemented by this operator version; rolling instead",
+        )
+    for obj in desired.desired_resources(spec, ref, desired.Facts(cap.replicas, app_id)):
+        if obj["kind"] == "StatefulSet":
+            obj["metadata"].setdefault("annotations", {}).update(
+                {
+                    APPLIED_SPEC_ANNOTATION: json.dumps(spec.to_wire(), sort_keys=True),
+                    TOPOLOGY_ANNOTATION: fingerprint,
+                }
+            )
+        ctx.kube.apply(obj)
+    for api_version, kind, name in desired.obsolete_resources(spec, ref):
+        if ctx.kube.delete(api_version, kind, ref.namespace, name):
+            ctx.kube.event(body, "Normal", "Deleted", f"deleted {kind} {name}")
+    if change.action == Action.SCALE:
+        ctx.kube.event(body, "Normal", "Scaled", f"StatefulSet {ref.name} runs {cap.replicas} replicas")
+    elif change.action != Action.NONE:
+        verb = "Created" if old_spec is None else "RollingUpdate"
+        ctx.kube.event(
+            body, "Normal", verb, f"applied StatefulSet {ref.name} ({', '.join(change.changed)[:400]})"
+        )
+    old_cap = status.condition(prev, status.REPLICAS_CAPPED) if prev is not None else None
+    if cap.reason and (old_cap is None or old_cap.message != cap.reason):
+        ctx.kube.event(body, "Warning", "ReplicasCapped", cap.reason)
+
+
+# ---- autoscaler ----------------------------------------------------------------------------------------
+def autoscale(ctx: Context, body: Mapping[str, Any], *, now: datetime) -> StreamAppStatus | None:
+    """One autoscaler tick: measure lag, decide, record the decision. Returns the new status when it
+    changed the replica target (the caller then reconciles to apply it), else None."""
+    prev = _status_of(body)
+    try:
+        spec = StreamAppSpec.model_validate(body.get("spec") or {})
+    except ValidationError:
+        return None
+    auto = spec.autoscaling
+    if not auto.enabled or spec.replicas == 0 or prev is None or prev.topology is None:
+        return None
+    last = prev.autoscaler.last_decision if prev.autoscaler is not None else None
+    if last is not None and now - last.time < timedelta(seconds=auto.interval_seconds):
+        return None
+    ref = _ref(body)
+    app_id = prev.application_id or spec.application_id
+    try:
+        lag = ctx.kafka_factory(spec, ref.namespace).consumer_lag(app_id, prev.topology.source_topics)
+    except KafkaError as err:
+        ctx.kube.event(body, "Warning", "LagUnavailable", str(err))
+        return None
+    current = scaling.effective_replicas(spec, prev, prev.topology.max_parallelism).replicas
+    decision = scaling.autoscale(
+        current=current,
+        total_lag=lag,
+        lag_per_replica=auto.lag_per_replica,
+        min_replicas=auto.min_replicas,
+        max_replicas=auto.max_replicas,
+        scale_up_cooldown_s=auto.scale_up_cooldown_seconds,
+        scale_down_cooldown_s=auto.scale_down_cooldown_seconds,
+        last_scale_time=prev.autoscaler.last_scale_time if prev.autoscaler is not None else None,
+        now=now,
+        max_parallelism=prev.topology.max_parallelism,
+    )
+    record = AutoscalerDecision(
+        time=now, from_replicas=current, to_replicas=decision.replicas, lag=lag, reason=decision.reason
+    )
+    auto_status = AutoscalerStatus(
+        desired_replicas=decision.replicas,
+        last_scale_time=now
+        if decision.changed
+        else (prev.autoscaler.last_scale_time if prev.autoscaler else None),
+        last_decision=record,
+    )
+    new = prev.model_copy(update={"autoscaler": auto_status, "consumer_lag": lag})
+    meta = body["metadata"]
+    ctx.kube.patch_status(
+        meta["namespace"], meta["name"], {"autoscaler": auto_status.to_wire(), "consumerLag": lag}
+    )
+    if not decision.changed:
+        return None
+    ctx.kube.event(body, "Normal", "Autoscaled", decision.reason)
+    return new
+
+
+def on_change(ctx: Context, body: Mapping[str, Any], *, now: datetime) -> None:
+    """Create/update/resume: a full pass, serialized with the timer's."""
+    with ctx.lock(body):
+        reconcile(ctx, body, now=now)
+
+
+def resync(ctx: Context, body: Mapping[str, Any], *, now: datetime) -> None:
+    """The periodic pass: autoscaler tick, then a full reconcile (refreshes status from the pods)."""
+    if body["metadata"].get("deletionTimestamp"):
+        return
+    with ctx.lock(body):
+        scaled = autoscale(ctx, body, now=now)
+        reconcile(ctx, body, now=now, prev=scaled)
+
+
+# ---- deletion ------------------------------------------------------------------------------------------
+def cleanup(ctx: Context, body: Mapping[str, Any]) -> None:
+    """The finalizer: apply topicCleanupPolicy. Owned objects go by garbage collection (owner refs)."""
+    try:
+        spec = StreamAppSpec.model_validate(body.get("spec") or {})
+    except ValidationError:
+        return  # never got far enough to create topics
+    if spec.topic_cleanup_policy != "Delete":
+        ctx.kube.event(body, "Normal", "TopicsRetained", "topicCleanupPolicy Retain: internal topics kept")
+        return
+    ref = _ref(body)
+    prev = _status_of(body)
+    app_id = (prev.application_id if prev is not None else None) or spec.application_id
+    names = {t.name for t in (prev.internal_topics if prev is not None else [])}
+    cm = ctx.kube.get("v1", "ConfigMap", ref.namespace, topology_configmap_name(ref.name))
+    if cm is not None and TOPOLOGY_FILE in (cm.get("data") or {}):
+        names |= set(internal_topic_names(TopologyDescription.parse(cm["data"][TOPOLOGY_FILE]), app_id))
+    try:
+        deleted = ctx.kafka_factory(spec, ref.namespace).delete_topics(sorted(names))
+    except KafkaError as err:
+        raise kopf.TemporaryError(str(err), delay=RETRY_S * 5) from err
+    ctx.kube.event(body, "Normal", "TopicsDeleted", "deleted " + (", ".join(deleted) or "no topics"))
