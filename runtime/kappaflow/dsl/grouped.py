@@ -115,6 +115,12 @@ class KGroupedStream:
             ),
         )
 
+    def cogroup(self, aggregator: Callable[[Any, Any, Any], Any]) -> Any:
+        """Start a cogroup: `.cogroup(other_grouped, aggregator)...aggregate(initializer)`."""
+        from kappaflow.dsl.cogroup import CogroupedKStream
+
+        return CogroupedKStream(self, aggregator)
+
     def windowed_by(self, windows: Any) -> Any:
         """`windowed_by(TimeWindows | SessionWindows)` -> a windowed stream (count/reduce/aggregate)."""
         from kappaflow.dsl.windowed import TimeWindowedKStream
