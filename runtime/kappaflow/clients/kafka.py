@@ -61,6 +61,9 @@ def client_configs(config: StreamsConfig, client_id: str) -> dict[str, dict[str,
         "auto.offset.reset": "earliest",
         "partition.assignment.strategy": "range",
         "isolation.level": "read_committed" if eos else "read_uncommitted",
+        # Records flow through repartition topics within the app: a broker holding an empty fetch for
+        # the default 500 ms would add that much latency to every hop.
+        "fetch.wait.max.ms": 50,
     }
     instance = config.get_str("group.instance.id")
     if instance:
@@ -81,7 +84,7 @@ def client_configs(config: StreamsConfig, client_id: str) -> dict[str, dict[str,
         **base,
         "client.id": f"{client_id}-producer",
         "partitioner": "murmur2_random",
-        "linger.ms": 5 if eos else 20,
+        "linger.ms": 5,
         "enable.idempotence": True,
         "acks": "all",
     }

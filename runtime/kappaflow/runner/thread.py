@@ -453,7 +453,7 @@ class StreamThread:
         tps = [TopicPartition(t, p) for t, p in self.assigned]
         for tp in consumer.position(tps):
             try:
-                _low, high = consumer.get_watermark_offsets(tp, timeout=1, cached=False)
+                _low, high = consumer.get_watermark_offsets(tp, cached=True)  # updated by fetches
             except KafkaException:
                 continue
             if tp.offset >= 0:
