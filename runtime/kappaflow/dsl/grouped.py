@@ -133,6 +133,10 @@ class KGroupedStream:
 
         if isinstance(windows, SessionWindows):
             return SessionWindowedKStream(self, windows)
+        from kappaflow.dsl.windows import SlidingWindows
+
+        if isinstance(windows, SlidingWindows):
+            raise TypeError("windowed_by(SlidingWindows) is not supported yet: use hopping TimeWindows")
         raise TypeError(f"windowed_by: unsupported windows {windows!r}")
 
 
