@@ -9,10 +9,11 @@ from __future__ import annotations
 import os
 
 from examples.wordcount import split_words
+
 from kappaflow import Materialized, StreamsBuilder, Topology, serdes
 
-INPUT_ENV = "KAPPAFLOW_E2E_INPUT"
-OUTPUT_ENV = "KAPPAFLOW_E2E_OUTPUT"
+INPUT_ENV = "KF_E2E_INPUT"
+OUTPUT_ENV = "KF_E2E_OUTPUT"
 
 
 def wordcount() -> Topology:

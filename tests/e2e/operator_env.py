@@ -32,20 +32,26 @@ class DescribeProcess:
     """A Popen whose stdout (the topology JSON) is the termination message once it has exited."""
 
     def __init__(self, entry: str, env: dict[str, str]) -> None:
-        self._out = tempfile.NamedTemporaryFile(prefix="kf-describe-", suffix=".json", delete=False)
-        self.proc = subprocess.Popen(
-            [KAPPAFLOW, "describe", entry, "--json"],
-            cwd=ROOT,
-            env=env,
-            stdout=self._out,
-            stderr=subprocess.STDOUT,
-        )
+        fd, self._path = tempfile.mkstemp(prefix="kf-describe-", suffix=".json")
+        try:
+            self.proc = subprocess.Popen(
+                [KAPPAFLOW, "describe", entry, "--json"],
+                cwd=ROOT,
+                env=env,
+                stdout=fd,
+                stderr=subprocess.STDOUT,
+            )
+        finally:
+            os.close(fd)
+        self._message: str | None = None
 
     @property
     def termination_message(self) -> str | None:
-        if self.proc.poll() is None:
-            return None
-        return Path(self._out.name).read_text()
+        if self._message is None and self.proc.poll() is not None:
+            path = Path(self._path)
+            self._message = path.read_text()
+            path.unlink()
+        return self._message
 
     def poll(self) -> int | None:
         return self.proc.poll()
@@ -117,3 +123,58 @@ def wait_for(what: str, probe: Callable[[], Any], timeout: float = 60.0, interva
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
+
+
+class RuntimePods:
+    """Runs StatefulSet pods as real `kappaflow run` processes, the way the manifest says to.
+
+    The pod's env comes from the API (`container_env`: downward API, ConfigMap/Secret refs), the
+    mounted ConfigMap becomes a local file, and what only a real node would isolate is remapped per pod:
+    each pod name gets its own state directory (kept across restarts, like its PersistentVolumeClaim)
+    and its own metrics port (all pods share 127.0.0.1), which the readiness probe follows.
+    """
+
+    def __init__(self, api: Any, namespace: str, workdir: Path, input_topic: str, output_topic: str) -> None:
+        from kubernetes import client
+
+        self.core = client.CoreV1Api(api)
+        self.namespace = namespace
+        self.workdir = workdir
+        self.topics = {INPUT_ENV: input_topic, OUTPUT_ENV: output_topic}
+        self.ports: dict[str, int] = {}
+        self.describe = make_launcher(input_topic, output_topic)
+
+    def port(self, pod: Any, _container_port: int = 0) -> int:
+        from tests.harness.kafka_fixtures import free_port
+
+        return self.ports.setdefault(pod.metadata.name, free_port())
+
+    def launch(self, pod: Any) -> Any:
+        from tests.harness.fake_kubelet import container_env
+
+        if (pod.metadata.labels or {}).get("kappaflow.io/job"):
+            return self.describe(pod)
+        container = pod.spec.containers[0]
+        name = pod.metadata.name
+        pod_dir = self.workdir / name
+        pod_dir.mkdir(parents=True, exist_ok=True)
+        # The test process's own KAPPAFLOW_* settings (cache, kubeconfig) are not the pod's config.
+        base = {k: v for k, v in os.environ.items() if not k.startswith("KAPPAFLOW_")}
+        env = {**base, **self.topics, **container_env(self.core, pod)}
+        env["KAPPAFLOW_STATE_DIR"] = str(pod_dir / "state")
+        env["KAPPAFLOW_METRICS_PORT"] = str(self.port(pod))
+        args = list(container.args)
+        for volume in pod.spec.volumes or []:
+            if volume.config_map is not None:
+                data = self.core.read_namespaced_config_map(volume.config_map.name, self.namespace).data
+                for key, text in data.items():
+                    local = pod_dir / key
+                    local.write_text(text)
+                    args = [str(local) if a.endswith("/" + key) else a for a in args]
+        log = (pod_dir / "run.log").open("ab")
+        try:
+            return subprocess.Popen(
+                [KAPPAFLOW, *args], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
+            )
+        finally:
+            log.close()

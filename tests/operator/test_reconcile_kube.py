@@ -67,14 +67,21 @@ class Env:
         return spec
 
     def create(self, name: str, spec: dict[str, Any]) -> dict[str, Any]:
-        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "StreamApp", "metadata": {"name": name}, "spec": spec}
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "StreamApp",
+            "metadata": {"name": name},
+            "spec": spec,
+        }
         return self.custom.create_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, body)
 
     def get(self, name: str) -> dict[str, Any]:
         return self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name)
 
     def patch_spec(self, name: str, spec: dict[str, Any]) -> None:
-        self.custom.patch_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name, {"spec": spec})
+        self.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, PLURAL, name, {"spec": spec}
+        )
 
     def status(self, name: str) -> dict[str, Any]:
         return self.get(name).get("status") or {}
@@ -232,14 +239,20 @@ def test_image_change_rolls_and_keeps_volumes(env: Env) -> None:
 def test_invalid_spec_is_degraded_with_reason(env: Env) -> None:
     # Passes the CRD's schema (each field is valid alone) but not the model's cross-field check.
     env.create("bad", env.spec(_app_id(), interactiveQueries={"enabled": True, "port": 9464}))
-    cond = wait_for("Degraded", lambda: env.condition("bad", "Degraded").get("status") == "True" and env.condition("bad", "Degraded"))
+    cond = wait_for(
+        "Degraded",
+        lambda: env.condition("bad", "Degraded").get("status") == "True" and env.condition("bad", "Degraded"),
+    )
     assert cond["reason"] == "InvalidSpec"
     assert "9464" in cond["message"]
     assert env.status("bad")["phase"] == "Degraded"
     assert env.condition("bad", "Ready")["status"] == "False"
     assert "InvalidSpec" in env.event_reasons("bad")
-    with pytest.raises(Exception):
+    from kubernetes.client.exceptions import ApiException
+
+    with pytest.raises(ApiException) as missing:
         env.apps.read_namespaced_stateful_set("bad", env.namespace)
+    assert missing.value.status == 404
 
 
 @pytest.mark.parametrize("policy", ["Delete", "Retain"])

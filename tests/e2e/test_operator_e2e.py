@@ -1,0 +1,163 @@
+"""End to end: the operator runs a StreamApp whose pods are real `kappaflow run` processes.
+
+A fake kubelet plays the node (tests/harness/fake_kubelet.py): it runs each StatefulSet pod with the
+pod's own env, the operator's ConfigMap as its properties file, and the manifest's readiness probe. The
+word counts on the output topic must stay exact (exactly_once_v2) through scaling 1 -> 3 -> 2 and a
+rolling image change.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from tests.e2e.operator_env import ENTRY, RuntimePods, install_crd, running_operator, wait_for
+
+pytestmark = [pytest.mark.kube, pytest.mark.kafka, pytest.mark.timeout(600)]
+
+GROUP, VERSION, PLURAL = "kappaflow.io", "v1alpha1", "streamapps"
+PARTITIONS = 4
+WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"]
+
+
+def _produce(bootstrap: str, topic: str, batch: int, expected: Counter[str]) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random"})
+    for i in range(40):
+        line = f"{WORDS[i % len(WORDS)]} {WORDS[(i * 3 + batch) % len(WORDS)]}"
+        expected.update(line.split())
+        producer.produce(topic, key=f"b{batch}-{i}", value=line)
+    assert producer.flush(30) == 0
+
+
+class CountReader:
+    """Reads the output topic as a consumer would (read_committed): the latest count per word."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        from confluent_kafka import Consumer
+
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"reader-{uuid.uuid4().hex[:8]}",
+                "auto.offset.reset": "earliest",
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+            }
+        )
+        self.consumer.subscribe([topic])
+        self.latest: dict[str, int] = {}
+
+    def poll(self) -> dict[str, int]:
+        for msg in self.consumer.consume(500, timeout=0.5):
+            if msg.error() is None:
+                self.latest[msg.key().decode()] = int.from_bytes(msg.value(), "big", signed=True)
+        return self.latest
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def test_counts_stay_exact_through_scaling_and_a_rolling_upgrade(
+    kube_cluster: Any, kafka_bootstrap: str, kafka_topics: Any, tmp_path: Any
+) -> None:
+    from kubernetes import client
+
+    from tests.harness.fake_kubelet import FakeKubelet, http_readiness
+
+    install_crd(kube_cluster)
+    namespace = kube_cluster.create_namespace("e2e")
+    input_topic = kafka_topics("lines", partitions=PARTITIONS)
+    output_topic = kafka_topics("counts", partitions=PARTITIONS)
+    app_id = f"wc-e2e-{uuid.uuid4().hex[:8]}"
+    expected: Counter[str] = Counter()
+    reader = CountReader(kafka_bootstrap, output_topic)
+    with kube_cluster.api_client() as api:
+        pods = RuntimePods(api, namespace, tmp_path, input_topic, output_topic)
+        kubelet = FakeKubelet(
+            api, namespace, pods.launch, readiness=http_readiness(pods.port), max_grace_seconds=30
+        )
+        custom = client.CustomObjectsApi(api)
+        apps = client.AppsV1Api(api)
+
+        def status() -> dict[str, Any]:
+            obj = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "wc")
+            return obj.get("status") or {}
+
+        def running(replicas: int) -> None:
+            wait_for(
+                f"Running with {replicas} ready pods",
+                lambda: status().get("phase") == "Running" and status().get("readyReplicas") == replicas,
+                timeout=180,
+            )
+
+        def counts_match() -> None:
+            wait_for(
+                "output counts equal to the input's",
+                lambda: reader.poll() == dict(expected),
+                timeout=120,
+                interval=0.1,
+            )
+
+        def scale(n: int) -> None:
+            custom.patch_namespaced_custom_object_scale(
+                GROUP, VERSION, namespace, PLURAL, "wc", {"spec": {"replicas": n}}
+            )
+            running(n)
+
+        try:
+            with kubelet, running_operator(kube_cluster.kubeconfig, namespace):
+                spec = {
+                    "image": "registry.example/wordcount:1.0.0",
+                    "entryPoint": ENTRY,
+                    "applicationId": app_id,
+                    "replicas": 1,
+                    "processingGuarantee": "exactly_once_v2",
+                    "kafka": {"bootstrapServers": kafka_bootstrap, "replicationFactor": 1},
+                    "config": {"commit.interval.ms": "200"},
+                    "topicCleanupPolicy": "Delete",
+                }
+                body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "StreamApp", "metadata": {"name": "wc"}}
+                custom.create_namespaced_custom_object(
+                    GROUP, VERSION, namespace, PLURAL, {**body, "spec": spec}
+                )
+                running(1)
+                _produce(kafka_bootstrap, input_topic, 0, expected)
+                counts_match()
+
+                scale(3)
+                _produce(kafka_bootstrap, input_topic, 1, expected)
+                counts_match()
+
+                scale(2)
+                _produce(kafka_bootstrap, input_topic, 2, expected)
+                counts_match()
+
+                custom.patch_namespaced_custom_object(
+                    GROUP,
+                    VERSION,
+                    namespace,
+                    PLURAL,
+                    "wc",
+                    {"spec": {"image": "registry.example/wordcount:2"}},
+                )
+                wait_for(
+                    "the rolled StatefulSet",
+                    lambda: (
+                        apps.read_namespaced_stateful_set("wc", namespace).status.updated_replicas == 2
+                        and status().get("phase") == "Running"
+                    ),
+                    timeout=180,
+                )
+                _produce(kafka_bootstrap, input_topic, 3, expected)
+                counts_match()
+                assert status()["readyReplicas"] == 2
+                custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "wc")
+                wait_for("pods stopped", lambda: not kubelet.running, timeout=120)
+        finally:
+            reader.close()
+        assert not kubelet.errors, kubelet.errors
