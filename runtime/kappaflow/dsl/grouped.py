@@ -122,7 +122,7 @@ class KGroupedStream:
         return CogroupedKStream(self, aggregator)
 
     def windowed_by(self, windows: Any) -> Any:
-        """`windowed_by(TimeWindows | SessionWindows)` -> a windowed stream (count/reduce/aggregate)."""
+        """`windowed_by(TimeWindows | SlidingWindows | SessionWindows)` -> a windowed stream."""
         from kappaflow.dsl.windowed import TimeWindowedKStream
         from kappaflow.dsl.windows import TimeWindows
 
@@ -136,7 +136,9 @@ class KGroupedStream:
         from kappaflow.dsl.windows import SlidingWindows
 
         if isinstance(windows, SlidingWindows):
-            raise TypeError("windowed_by(SlidingWindows) is not supported yet: use hopping TimeWindows")
+            from kappaflow.dsl.sliding_windowed import SlidingWindowedKStream
+
+            return SlidingWindowedKStream(self, windows)
         raise TypeError(f"windowed_by: unsupported windows {windows!r}")
 
 
