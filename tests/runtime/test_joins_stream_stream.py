@@ -136,3 +136,14 @@ def test_repartition_and_copartition_group() -> None:
         driver.create_input_topic("right").pipe_input("v1", "R", 1)
         driver.create_input_topic("left").pipe_input("ignored", "v1", 2)
         assert out(driver) == [("v1", "v1:v1+R", 2)]
+
+
+def test_null_keys_advance_time_and_outer_sides_emit_them_at_once() -> None:
+    with TopologyTestDriver(join_topology("left", JoinWindows.of_time_difference_and_grace(10, 0)),
+                            CFG) as driver:  # fmt: skip
+        left, right = driver.create_input_topic("left"), driver.create_input_topic("right")
+        left.pipe_input("k", "A", 0)
+        left.pipe_input(None, "N", 5)  # left side of a left join: emitted now (KIP-962)
+        right.pipe_input(None, "n", 30)  # inner side: dropped, but it advances stream time...
+        left.pipe_input("j", "B", 30)  # ...so this record (at stream time) closes A's window
+        assert out(driver) == [(None, "N+None", 5), ("k", "A+None", 0)]

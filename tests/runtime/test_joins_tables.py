@@ -115,3 +115,11 @@ def test_joined_table_value_getter_feeds_a_stream_join() -> None:
         driver.create_input_topic("right").pipe_input("k", "R", 2)
         driver.create_input_topic("events").pipe_input("k", "e", 3)
         assert driver.create_output_topic("out").read_key_values_to_list() == [("k", "e/L+R")]
+
+
+def test_stream_table_left_join_emits_null_key_records() -> None:
+    builder = StreamsBuilder()
+    builder.stream("left").left_join(builder.table("right"), joiner).to("out")
+    with TopologyTestDriver(builder.build(), CFG) as driver:
+        driver.create_input_topic("left").pipe_input(None, "x", 1)
+        assert driver.create_output_topic("out").read_key_values_to_list() == [(None, "x+None")]

@@ -10,10 +10,11 @@ Left/outer joins keep unmatched records in a shared *outer-join store* keyed `[8
 (Java's TimestampedKeyAndJoinSide layout) and emit `joiner(value, None)` only when the record's window
 has closed (stream time > t + after + grace for a left record, t + before + grace for a right one), so
 no spurious left result is emitted before a later match, as Kafka Streams does since 3.1. A record whose
-window closed before it arrived (out of order beyond the window) is emitted at once. Stream time is
-shared by both join processors of a task. Kafka Streams throttles the outer-store scan by wall clock
-(an internal 1 s interval); kappaflow scans on every advance of stream time (interval 0), which emits
-the same records, sooner.
+window closed before it arrived (out of order beyond the window) is emitted at once, and so is a
+null-key record of an outer side (KIP-962, Kafka Streams 3.7). Stream time is shared by both join
+processors of a task and advanced by every record, null keys included. Kafka Streams throttles the
+outer-store scan by wall clock (an internal 1 s interval); kappaflow scans on every advance of stream
+time (interval 0), which emits the same records, sooner.
 """
 
 from __future__ import annotations
@@ -178,11 +179,18 @@ class OuterJoinStoreBuilder(KeyValueStoreBuilder[Any, Any]):
 
 # ----------------------------------------------------------------- processors
 class _TimeTracker:
+    """Stream time shared by both join processors of a task, and a lower bound of the outer-join store's
+    times (None: unknown, as after a restart - then the store is scanned)."""
+
     def __init__(self) -> None:
         self.stream_time = -1
+        self.min_time: int | None = None
 
     def advance(self, timestamp: int) -> None:
         self.stream_time = max(self.stream_time, timestamp)
+
+    def update_min_time(self, timestamp: int) -> None:
+        self.min_time = timestamp if self.min_time is None else min(self.min_time, timestamp)
 
 
 class KStreamJoinWindowProcessor:
@@ -198,10 +206,8 @@ class KStreamJoinWindowProcessor:
         self.store = context.get_state_store(self.store_name)
 
     def process(self, record: Record[Any, Any]) -> None:
-        if record.key is None:
-            return
-        self.context.forward(record)
-        if record.value is not None:
+        self.context.forward(record)  # null keys too: the join decides (drop, or KIP-962 outer emit)
+        if record.key is not None and record.value is not None:
             self.store.put(record.key, record.value, record.timestamp)
 
     def close(self) -> None:
@@ -246,13 +252,17 @@ class KStreamKStreamJoinProcessor:
 
     def process(self, record: Record[Any, Any]) -> None:
         key, value, ts = record.key, record.value, record.timestamp
+        self.tracker.advance(ts)
+        if self.outer and key is None and value is not None:
+            # KIP-962 (Kafka Streams 3.7): a null-key record cannot match, so an outer side emits it now
+            self.context.forward(Record(key, self._join(key, value, None), ts, record.headers))
+            return
         if key is None or value is None:
             log.debug("skipping join record with null key or value in %s", self.label)
             drop_record(self.context, "null-key-or-value", self.label)
             return
         time_from = max(0, ts - self.before)
         time_to = max(0, ts + self.after)
-        self.tracker.advance(ts)
         if self.outer_store is not None and ts == self.tracker.stream_time:
             self._emit_non_joined(record)
         need_outer = self.outer
@@ -266,21 +276,28 @@ class KStreamKStreamJoinProcessor:
             if self.outer_store is None or time_to < self.tracker.stream_time:
                 self.context.forward(Record(key, self._join(key, value, None), ts, record.headers))
             else:
+                self.tracker.update_min_time(ts)
                 self.outer_store.put((ts, self.is_left, key), (self.is_left, value))
 
     def _emit_non_joined(self, record: Record[Any, Any]) -> None:
         assert self.outer_store is not None
-        stream_time = self.tracker.stream_time
+        tracker = self.tracker
+        stream_time = tracker.stream_time
         grace = self.windows.grace_ms
+        # Java's shortcut (it also decides *when* asymmetric windows emit): nothing can have closed yet
+        if tracker.min_time is not None and tracker.min_time + self.after + grace >= stream_time:
+            return
+        tracker.min_time = None
         open_sides: set[bool] = set()
         emitted: list[tuple[int, bool, Any]] = []
         for stored_key, stored_value in self.outer_store.all():
             ts, is_left, key = stored_key
+            tracker.min_time = ts
+            if len(open_sides) == 2:
+                break
             lookback = self.windows.after_ms if is_left else self.windows.before_ms
             if ts + lookback + grace >= stream_time:
                 open_sides.add(is_left)
-                if len(open_sides) == 2:
-                    break
                 continue
             side_left, value = stored_value
             joined = self.joiner(key, value, None) if side_left else self.joiner(key, None, value)

@@ -56,6 +56,10 @@ class KStreamKTableJoinProcessor:
 
     def process(self, record: Record[Any, Any]) -> None:
         key, value = record.key, record.value
+        if self.left and self.key_mapper is None and key is None and value is not None:
+            # KIP-962 (Kafka Streams 3.7): a left join emits a null-key record with no table value
+            self.context.forward(Record(key, self.joiner(key, value, None), record.timestamp, record.headers))
+            return
         if self.key_mapper is None and (key is None or value is None):
             log.debug("skipping stream-table join record with null key or value in %s", self.label)
             drop_record(self.context, "null-key-or-value", self.label)
