@@ -202,19 +202,36 @@ class KTable:
         )
 
     # ----------------------------------------------------------------- joins and suppression
-    def join(
-        self, other: KTable, joiner: Callable[..., Any], materialized: Materialized | str | None = None
+    def _join(
+        self, kind: str, other: KTable, second: Callable[..., Any], third: Any, materialized: Any
     ) -> KTable:
         from kappaflow.dsl.table_joins import table_table_join
 
-        return table_table_join(self, other, joiner, "inner", materialized)
+        if callable(third):  # (other, foreign_key_extractor, joiner[, materialized])
+            from kappaflow.dsl.fk_join import foreign_key_join
+
+            return foreign_key_join(self, other, second, third, kind == "left", materialized)
+        return table_table_join(self, other, second, kind, third if third is not None else materialized)
+
+    def join(
+        self,
+        other: KTable,
+        joiner_or_fk_extractor: Callable[..., Any],
+        joiner_or_materialized: Any = None,
+        materialized: Materialized | str | None = None,
+    ) -> KTable:
+        """`join(other, joiner[, materialized])` on the primary key, or `join(other, fk_extractor, joiner
+        [, materialized])`: a foreign-key join where `fk_extractor(left_value)` is the other table's key."""
+        return self._join("inner", other, joiner_or_fk_extractor, joiner_or_materialized, materialized)
 
     def left_join(
-        self, other: KTable, joiner: Callable[..., Any], materialized: Materialized | str | None = None
+        self,
+        other: KTable,
+        joiner_or_fk_extractor: Callable[..., Any],
+        joiner_or_materialized: Any = None,
+        materialized: Materialized | str | None = None,
     ) -> KTable:
-        from kappaflow.dsl.table_joins import table_table_join
-
-        return table_table_join(self, other, joiner, "left", materialized)
+        return self._join("left", other, joiner_or_fk_extractor, joiner_or_materialized, materialized)
 
     def outer_join(
         self, other: KTable, joiner: Callable[..., Any], materialized: Materialized | str | None = None

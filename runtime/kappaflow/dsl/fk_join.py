@@ -1,0 +1,315 @@
+"""Foreign-key table-table joins: `left.join(right, foreign_key_extractor, joiner)` (KIP-213).
+
+The two tables are keyed differently, so the join runs as a conversation over two internal topics, as
+in Kafka Streams:
+
+1. *Subscription registration* (left task): each left update sends `(foreign key -> subscription)` to
+   `<name>-subscription-registration-repartition`; the subscription carries the left key, a hash of the
+   left value and an instruction (delete / propagate always / propagate only if the right value exists).
+   A changed foreign key first unsubscribes from the old one.
+2. *Subscription processing* (right task, co-partitioned with the right table): subscriptions live in a
+   changelogged store keyed `[4-byte fk length][fk][pk]`; a new subscription, and every later update of
+   the right row, sends `(left key -> response(hash, right value))` to
+   `<name>-subscription-response-repartition`.
+3. *Resolution* (left task): a response whose hash no longer matches the left row's current value is
+   stale (the left row changed meanwhile) and is dropped, so no out-of-date result is ever emitted;
+   otherwise `joiner(left, right)` is emitted - or a tombstone when the right row is gone (inner) or
+   the left row is gone (both).
+
+The internal topics' value formats are kappaflow's own (only kappaflow reads them); left rows with a
+null foreign key are dropped and counted, as in Kafka Streams before 3.7.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from collections.abc import Callable
+from typing import Any
+
+from kappaflow.api.errors import TopologyError
+from kappaflow.api.processor import ProcessorContext
+from kappaflow.api.record import Record
+from kappaflow.api.serdes import Bytes, Serde
+from kappaflow.dsl.builder import InternalBuilder
+from kappaflow.dsl.change import Change
+from kappaflow.dsl.joins import _PassThrough, adapt_joiner, source_topics
+from kappaflow.dsl.ktable import KTable, ValueGetter, ValueGetterSupplier
+from kappaflow.dsl.options import Materialized
+from kappaflow.dsl.stream_processors import drop_record
+from kappaflow.dsl.table_joins import KTableKTableMergeProcessor
+from kappaflow.state.builders import Stores
+
+_LEN = struct.Struct(">i")
+DELETE_NO_PROPAGATE, DELETE_AND_PROPAGATE, PROPAGATE_NULL_IF_NO_FK_VALUE, PROPAGATE_ONLY_IF_FK_VALUE = range(
+    4
+)
+
+
+def _serde(explicit: Serde[Any] | None, context: ProcessorContext, which: str) -> Serde[Any]:
+    serde = explicit or context.app_config.serde(f"default.{which}.serde")
+    if serde is None:
+        raise TopologyError(f"foreign-key join: no {which} serde (set one or default.{which}.serde)")
+    return serde
+
+
+def value_hash(raw: bytes | None) -> bytes | None:
+    return None if raw is None else hashlib.blake2b(raw, digest_size=16).digest()
+
+
+def encode_subscription(instruction: int, digest: bytes | None, pk: bytes) -> bytes:
+    return bytes([instruction, 0 if digest is None else 1]) + (digest or b"") + pk
+
+
+def decode_subscription(raw: bytes) -> tuple[int, bytes | None, bytes]:
+    instruction, has_hash = raw[0], raw[1]
+    if has_hash:
+        return instruction, raw[2:18], raw[18:]
+    return instruction, None, raw[2:]
+
+
+def encode_response(digest: bytes | None, value: bytes | None) -> bytes:
+    head = b"\x00" if digest is None else b"\x01" + digest
+    return head + (b"\x00" if value is None else b"\x01" + value)
+
+
+def decode_response(raw: bytes) -> tuple[bytes | None, bytes | None]:
+    digest, rest = (None, raw[1:]) if raw[0] == 0 else (raw[1:17], raw[17:])
+    return digest, (None if rest[0] == 0 else rest[1:])
+
+
+def combined_prefix(fk: bytes) -> bytes:
+    return _LEN.pack(len(fk)) + fk
+
+
+class SubscriptionSendProcessor:
+    """Left task: turns each left change into subscription messages keyed by foreign key."""
+
+    context: ProcessorContext
+
+    def __init__(
+        self, extractor: Callable[[Any], Any], left: bool, serdes: tuple[Any, Any], label: str
+    ) -> None:
+        self.extractor = extractor
+        self.left = left
+        self.serdes = serdes
+        self.label = label
+
+    def init(self, context: ProcessorContext) -> None:
+        self.context = context
+        self.key_serde = _serde(self.serdes[0], context, "key")
+        self.value_serde = _serde(self.serdes[1], context, "value")
+
+    def _send(
+        self, fk: Any, instruction: int, digest: bytes | None, pk: bytes, record: Record[Any, Any]
+    ) -> None:
+        payload = encode_subscription(instruction, digest, pk)
+        self.context.forward(Record(fk, payload, record.timestamp, record.headers))
+
+    def process(self, record: Record[Any, Any]) -> None:
+        change: Change[Any] = record.value
+        if record.key is None:
+            return
+        pk = self.key_serde.serialize("", record.key)
+        assert pk is not None
+        new, old = change.new_value, change.old_value
+        new_fk = None if new is None else self.extractor(new)
+        old_fk = None if old is None else self.extractor(old)
+        if (new is not None and new_fk is None) or (new is None and old is not None and old_fk is None):
+            drop_record(self.context, "null-foreign-key", self.label)
+            return
+        digest = value_hash(self.value_serde.serialize("", new))
+        if old is not None:
+            if new is not None:
+                if old_fk is not None and old_fk != new_fk:
+                    self._send(old_fk, DELETE_NO_PROPAGATE, digest, pk, record)
+                self._send(new_fk, PROPAGATE_NULL_IF_NO_FK_VALUE, digest, pk, record)
+            else:
+                self._send(old_fk, DELETE_AND_PROPAGATE, None, pk, record)
+        elif new is not None:
+            instruction = PROPAGATE_NULL_IF_NO_FK_VALUE if self.left else PROPAGATE_ONLY_IF_FK_VALUE
+            self._send(new_fk, instruction, digest, pk, record)
+
+    def close(self) -> None:
+        return None
+
+
+class _RightSide:
+    context: ProcessorContext
+
+    def __init__(self, store_name: str, getter: ValueGetterSupplier, serdes: tuple[Any, Any, Any]) -> None:
+        self.store_name = store_name
+        self.getter_supplier = getter
+        self.serdes = serdes  # right key, right value, left key
+
+    def init(self, context: ProcessorContext) -> None:
+        self.context = context
+        self.store = context.get_state_store(self.store_name)
+        self.lookup: ValueGetter = self.getter_supplier.get(context)
+        self.fk_serde = _serde(self.serdes[0], context, "key")
+        self.right_value_serde = _serde(self.serdes[1], context, "value")
+        self.pk_serde = _serde(self.serdes[2], context, "key")
+
+    def _respond(self, pk: bytes, digest: bytes | None, value: Any, record: Record[Any, Any]) -> None:
+        raw_value = self.right_value_serde.serialize("", value)
+        key = self.pk_serde.deserialize("", pk)
+        self.context.forward(
+            Record(key, encode_response(digest, raw_value), record.timestamp, record.headers)
+        )
+
+    def close(self) -> None:
+        return None
+
+
+class SubscriptionReceiveProcessor(_RightSide):
+    """Right task: stores subscriptions and answers them with the right row's current value."""
+
+    def process(self, record: Record[Any, Any]) -> None:
+        instruction, digest, pk = decode_subscription(record.value)
+        fk_raw = self.fk_serde.serialize("", record.key)
+        assert fk_raw is not None
+        store_key = combined_prefix(fk_raw) + pk
+        if instruction in (DELETE_NO_PROPAGATE, DELETE_AND_PROPAGATE):
+            self.store.delete(store_key)
+        else:
+            self.store.put(store_key, record.value)
+        if instruction == DELETE_NO_PROPAGATE:
+            return
+        found = self.lookup(record.key)
+        right = None if found is None else found.value
+        if instruction == PROPAGATE_ONLY_IF_FK_VALUE and right is None:
+            return
+        if instruction == DELETE_AND_PROPAGATE:
+            right = None
+        timestamp = record.timestamp if found is None else max(record.timestamp, found.timestamp)
+        self._respond(pk, digest, right, record.with_timestamp(timestamp))
+
+
+class ForeignTableChangeProcessor(_RightSide):
+    """Right task: a right-row update answers every subscription of that foreign key again."""
+
+    def process(self, record: Record[Any, Any]) -> None:
+        if record.key is None:
+            return
+        change: Change[Any] = record.value
+        fk_raw = self.fk_serde.serialize("", record.key)
+        assert fk_raw is not None
+        prefix = combined_prefix(fk_raw)
+        for _key, subscription in list(self.store.prefix_scan(prefix, Bytes())):
+            _, digest, pk = decode_subscription(subscription)
+            self._respond(pk, digest, change.new_value, record)
+
+
+class ResponseResolverProcessor:
+    """Left task: drops stale responses; emits joined values (or tombstones) for current ones."""
+
+    context: ProcessorContext
+
+    def __init__(
+        self,
+        getter: ValueGetterSupplier,
+        joiner: Callable[[Any, Any, Any], Any],
+        left: bool,
+        serdes: tuple[Serde[Any] | None, Serde[Any] | None],
+        label: str,
+    ) -> None:
+        self.getter_supplier = getter
+        self.joiner = joiner
+        self.left = left
+        self.serdes = serdes  # left value, right value
+        self.label = label
+
+    def init(self, context: ProcessorContext) -> None:
+        self.context = context
+        self.lookup: ValueGetter = self.getter_supplier.get(context)
+        self.value_serde = _serde(self.serdes[0], context, "value")
+        self.right_serde = _serde(self.serdes[1], context, "value")
+
+    def process(self, record: Record[Any, Any]) -> None:
+        digest, raw_right = decode_response(record.value)
+        current = self.lookup(record.key)
+        current_value = None if current is None else current.value
+        if value_hash(self.value_serde.serialize("", current_value)) != digest:
+            drop_record(self.context, "stale-foreign-key-response", self.label)
+            return
+        right = None if raw_right is None else self.right_serde.deserialize("", raw_right)
+        if current_value is None or (right is None and not self.left):
+            result = None
+        else:
+            result = self.joiner(record.key, current_value, right)
+        self.context.forward(Record(record.key, Change(result, None), record.timestamp, record.headers))
+
+    def close(self) -> None:
+        return None
+
+
+def foreign_key_join(
+    left: KTable,
+    right: KTable,
+    extractor: Callable[[Any], Any],
+    joiner: Callable[..., Any],
+    left_join: bool,
+    materialized: Materialized | str | None,
+    name: str | None = None,
+) -> KTable:
+    builder: InternalBuilder = left._builder
+    if right._builder is not builder:
+        raise TopologyError("cannot join tables from different StreamsBuilders")
+    adapted = adapt_joiner(joiner)
+    topology = builder.topology
+    left.enable_send_old_values()
+    base = name or builder.new_name("KTABLE-FK-JOIN-SUBSCRIPTION-REGISTRATION-")
+    send = f"{base}-send" if name else base
+    left_serdes = (left.key_serde, left.value_serde)
+    topology.add_processor(
+        send, lambda: SubscriptionSendProcessor(extractor, left_join, left_serdes, send), left.node
+    )
+    registration = builder.add_repartition(
+        send, f"{base}-subscription-registration", right.key_serde, Bytes(), user_named=True
+    )
+    store_name = f"{base}-subscription-store"
+    serdes = (right.key_serde, right.value_serde, left.key_serde)
+    receive = builder.new_name("KTABLE-FK-JOIN-SUBSCRIPTION-PROCESSOR-")
+    right_getter = right.value_getter_supplier
+    topology.add_processor(
+        receive, lambda: SubscriptionReceiveProcessor(store_name, right_getter, serdes), registration
+    )
+    topology.add_state_store(
+        Stores.key_value_store_builder(Stores.persistent_key_value_store(store_name), Bytes(), Bytes()),
+        receive,
+    )
+    topology.connect_processor_and_state_stores(receive, *right_getter.store_names)
+    right.enable_send_old_values()
+    on_right = builder.new_name("KTABLE-FK-JOIN-FOREIGN-TABLE-CHANGE-")
+    topology.add_processor(
+        on_right, lambda: ForeignTableChangeProcessor(store_name, right_getter, serdes), right.node
+    )
+    topology.connect_processor_and_state_stores(on_right, store_name)
+    merged_responses = builder.new_name("KTABLE-FK-JOIN-RESPONSE-MERGE-")
+    topology.add_processor(merged_responses, _PassThrough, receive, on_right)
+    response = builder.add_repartition(
+        merged_responses, f"{base}-subscription-response", left.key_serde, Bytes(), user_named=True
+    )
+    topology.add_copartition_group(source_topics(builder, registration) | source_topics(builder, right.node))
+    topology.add_copartition_group(source_topics(builder, response) | source_topics(builder, left.node))
+    resolver = builder.new_name("KTABLE-FK-JOIN-SUBSCRIPTION-RESPONSE-RESOLVER-PROCESSOR-")
+    left_getter = left.value_getter_supplier
+    value_serdes = (left.value_serde, right.value_serde)
+    topology.add_processor(
+        resolver,
+        lambda: ResponseResolverProcessor(left_getter, adapted, left_join, value_serdes, resolver),
+        response,
+    )
+    topology.connect_processor_and_state_stores(resolver, *left_getter.store_names)
+    mat = Materialized.of(materialized)
+    output_store = mat.name or builder.new_name("KTABLE-FK-JOIN-OUTPUT-STATE-STORE-")
+    output = builder.new_name("KTABLE-FK-JOIN-OUTPUT-")
+    table = KTable(builder, output, left.key_serde, mat.value_serde, output_store, parent=None)
+    send_old = table.send_old_values_enabled
+    topology.add_processor(
+        output, lambda: KTableKTableMergeProcessor(output_store, send_old, output), resolver
+    )
+    topology.add_state_store(
+        builder.kv_store_builder(mat, output_store, mat.key_serde or left.key_serde, mat.value_serde), output
+    )
+    return table
