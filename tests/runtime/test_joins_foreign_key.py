@@ -59,3 +59,16 @@ def test_internal_topics_and_copartitioning() -> None:
     assert any("customers" in group for group in topo.copartition_groups)
     assert any("orders" in group for group in topo.copartition_groups)
     assert "KTABLE-FK-JOIN-SUBSCRIPTION-REGISTRATION-0000000006-subscription-store" in topo.changelog_topics()
+
+
+def test_subscriptions_survive_restart() -> None:
+    topo = topology("inner")
+    first = TopologyTestDriver(topo, CFG)
+    first.create_input_topic("orders").pipe_input("o1", "c1:book", 1)
+    first.close()
+    second = TopologyTestDriver(topo, CFG, restore_from=first)
+    try:
+        second.create_input_topic("customers").pipe_input("c1", "alice", 2)
+        assert read(second) == [("o1", "c1:book@alice", 2)]
+    finally:
+        second.close()
