@@ -134,9 +134,9 @@ def test_aggregate_store_is_changelogged_and_restorable() -> None:
 
 def test_seeding_a_timestamped_store_through_the_driver_view() -> None:
     builder = StreamsBuilder()
-    builder.stream("in", key_serde=S, value_serde=S).group_by_key().count(Materialized.as_("c")).to_stream().to(
-        "out", value_serde=L
-    )
+    builder.stream("in", key_serde=S, value_serde=S).group_by_key().count(
+        Materialized.as_("c")
+    ).to_stream().to("out", value_serde=L)
     with TopologyTestDriver(builder.build()) as driver:
         driver.get_key_value_store("c").put("a", 41)
         driver.create_input_topic("in", S, S).pipe_input("a", "x", timestamp=5)
