@@ -10,6 +10,7 @@ running each Pod as a local process, and the local Kafka broker.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -142,6 +143,9 @@ class RuntimePods:
         self.workdir = workdir
         self.topics = {INPUT_ENV: input_topic, OUTPUT_ENV: output_topic}
         self.ports: dict[str, int] = {}
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self.wipe_next: set[str] = set()
+        """Pod names whose state directory is dropped before their next start (a lost volume)."""
         self.describe = make_launcher(input_topic, output_topic)
 
     def port(self, pod: Any, _container_port: int = 0) -> int:
@@ -158,6 +162,9 @@ class RuntimePods:
         name = pod.metadata.name
         pod_dir = self.workdir / name
         pod_dir.mkdir(parents=True, exist_ok=True)
+        if name in self.wipe_next:
+            self.wipe_next.discard(name)
+            shutil.rmtree(pod_dir / "state", ignore_errors=True)
         # The test process's own KAPPAFLOW_* settings (cache, kubeconfig) are not the pod's config.
         base = {k: v for k, v in os.environ.items() if not k.startswith("KAPPAFLOW_")}
         env = {**base, **self.topics, **container_env(self.core, pod)}
@@ -173,8 +180,10 @@ class RuntimePods:
                     args = [str(local) if a.endswith("/" + key) else a for a in args]
         log = (pod_dir / "run.log").open("ab")
         try:
-            return subprocess.Popen(
+            proc = subprocess.Popen(
                 [KAPPAFLOW, *args], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
             )
         finally:
             log.close()
+        self.processes[name] = proc
+        return proc

@@ -3,7 +3,7 @@
 A fake kubelet plays the node (tests/harness/fake_kubelet.py): it runs each StatefulSet pod with the
 pod's own env, the operator's ConfigMap as its properties file, and the manifest's readiness probe. The
 word counts on the output topic must stay exact (exactly_once_v2) through scaling 1 -> 3 -> 2 and a
-rolling image change.
+rolling image change, and through a pod whose process crashes with its state lost.
 """
 
 from __future__ import annotations
@@ -156,6 +156,15 @@ def test_counts_stay_exact_through_scaling_and_a_rolling_upgrade(
                 _produce(kafka_bootstrap, input_topic, 3, expected)
                 counts_match()
                 assert status()["readyReplicas"] == 2
+
+                # A crash that also loses the pod's volume: the restarted process restores from changelogs.
+                pods.wipe_next.add("wc-1")
+                crashed = pods.processes["wc-1"]
+                crashed.kill()
+                wait_for("wc-1 restarted", lambda: pods.processes["wc-1"] is not crashed, timeout=60)
+                _produce(kafka_bootstrap, input_topic, 4, expected)
+                counts_match()
+                running(2)
                 custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "wc")
                 wait_for("pods stopped", lambda: not kubelet.running, timeout=120)
         finally:

@@ -314,3 +314,33 @@ def test_autoscaler_scales_on_lag(env: Env) -> None:
     )
     env.wait_running("wc", 3)
     assert "Autoscaled" in env.event_reasons("wc")
+
+
+def test_internal_topic_with_wrong_partition_count_is_degraded(env: Env) -> None:
+    from confluent_kafka.admin import NewTopic
+
+    app_id = _app_id()
+    changelog = f"{app_id}-counts-changelog"
+    futures = env.admin.create_topics([NewTopic(changelog, num_partitions=2, replication_factor=1)])
+    futures[changelog].result(timeout=30)
+    try:
+        env.create("wc", env.spec(app_id))
+        cond = wait_for(
+            "Degraded",
+            lambda: (
+                env.condition("wc", "Degraded").get("status") == "True" and env.condition("wc", "Degraded")
+            ),
+        )
+        assert cond["reason"] == "TopicPartitionMismatch"
+        assert "2 partitions" in cond["message"] and f"needs {PARTITIONS}" in cond["message"]
+        states = {t["name"]: t for t in env.status("wc")["internalTopics"]}
+        assert states[changelog]["state"] == "Mismatch" and states[changelog]["actualPartitions"] == 2
+        assert env.topics()[changelog] == 2, "never resized"
+        from kubernetes.client.exceptions import ApiException
+
+        with pytest.raises(ApiException):
+            env.apps.read_namespaced_stateful_set("wc", env.namespace)
+    finally:
+        names = [changelog, f"{app_id}-counts-repartition"]
+        for future in env.admin.delete_topics([n for n in names if n in env.topics()]).values():
+            future.result(timeout=30)
