@@ -196,7 +196,9 @@ class StreamThread:
             self._punctuate()
             if time.monotonic() - self._last_commit >= self.commit_interval or self._commit_requested():
                 self.commit()
-        except (KafkaException, ProductionError) as exc:
+        except (KafkaException, ProductionError, SystemError) as exc:
+            # SystemError: confluent-kafka reports a fatal producer error raised around a delivery
+            # callback this way; under EOS it is recovered like any other transactional failure.
             if not self.eos:
                 raise
             self._recover(exc)
@@ -409,26 +411,26 @@ class StreamThread:
                 tm.create_standby(task_id)
 
     # ----------------------------------------------------------------- EOS recovery
-    def _abort_quietly(self) -> None:
+    def _abort_quietly(self) -> bool:
+        """Abort the open transaction; False when the producer cannot (fenced or fatally failed)."""
+        self._in_txn = False
         try:
             self.collector.producer.abort_transaction(30)
-        except KafkaException as exc:
+        except (KafkaException, SystemError) as exc:
             log.warning("abort_transaction failed: %s", exc)
-        self._in_txn = False
+            return False
+        return True
 
     def _recover(self, exc: BaseException) -> None:
         """Abort (or replace a fenced producer), wipe and restore the tasks, rewind to committed offsets."""
         tm, consumer = self.tm, self.consumer
         assert tm is not None and consumer is not None
-        error = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
-        fatal = error is not None and hasattr(error, "fatal") and error.fatal()
         log.warning("exactly-once: aborting the transaction and rewinding after: %s", exc)
         self.metrics.increment("transaction-aborts-total")
-        if fatal:
-            self._in_txn = False
+        if not self._abort_quietly():
+            # Fenced (or otherwise fatal): a new producer's init_transactions takes over the epoch.
+            log.warning("replacing the transactional producer")
             self._new_producer()
-        else:
-            self._abort_quietly()
         for task_id in list(tm.active):
             tm.close_active(task_id, clean=False, wipe=True)
         tps = [TopicPartition(t, p) for t, p in self.assigned]

@@ -1,0 +1,67 @@
+"""exactly_once_v2: a fenced producer is replaced, the transaction aborted and the tasks rewound."""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from collections import Counter, defaultdict
+
+import pytest
+from confluent_kafka import Producer
+
+from kappaflow.runner import KafkaStreams, State
+from tests.kafka.streams_support import (
+    fast_config,
+    produce_lines,
+    read_topic,
+    wait_for,
+    wait_running,
+    wordcount_topology,
+)
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
+
+
+def test_fenced_producer_rejoins_and_counts_stay_exact(kafka_bootstrap, kafka_topics, tmp_path):
+    source = kafka_topics("fence-in", partitions=2)
+    sink = kafka_topics("fence-out", partitions=2)
+    app_id = f"fence-{uuid.uuid4().hex[:8]}"
+    config = fast_config(
+        kafka_bootstrap,
+        app_id,
+        str(tmp_path),
+        **{
+            "processing.guarantee": "exactly_once_v2",
+            "statestore.cache.max.bytes": 0,
+            "group.instance.id": "pod-0",
+        },
+    )
+    first = [f"k{i % 5} k{i % 3}" for i in range(200)]
+    second = [f"k{i % 4}" for i in range(100)]
+    app = KafkaStreams(wordcount_topology(source, sink), config)
+    app.start()
+    try:
+        wait_running(app)
+        produce_lines(kafka_bootstrap, source, first)
+        wait_for(
+            lambda: len(read_topic(kafka_bootstrap, sink, timeout=2, committed_only=True)) >= 400, 60, "first"
+        )
+        # A zombie with the same transactional.id bumps the epoch: the app's producer is now fenced.
+        zombie = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{app_id}-pod-0"})
+        zombie.init_transactions(30)
+        produce_lines(kafka_bootstrap, source, second)
+        total = 400 + 100
+        wait_for(
+            lambda: len(read_topic(kafka_bootstrap, sink, timeout=2, committed_only=True)) >= total,
+            60,
+            "second",
+        )
+        assert app.state is State.RUNNING
+        assert app.metrics.counter("transaction-aborts-total") >= 1
+    finally:
+        app.close(30)
+    sequences: dict[str, list[int]] = defaultdict(list)
+    for msg in read_topic(kafka_bootstrap, sink, expected=total + 1, timeout=5, committed_only=True):
+        sequences[msg.key().decode()].append(struct.unpack(">q", msg.value())[0])
+    expected = Counter(w for line in first + second for w in line.split())
+    assert {w: s for w, s in sequences.items()} == {w: list(range(1, n + 1)) for w, n in expected.items()}
