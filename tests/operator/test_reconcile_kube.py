@@ -344,3 +344,33 @@ def test_internal_topic_with_wrong_partition_count_is_degraded(env: Env) -> None
         names = [changelog, f"{app_id}-counts-repartition"]
         for future in env.admin.delete_topics([n for n in names if n in env.topics()]).values():
             future.result(timeout=30)
+
+
+def test_state_volume_change_recreates_statefulset_keeping_pods_and_claims(env: Env) -> None:
+    env.create("wc", env.spec(_app_id(), replicas=2))
+    env.wait_running("wc", 2)
+    before = env.apps.read_namespaced_stateful_set("wc", env.namespace)
+    pods_before = {p.metadata.name: p.metadata.uid for p in env.core.list_namespaced_pod(env.namespace).items}
+    claims_before = {
+        c.metadata.name: c.metadata.uid
+        for c in env.core.list_namespaced_persistent_volume_claim(env.namespace).items
+    }
+
+    env.patch_spec("wc", {"state": {"size": "2Gi"}})
+
+    def recreated() -> bool:
+        sts = env.apps.read_namespaced_stateful_set("wc", env.namespace)
+        size = sts.spec.volume_claim_templates[0].spec.resources.requests["storage"]
+        return sts.metadata.uid != before.metadata.uid and size == "2Gi"
+
+    wait_for("a new StatefulSet with the new claim template", recreated)
+    env.wait_running("wc", 2)
+    claims_after = {
+        c.metadata.name: c.metadata.uid
+        for c in env.core.list_namespaced_persistent_volume_claim(env.namespace).items
+    }
+    assert claims_after == claims_before, "orphan deletion keeps the state volumes"
+    pods_after = {p.metadata.name: p.metadata.uid for p in env.core.list_namespaced_pod(env.namespace).items}
+    kept = {n for n in ("wc-0", "wc-1") if pods_after.get(n) == pods_before[n]}
+    assert kept == {"wc-0", "wc-1"}, "pods were adopted by the new StatefulSet, not restarted"
+    assert "RecreatingStatefulSet" in env.event_reasons("wc")
