@@ -67,3 +67,36 @@ def test_poison_records_land_in_the_dead_letter_topic(kafka_bootstrap, kafka_top
     assert second["__kappaflow.error.class"] == b"ProcessingError"
     assert b"unlucky number" in second["__kappaflow.error.message"]
     assert app.metrics.counter("dropped-records-total") == 2
+
+
+def test_uncaught_processing_error_reaches_the_handler_and_stops_the_client(
+    kafka_bootstrap, kafka_topics, tmp_path
+):
+    from kappaflow import ProcessingError
+    from kappaflow.runner import State, StreamThreadExceptionResponse
+
+    source = kafka_topics("fail-in")
+    sink = kafka_topics("fail-out")
+    app = KafkaStreams(
+        doubling(source, sink), fast_config(kafka_bootstrap, f"fail-{uuid.uuid4().hex[:8]}", str(tmp_path))
+    )
+    seen: list[BaseException] = []
+
+    def handler(error: BaseException) -> StreamThreadExceptionResponse:
+        seen.append(error)
+        return StreamThreadExceptionResponse.SHUTDOWN_CLIENT
+
+    app.set_uncaught_exception_handler(handler)
+    app.start()
+    try:
+        wait_running(app)
+        producer = Producer({"bootstrap.servers": kafka_bootstrap})
+        producer.produce(source, key=b"b", value=struct.pack(">q", 13))
+        assert producer.flush(10) == 0
+        assert app.wait_until(State.ERROR, 30)
+        assert app.state is State.ERROR
+    finally:
+        app.close(30)
+    assert len(seen) == 1 and isinstance(seen[0], ProcessingError)
+    assert "unlucky number" in str(seen[0])
+    assert app.state is State.NOT_RUNNING

@@ -4,6 +4,11 @@ States: CREATED -> REBALANCING <-> RUNNING -> PENDING_SHUTDOWN -> NOT_RUNNING, o
 thread dies and the uncaught-exception handler says to shut down. REBALANCING also covers restoration,
 as in Kafka Streams, so "ready" (every active task restored and running) is exactly state RUNNING.
 The stream thread runs in the background; `close()` asks it to commit and stop.
+
+The uncaught-exception handler answers REPLACE_THREAD (a new stream thread with new clients rejoins the
+group), SHUTDOWN_CLIENT or SHUTDOWN_APPLICATION. Java broadcasts the last one to every member through its
+own assignor; librdkafka cannot carry that signal, so here it stops this client like SHUTDOWN_CLIENT and
+logs that the other instances keep running.
 """
 
 from __future__ import annotations
@@ -152,6 +157,8 @@ class KafkaStreams:
                     log.warning("replacing the stream thread")
                     self._set_state(State.REBALANCING)
                     continue
+                if response is StreamThreadExceptionResponse.SHUTDOWN_APPLICATION:
+                    log.error("SHUTDOWN_APPLICATION: stopping this instance; other instances keep running")
                 self._set_state(State.ERROR)
                 return
 
