@@ -140,3 +140,45 @@ def test_wrong_partition_count_of_internal_topic_fails_fast(kafka_bootstrap, kaf
     finally:
         streams.close(10)
         admin.delete_topics([changelog])
+
+
+def test_missing_internal_topics_fail_when_the_operator_owns_them(kafka_bootstrap, kafka_topics, tmp_path):
+    source = kafka_topics("wc4-in", partitions=2)
+    sink = kafka_topics("wc4-out", partitions=2)
+    app_id = f"wc4-{uuid.uuid4().hex[:8]}"
+    config = fast_config(
+        kafka_bootstrap, app_id, str(tmp_path), **{"kappaflow.internal.topics.create": "false"}
+    )
+    streams = KafkaStreams(wordcount(source, sink), config)
+    streams.start()
+    try:
+        assert streams.wait_until(State.ERROR, 30)
+        assert isinstance(streams.error, TopicError)
+        assert f"{app_id}-counts-changelog" in str(streams.error)
+        assert "kappaflow.internal.topics.create=false" in str(streams.error)
+    finally:
+        streams.close(10)
+    topics = AdminClient({"bootstrap.servers": kafka_bootstrap}).list_topics(timeout=10).topics
+    assert not [t for t in topics if t.startswith(app_id)]
+
+
+def test_join_inputs_must_be_copartitioned(kafka_bootstrap, kafka_topics, tmp_path):
+    from kappaflow import StreamsBuilder, serdes
+
+    left = kafka_topics("cp-left", partitions=2)
+    right = kafka_topics("cp-right", partitions=3)
+    sink = kafka_topics("cp-out", partitions=2)
+    builder = StreamsBuilder()
+    table = builder.table(right, key_serde=serdes.String(), value_serde=serdes.String())
+    stream = builder.stream(left, key_serde=serdes.String(), value_serde=serdes.String())
+    stream.join(table, lambda a, b: a + b).to(sink, key_serde=serdes.String(), value_serde=serdes.String())
+    streams = KafkaStreams(
+        builder.build(), fast_config(kafka_bootstrap, f"cp-{uuid.uuid4().hex[:8]}", str(tmp_path))
+    )
+    streams.start()
+    try:
+        assert streams.wait_until(State.ERROR, 30)
+        message = str(streams.error)
+        assert f"{left} (2 partitions)" in message and f"{right} (3 partitions)" in message
+    finally:
+        streams.close(10)
