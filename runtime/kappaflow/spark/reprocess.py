@@ -1,0 +1,443 @@
+"""Reprocessing on Spark: run a Topology over an offset range of its input topics, bootstrap a new app id.
+
+The plan, stage by stage (a stage is a sub-topology, in the order repartition topics impose):
+
+1. Topics: the new application's internal topics are created (or validated) exactly as `kappaflow run`
+   would, and must be empty - a used application id is refused, because its changelogs and committed
+   offsets would not match the state written here.
+2. Input: each user topic's range [from, to) is read with Spark's Kafka source in batch mode, with the
+   offsets fixed on the driver first, so the committed offsets written at the end are exactly the range's
+   end. Records of a stage fed only by one topic stay in the Kafka source's partitions (one Spark partition
+   per Kafka partition, already in offset order); otherwise rows are keyed by task partition and shuffled
+   with an identity partitioner. Repartition records carry the partition murmur2 chose when they were
+   emitted, so the shuffle puts each one where Kafka would have.
+3. Execution: `executor.run_partitions` runs the runtime's StreamTask per partition; see executor.py.
+4. Bootstrap: every task's stores live (when a state dir is given) in `<state.dir>/<app id>/<task>/` with
+   their changelog offsets checkpointed; the changelogs hold the compacted final state; the group
+   `<app id>` gets the range's end offsets committed on the input topics. `kappaflow run` on the new id
+   then restores nothing and consumes from where reprocessing stopped.
+
+A Spark task that failed and were retried would produce its outputs twice, so retries are off
+(`spark.task.maxFailures=1`): a failed reprocessing is rerun after `kappaflow reset` on the new id.
+System-time punctuators do not fire (there is no wall clock to replay); stream-time ones do.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import shutil
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, TopicPartition
+
+from kappaflow.api.config import StreamsConfig
+from kappaflow.api.errors import StreamsError
+from kappaflow.api.metrics import Metrics
+from kappaflow.clients.kafka import client_configs
+from kappaflow.runner.thread import StreamThread
+from kappaflow.spark.executor import InputRow, OutputRow, StageJob, load_app, run_partitions
+from kappaflow.topology.nodes import SubTopology
+from kappaflow.topology.topology import Topology
+
+log = logging.getLogger("kappaflow.spark")
+
+Offsets = dict[str, dict[int, int]]
+
+
+@dataclass
+class ReprocessResult:
+    application_id: str
+    records_read: int = 0
+    records_processed: int = 0
+    outputs_written: int = 0
+    changelog_records: int = 0
+    tasks: int = 0
+    start_offsets: Offsets = field(default_factory=dict)
+    end_offsets: Offsets = field(default_factory=dict)
+    task_stats: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        rate = self.records_read / self.seconds if self.seconds > 0 else 0.0
+        return (
+            f"reprocessed '{self.application_id}': {self.records_read} records read, "
+            f"{self.records_processed} processed by {self.tasks} tasks, {self.outputs_written} output "
+            f"records, {self.changelog_records} state records written, in {self.seconds:.1f}s "
+            f"({rate:,.0f} records/s)"
+        )
+
+
+def spark_kafka_options(config: StreamsConfig) -> dict[str, str]:
+    """Spark Kafka source options from the streams config (Java client names, prefixed `kafka.`)."""
+    options = {"kafka.bootstrap.servers": config.require("bootstrap.servers")}
+    protocol = config.get_str("security.protocol")
+    if protocol:
+        options["kafka.security.protocol"] = protocol
+    mechanism = config.get_str("sasl.mechanism") or config.get_str("sasl.mechanisms")
+    if mechanism:
+        options["kafka.sasl.mechanism"] = mechanism
+        user, password = config.get_str("sasl.username"), config.get_str("sasl.password")
+        module = (
+            "org.apache.kafka.common.security.plain.PlainLoginModule"
+            if mechanism.upper() == "PLAIN"
+            else "org.apache.kafka.common.security.scram.ScramLoginModule"
+        )
+        if user:
+            options["kafka.sasl.jaas.config"] = f'{module} required username="{user}" password="{password}";'
+    if config.exactly_once:
+        options["kafka.isolation.level"] = "read_committed"
+    return options
+
+
+def parse_offsets(spec: str | Offsets, default: str) -> str | Offsets:
+    """`earliest`, `latest`, or Spark's JSON `{"topic": {"0": 23}}` (a partition left out takes `default`)."""
+    if isinstance(spec, dict):
+        return spec
+    text = spec.strip()
+    if text in ("earliest", "latest"):
+        return text
+    try:
+        raw = json.loads(text)
+        return {str(t): {int(p): int(o) for p, o in parts.items()} for t, parts in raw.items()}
+    except (ValueError, AttributeError) as exc:
+        raise StreamsError(
+            f'offsets must be earliest, latest or JSON like {{"t": {{"0": 5}}}}: {exc}'
+        ) from exc
+
+
+def _resolve_range(
+    consumer: Consumer, counts: Mapping[str, int], spec: str | Offsets, default: str
+) -> Offsets:
+    result: Offsets = {}
+    for topic, count in counts.items():
+        result[topic] = {}
+        for partition in range(count):
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=15)
+            if isinstance(spec, dict) and partition in spec.get(topic, {}):
+                offset = max(low, min(high, spec[topic][partition]))
+            else:
+                offset = low if (spec if isinstance(spec, str) else default) == "earliest" else high
+            result[topic][partition] = offset
+    return result
+
+
+def stage_order(topology: Topology) -> list[SubTopology]:
+    """Sub-topologies ordered so that each runs after those writing its repartition topics."""
+    subs = topology.sub_topologies()
+    writers: dict[str, set[int]] = {}
+    for sub in subs:
+        for topic in sub.sink_topics:
+            writers.setdefault(topic, set()).add(sub.id)
+    order: list[SubTopology] = []
+    done: set[int] = set()
+    pending = list(subs)
+    while pending:
+        ready = [
+            s
+            for s in pending
+            if all(
+                w in done or w == s.id
+                for t in s.source_topics
+                if t in topology.internal_topics
+                for w in writers.get(t, set())
+            )
+        ]
+        if not ready:
+            raise StreamsError("the topology's repartition topics form a cycle: it cannot be reprocessed")
+        for sub in ready:
+            order.append(sub)
+            done.add(sub.id)
+            pending.remove(sub)
+    return order
+
+
+def _to_input_row(row: Any) -> InputRow:
+    headers = [(h[0], bytes(h[1]) if h[1] is not None else b"") for h in row[7]] if row[7] else None
+    return (
+        row[0],
+        row[1],
+        row[2],
+        row[3],
+        row[4],
+        bytes(row[5]) if row[5] is not None else None,
+        bytes(row[6]) if row[6] is not None else None,
+        headers,
+    )
+
+
+def _shuffled_to_input(row: OutputRow) -> InputRow:
+    return (row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8])
+
+
+def _is_stats(row: OutputRow) -> bool:
+    return bool(row[0] == "S")
+
+
+def _is_shuffled(row: OutputRow) -> bool:
+    return bool(row[0] == "R")
+
+
+def _task_partition(row: InputRow) -> tuple[int, InputRow]:
+    return (row[0], row)
+
+
+def _identity(partition: int) -> int:
+    return partition
+
+
+def _second(pair: tuple[int, InputRow]) -> InputRow:
+    return pair[1]
+
+
+class Reprocessor:
+    """One reprocessing run (driver side). `run()` does it all; the pieces are separate for testing."""
+
+    def __init__(
+        self,
+        app: Topology | Callable[[], Topology],
+        config: StreamsConfig | Mapping[str, Any],
+        *,
+        start: str | Offsets = "earliest",
+        end: str | Offsets = "latest",
+        state_dir: str | None = None,
+        write_state: bool = True,
+        output_map: Mapping[str, str] | None = None,
+        skip_outputs: bool = False,
+        progress: Callable[[str], None] | None = None,
+    ) -> None:
+        self.app = app
+        self.topology = load_app(app)
+        self.config = config if isinstance(config, StreamsConfig) else StreamsConfig(dict(config))
+        if state_dir is not None:
+            self.config = self.config.with_overrides({"state.dir": state_dir})
+        self.app_id = self.config.application_id
+        self.start = parse_offsets(start, "earliest")
+        self.end = parse_offsets(end, "latest")
+        self.write_state = write_state
+        self.output_map = dict(output_map or {})
+        self.skip_outputs = skip_outputs
+        self.progress = progress or (lambda text: log.info("%s", text))
+        if self.topology.global_stores:
+            raise StreamsError("global stores are not supported by reprocessing yet")
+        self.settings = client_configs(self.config, f"{self.app_id}-reprocess")
+        self.thread = StreamThread(
+            self.topology, self.config, Metrics(), f"{self.app_id}-reprocess", _ignore_state
+        )
+
+    # ----------------------------------------------------------------- driver-side steps
+    def prepare_topics(self) -> dict[str, int]:
+        """Create/validate the new id's internal topics; refuse an id whose internal topics hold records."""
+        self.thread.prepare_topics()
+        counts = self.thread.partition_counts
+        internal = [self.topology.resolve_topic(t, self.app_id) for t in self.topology.internal_topics]
+        internal += [f"{self.app_id}-{spec.name}" for spec in self.topology.changelog_topics().values()]
+        consumer = Consumer({**self.settings["restore"], "group.id": f"{self.app_id}-reprocess-check"})
+        try:
+            for topic in internal:
+                for partition in range(counts.get(topic, 0)):
+                    _low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=15)
+                    if high > 0:
+                        raise StreamsError(
+                            f"application id '{self.app_id}' was used before: {topic} holds records. Choose "
+                            f"a new --application-id, or run `kappaflow reset` on this one first"
+                        )
+        finally:
+            consumer.close()
+        sink_counts = self.thread.admin.partition_counts(
+            [self.output_map.get(t, t) for t in self.topology.sink_topics()]
+        )
+        counts.update(
+            {
+                t: sink_counts[self.output_map.get(t, t)]
+                for t in self.topology.sink_topics()
+                if self.output_map.get(t, t) in sink_counts
+            }
+        )
+        return counts
+
+    def offset_ranges(self, counts: Mapping[str, int]) -> tuple[Offsets, Offsets]:
+        user = {t: counts[t] for t in self.user_sources()}
+        consumer = Consumer({**self.settings["restore"], "group.id": f"{self.app_id}-reprocess-check"})
+        try:
+            starts = _resolve_range(consumer, user, self.start, "earliest")
+            ends = _resolve_range(consumer, user, self.end, "latest")
+        finally:
+            consumer.close()
+        for topic, parts in starts.items():
+            for partition, offset in parts.items():
+                if ends[topic][partition] < offset:
+                    raise StreamsError(f"{topic}-{partition}: end offset {ends[topic][partition]} < {offset}")
+        return starts, ends
+
+    def user_sources(self) -> list[str]:
+        topology = self.topology
+        return sorted(
+            {t for s in topology.sub_topologies() for t in s.source_topics} - set(topology.internal_topics)
+        )
+
+    def commit_offsets(self, ends: Offsets, counts: Mapping[str, int]) -> None:
+        """Commit the range's end on the input topics, and repartition topics' current ends, for the group."""
+        from confluent_kafka import ConsumerGroupTopicPartitions
+
+        tps = [TopicPartition(t, p, o) for t, parts in ends.items() for p, o in parts.items()]
+        consumer = Consumer({**self.settings["restore"], "group.id": f"{self.app_id}-reprocess-check"})
+        try:
+            for name in self.topology.internal_topics:
+                topic = self.topology.resolve_topic(name, self.app_id)
+                if self.topology.internal_topics[name].kind != "repartition":
+                    continue
+                for partition in range(counts[topic]):
+                    _low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=15)
+                    tps.append(TopicPartition(topic, partition, high))
+        finally:
+            consumer.close()
+        futures = self.thread.admin.admin.alter_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(self.app_id, tps)]
+        )
+        for future in futures.values():
+            future.result(timeout=30)
+
+    # ----------------------------------------------------------------- the run
+    def run(self, spark: Any) -> ReprocessResult:
+        from pyspark import StorageLevel
+
+        started = time.monotonic()
+        result = ReprocessResult(self.app_id)
+        counts = self.prepare_topics()
+        starts, ends = self.offset_ranges(counts)
+        result.start_offsets, result.end_offsets = starts, ends
+        result.records_read = sum(ends[t][p] - o for t, parts in starts.items() for p, o in parts.items())
+        self.progress(
+            f"reprocessing {result.records_read} records of {', '.join(self.user_sources())} "
+            f"into application '{self.app_id}'"
+        )
+        state_root: str | None = None
+        if self.write_state:
+            state_root = self.config.get_str("state.dir")
+            shutil.rmtree(Path(state_root) / self.app_id, ignore_errors=True)
+        internal = {self.topology.resolve_topic(t, self.app_id) for t in self.topology.internal_topics}
+        repartition = sorted(
+            self.topology.resolve_topic(t, self.app_id)
+            for t, spec in self.topology.internal_topics.items()
+            if spec.kind == "repartition"
+        )
+        changelogs = [f"{self.app_id}-{spec.name}" for spec in self.topology.changelog_topics().values()]
+        producer = dict(self.settings["producer"])
+        producer.pop("transactional.id", None)
+        producer.pop("transaction.timeout.ms", None)
+        producer.update({"linger.ms": 20, "client.id": f"{self.app_id}-reprocess-producer"})
+        options = spark_kafka_options(self.config)
+        shuffled: dict[str, Any] = {}
+        persisted: list[Any] = []
+        stages = stage_order(self.topology)
+        for index, sub in enumerate(stages, 1):
+            stage_started = time.monotonic()
+            sources = [self.topology.resolve_topic(t, self.app_id) for t in sub.source_topics]
+            user_topics = [t for t in sources if t not in internal]
+            tasks = max(counts[t] for t in sources)
+            job = StageJob(
+                self.app,
+                self.config.as_dict(),
+                sub.id,
+                counts,
+                repartition,
+                changelogs,
+                producer,
+                state_root,
+                self.output_map,
+                self.skip_outputs,
+            )
+            parts: list[Any] = []
+            if user_topics:
+                offsets_from = {t: {str(p): o for p, o in starts[t].items()} for t in user_topics}
+                offsets_to = {t: {str(p): o for p, o in ends[t].items()} for t in user_topics}
+                frame = (
+                    spark.read.format("kafka")
+                    .options(**options)
+                    .option("subscribe", ",".join(user_topics))
+                    .option("startingOffsets", json.dumps(offsets_from))
+                    .option("endingOffsets", json.dumps(offsets_to))
+                    .option("includeHeaders", "true")
+                    .load()
+                    .selectExpr(
+                        "partition",
+                        "topic",
+                        "partition",
+                        "offset",
+                        "unix_millis(timestamp)",
+                        "key",
+                        "value",
+                        "headers",
+                    )
+                )
+                parts.append(frame.rdd.map(_to_input_row))
+            for topic in sources:
+                if topic in shuffled:
+                    parts.append(shuffled[topic].map(_shuffled_to_input))
+            if len(parts) == 1 and len(user_topics) == 1 and len(sources) == 1:
+                rows = parts[0]  # one Kafka partition per Spark partition, in offset order: no shuffle
+            else:
+                union = parts[0] if len(parts) == 1 else spark.sparkContext.union(parts)
+                rows = union.map(_task_partition).partitionBy(tasks, _identity).map(_second)
+            out = rows.mapPartitions(functools.partial(run_partitions, job)).persist(
+                StorageLevel.MEMORY_AND_DISK
+            )
+            persisted.append(out)
+            stats = [json.loads(r[2]) for r in out.filter(_is_stats).collect()]
+            for topic in sub.sink_topics:
+                resolved = self.topology.resolve_topic(topic, self.app_id)
+                if resolved in repartition:
+                    shuffled[resolved] = out.filter(_is_shuffled).filter(
+                        functools.partial(_for_topic, resolved)
+                    )
+            result.task_stats.extend(stats)
+            processed = sum(s["records"] for s in stats)
+            result.records_processed += processed
+            result.outputs_written += sum(s["outputs"] for s in stats)
+            result.changelog_records += sum(s["changelog_records"] for s in stats)
+            result.tasks += len(stats)
+            self.progress(
+                f"stage {index}/{len(stages)} (sub-topology {sub.id}: {', '.join(sources)}): "
+                f"{len(stats)} tasks processed {processed} records in {time.monotonic() - stage_started:.1f}s"
+            )
+        self.commit_offsets(ends, counts)
+        for rdd in persisted:
+            rdd.unpersist()
+        result.seconds = time.monotonic() - started
+        self.progress(result.summary())
+        return result
+
+
+def _for_topic(topic: str, row: OutputRow) -> bool:
+    return bool(row[2] == topic)
+
+
+def reprocess(
+    app: Topology | Callable[[], Topology],
+    config: StreamsConfig | Mapping[str, Any],
+    *,
+    spark: Any = None,
+    master: str | None = "local[2]",
+    **options: Any,
+) -> ReprocessResult:
+    """Reprocess `app` into `config`'s application.id (see the module docstring); options as Reprocessor."""
+    from kappaflow.spark.session import create_session
+
+    reprocessor = Reprocessor(app, config, **options)
+    own = spark is None
+    session = create_session(master) if own else spark
+    try:
+        return reprocessor.run(session)
+    finally:
+        if own:
+            session.stop()
+
+
+def _ignore_state(_state: str) -> None:
+    """The StreamThread is used only for its topic preparation; it never reports a state here."""

@@ -1,0 +1,63 @@
+"""A SparkSession for reprocessing: Kafka connector jars on the classpath, executors that import kappaflow.
+
+Local mode is the default (and what tests use): `local[N]` with the UI off and few shuffle partitions,
+bound to 127.0.0.1. Python workers are started by the JVM with the driver's environment, so the driver's
+import path is exported as PYTHONPATH: a worker can then import the user's application module and
+kappaflow itself, as the driver did. On a cluster (the operator's SparkApplication) the image provides
+both and the master comes from spark-submit.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from kappaflow.spark.jars import ensure_kafka_connector
+
+
+def _python_path() -> str:
+    entries = [os.getcwd(), *[p for p in sys.path if p and os.path.isdir(p)]]
+    existing = os.environ.get("PYTHONPATH", "")
+    seen: list[str] = []
+    for entry in [*existing.split(os.pathsep), *entries]:
+        if entry and entry not in seen:
+            seen.append(entry)
+    return os.pathsep.join(seen)
+
+
+def create_session(
+    master: str | None = "local[2]",
+    app_name: str = "kappaflow-reprocess",
+    conf: Mapping[str, str] | None = None,
+) -> Any:
+    """Build (or get) a SparkSession with Spark's Kafka connector; `master=None` keeps spark-submit's."""
+    from pyspark.sql import SparkSession
+
+    jars = ensure_kafka_connector()
+    os.environ["PYTHONPATH"] = _python_path()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(app_name)
+    if master:
+        builder = builder.master(master)
+    settings: dict[str, str] = {
+        "spark.jars": ",".join(str(j) for j in jars),
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": "4",
+        "spark.default.parallelism": "2",
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.sql.session.timeZone": "UTC",
+        # A retried task would produce its outputs twice: fail the job instead (see reprocess docstring).
+        "spark.task.maxFailures": "1",
+        "spark.python.worker.reuse": "true",
+    }
+    settings.update(conf or {})
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("WARN")
+    return session
