@@ -182,3 +182,32 @@ def test_join_inputs_must_be_copartitioned(kafka_bootstrap, kafka_topics, tmp_pa
         assert f"{left} (2 partitions)" in message and f"{right} (3 partitions)" in message
     finally:
         streams.close(10)
+
+
+def test_repartition_topics_are_purged_below_committed_offsets(kafka_bootstrap, kafka_topics, tmp_path):
+    from confluent_kafka import Consumer, TopicPartition
+
+    source = kafka_topics("wc5-in", partitions=1)
+    sink = kafka_topics("wc5-out", partitions=1)
+    app_id = f"wc5-{uuid.uuid4().hex[:8]}"
+    config = fast_config(kafka_bootstrap, app_id, str(tmp_path), **{"repartition.purge.interval.ms": 100})
+    streams = KafkaStreams(wordcount(source, sink), config)
+    streams.start()
+    try:
+        wait_running(streams)
+        topics = AdminClient({"bootstrap.servers": kafka_bootstrap}).list_topics(timeout=10).topics
+        repartition = next(t for t in topics if t.startswith(app_id) and t.endswith("-repartition"))
+        produce_lines(kafka_bootstrap, source, lines(50))
+        consumer = Consumer(
+            {"bootstrap.servers": kafka_bootstrap, "group.id": f"probe-{uuid.uuid4().hex[:6]}"}
+        )
+        try:
+            wait_for(
+                lambda: consumer.get_watermark_offsets(TopicPartition(repartition, 0), timeout=5)[0] >= 100,
+                30,
+                "repartition records below the committed offset deleted",
+            )
+        finally:
+            consumer.close()
+    finally:
+        streams.close(30)

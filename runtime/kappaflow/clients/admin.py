@@ -172,6 +172,11 @@ class InternalTopicManager:
         members.sort(key=lambda m: m.sort_key)
         return str(description.state).rsplit(".", 1)[-1], members
 
+    def purge(self, offsets: Mapping[tuple[str, int], int]) -> None:
+        """Delete records below `offsets` (asynchronously: a failed purge is retried by the next one)."""
+        if offsets:
+            self.admin.delete_records([TopicPartition(t, p, o) for (t, p), o in offsets.items()])
+
     def delete_topics(self, names: list[str]) -> list[str]:
         existing = [n for n in names if n in self.admin.list_topics(timeout=15).topics]
         if not existing:

@@ -19,6 +19,9 @@ the coordinator (describe_consumer_groups), sorts members by group.instance.id (
 the standbys of a task owned by member i on members i+1 .. i+k (mod n, never the owner), k =
 num.standby.replicas. Every instance computes the same answer from the same membership, with no extra
 protocol; a member that sees a stale group view just retries shortly after.
+
+Repartition topics are the application's own: as in Kafka Streams, records below the committed offsets
+are deleted every `repartition.purge.interval.ms` (30 s), so they hold only what is still unprocessed.
 """
 
 from __future__ import annotations
@@ -87,9 +90,13 @@ class StreamThread:
         self._fatal: BaseException | None = None
         self._last_commit = time.monotonic()
         self._last_lag = 0.0
+        self._last_purge = time.monotonic()
+        self._purge_interval = float(config.get("repartition.purge.interval.ms", 30000)) / 1000.0
+        self._purgeable: dict[tuple[str, int], int] = {}
         self.consumer: Consumer | None = None
         self.tm: TaskManager | None = None
         self._partition_tasks: dict[tuple[str, int], TaskId] = {}
+        self._repartition_topics: set[str] = set()
         self.partition_counts: dict[str, int] = {}
 
     # ----------------------------------------------------------------- set-up
@@ -124,6 +131,7 @@ class StreamThread:
         groups = [[topology.resolve_topic(t, app) for t in g] for g in topology.copartition_groups]
         self.admin.check_copartitioned(groups, counts)
         self.partition_counts = counts
+        self._repartition_topics = {p.name for p in plans if p.kind == "repartition"}
         return sorted(
             {topology.resolve_topic(t, app) for s in topology.sub_topologies() for t in s.source_topics}
         )
@@ -299,6 +307,11 @@ class StreamThread:
         for managed in tasks:
             managed.task.post_commit(self._changelog_offsets(managed))
         tm.checkpoint_standbys()
+        self._purgeable.update((tp, o) for tp, o in offsets.items() if tp[0] in self._repartition_topics)
+        if self._purgeable and time.monotonic() - self._last_purge >= self._purge_interval:
+            self._last_purge = time.monotonic()
+            self.admin.purge(self._purgeable)
+            self._purgeable = {}
         self._last_commit = time.monotonic()
         if tasks:
             elapsed_ms = (time.perf_counter() - started) * 1000.0
