@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from kappaflow.api.config import StreamsConfig
 from kappaflow.api.errors import StreamsError
@@ -56,6 +56,14 @@ from kappaflow.topology.topology import Topology
 log = logging.getLogger("kappaflow.runner")
 
 BATCH = 1000
+# Commit errors that mean "this member's generation is over": a rebalance, not a failure.
+_MIGRATED = {
+    KafkaError.ILLEGAL_GENERATION,
+    KafkaError.UNKNOWN_MEMBER_ID,
+    KafkaError.REBALANCE_IN_PROGRESS,
+    KafkaError.FENCED_INSTANCE_ID,
+    KafkaError._STATE,
+}
 LAG_INTERVAL_S = 10.0
 
 
@@ -303,7 +311,15 @@ class StreamThread:
                 self.collector.producer.commit_transaction(60)
                 self._in_txn = False
         elif tps:
-            consumer.commit(offsets=tps, asynchronous=False)
+            try:
+                consumer.commit(offsets=tps, asynchronous=False)
+            except KafkaException as exc:
+                if exc.args[0].code() not in _MIGRATED:
+                    raise
+                # The group moved on (a rebalance is under way): the tasks will be revoked by the next
+                # poll and their uncommitted input reprocessed by the new owner, as at-least-once allows.
+                log.warning("commit failed, tasks migrated in a rebalance: %s", exc)
+                return
         for managed in tasks:
             managed.task.post_commit(self._changelog_offsets(managed))
         tm.checkpoint_standbys()
