@@ -7,7 +7,9 @@ one, so the same string works for `kappaflow describe`, `kappaflow run` and the 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
+import json
 import logging
 import shutil
 import signal
@@ -122,6 +124,35 @@ def _reset(args: argparse.Namespace) -> int:
     return 0
 
 
+def _reprocess(args: argparse.Namespace) -> int:
+    """Run the topology on Spark over the retained log into a new application id (kappaflow.spark)."""
+    import functools
+
+    from kappaflow.api.config import StreamsConfig
+    from kappaflow.spark import reprocess
+
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    load_topology(args.app)  # fail fast, before Spark starts, if the application cannot be imported
+    config = StreamsConfig.load({"application.id": args.application_id}, file=args.config)
+    config = config.with_overrides({"application.id": args.application_id})
+    output_map = dict(item.split("=", 1) for item in args.output_map)
+    result = reprocess(
+        functools.partial(load_topology, args.app),
+        config,
+        master=None if args.master == "submit" else args.master,
+        start=args.start,
+        end=args.end,
+        state_dir=args.state_dir,
+        write_state=not args.no_state,
+        output_map=output_map,
+        skip_outputs=args.skip_outputs,
+        progress=lambda text: print(f"==> {text}", flush=True),
+    )
+    if args.json:
+        print(json.dumps(dataclasses.asdict(result), default=str))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kappaflow", description="Kafka Streams for Python")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -146,6 +177,29 @@ def build_parser() -> argparse.ArgumentParser:
     reset.add_argument("--config", help="a .properties file; KAPPAFLOW_* environment variables override it")
     reset.add_argument("--dry-run", action="store_true", help="print what would be done")
     reset.set_defaults(func=_reset)
+    reprocess = commands.add_parser(
+        "reprocess",
+        help="rebuild outputs and state on Spark from the retained log, into a new application id",
+    )
+    reprocess.add_argument("app", help="module:attr naming a Topology or a function returning one")
+    reprocess.add_argument("--application-id", required=True, help="the new application id to bootstrap")
+    reprocess.add_argument("--from", dest="start", default="earliest", help='earliest or {"topic": {"0": 5}}')
+    reprocess.add_argument("--to", dest="end", default="latest", help='latest or {"topic": {"0": 9}}')
+    reprocess.add_argument(
+        "--master", default="local[2]", help="Spark master; 'submit' keeps the one spark-submit set"
+    )
+    reprocess.add_argument(
+        "--config", help="a .properties file; KAPPAFLOW_* environment variables override it"
+    )
+    reprocess.add_argument("--state-dir", help="where to write per-task RocksDB state (default: state.dir)")
+    reprocess.add_argument("--no-state", action="store_true", help="write changelogs only, no local state")
+    reprocess.add_argument("--skip-outputs", action="store_true", help="rebuild state only, write no outputs")
+    reprocess.add_argument(
+        "--output-map", action="append", default=[], metavar="OLD=NEW", help="write output topic OLD to NEW"
+    )
+    reprocess.add_argument("--json", action="store_true", help="print the result as JSON at the end")
+    reprocess.add_argument("--log-level", default="WARNING")
+    reprocess.set_defaults(func=_reprocess)
     return parser
 
 

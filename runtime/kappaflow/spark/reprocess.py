@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from kappaflow.api.config import StreamsConfig
 from kappaflow.api.errors import StreamsError
@@ -111,6 +111,30 @@ def parse_offsets(spec: str | Offsets, default: str) -> str | Offsets:
         ) from exc
 
 
+# Errors a topic created a moment ago reports until its leader is known everywhere.
+_SETTLING = {
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._UNKNOWN_PARTITION,
+}
+
+
+def watermarks(consumer: Consumer, topic: str, partition: int, timeout: float = 30.0) -> tuple[int, int]:
+    """(low, high) of a partition, retrying while a just-created topic's leadership settles."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+            return int(low), int(high)
+        except KafkaException as exc:
+            error = exc.args[0]
+            settling = error.code() in _SETTLING or error.retriable()
+            if not settling or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def _resolve_range(
     consumer: Consumer, counts: Mapping[str, int], spec: str | Offsets, default: str
 ) -> Offsets:
@@ -118,7 +142,7 @@ def _resolve_range(
     for topic, count in counts.items():
         result[topic] = {}
         for partition in range(count):
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=15)
+            low, high = watermarks(consumer, topic, partition)
             if isinstance(spec, dict) and partition in spec.get(topic, {}):
                 offset = max(low, min(high, spec[topic][partition]))
             else:
@@ -241,7 +265,7 @@ class Reprocessor:
         try:
             for topic in internal:
                 for partition in range(counts.get(topic, 0)):
-                    _low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=15)
+                    _low, high = watermarks(consumer, topic, partition)
                     if high > 0:
                         raise StreamsError(
                             f"application id '{self.app_id}' was used before: {topic} holds records. Choose "
@@ -293,7 +317,7 @@ class Reprocessor:
                 if self.topology.internal_topics[name].kind != "repartition":
                     continue
                 for partition in range(counts[topic]):
-                    _low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=15)
+                    _low, high = watermarks(consumer, topic, partition)
                     tps.append(TopicPartition(topic, partition, high))
         finally:
             consumer.close()

@@ -37,6 +37,7 @@ def create_session(
 
     jars = ensure_kafka_connector()
     os.environ["PYTHONPATH"] = _python_path()
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # bind to loopback, never a public interface
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
