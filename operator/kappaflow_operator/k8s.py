@@ -152,6 +152,10 @@ class Kube:
             raise
         return True
 
+    def patch(self, api_version: str, kind: str, namespace: str, name: str, body: Mapping[str, Any]) -> None:
+        """A JSON merge patch, for a one-off change outside the applied desired state (e.g. replicas 0)."""
+        self._call("PATCH", object_path(api_version, kind, namespace, name), dict(body), content_type=MERGE)
+
     def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
         """Merge-patch the StreamApp's /status subresource (never its spec or metadata)."""
         path = object_path(API_VERSION, "StreamApp", namespace, name) + "/status"

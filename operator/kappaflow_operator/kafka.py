@@ -143,6 +143,18 @@ class KafkaAdmin:
             lag += max(0, end - (done if done >= 0 else starts.get(key, 0)))
         return lag
 
+    def group_members(self, group: str) -> int:
+        """Members the broker still counts in `group` (0 for an empty or unknown group).
+
+        Static members (group.instance.id) do not leave on shutdown; they stay until their session
+        times out, and until then the broker refuses offset resets for the group.
+        """
+        try:
+            result = self.admin.describe_consumer_groups([group], request_timeout=TIMEOUT_S)[group]
+            return len(result.result(timeout=TIMEOUT_S * 2).members or [])
+        except KafkaException as err:
+            raise KafkaError(f"cannot describe group {group}: {err}") from err
+
     def _offsets(self, partitions: list[TopicPartition], spec: Any) -> dict[tuple[str, int], int]:
         futures = self.admin.list_offsets({tp: spec for tp in partitions}, request_timeout=TIMEOUT_S)
         return {

@@ -12,6 +12,7 @@ Where the operator keeps its memory, and why:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -24,7 +25,8 @@ import kopf
 from pydantic import ValidationError
 
 from . import desired, scaling, status
-from .desired.common import AppRef, object_meta, spec_hash
+from .desired.common import APP_LABEL, AppRef, object_meta, spec_hash
+from .desired.jobs import DESCRIBE_JOB_LABEL
 from .diff import Action, classify
 from .k8s import Kube
 from .kafka import KafkaAdmin, KafkaError, client_config
@@ -247,7 +249,38 @@ def reconcile(
         return written
 
     cap = scaling.effective_replicas(spec, prev, plan.max_parallelism)
-    _apply(ctx, body, spec, ref, description, cap, app_id, prev)
+
+    def recreate_topics() -> None:
+        """After `kappaflow reset` deleted the internal topics, create them again.
+
+        Topic deletion is asynchronous: a topic can still be listed (or refuse creation) for a while,
+        so create whatever is missing until every topic has been seen present for a few seconds.
+        """
+        made: list[str] = []
+        stable_since: float | None = None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            fresh = plan_internal_topics(description, app_id, admin.topic_partitions())
+            if fresh.to_create:
+                stable_since = None
+                with contextlib.suppress(KafkaError):  # still being deleted: try again
+                    made += admin.create_topics(fresh.to_create, spec.kafka.replication_factor)
+            elif stable_since is None:
+                stable_since = time.monotonic()
+            elif time.monotonic() - stable_since >= 3:
+                break
+            time.sleep(0.5)
+        ctx.kube.event(
+            body, "Normal", "TopicsCreated", "created " + (", ".join(sorted(set(made))) or "no topics")
+        )
+
+    failure = _apply(ctx, body, spec, ref, description, cap, app_id, prev, recreate_topics)
+    if failure is not None:
+        _problem_once(ctx, body, prev, failure)
+        obs = status.Observation(
+            generation, cap.replicas, _sts(ctx, ref), topic_plan=plan, problems=[failure]
+        )
+        return _write_status(ctx, body, prev, obs, now, topology=topo_status)
     obs = status.Observation(
         generation,
         cap.replicas,
@@ -269,7 +302,9 @@ def _apply(
     cap: scaling.CapResult,
     app_id: str,
     prev: StreamAppStatus | None,
-) -> None:
+    recreate_topics: Callable[[], None],
+) -> status.Problem | None:
+    """Apply the desired state for `spec`; returns a Problem when an upgrade step failed."""
     sts = _sts(ctx, ref)
     annotations = (sts or {}).get("metadata", {}).get("annotations") or {}
     old_spec: StreamAppSpec | None = None
@@ -294,12 +329,17 @@ def _apply(
             "RecreatingStatefulSet",
             "state volume settings changed: " + ", ".join(change.changed),
         )
-    if change.action in (Action.REPROCESS, Action.RESET):
+    if change.action == Action.RESET and sts is not None:
+        failed = _reset(ctx, body, spec, ref, sts, app_id)
+        if failed is not None:
+            return failed
+        recreate_topics()
+    elif change.action == Action.REPROCESS:
         ctx.kube.event(
             body,
             "Warning",
             "UpgradeModeNotSupported",
-            f"upgrade mode {spec.upgrade.mode} is not implemented by this operator version; rolling instead",
+            "upgrade mode reprocess (Spark) is not implemented by this operator version; rolling instead",
         )
     for obj in desired.desired_resources(spec, ref, desired.Facts(cap.replicas, app_id)):
         if obj["kind"] == "StatefulSet":
@@ -323,6 +363,65 @@ def _apply(
     old_cap = status.condition(prev, status.REPLICAS_CAPPED) if prev is not None else None
     if cap.reason and (old_cap is None or old_cap.message != cap.reason):
         ctx.kube.event(body, "Warning", "ReplicasCapped", cap.reason)
+    return None
+
+
+def _reset(
+    ctx: Context,
+    body: Mapping[str, Any],
+    spec: StreamAppSpec,
+    ref: AppRef,
+    sts: Mapping[str, Any],
+    app_id: str,
+) -> status.Problem | None:
+    """`upgrade.mode: reset`: stop every pod, wait for an empty group, drop the state volumes, run
+    `kappaflow reset`.
+
+    Returns None once the reset Job succeeded (the caller then recreates the internal topics and applies
+    the new spec); raises kopf.TemporaryError while a step is under way. Each step is recognisable from
+    the cluster alone (StatefulSet scaled to 0, no pods, the generation's Job), so a restarted operator
+    resumes where it stopped. A reset with live members would be refused by the broker, and a pod that
+    kept its volume would restore state the reset just invalidated: hence the order.
+    """
+    generation = int(body["metadata"].get("generation") or 0)
+    job = desired.build_reset_job(spec, ref, generation)
+    job_name = job["metadata"]["name"]
+    if ctx.kube.get("batch/v1", "Job", ref.namespace, job_name) is None:
+        if (sts.get("spec") or {}).get("replicas") != 0:
+            ctx.kube.patch("apps/v1", "StatefulSet", ref.namespace, ref.name, {"spec": {"replicas": 0}})
+            ctx.kube.event(body, "Normal", "ResetStopping", "upgrade mode reset: stopping all pods")
+        selector = f"{APP_LABEL}={ref.name},!{DESCRIBE_JOB_LABEL}"
+        if ctx.kube.list("v1", "Pod", ref.namespace, selector):
+            raise kopf.TemporaryError("reset: waiting for the pods to stop", delay=RETRY_S)
+        try:
+            members = ctx.kafka_factory(spec, ref.namespace).group_members(app_id)
+        except KafkaError as err:
+            raise kopf.TemporaryError(f"reset: {err}", delay=RETRY_S * 5) from err
+        if members:
+            # Static members linger until session.timeout.ms; `kappaflow reset` needs an empty group.
+            raise kopf.TemporaryError(f"reset: {members} group member(s) not expired yet", delay=RETRY_S)
+        claims = ctx.kube.list("v1", "PersistentVolumeClaim", ref.namespace, f"{APP_LABEL}={ref.name}")
+        for claim in claims:
+            ctx.kube.delete("v1", "PersistentVolumeClaim", ref.namespace, claim["metadata"]["name"])
+        if claims:
+            ctx.kube.event(
+                body, "Normal", "StateVolumesDeleted", f"deleted {len(claims)} state volume claims"
+            )
+        ctx.kube.apply(desired.build_configmap(spec, ref, app_id))
+        ctx.kube.apply(job)
+        ctx.kube.event(body, "Normal", "ResetStarted", f"started Job {job_name} (kappaflow reset)")
+        raise kopf.TemporaryError("reset: waiting for the reset Job", delay=RETRY_S)
+    outcome = ctx.kube.job_outcome(ref.namespace, job_name)
+    if outcome is None:
+        raise kopf.TemporaryError("reset: waiting for the reset Job", delay=RETRY_S)
+    if outcome.exit_code != 0:
+        return status.Problem(
+            "ResetFailed", f"Job {job_name} exited {outcome.exit_code}: {outcome.message[-512:]}"
+        )
+    ctx.kube.event(
+        body, "Normal", "ResetCompleted", "group offsets rewound, internal topics and state dropped"
+    )
+    return None
 
 
 # ---- autoscaler ----------------------------------------------------------------------------------------

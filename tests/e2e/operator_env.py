@@ -156,34 +156,47 @@ class RuntimePods:
     def launch(self, pod: Any) -> Any:
         from tests.harness.fake_kubelet import container_env
 
-        if (pod.metadata.labels or {}).get("kappaflow.io/job"):
+        job = (pod.metadata.labels or {}).get("kappaflow.io/job")
+        if job == "describe":
             return self.describe(pod)
         container = pod.spec.containers[0]
         name = pod.metadata.name
         pod_dir = self.workdir / name
         pod_dir.mkdir(parents=True, exist_ok=True)
+        state = pod_dir / "state"
+        for volume in pod.spec.volumes or []:
+            if volume.persistent_volume_claim is not None:
+                # The state lives as long as the claim: a new claim (after a reset) is an empty volume.
+                claim = volume.persistent_volume_claim.claim_name
+                uid = self.core.read_namespaced_persistent_volume_claim(claim, self.namespace).metadata.uid
+                state = self.workdir / "volumes" / uid
         if name in self.wipe_next:
             self.wipe_next.discard(name)
-            shutil.rmtree(pod_dir / "state", ignore_errors=True)
+            shutil.rmtree(state, ignore_errors=True)
         # The test process's own KAPPAFLOW_* settings (cache, kubeconfig) are not the pod's config.
         base = {k: v for k, v in os.environ.items() if not k.startswith("KAPPAFLOW_")}
         env = {**base, **self.topics, **container_env(self.core, pod)}
-        env["KAPPAFLOW_STATE_DIR"] = str(pod_dir / "state")
+        env["KAPPAFLOW_STATE_DIR"] = str(state)
+        env["PATH"] = f"{ROOT / '.venv' / 'bin'}{os.pathsep}{env.get('PATH', '')}"
         env["KAPPAFLOW_METRICS_PORT"] = str(self.port(pod))
-        args = list(container.args)
+        # A run pod: `kappaflow run ...` as args; a reset Job: `/bin/sh -c "exec kappaflow reset ..."`.
+        argv = [*(container.command or []), *(container.args or [])]
         for volume in pod.spec.volumes or []:
             if volume.config_map is not None:
                 data = self.core.read_namespaced_config_map(volume.config_map.name, self.namespace).data
                 for key, text in data.items():
                     local = pod_dir / key
                     local.write_text(text)
-                    args = [str(local) if a.endswith("/" + key) else a for a in args]
+                    mounted = f"{volume_mount(container, volume.name)}/{key}"
+                    argv = [a.replace(mounted, str(local)) for a in argv]
         log = (pod_dir / "run.log").open("ab")
         try:
-            proc = subprocess.Popen(
-                [KAPPAFLOW, *args], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
-            )
+            proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         finally:
             log.close()
         self.processes[name] = proc
         return proc
+
+
+def volume_mount(container: Any, volume: str) -> str:
+    return str(next(m.mount_path for m in container.volume_mounts or [] if m.name == volume))
