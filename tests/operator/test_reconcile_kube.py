@@ -374,3 +374,18 @@ def test_state_volume_change_recreates_statefulset_keeping_pods_and_claims(env: 
     kept = {n for n in ("wc-0", "wc-1") if pods_after.get(n) == pods_before[n]}
     assert kept == {"wc-0", "wc-1"}, "pods were adopted by the new StatefulSet, not restarted"
     assert "RecreatingStatefulSet" in env.event_reasons("wc")
+
+
+def test_failed_describe_is_degraded_with_the_jobs_message(env: Env) -> None:
+    env.create("broken", env.spec(_app_id(), entryPoint="no_such_module:build"))
+    cond = wait_for(
+        "Degraded",
+        lambda: (
+            env.condition("broken", "Degraded").get("status") == "True"
+            and env.condition("broken", "Degraded")
+        ),
+    )
+    assert cond["reason"] == "DescribeFailed"
+    assert "no_such_module" in cond["message"]
+    assert env.status("broken")["phase"] == "Degraded"
+    assert "DescribeFailed" in env.event_reasons("broken")
