@@ -14,6 +14,10 @@ from tests.kafka.streams_support import fast_config
 
 Rec = tuple[bytes | None, bytes | None, int]  # key, value, timestamp
 
+# Test data is timestamped an hour ago: old enough to lie in closed windows, young enough that no
+# topic's retention (windowed changelogs are compact,delete) removes it while a test reads it.
+BASE_TS = (int(time.time()) - 3600) * 1000
+
 
 def produce_records(bootstrap: str, topic: str, records: Iterable[Rec]) -> int:
     producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random", "linger.ms": 5})
@@ -38,23 +42,28 @@ def _consumer(bootstrap: str) -> Consumer:
     )
 
 
-def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+def watermarks(bootstrap: str, topic: str) -> dict[int, tuple[int, int]]:
     consumer = _consumer(bootstrap)
     try:
         parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in parts}
     finally:
         consumer.close()
 
 
+def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    return {p: high for p, (_low, high) in watermarks(bootstrap, topic).items()}
+
+
 def read_all(bootstrap: str, topic: str, timeout: float = 30.0) -> list[Any]:
     """Every record of `topic` up to its current end (exact: stops at the watermarks, no idle wait)."""
-    ends = end_offsets(bootstrap, topic)
-    pending = {p for p, end in ends.items() if end > 0}
+    marks = watermarks(bootstrap, topic)
+    ends = {p: high for p, (_low, high) in marks.items()}
+    pending = {p for p, (low, high) in marks.items() if high > low}
     consumer = _consumer(bootstrap)
     records: list[Any] = []
     try:
-        consumer.assign([TopicPartition(topic, p, 0) for p in pending])
+        consumer.assign([TopicPartition(topic, p, marks[p][0]) for p in pending])
         deadline = time.monotonic() + timeout
         while pending and time.monotonic() < deadline:
             for msg in consumer.consume(1000, 0.5):

@@ -11,6 +11,7 @@ from kappaflow.runner import KafkaStreams, State
 from kappaflow.spark import reprocess
 from tests.kafka.streams_support import fast_config, wordcount_topology
 from tests.spark.support import (
+    BASE_TS,
     committed,
     end_offsets,
     latest_per_key,
@@ -51,7 +52,7 @@ def test_wordcount_reprocessed_equals_streaming_then_runtime_continues(
         wordcount_topology(source, out_streaming),
         app_a,
         str(tmp_path / "a"),
-        [lambda: produce_records(kafka_bootstrap, source, as_records(first, 1_000_000))],
+        [lambda: produce_records(kafka_bootstrap, source, as_records(first, BASE_TS))],
     )
     result = reprocess(
         wordcount_topology(source, out_spark),
@@ -80,7 +81,7 @@ def test_wordcount_reprocessed_equals_streaming_then_runtime_continues(
     app.start()
     try:
         assert app.wait_until(State.RUNNING, 60), app.error
-        produce_records(kafka_bootstrap, source, as_records(second, 2_000_000))
+        produce_records(kafka_bootstrap, source, as_records(second, BASE_TS + 10_000))
         wait_caught_up(kafka_bootstrap, app_b, [source, f"{app_b}-counts-repartition"])
         assert app.metrics.counter("restored-records-total") == 0
     finally:

@@ -249,6 +249,8 @@ class Reprocessor:
         self.progress = progress or (lambda text: log.info("%s", text))
         if self.topology.global_stores:
             raise StreamsError("global stores are not supported by reprocessing yet")
+        if isinstance(app, Topology):
+            _check_picklable(app)
         self.settings = client_configs(self.config, f"{self.app_id}-reprocess")
         self.thread = StreamThread(
             self.topology, self.config, Metrics(), f"{self.app_id}-reprocess", _ignore_state
@@ -436,6 +438,19 @@ class Reprocessor:
         result.seconds = time.monotonic() - started
         self.progress(result.summary())
         return result
+
+
+def _check_picklable(topology: Topology) -> None:
+    """Executors get the topology pickled; say what to do instead when it cannot be (e.g. weakrefs)."""
+    from pyspark import cloudpickle
+
+    try:
+        cloudpickle.dumps(topology)
+    except Exception as exc:
+        raise StreamsError(
+            f"this topology cannot be shipped to Spark executors ({type(exc).__name__}: {exc}); pass a "
+            "zero-argument function that builds it (kappaflow reprocess does: module:attr) instead"
+        ) from exc
 
 
 def _for_topic(topic: str, row: OutputRow) -> bool:
