@@ -99,3 +99,17 @@ def test_prometheus_text_format():
     assert "# TYPE kappaflow_records_processed_total counter" in text
     assert 'kappaflow_records_processed_total{task="0_1"} 3.0' in text
     assert 'kappaflow_restore_remaining_records{task="we\\"ird"} 7.0' in text
+
+
+def test_consumer_group_protocol_drops_classic_settings():
+    config = StreamsConfig(
+        {
+            "application.id": "a",
+            "bootstrap.servers": "b",
+            "consumer.group.protocol": "consumer",
+            "consumer.session.timeout.ms": 6000,
+        }
+    )
+    consumer = client_configs(config, "c")["consumer"]
+    assert consumer["group.remote.assignor"] == "range"
+    assert "partition.assignment.strategy" not in consumer and "session.timeout.ms" not in consumer

@@ -78,13 +78,19 @@ def test_wordcount_end_to_end(kafka_bootstrap, kafka_topics, tmp_path):
     assert states[-1] == (State.NOT_RUNNING, State.PENDING_SHUTDOWN)
 
 
-def test_two_instances_share_partitions_and_rebalance(kafka_bootstrap, kafka_topics, tmp_path):
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_two_instances_share_partitions_and_rebalance(kafka_bootstrap, kafka_topics, tmp_path, protocol):
+    """Eager `range` rebalances (classic) and incremental ones (KIP-848 with the `range` remote assignor)."""
     source = kafka_topics("wc2-in", partitions=4)
     sink = kafka_topics("wc2-out", partitions=4)
     app_id = f"wc2-{uuid.uuid4().hex[:8]}"
-    topology = wordcount(source, sink)
-    a = KafkaStreams(topology, fast_config(kafka_bootstrap, app_id, str(tmp_path / "a")))
-    b = KafkaStreams(wordcount(source, sink), fast_config(kafka_bootstrap, app_id, str(tmp_path / "b")))
+    extra = {"consumer.group.protocol": protocol}
+    a = KafkaStreams(
+        wordcount(source, sink), fast_config(kafka_bootstrap, app_id, str(tmp_path / "a"), **extra)
+    )
+    b = KafkaStreams(
+        wordcount(source, sink), fast_config(kafka_bootstrap, app_id, str(tmp_path / "b"), **extra)
+    )
     a.start()
     b.start()
     try:

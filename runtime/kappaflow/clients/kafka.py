@@ -69,6 +69,12 @@ def client_configs(config: StreamsConfig, client_id: str) -> dict[str, dict[str,
     if instance:
         consumer["group.instance.id"] = instance
     consumer.update(config.prefixed("consumer."))
+    if is_consumer_protocol(consumer):
+        # KIP-848: the broker assigns (co-partitioning-aware `range`) and owns session timing, so the
+        # classic-only client settings must not be sent.
+        for key in ("partition.assignment.strategy", "session.timeout.ms", "heartbeat.interval.ms"):
+            consumer.pop(key, None)
+        consumer.setdefault("group.remote.assignor", "range")
     restore: dict[str, Any] = {
         **base,
         # assign()-only: this id is never joined or committed to, but librdkafka wants one.
@@ -95,6 +101,11 @@ def client_configs(config: StreamsConfig, client_id: str) -> dict[str, dict[str,
     admin: dict[str, Any] = {**base, "client.id": f"{client_id}-admin"}
     admin.update(config.prefixed("admin."))
     return {"consumer": consumer, "restore": restore, "producer": producer, "admin": admin}
+
+
+def is_consumer_protocol(settings: dict[str, Any]) -> bool:
+    """True for the KIP-848 `consumer` group protocol, whose rebalances are incremental."""
+    return str(settings.get("group.protocol", "classic")).lower() == "consumer"
 
 
 def new_consumer(settings: dict[str, Any]) -> Consumer:

@@ -44,6 +44,7 @@ from kappaflow.clients.kafka import (
     KafkaRecordCollector,
     ProductionError,
     client_configs,
+    is_consumer_protocol,
     new_consumer,
     new_producer,
 )
@@ -92,6 +93,9 @@ class StreamThread:
         self.poll_timeout = config.get_int("poll.ms") / 1000.0
         self.num_standbys = config.get_int("num.standby.replicas")
         self.admin = InternalTopicManager(self.settings["admin"])
+        # classic `range` rebalances are eager (everything revoked, then everything assigned); the
+        # KIP-848 protocol hands out and takes back partitions incrementally.
+        self.incremental = is_consumer_protocol(self.settings["consumer"])
         self.assigned: list[tuple[str, int]] = []
         self._in_txn = False
         self._standby_due: float | None = None
@@ -344,51 +348,69 @@ class StreamThread:
         try:
             tm = self.tm
             assert tm is not None
-            self.assigned = [(tp.topic, tp.partition) for tp in partitions]
+            added = [(tp.topic, tp.partition) for tp in partitions]
+            self.assigned = sorted(set(self.assigned) | set(added)) if self.incremental else added
             by_task = tm.task_ids_for(self.assigned)
             self._partition_tasks = {tp: task_id for task_id, tps in by_task.items() for tp in tps}
             restoring: list[TopicPartition] = []
             for task_id, tps in sorted(by_task.items(), key=lambda kv: (kv[0].subtopology, kv[0].partition)):
+                if task_id in tm.active:
+                    continue
                 managed = tm.create_active(task_id)
                 if managed.task.state is TaskState.RESTORING:
                     restoring.extend(TopicPartition(t, p) for t, p in tps)
-            consumer.assign(partitions)
+            if self.incremental:
+                consumer.incremental_assign(partitions)
+            else:
+                consumer.assign(partitions)
             if restoring:
                 consumer.pause(restoring)
-            log.info("assigned %d partitions: tasks %s", len(partitions), sorted(str(t) for t in by_task))
+            log.info("assigned %d partitions: tasks %s", len(self.assigned), sorted(str(t) for t in by_task))
             self._standby_due = time.monotonic() if self.num_standbys > 0 else None
             self._update_state()
         except BaseException as exc:  # an exception must not vanish inside librdkafka's callback
             self._fatal = exc
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        revoked = {(tp.topic, tp.partition) for tp in partitions}
         try:
-            self._on_state("REBALANCING")
-            if self._fatal is None:
+            if not self.incremental:
+                self._on_state("REBALANCING")
+            if self._fatal is None and revoked:
                 self.commit()
-            self._close_tasks(clean=self._fatal is None)
+            self._close_tasks(clean=self._fatal is None, partitions=revoked)
         except BaseException as exc:
             log.exception("commit on revocation failed")
-            self._close_tasks(clean=False)
+            self._close_tasks(clean=False, partitions=revoked)
             if self._fatal is None and not isinstance(exc, KafkaException | ProductionError):
                 self._fatal = exc
+        if self.incremental and partitions:
+            consumer.incremental_unassign(partitions)
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         log.warning("partitions lost (session expired or fenced): closing tasks without committing")
         if self.eos and self._in_txn:
             self._abort_quietly()
         self._close_tasks(clean=False)
+        if self.incremental and partitions:
+            consumer.incremental_unassign(partitions)
 
-    def _close_tasks(self, clean: bool) -> None:
+    def _close_tasks(self, clean: bool, partitions: set[tuple[str, int]] | None = None) -> None:
+        """Close the tasks owning `partitions` (all tasks when None) and forget those partitions."""
         tm = self.tm
         assert tm is not None
-        for task_id in list(tm.active):
+        doomed = (
+            set(tm.active)
+            if partitions is None
+            else {self._partition_tasks[tp] for tp in partitions if tp in self._partition_tasks}
+        )
+        for task_id in doomed:
             try:
                 tm.close_active(task_id, clean)
             except Exception:
                 log.exception("task %s: error closing", task_id)
-        self._partition_tasks = {}
-        self.assigned = []
+        self._partition_tasks = {tp: t for tp, t in self._partition_tasks.items() if t not in doomed}
+        self.assigned = sorted(self._partition_tasks) if partitions is not None and self.incremental else []
 
     def _resume(self, managed: ManagedTask) -> None:
         consumer = self.consumer
