@@ -217,3 +217,27 @@ def test_repartition_topics_are_purged_below_committed_offsets(kafka_bootstrap, 
             consumer.close()
     finally:
         streams.close(30)
+
+
+def test_an_instance_without_tasks_is_running(kafka_bootstrap, kafka_topics, tmp_path):
+    source = kafka_topics("wc6-in", partitions=1)
+    sink = kafka_topics("wc6-out", partitions=1)
+    app_id = f"wc6-{uuid.uuid4().hex[:8]}"
+    a = KafkaStreams(wordcount(source, sink), fast_config(kafka_bootstrap, app_id, str(tmp_path / "a")))
+    b = KafkaStreams(wordcount(source, sink), fast_config(kafka_bootstrap, app_id, str(tmp_path / "b")))
+    a.start()
+    b.start()
+    try:
+        wait_for(
+            lambda: (
+                a.state is State.RUNNING
+                and b.state is State.RUNNING
+                and len(a.local_task_ids()[0]) + len(b.local_task_ids()[0]) == 2
+                and not (a.local_task_ids()[0] and b.local_task_ids()[0])
+            ),
+            60,
+            "one busy and one idle instance, both RUNNING",
+        )
+    finally:
+        a.close(30)
+        b.close(30)

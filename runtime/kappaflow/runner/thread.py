@@ -109,6 +109,7 @@ class StreamThread:
         self.tm: TaskManager | None = None
         self._partition_tasks: dict[tuple[str, int], TaskId] = {}
         self._repartition_topics: set[str] = set()
+        self._in_group = False  # an assignment (possibly empty) is in force
         self.partition_counts: dict[str, int] = {}
 
     # ----------------------------------------------------------------- set-up
@@ -348,6 +349,7 @@ class StreamThread:
         try:
             tm = self.tm
             assert tm is not None
+            self._in_group = True
             added = [(tp.topic, tp.partition) for tp in partitions]
             self.assigned = sorted(set(self.assigned) | set(added)) if self.incremental else added
             by_task = tm.task_ids_for(self.assigned)
@@ -375,6 +377,7 @@ class StreamThread:
         revoked = {(tp.topic, tp.partition) for tp in partitions}
         try:
             if not self.incremental:
+                self._in_group = False
                 self._on_state("REBALANCING")
             if self._fatal is None and revoked:
                 self.commit()
@@ -389,6 +392,7 @@ class StreamThread:
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         log.warning("partitions lost (session expired or fenced): closing tasks without committing")
+        self._in_group = False
         if self.eos and self._in_txn:
             self._abort_quietly()
         self._close_tasks(clean=False)
@@ -431,9 +435,11 @@ class StreamThread:
         for name, count in states.items():
             self.metrics.set_gauge("active-tasks", count, state=name)
         self.metrics.set_gauge("standby-tasks", len(tm.standby))
-        if self.assigned and not tm.restoring():
+        # An instance with nothing assigned (more instances than partitions) is RUNNING too: it is a
+        # healthy, idle member, and readiness must not hold up a rollout because of it.
+        if self._in_group and not tm.restoring():
             self._on_state("RUNNING")
-        elif not self.assigned or tm.restoring():
+        else:
             self._on_state("REBALANCING")
 
     # ----------------------------------------------------------------- standbys
