@@ -103,7 +103,6 @@ def _reset(args: argparse.Namespace) -> int:
     config = _config(args)
     topology = load_topology(args.app)
     app_id = config.application_id
-    admin = InternalTopicManager(client_configs(config, f"{app_id}-reset")["admin"])
     inputs = sorted(
         set(topology.source_topics()) - {g.source.topics[0] for g in topology.global_stores.values()}
     )
@@ -115,6 +114,7 @@ def _reset(args: argparse.Namespace) -> int:
         print(f"would delete internal topics: {', '.join(sorted(internal)) or '-'}")
         print(f"would delete local state: {state_dir}")
         return 0
+    admin = InternalTopicManager(client_configs(config, f"{app_id}-reset")["admin"])
     admin.reset_to_earliest(app_id, inputs)
     print(f"reset offsets of group '{app_id}' on {', '.join(inputs)} to earliest")
     deleted = admin.delete_topics(sorted(internal))
