@@ -32,7 +32,9 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="kopf.kappaflow.io")
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="kopf.kappaflow.io")
-    settings.posting.level = 30  # kopf's own per-handler events: warnings only; ours say more
+    # kopf would post its handler log lines as events, e.g. every "waiting for the describe Job" retry
+    # as an Error; the reconciler posts one event per real step instead.
+    settings.posting.enabled = False
     kube = Kube.from_environment()
     memo["ctx"] = reconcile.Context(kube, reconcile.default_kafka_factory(kube))
 
