@@ -14,7 +14,7 @@ KUBE_DIR ?= .run/kube
 PYTEST_ARGS ?=
 
 .PHONY: setup test test-unit test-kafka test-kube lint typecheck crds crds-check chart-lint describe \
-	kafka-up kafka-down kafka-status kafka-download kube-build kube-up kube-down kube-status clean
+	kafka-up kafka-down kafka-status kafka-download kube-build kube-up kube-down kube-status operator-run test-operator clean
 
 $(VENV)/.installed: pyproject.toml
 	@echo "==> creating virtualenv and installing kappaflow (pip cache: $(PIP_CACHE_DIR))"
@@ -57,6 +57,14 @@ chart-lint: setup
 	  $$helm lint --strict charts/kappaflow && \
 	  $$helm template kf charts/kappaflow -n kappaflow-system >/dev/null && \
 	  $$helm template kf charts/kappaflow --set 'watchNamespaces={a,b}' >/dev/null
+
+# run the operator locally against a cluster (e.g. after `make kube-up kafka-up`)
+operator-run: setup
+	KUBECONFIG=$${KUBECONFIG:-$(KUBE_DIR)/admin.kubeconfig} $(VENV)/bin/kopf run -m kappaflow_operator.main \
+	  --all-namespaces --standalone --verbose
+
+test-operator: kube-build
+	$(PY) -m pytest -q tests/operator tests/e2e
 
 describe: setup
 	$(VENV)/bin/kappaflow describe examples.wordcount:build_topology
