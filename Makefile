@@ -13,8 +13,17 @@ KAFKA_DIR ?= .run/kafka
 KUBE_DIR ?= .run/kube
 PYTEST_ARGS ?=
 
-.PHONY: setup test test-unit test-kafka test-kube lint typecheck crds crds-check chart-lint describe \
+.PHONY: run bench setup test test-unit test-kafka test-kube lint typecheck crds crds-check chart-lint describe \
 	kafka-up kafka-down kafka-status kafka-download kube-build kube-up kube-down kube-status operator-run test-operator clean
+
+# The main job: broker (downloaded and started if needed), topics, word count and a line generator;
+# prints the counts as they change. RUN_SECONDS=0 runs until Ctrl-C.
+RUN_SECONDS ?= 30
+run: setup kafka-download
+	$(PY) examples/run_wordcount.py --seconds $(RUN_SECONDS)
+
+bench: setup kafka-download
+	$(PY) bench/throughput.py
 
 $(VENV)/.installed: pyproject.toml
 	@echo "==> creating virtualenv and installing kappaflow (pip cache: $(PIP_CACHE_DIR))"
@@ -33,7 +42,7 @@ test-unit: setup
 	$(PY) -m pytest -q tests/runtime tests/operator -m "not kube and not kafka"
 
 test-kafka: setup
-	$(PY) -m pytest -q -m kafka
+	$(PY) -m pytest -q -m kafka tests/kafka
 
 test-kube: kube-build
 	$(PY) -m pytest -q -m kube
