@@ -65,9 +65,13 @@ class Headers:
         return f"Headers({self._items!r})"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=True)
 class Record(Generic[K, V]):
-    """A key, a value, an event timestamp (ms) and headers."""
+    """A key, a value, an event timestamp (ms) and headers.
+
+    Treat records as immutable and derive new ones with the `with_*` methods, as in Kafka Streams. The
+    class is not `frozen` only because a frozen dataclass's __init__ costs twice as much, and a record
+    is created for every hop of every record through the topology."""
 
     key: K
     value: V

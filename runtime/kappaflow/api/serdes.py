@@ -72,6 +72,15 @@ class Serde(Generic[T]):
 class String(Serde[str]):
     name = "String"
 
+    # the hot path: one call per key or value instead of serialize -> to_bytes
+    def serialize(self, topic: str, data: str | None) -> bytes | None:
+        if type(data) is str:
+            return data.encode("utf-8")
+        return super().serialize(topic, data)
+
+    def deserialize(self, topic: str, data: bytes | None) -> str | None:
+        return None if data is None else data.decode("utf-8")
+
     def to_bytes(self, data: str) -> bytes:
         if not isinstance(data, str):
             raise SerializationError(f"String serde expects str, got {type(data).__name__}: {data!r:.80}")
@@ -84,10 +93,26 @@ class String(Serde[str]):
 class Long(Serde[int]):
     name = "Long"
 
+    def serialize(self, topic: str, data: int | None) -> bytes | None:
+        if type(data) is int:
+            try:
+                return _LONG.pack(data)
+            except struct.error:
+                pass
+        return super().serialize(topic, data)
+
+    def deserialize(self, topic: str, data: bytes | None) -> int | None:
+        if data is not None and len(data) == 8:
+            return int(_LONG.unpack(data)[0])
+        return None if data is None else self.from_bytes(data)
+
     def to_bytes(self, data: int) -> bytes:
         if not isinstance(data, int) or isinstance(data, bool):
             raise SerializationError(f"Long serde expects int, got {type(data).__name__}: {data!r:.80}")
-        return _LONG.pack(data)
+        try:
+            return _LONG.pack(data)
+        except struct.error as exc:
+            raise SerializationError(f"Long serde: {data} does not fit in 64 bits") from exc
 
     def from_bytes(self, data: bytes) -> int:
         if len(data) != 8:

@@ -15,7 +15,7 @@ from kappaflow.api.errors import StreamsError
 from kappaflow.api.record import Headers
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ConsumedRecord:
     """A deserialized record as read from a topic, before it enters the topology."""
 

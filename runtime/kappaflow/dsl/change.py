@@ -18,7 +18,7 @@ V = TypeVar("V")
 _LEN = struct.Struct(">i")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Change(Generic[V]):
     new_value: V | None
     old_value: V | None

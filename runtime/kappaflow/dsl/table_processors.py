@@ -79,12 +79,12 @@ class _Stateful:
 
     def _emit(self, record: AnyRecord, new: Any, old: Any, timestamp: int) -> None:
         """Write to the store (if materialized) and forward the change."""
+        if self.store_name is not None:
+            self.store.put(record.key, ValueAndTimestamp.make(new, timestamp))
+            if self.forwarder.cached:
+                return  # the cache forwards this update when it flushes
         out = Record(record.key, Change(new, old if self.send_old() else None), timestamp, record.headers)
-        if self.store_name is None:
-            self.context.forward(out)
-            return
-        self.store.put(record.key, ValueAndTimestamp.make(new, timestamp))
-        self.forwarder.maybe_forward(out)
+        self.context.forward(out)
 
 
 class KTableSourceProcessor(_Stateful):

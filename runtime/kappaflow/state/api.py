@@ -29,7 +29,7 @@ ChangelogRecord = tuple[bytes, bytes | None, int]
 RestoreCallback = Callable[[list[ChangelogRecord]], None]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RecordContext:
     """Where a write came from: used for cache entries and for forwarding on cache flush."""
 

@@ -99,21 +99,25 @@ class ThreadCache:
     def put(
         self, namespace: str, key: bytes, value: bytes | None, dirty: bool, context: RecordContext
     ) -> None:
-        cache = self.named(namespace)
+        cache = self._caches.get(namespace) or self.named(namespace)
         size = len(key) + (len(value) if value is not None else 0) + len(context.topic) + _ENTRY_OVERHEAD
-        old = cache.entries.get(key)
-        if old is not None:
-            cache.size -= old.size
-            self._size -= old.size
-            dirty = dirty or old.dirty
-        cache.entries[key] = CacheEntry(value, dirty, context, size)
-        cache.entries.move_to_end(key)
+        entries = cache.entries
+        old = entries.get(key)
+        if old is None:
+            entries[key] = CacheEntry(value, dirty, context, size)
+            delta = size
+        else:  # update in place: a hot key costs no allocation
+            delta = size - old.size
+            old.value, old.context, old.size = value, context, size
+            old.dirty = dirty = dirty or old.dirty
+            entries.move_to_end(key)
         if dirty:
             cache.dirty[key] = None
             cache.dirty.move_to_end(key)
-        cache.size += size
-        self._size += size
-        self._maybe_evict(cache)
+        cache.size += delta
+        self._size += delta
+        if self._size > self.max_bytes:
+            self._maybe_evict(cache)
 
     def _maybe_evict(self, cache: NamedCache) -> None:
         while self._size > self.max_bytes and cache.entries:

@@ -15,7 +15,7 @@ from kappaflow.api.serdes import Serde
 V = TypeVar("V")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ValueAndTimestamp(Generic[V]):
     value: V
     timestamp: int

@@ -126,6 +126,7 @@ class StreamTask:
         )
         self._dead_letter_topic = config.get_str("errors.dead.letter.queue.topic.name")
         self._labels = {"task": str(task_id)}
+        self._processed = 0  # published to the metrics registry on commit
         self._build_nodes()
 
     # ----------------------------------------------------------------- construction
@@ -210,6 +211,9 @@ class StreamTask:
         return sum(len(q) for q in self.queues.values())
 
     def _next_queue(self) -> tuple[tuple[str, int], deque[RawRecord]] | None:
+        if len(self.queues) == 1:
+            for item in self.queues.items():
+                return item if item[1] else None
         best: tuple[tuple[str, int], deque[RawRecord]] | None = None
         best_ts = 0
         for key, queue in self.queues.items():
@@ -278,7 +282,7 @@ class StreamTask:
         finally:
             context.current_node = None
             context.failed_node = None
-        self.metrics.increment("records-processed-total", **self._labels)
+        self._processed += 1
         self.maybe_punctuate_stream_time()
 
     def _extract_timestamp(self, source: SourceNode, consumed: ConsumedRecord, partition_time: int) -> int:
@@ -343,6 +347,7 @@ class StreamTask:
         """Flush stores (caches forward and log their dirty entries) and return the offsets to commit."""
         if self.state in (TaskState.RUNNING, TaskState.RESTORING, TaskState.SUSPENDED):
             self.state_manager.flush()
+        self.publish_metrics()
         offsets = {tp: offset + 1 for tp, offset in self.consumed_offsets.items()}
         return offsets
 
@@ -352,6 +357,11 @@ class StreamTask:
         self.context.commit_requested = False
         if changelog_offsets:
             self.state_manager.checkpoint(changelog_offsets)
+
+    def publish_metrics(self) -> None:
+        if self._processed:
+            self.metrics.increment("records-processed-total", self._processed, **self._labels)
+            self._processed = 0
 
     def suspend(self) -> None:
         if self.state is TaskState.RUNNING or self.state is TaskState.RESTORING:
@@ -370,5 +380,6 @@ class StreamTask:
                     log.exception("task %s: error closing node %s", self.id, node.name)
         if clean:
             self.state_manager.flush()
+        self.publish_metrics()
         self.state_manager.close()
         self.state = TaskState.CLOSED
