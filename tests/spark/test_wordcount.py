@@ -37,8 +37,9 @@ def expected_counts(text: list[str]) -> dict[bytes, bytes]:
     return {w.encode(): n.to_bytes(8, "big", signed=True) for w, n in counts.items()}
 
 
+@pytest.mark.parametrize("reader", ["spark", "kafka-client"])
 def test_wordcount_reprocessed_equals_streaming_then_runtime_continues(
-    spark, kafka_bootstrap, kafka_topics, tmp_path
+    spark, kafka_bootstrap, kafka_topics, tmp_path, reader
 ):
     source = kafka_topics("wc-in", partitions=2)
     out_streaming = kafka_topics("wc-out-streaming", partitions=2)
@@ -58,6 +59,7 @@ def test_wordcount_reprocessed_equals_streaming_then_runtime_continues(
         wordcount_topology(source, out_spark),
         {"application.id": app_b, "bootstrap.servers": kafka_bootstrap, "state.dir": str(tmp_path / "b")},
         spark=spark,
+        reader=reader,
     )
 
     assert result.records_read == len(first)

@@ -15,19 +15,22 @@ timestamp exactly as the runtime does, and collects what it sends:
   the offsets Kafka acknowledged are then checkpointed into the task's stores, so a runtime instance
   opening the same state directory finds nothing to restore.
 
-Rows are plain tuples because millions of them cross the Python/JVM boundary and tuples pickle cheapest:
+Rows are plain tuples, and repartitioned records travel in batches: per-row overhead in PySpark's
+serializers costs more than the topology itself, so what crosses Spark is few, large rows:
 
-    input  (task_partition, topic, source_partition, sequence, timestamp, key, value, headers)
-    output ("R", target_partition, topic, source_partition, sequence, timestamp, key, value, headers)
-           ("S", task_partition, stats_json)
-
-`sequence` is the Kafka offset for records read from a topic, and the emit order for repartition records.
+    record (from a topic)   (task_partition, topic, source_partition, offset, timestamp, key, value, headers)
+    range (read here)       (task_partition, topic, source_partition, start_offset, end_offset)
+    batch (repartitioned)   (task_partition, topic, source_partition, pickled [(sequence, timestamp, key,
+                            value, headers), ...] in emit order)
+    output                  ("R", target_partition, topic, source_partition, pickled batch)
+                            ("S", task_partition, stats_json)
 """
 
 from __future__ import annotations
 
 import heapq
 import json
+import pickle
 import shutil
 import tempfile
 import time
@@ -46,8 +49,13 @@ from kappaflow.state.cache import ThreadCache
 from kappaflow.tasks.task import RawRecord, StreamTask
 from kappaflow.topology.topology import Topology
 
-InputRow = tuple[int, str, int, int, int, bytes | None, bytes | None, list[tuple[str, bytes]] | None]
+HeaderList = list[tuple[str, bytes | None]] | None
+RecordRow = tuple[int, str, int, int, int, bytes | None, bytes | None, HeaderList]
+BatchRow = tuple[int, str, int, bytes]
+RangeRow = tuple[int, str, int, int, int]
+InputRow = RecordRow | BatchRow | RangeRow
 OutputRow = tuple[Any, ...]
+Emitted = tuple[int, int, bytes | None, bytes | None, HeaderList]  # sequence, timestamp, key, value, headers
 
 
 @dataclass
@@ -64,6 +72,7 @@ class StageJob:
     state_root: str | None
     output_map: dict[str, str] = field(default_factory=dict)
     skip_outputs: bool = False
+    consumer: dict[str, Any] = field(default_factory=dict)
 
 
 def load_app(app: Topology | Callable[[], Topology]) -> Topology:
@@ -84,7 +93,8 @@ class SparkCollector:
         self.producer = producer
         self.repartition = set(job.repartition_topics)
         self.changelogs = set(job.changelog_topics)
-        self.shuffled: list[OutputRow] = []
+        self.shuffled: dict[tuple[str, int], list[Emitted]] = {}
+        self.repartitioned = 0
         self.compacted: dict[tuple[str, int], dict[bytes, tuple[bytes, int]]] = {}
         self.outputs = 0
         self.delivered: dict[tuple[str, int], int] = {}
@@ -114,9 +124,10 @@ class SparkCollector:
         if topic in self.repartition:
             target = self._partition(topic, key, partition)
             header_list = headers.to_list() if headers is not None and len(headers) else None
-            self.shuffled.append(
-                ("R", target, topic, self.task_partition, self._sequence, timestamp, key, value, header_list)
-            )
+            batch = self.shuffled.get((topic, target))
+            if batch is None:
+                batch = self.shuffled[(topic, target)] = []
+            batch.append((self._sequence, timestamp, key, value, header_list))
             self._sequence += 1
             return
         if topic in self.changelogs:
@@ -163,6 +174,16 @@ class SparkCollector:
             except BufferError:
                 self.producer.poll(0.05)
 
+    def shuffle_rows(self) -> list[OutputRow]:
+        rows: list[OutputRow] = []
+        for (topic, target), batch in self.shuffled.items():
+            self.repartitioned += len(batch)
+            rows.append(
+                ("R", target, topic, self.task_partition, pickle.dumps(batch, pickle.HIGHEST_PROTOCOL))
+            )
+        self.shuffled.clear()
+        return rows
+
     def write_changelogs(self) -> dict[tuple[str, int], int]:
         """Produce the compacted changelogs; return how many records went to each partition."""
         written: dict[tuple[str, int], int] = {}
@@ -180,7 +201,57 @@ class SparkCollector:
             raise StreamsError(f"reprocessing: producing failed: {self.error}")
 
 
-def _ordered_records(rows: list[InputRow], repartition: set[str]) -> dict[tuple[str, int], list[RawRecord]]:
+def read_range(settings: dict[str, Any], topic: str, partition: int, start: int, end: int) -> list[RawRecord]:
+    """Records [start, end) of one partition, read with librdkafka (the `kafka-client` reader).
+
+    Spark's Kafka source hands Python one Row object per record, which costs more than running the
+    topology on it; reading the same range here with the runtime's own client is several times cheaper.
+    With read_committed, transaction markers occupy offsets that are never delivered, so the loop stops
+    at the first position at or past `end`, not at a record count.
+    """
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    records: list[RawRecord] = []
+    if end <= start:
+        return records
+    consumer = Consumer({**settings, "enable.partition.eof": True, "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition(topic, partition, start)])
+        position = start
+        deadline = time.monotonic() + 300
+        while position < end:
+            messages: list[Any] = consumer.consume(10_000, 1.0)
+            for msg in messages:
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        position = max(position, msg.offset())
+                        continue
+                    raise StreamsError(f"reading {topic}-{partition} failed: {err}")
+                offset = msg.offset()
+                position = offset + 1
+                if offset >= end:
+                    break
+                headers = msg.headers()
+                records.append(
+                    RawRecord(
+                        offset,
+                        msg.timestamp()[1],
+                        msg.key(),
+                        msg.value(),
+                        Headers(headers) if headers else Headers(),
+                    )
+                )
+            if not messages and time.monotonic() > deadline:
+                raise StreamsError(f"reading {topic}-{partition}: stuck at {position} before {end}")
+    finally:
+        consumer.close()
+    return records
+
+
+def _ordered_records(
+    rows: list[InputRow], consumer: dict[str, Any]
+) -> dict[tuple[str, int], list[RawRecord]]:
     """Per input (topic, partition), the records in the order the task must see them.
 
     Topic records keep offset order. A repartition partition is fed by several upstream tasks: each one's
@@ -188,21 +259,24 @@ def _ordered_records(rows: list[InputRow], repartition: set[str]) -> dict[tuple[
     a consumer would most plausibly see them - and the one that keeps windowed results closest to the
     runtime's. Offsets are then numbered 0.. as in a fresh repartition topic.
     """
-    by_input: dict[tuple[str, int], list[InputRow]] = {}
-    for row in rows:
-        by_input.setdefault((row[1], row[0]), []).append(row)
+    records: dict[tuple[str, int], list[RecordRow]] = {}
+    batches: dict[tuple[str, int], dict[int, list[Emitted]]] = {}
     result: dict[tuple[str, int], list[RawRecord]] = {}
-    for tp, group in by_input.items():
-        if tp[0] in repartition:
-            upstream: dict[int, list[InputRow]] = {}
-            for row in group:
-                upstream.setdefault(row[2], []).append(row)
-            runs = [sorted(rs, key=lambda r: r[3]) for _, rs in sorted(upstream.items())]
-            merged: Iterable[InputRow] = heapq.merge(*runs, key=lambda r: r[4])
-            result[tp] = [RawRecord(i, r[4], r[5], r[6], Headers(r[7] or [])) for i, r in enumerate(merged)]
+    for row in rows:
+        if len(row) == 5:
+            result[(row[1], row[0])] = read_range(consumer, row[1], row[2], row[3], row[4])
+        elif len(row) == 4:
+            upstream = batches.setdefault((row[1], row[0]), {})
+            upstream.setdefault(row[2], []).extend(pickle.loads(row[3]))
         else:
-            group.sort(key=lambda r: r[3])
-            result[tp] = [RawRecord(r[3], r[4], r[5], r[6], Headers(r[7] or [])) for r in group]
+            records.setdefault((row[1], row[0]), []).append(row)
+    for tp, group in records.items():
+        group.sort(key=lambda r: r[3])
+        result[tp] = [RawRecord(r[3], r[4], r[5], r[6], Headers(r[7] or [])) for r in group]
+    for tp, upstream in batches.items():
+        runs = [sorted(batch, key=lambda e: e[0]) for _, batch in sorted(upstream.items())]
+        merged: Iterable[Emitted] = heapq.merge(*runs, key=lambda e: e[1])
+        result[tp] = [RawRecord(i, e[1], e[2], e[3], Headers(e[4] or [])) for i, e in enumerate(merged)]
     return result
 
 
@@ -233,7 +307,7 @@ def run_task(job: StageJob, topology: Topology, partition: int, rows: list[Input
     try:
         task.initialize()
         task.complete_restoration()
-        ordered = _ordered_records(rows, set(job.repartition_topics))
+        ordered = _ordered_records(rows, job.consumer)
         for (topic, tp_partition), records in ordered.items():
             task.add_records(topic, tp_partition, records)
         processed = 0
@@ -259,19 +333,27 @@ def run_task(job: StageJob, topology: Topology, partition: int, rows: list[Input
         "task": str(task_id),
         "records": processed,
         "outputs": collector.outputs,
-        "repartitioned": len(collector.shuffled),
+        "repartitioned": collector.repartitioned,
         "changelog_records": sum(written.values()),
         "changelog_offsets": offsets,
         "seconds": round(time.perf_counter() - started, 3),
     }
-    return [*collector.shuffled, ("S", partition, json.dumps(stats))]
+    shuffled = collector.shuffle_rows()
+    stats["repartitioned"] = collector.repartitioned
+    return [*shuffled, ("S", partition, json.dumps(stats))]
 
 
 def run_partitions(job: StageJob, rows: Iterator[InputRow]) -> Iterator[OutputRow]:
     """A Spark `mapPartitions` function: group rows by task partition and run one task for each."""
+    started = time.perf_counter()
     topology = load_app(job.app)
     by_partition: dict[int, list[InputRow]] = {}
     for row in rows:
         by_partition.setdefault(row[0], []).append(row)
+    read_seconds = round(time.perf_counter() - started, 3)  # includes Spark handing the rows over
     for partition in sorted(by_partition):
-        yield from run_task(job, topology, partition, by_partition.pop(partition))
+        out = run_task(job, topology, partition, by_partition.pop(partition))
+        stats = json.loads(out[-1][2])
+        stats["read_seconds"] = read_seconds
+        out[-1] = ("S", partition, json.dumps(stats))
+        yield from out

@@ -41,13 +41,17 @@ from kappaflow.api.errors import StreamsError
 from kappaflow.api.metrics import Metrics
 from kappaflow.clients.kafka import client_configs
 from kappaflow.runner.thread import StreamThread
-from kappaflow.spark.executor import InputRow, OutputRow, StageJob, load_app, run_partitions
+from kappaflow.spark.executor import InputRow, OutputRow, RecordRow, StageJob, load_app, run_partitions
 from kappaflow.topology.nodes import SubTopology
 from kappaflow.topology.topology import Topology
 
 log = logging.getLogger("kappaflow.spark")
 
 Offsets = dict[str, dict[int, int]]
+
+# "spark": Spark's Kafka source (the connector); "kafka-client": each Spark task reads its own offset
+# ranges with librdkafka. Same records, same offsets; the second skips a JVM -> Python Row per record.
+READERS = ("spark", "kafka-client")
 
 
 @dataclass
@@ -181,8 +185,10 @@ def stage_order(topology: Topology) -> list[SubTopology]:
     return order
 
 
-def _to_input_row(row: Any) -> InputRow:
-    headers = [(h[0], bytes(h[1]) if h[1] is not None else b"") for h in row[7]] if row[7] else None
+def _to_input_row(row: Any) -> RecordRow:
+    headers: list[tuple[str, bytes | None]] | None = None
+    if row[7]:
+        headers = [(h[0], bytes(h[1]) if h[1] is not None else None) for h in row[7]]
     return (
         row[0],
         row[1],
@@ -196,7 +202,7 @@ def _to_input_row(row: Any) -> InputRow:
 
 
 def _shuffled_to_input(row: OutputRow) -> InputRow:
-    return (row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8])
+    return (row[1], row[2], row[3], row[4])
 
 
 def _is_stats(row: OutputRow) -> bool:
@@ -233,8 +239,12 @@ class Reprocessor:
         write_state: bool = True,
         output_map: Mapping[str, str] | None = None,
         skip_outputs: bool = False,
+        reader: str = "spark",
         progress: Callable[[str], None] | None = None,
     ) -> None:
+        if reader not in READERS:
+            raise StreamsError(f"reader must be one of {', '.join(READERS)}, got '{reader}'")
+        self.reader = reader
         self.app = app
         self.topology = load_app(app)
         self.config = config if isinstance(config, StreamsConfig) else StreamsConfig(dict(config))
@@ -359,6 +369,7 @@ class Reprocessor:
         producer.pop("transaction.timeout.ms", None)
         producer.update({"linger.ms": 20, "client.id": f"{self.app_id}-reprocess-producer"})
         options = spark_kafka_options(self.config)
+        consumer = {**self.settings["restore"], "group.id": f"{self.app_id}-reprocess-reader"}
         shuffled: dict[str, Any] = {}
         persisted: list[Any] = []
         stages = stage_order(self.topology)
@@ -378,9 +389,13 @@ class Reprocessor:
                 state_root,
                 self.output_map,
                 self.skip_outputs,
+                consumer,
             )
             parts: list[Any] = []
-            if user_topics:
+            if user_topics and self.reader == "kafka-client":
+                ranges = [(p, t, p, starts[t][p], ends[t][p]) for t in user_topics for p in sorted(starts[t])]
+                parts.append(spark.sparkContext.parallelize(ranges, max(1, len(ranges))))
+            elif user_topics:
                 offsets_from = {t: {str(p): o for p, o in starts[t].items()} for t in user_topics}
                 offsets_to = {t: {str(p): o for p, o in ends[t].items()} for t in user_topics}
                 frame = (
@@ -445,7 +460,7 @@ def _check_picklable(topology: Topology) -> None:
     from pyspark import cloudpickle
 
     try:
-        cloudpickle.dumps(topology)
+        cloudpickle.dumps(topology)  # type: ignore[no-untyped-call]
     except Exception as exc:
         raise StreamsError(
             f"this topology cannot be shipped to Spark executors ({type(exc).__name__}: {exc}); pass a "
