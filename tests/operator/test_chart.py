@@ -40,7 +40,7 @@ RESOURCES = {
 def helm() -> Path:
     binary = helm_binary(build=True)
     if binary is None:
-        pytest.skip("helm is not cached and could not be built (needs Go and the Go module proxy)")
+        pytest.fail("helm is not cached and could not be built (needs Go and the Go module proxy)")
     return binary
 
 
