@@ -14,7 +14,7 @@ KUBE_DIR ?= .run/kube
 PYTEST_ARGS ?=
 
 .PHONY: run bench setup test test-unit test-kafka test-kube lint typecheck crds crds-check chart-lint describe \
-	kafka-up kafka-down kafka-status kafka-download kube-build kube-up kube-down kube-status operator-run test-operator clean
+	kafka-up kafka-down kafka-status kafka-download kube-build kube-up kube-down kube-status operator-run test-operator kind-up kind-down clean
 
 # The main job: broker (downloaded and started if needed), topics, word count and a line generator;
 # prints the counts as they change. RUN_SECONDS=0 runs until Ctrl-C.
@@ -74,6 +74,13 @@ operator-run: setup
 
 test-operator: kube-build
 	$(PY) -m pytest -q tests/operator tests/e2e
+
+# For users with Docker: kind cluster, images, Kafka, the operator chart and the word count StreamApp.
+kind-up: setup
+	examples/k8s/kind/kind-up.sh
+
+kind-down:
+	kind delete cluster --name $${KIND_CLUSTER:-kappaflow}
 
 describe: setup
 	$(VENV)/bin/kappaflow describe examples.wordcount:build_topology

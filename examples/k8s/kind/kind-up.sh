@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# `make kind-up`: a local Kubernetes (kind) with Kafka, the kappaflow operator and the word count
+# StreamApp. Needs Docker, kind and kubectl; helm is built from the Go module proxy if not on PATH.
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+
+CLUSTER=${KIND_CLUSTER:-kappaflow}
+VERSION=${KAPPAFLOW_VERSION:-0.1.0}
+step() { printf '\n==> %s\n' "$*"; }
+
+for tool in docker kind kubectl; do
+  command -v "$tool" >/dev/null || { echo "kind-up: '$tool' is required (see README: On Kubernetes)" >&2; exit 1; }
+done
+HELM=$(command -v helm || .venv/bin/python -m tests.harness.helm)
+
+step "cluster '$CLUSTER'"
+if ! kind get clusters | grep -qx "$CLUSTER"; then
+  kind create cluster --name "$CLUSTER" --config examples/k8s/kind/cluster.yaml --wait 120s
+fi
+kubectl config use-context "kind-$CLUSTER" >/dev/null
+
+step "images (runtime, operator, examples)"
+docker build -f runtime/Dockerfile -t "kappaflow-runtime:$VERSION" .
+docker build -f operator/Dockerfile -t "kappaflow-operator:$VERSION" .
+docker build -f examples/k8s/Dockerfile.wordcount --build-arg "RUNTIME_IMAGE=kappaflow-runtime:$VERSION" \
+  -t "kappaflow-examples:$VERSION" .
+for image in kappaflow-runtime kappaflow-operator kappaflow-examples; do
+  kind load docker-image --name "$CLUSTER" "$image:$VERSION"
+done
+
+step "Kafka (single node) and the example topics"
+kubectl apply -f examples/k8s/kind/kafka.yaml
+kubectl -n kafka rollout status statefulset/kafka --timeout=300s
+kubectl -n kafka wait --for=condition=complete job/create-example-topics --timeout=300s
+
+step "kappaflow operator (Helm chart)"
+"$HELM" upgrade --install kappaflow charts/kappaflow --namespace kappaflow-system --create-namespace \
+  --set image.repository=kappaflow-operator --set "image.tag=$VERSION" --set image.pullPolicy=IfNotPresent \
+  --wait --timeout 300s
+
+step "the word count StreamApp (GitOps folder examples/k8s)"
+kubectl apply -k examples/k8s
+kubectl -n kappaflow-examples wait --for=condition=Ready streamapp/wordcount --timeout=600s
+
+cat <<MSG
+
+kappaflow is running on kind. Try:
+  kubectl -n kappaflow-examples get streamapps,statefulsets,pods
+  kubectl -n kafka exec -it kafka-0 -- /opt/kafka/bin/kafka-console-producer.sh \\
+      --bootstrap-server localhost:9092 --topic wordcount-input
+  kubectl -n kappaflow-examples scale streamapp/wordcount --replicas=3
+Tear down with: make kind-down
+MSG
