@@ -124,6 +124,16 @@ def _reset(args: argparse.Namespace) -> int:
     return 0
 
 
+def _spark_master(choice: str) -> str | None:
+    """`auto`: the master spark-submit chose when launched by it (it sets PYSPARK_GATEWAY_PORT), else
+    local[2]. None tells kappaflow.spark to keep the submitted one."""
+    import os
+
+    if choice == "submit" or (choice == "auto" and "PYSPARK_GATEWAY_PORT" in os.environ):
+        return None
+    return "local[2]" if choice == "auto" else choice
+
+
 def _reprocess(args: argparse.Namespace) -> int:
     """Run the topology on Spark over the retained log into a new application id (kappaflow.spark)."""
     import functools
@@ -139,13 +149,14 @@ def _reprocess(args: argparse.Namespace) -> int:
     result = reprocess(
         functools.partial(load_topology, args.app),
         config,
-        master=None if args.master == "submit" else args.master,
+        master=_spark_master(args.master),
         start=args.start,
         end=args.end,
         state_dir=args.state_dir,
-        write_state=not args.no_state,
+        write_state=False if args.no_state else True if args.state_dir else None,
         output_map=output_map,
         skip_outputs=args.skip_outputs,
+        reader=args.reader,
         progress=lambda text: print(f"==> {text}", flush=True),
     )
     if args.json:
@@ -186,13 +197,25 @@ def build_parser() -> argparse.ArgumentParser:
     reprocess.add_argument("--from", dest="start", default="earliest", help='earliest or {"topic": {"0": 5}}')
     reprocess.add_argument("--to", dest="end", default="latest", help='latest or {"topic": {"0": 9}}')
     reprocess.add_argument(
-        "--master", default="local[2]", help="Spark master; 'submit' keeps the one spark-submit set"
+        "--master",
+        default="auto",
+        help="Spark master (default: spark-submit's when launched by it, else local[2]); 'submit' keeps it",
     )
     reprocess.add_argument(
         "--config", help="a .properties file; KAPPAFLOW_* environment variables override it"
     )
-    reprocess.add_argument("--state-dir", help="where to write per-task RocksDB state (default: state.dir)")
+    reprocess.add_argument(
+        "--state-dir",
+        help="write per-task RocksDB state here (default: state.dir, when Spark runs locally; on a cluster "
+        "the executors' disks are not the pods', so only the changelogs carry state)",
+    )
     reprocess.add_argument("--no-state", action="store_true", help="write changelogs only, no local state")
+    reprocess.add_argument(
+        "--reader",
+        choices=["spark", "kafka-client"],
+        default="spark",
+        help="read input with Spark's Kafka source, or with librdkafka inside Spark tasks (faster)",
+    )
     reprocess.add_argument("--skip-outputs", action="store_true", help="rebuild state only, write no outputs")
     reprocess.add_argument(
         "--output-map", action="append", default=[], metavar="OLD=NEW", help="write output topic OLD to NEW"

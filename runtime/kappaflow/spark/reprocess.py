@@ -236,7 +236,7 @@ class Reprocessor:
         start: str | Offsets = "earliest",
         end: str | Offsets = "latest",
         state_dir: str | None = None,
-        write_state: bool = True,
+        write_state: bool | None = None,
         output_map: Mapping[str, str] | None = None,
         skip_outputs: bool = False,
         reader: str = "spark",
@@ -354,7 +354,10 @@ class Reprocessor:
             f"into application '{self.app_id}'"
         )
         state_root: str | None = None
-        if self.write_state:
+        write_state = self.write_state
+        if write_state is None:  # only where the executors share the disk the runtime will use
+            write_state = str(spark.sparkContext.master).startswith("local")
+        if write_state:
             state_root = self.config.get_str("state.dir")
             shutil.rmtree(Path(state_root) / self.app_id, ignore_errors=True)
         internal = {self.topology.resolve_topic(t, self.app_id) for t in self.topology.internal_topics}
