@@ -9,6 +9,12 @@ The uncaught-exception handler answers REPLACE_THREAD (a new stream thread with 
 group), SHUTDOWN_CLIENT or SHUTDOWN_APPLICATION. Java broadcasts the last one to every member through its
 own assignor; librdkafka cannot carry that signal, so here it stops this client like SHUTDOWN_CLIENT and
 logs that the other instances keep running.
+
+Interactive queries: `store(name, store_type)` hands out a read-only view over this instance's local
+copies of a store (the view class comes from the store type, which lives in `kappaflow.query` above this
+layer, as Java's QueryableStoreType builds its view from a StateStoreProvider). `query_metadata_for_key`,
+`metadata_for_all_clients` and `all_local_store_partition_lags` answer where keys live and how far local
+copies lag, from the group's assignment (see runner/metadata.py for how endpoints travel).
 """
 
 from __future__ import annotations
@@ -24,10 +30,25 @@ from pathlib import Path
 from typing import Any
 
 from kappaflow.api.config import StreamsConfig
-from kappaflow.api.errors import StreamsError
+from kappaflow.api.errors import InvalidStateStoreError, StreamsError
 from kappaflow.api.metrics import Metrics
+from kappaflow.api.serdes import Serde
+from kappaflow.clients.admin import InternalTopicManager
+from kappaflow.clients.kafka import client_configs
 from kappaflow.runner.http import HealthServer
-from kappaflow.runner.thread import StreamThread
+from kappaflow.runner.local_stores import LocalStoreProvider
+from kappaflow.runner.metadata import (
+    GroupMetadataSource,
+    HostInfo,
+    KeyQueryMetadata,
+    LagInfo,
+    StreamsMetadata,
+    TopologyIndex,
+    describe_with,
+    interpret_group,
+    key_metadata,
+)
+from kappaflow.runner.thread import StreamThread, standby_tasks_for
 from kappaflow.topology.topology import Topology
 
 log = logging.getLogger("kappaflow.streams")
@@ -86,6 +107,15 @@ class KafkaStreams:
         self.stream_thread: StreamThread | None = None
         self._http: HealthServer | None = None
         self.metrics_port: int | None = None
+        # Held by the stream thread while it touches stores (processing, commits, rebalance callbacks)
+        # and by interactive queries while they read: a query never sees a store mid-flush or closed.
+        self.state_lock = threading.RLock()
+        self.topology_index = TopologyIndex(topology, self.application_id)
+        server = self.config.get_str("application.server")
+        self.host_info: HostInfo | None = HostInfo.parse(server) if server else None
+        self._group: GroupMetadataSource | None = None
+        self._group_admin: InternalTopicManager | None = None
+        self._counts: dict[str, int] = {}
 
     # ----------------------------------------------------------------- listeners
     def set_state_listener(self, listener: StateListener) -> None:
@@ -107,6 +137,8 @@ class KafkaStreams:
                 return False
             self.state = target
         log.info("state %s -> %s", old.value, target.value)
+        if self._group is not None:
+            self._group.invalidate()
         self.metrics.set_gauge("streams-state", float(list(State).index(target)))
         for listener in self._listeners:
             try:
@@ -139,7 +171,13 @@ class KafkaStreams:
     def _run(self) -> None:
         while not self._stop.is_set():
             self.stream_thread = StreamThread(
-                self.topology, self.config, self.metrics, self.client_id, self._thread_state
+                self.topology,
+                self.config,
+                self.metrics,
+                self.client_id,
+                self._thread_state,
+                state_lock=self.state_lock,
+                application_server=str(self.host_info) if self.host_info else "",
             )
             try:
                 self.stream_thread.run(self._stop)
@@ -176,6 +214,8 @@ class KafkaStreams:
             self._http.stop()
             self._http = None
         self.stream_thread = None
+        self._group = None
+        self._group_admin = None
         # librdkafka clients in reference cycles (delivery callbacks) would linger, reconnecting in the
         # background, until the next collection: collect now so close() really closes them.
         gc.collect()
@@ -211,3 +251,108 @@ class KafkaStreams:
         if thread is None or thread.tm is None:
             return [], []
         return sorted(str(t) for t in thread.tm.active), sorted(str(t) for t in thread.tm.standby)
+
+    # ----------------------------------------------------------------- interactive queries
+    def store(self, name: str, store_type: Any, enable_stale_stores: bool = False) -> Any:
+        """A read-only view of the local copies of store `name`, of the kind `store_type` builds
+        (`QueryableStoreTypes.key_value()`, `.window_store()`, `.session_store()` from kappaflow.query)."""
+        if self.state in (State.CREATED, State.PENDING_SHUTDOWN, State.NOT_RUNNING, State.ERROR):
+            raise InvalidStateStoreError(
+                f"cannot query store '{name}': the instance is {self.state.value}, not running"
+            )
+        provider = LocalStoreProvider(self, name, enable_stale_stores)
+        return store_type.create(provider)
+
+    def changelog_topic(self, store: str) -> str:
+        return f"{self.application_id}-{store}-changelog"
+
+    def store_key_serde(self, store: str) -> Serde[Any]:
+        """The key serde the store uses (its own, or `default.key.serde`), for partitioning keys."""
+        builder = self.topology.stores.get(store)
+        if builder is None:
+            raise InvalidStateStoreError(f"no store named '{store}' in this topology")
+        serde: Serde[Any] | None = getattr(builder, "key_serde", None) or self.config.serde(
+            "default.key.serde"
+        )
+        if serde is None:
+            raise InvalidStateStoreError(f"store '{store}' has no key serde and no default.key.serde is set")
+        return serde
+
+    def store_partition_count(self, store: str) -> int | None:
+        thread = self.stream_thread
+        if thread is not None and thread.partition_counts:
+            self._counts = dict(thread.partition_counts)
+        if not self._counts:
+            sub = self.topology_index.subtopology_of_store(store)
+            topics = self.topology_index.source_topics_of(sub) if sub is not None else []
+            self._counts = self._admin().partition_counts(topics)
+        return self.topology_index.partition_count(store, self._counts)
+
+    def _admin(self) -> InternalTopicManager:
+        if self._group_admin is None:
+            settings = client_configs(self.config, f"{self.client_id}-iq")["admin"]
+            self._group_admin = InternalTopicManager(settings)
+        return self._group_admin
+
+    def _group_view(self, fresh: bool = False) -> Any:
+        if self._group is None:
+            index, standbys = self.topology_index, self.config.get_int("num.standby.replicas")
+
+            def interpret(stable: bool, members: list[Any]) -> Any:
+                return interpret_group(stable, members, index, standbys, standby_tasks_for)
+
+            self._group = GroupMetadataSource(describe_with(self._admin(), self.application_id), interpret)
+        return self._group.view(fresh)
+
+    def metadata_for_all_clients(self) -> list[StreamsMetadata]:
+        """Every instance of the application that set `application.server`, with what it hosts."""
+        view = self._group_view()
+        result: list[StreamsMetadata] = view.metadata
+        return result
+
+    def query_metadata_for_key(
+        self, store: str, key: Any, key_serde: Serde[Any] | None = None
+    ) -> KeyQueryMetadata:
+        """Active host, standby hosts and partition of `key` in `store` (NOT_AVAILABLE-like, with
+        `active_host=None`, while the group is rebalancing)."""
+        if self.topology_index.subtopology_of_store(store) is None:
+            raise InvalidStateStoreError(f"no store named '{store}' in this topology")
+        serde = key_serde or self.store_key_serde(store)
+        raw = serde.serialize(self.changelog_topic(store), key)
+        if raw is None:
+            raise InvalidStateStoreError("a null key has no partition")
+        self.store_partition_count(store)
+        return key_metadata(self._group_view(), self.topology_index, store, raw, self._counts)
+
+    def all_local_store_partition_lags(self) -> dict[str, dict[int, LagInfo]]:
+        """store -> partition -> LagInfo for every local copy (active and standby).
+
+        An active task that is running is caught up by definition (it writes its changelog); a restoring
+        task or a standby lags by the changelog records it has not applied yet."""
+        result: dict[str, dict[int, LagInfo]] = {}
+        with self.state_lock:
+            thread = self.stream_thread
+            tm = thread.tm if thread is not None else None
+            if tm is None:
+                return result
+            for managed in [*tm.active.values(), *tm.standby.values()]:
+                running = not managed.standby and managed.task.state.value == "RUNNING"
+                for tp, store in managed.changelogs.items():
+                    position = managed.positions.get(tp, 0)
+                    end = managed.end_offsets.get(tp, position)
+                    if managed.standby:
+                        end = max(end, _cached_high(tm.restore_consumer, tp, end))
+                    if running:
+                        position = end = max(position, end)
+                    result.setdefault(store, {})[tp[1]] = LagInfo(position, end)
+        return result
+
+
+def _cached_high(consumer: Any, tp: tuple[str, int], default: int) -> int:
+    from confluent_kafka import KafkaException, TopicPartition
+
+    try:
+        _low, high = consumer.get_watermark_offsets(TopicPartition(*tp), cached=True)
+    except KafkaException:
+        return default
+    return int(high) if high is not None and high >= 0 else default

@@ -48,6 +48,7 @@ from kappaflow.clients.kafka import (
     new_consumer,
     new_producer,
 )
+from kappaflow.runner.metadata import consumer_client_id
 from kappaflow.runner.tasks import ManagedTask, TaskManager
 from kappaflow.state.cache import ThreadCache
 from kappaflow.tasks.handlers import FailedRecord, resolve_handler
@@ -80,6 +81,8 @@ class StreamThread:
         metrics: Metrics,
         client_id: str,
         on_state: Callable[[str], None],
+        state_lock: threading.RLock | None = None,
+        application_server: str = "",
     ) -> None:
         self.topology = topology
         self.config = config
@@ -89,6 +92,12 @@ class StreamThread:
         self.app_id = config.application_id
         self.eos = config.exactly_once
         self.settings = client_configs(config, client_id)
+        consumer_settings = self.settings["consumer"]
+        consumer_settings["client.id"] = consumer_client_id(
+            consumer_settings["client.id"], application_server
+        )
+        # Interactive queries read stores from other threads while holding this lock (runner/local_stores).
+        self.state_lock = state_lock if state_lock is not None else threading.RLock()
         self.commit_interval = config.get_int("commit.interval.ms") / 1000.0
         self.poll_timeout = config.get_int("poll.ms") / 1000.0
         self.num_standbys = config.get_int("num.standby.replicas")
@@ -207,6 +216,12 @@ class StreamThread:
         messages = consumer.consume(BATCH, 0 if busy else self.poll_timeout)
         if self._fatal is not None:
             raise self._fatal
+        with self.state_lock:
+            self._locked_iteration(consumer, messages, busy)
+
+    def _locked_iteration(self, consumer: Consumer, messages: list[Any], busy: bool) -> None:
+        tm = self.tm
+        assert tm is not None
         try:
             self._route(messages)
             for managed in tm.restore_step(timeout=0.02 if busy else 0.0):
@@ -346,6 +361,10 @@ class StreamThread:
 
     # ----------------------------------------------------------------- rebalance callbacks
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        with self.state_lock:
+            self._assign(consumer, partitions)
+
+    def _assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         try:
             tm = self.tm
             assert tm is not None
@@ -374,6 +393,10 @@ class StreamThread:
             self._fatal = exc
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        with self.state_lock:
+            self._revoke(consumer, partitions)
+
+    def _revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         revoked = {(tp.topic, tp.partition) for tp in partitions}
         try:
             if not self.incremental:
@@ -392,6 +415,10 @@ class StreamThread:
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         log.warning("partitions lost (session expired or fenced): closing tasks without committing")
+        with self.state_lock:
+            self._lose(consumer, partitions)
+
+    def _lose(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._in_group = False
         if self.eos and self._in_txn:
             self._abort_quietly()
@@ -531,7 +558,8 @@ class StreamThread:
         if self.eos and self._in_txn:
             self._abort_quietly()
         if tm is not None:
-            tm.close_all(clean)
+            with self.state_lock:
+                tm.close_all(clean)
         try:
             consumer.close()  # leaves the group (static members stay until the session times out)
         except Exception:

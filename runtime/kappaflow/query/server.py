@@ -1,0 +1,332 @@
+"""The interactive-query HTTP server: any instance answers for any key, forwarding to its owner.
+
+    GET /v1/stores/{store}/keys/{key}                 key-value lookup
+    GET /v1/stores/{store}/keys/{key}/windows?from=&to=   window fetch (epoch ms; `to` defaults to now)
+    GET /v1/stores/{store}/keys/{key}/sessions        sessions of a key
+    GET /v1/stores/{store}/keys/{key}/metadata        active host, standby hosts and partition of a key
+    GET /v1/stores/{store}/range?from=&to=            key-value range over every instance
+    GET /v1/stores/{store}/all                        every entry of a store, over every instance
+    GET /v1/metadata                                  every instance and what it hosts
+    GET /v1/lags                                      this instance's local store lags
+    GET /openapi.json                                 this API, described
+
+A key request is routed with `query_metadata_for_key`: served here when this instance owns the key's
+partition, else forwarded once (with `local=true`, so it never loops) to the owner. Scans gather every
+owner's local part and check that each partition was read exactly once, so a scan during a rebalance
+fails (503) rather than returning a partial answer. Whenever the owner is rebalancing or restoring, or
+the group has no stable assignment, the answer is 503 with `Retry-After`, never a stale or wrong value;
+`stale=true` also accepts standby and restoring copies, as `enable_stale_stores` does.
+
+It is the standard library's ThreadingHTTPServer: queries are short reads under the state lock, and
+the server must not add a dependency to every application image.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from kappaflow.api.errors import InvalidStateStoreError, InvalidStateStorePartitionError, StreamsError
+from kappaflow.query import render
+from kappaflow.query.openapi import openapi_spec
+from kappaflow.runner.local_stores import LocalStoreProvider
+from kappaflow.runner.metadata import HostInfo
+from kappaflow.runner.streams import KafkaStreams
+from kappaflow.state.builders import ReadOnlyKeyValueView
+from kappaflow.state.session_store import ReadOnlySessionView
+from kappaflow.state.window_store import ReadOnlyWindowView
+
+log = logging.getLogger("kappaflow.query")
+
+RETRY_AFTER_S = 1
+FORWARD_TIMEOUT_S = 5.0
+
+
+class HttpAnswer(Exception):
+    """A finished response (status and JSON body), raised from deep inside a handler."""
+
+    def __init__(self, status: int, body: dict[str, Any], retry: bool = False) -> None:
+        super().__init__(body.get("error", ""))
+        self.status = status
+        self.body = body
+        self.retry = retry
+
+
+def unavailable(message: str) -> HttpAnswer:
+    return HttpAnswer(503, {"error": message, "retryable": True}, retry=True)
+
+
+class QueryService:
+    """The request logic, separate from the HTTP plumbing so it can be read (and tested) as functions."""
+
+    def __init__(self, streams: KafkaStreams, self_host: HostInfo | None) -> None:
+        self.streams = streams
+        self.self_host = self_host
+
+    # ----------------------------------------------------------------- routing
+    def handle(self, path: str, query: dict[str, str]) -> tuple[int, dict[str, Any]]:
+        parts = [urllib.parse.unquote(p) for p in path.strip("/").split("/")]
+        if parts == ["openapi.json"]:
+            return 200, openapi_spec()
+        if parts == ["v1", "metadata"]:
+            return 200, self.metadata()
+        if parts == ["v1", "lags"]:
+            return 200, self.lags()
+        if len(parts) >= 3 and parts[:2] == ["v1", "stores"]:
+            store, rest = parts[2], parts[3:]
+            if rest == ["all"]:
+                return 200, self.scan(store, "all", query)
+            if rest == ["range"]:
+                return 200, self.scan(store, "range", query)
+            if len(rest) >= 2 and rest[0] == "keys":
+                action = rest[2] if len(rest) == 3 else ""
+                if len(rest) <= 3 and action in ("", "windows", "sessions", "metadata"):
+                    return self.key_request(store, rest[1], action, path, query)
+        raise HttpAnswer(404, {"error": f"no such endpoint: {path} (see /openapi.json)"})
+
+    def _provider(self, store: str, stale: bool) -> LocalStoreProvider:
+        try:
+            return LocalStoreProvider(self.streams, store, stale)
+        except InvalidStateStoreError as exc:
+            raise HttpAnswer(404, {"error": str(exc)}) from exc
+
+    # ----------------------------------------------------------------- key requests
+    def key_request(
+        self, store: str, key_text: str, action: str, path: str, query: dict[str, str]
+    ) -> tuple[int, dict[str, Any]]:
+        stale = query.get("stale") == "true"
+        provider = self._provider(store, stale)
+        key = render.parse_key(key_text, provider.key_serde())
+        if action == "metadata":
+            meta = self.streams.query_metadata_for_key(store, key)
+            return 200, {
+                "store": store,
+                "key": render.to_json(key),
+                "partition": meta.partition,
+                "active_host": str(meta.active_host) if meta.active_host else None,
+                "standby_hosts": sorted(str(h) for h in meta.standby_hosts),
+            }
+        if query.get("local") != "true":
+            meta = self.streams.query_metadata_for_key(store, key)
+            if meta.active_host is None:
+                raise unavailable(
+                    f"no stable owner for partition {meta.partition} of '{store}' (rebalancing)"
+                )
+            targets = [meta.active_host] + (sorted(meta.standby_hosts) if stale else [])
+            if self.self_host not in targets[:1] and not (stale and self.self_host in targets):
+                return self.forward(targets, path, {**query, "local": "true"})
+        return self.local_key(provider, store, key, action, query)
+
+    def local_key(
+        self, provider: LocalStoreProvider, store: str, key: Any, action: str, query: dict[str, str]
+    ) -> tuple[int, dict[str, Any]]:
+        expected = {"": "key_value", "windows": "window", "sessions": "session"}[action]
+        if provider.kind != expected:
+            raise HttpAnswer(400, {"error": f"store '{store}' is a {provider.kind} store"})
+        body: dict[str, Any] = {"store": store, "key": render.to_json(key), "host": str(self.self_host)}
+        try:
+            if action == "windows":
+                start = _int(query, "from", 0)
+                end = _int(query, "to", int(time.time() * 1000))
+                windows = provider.read_key(key, lambda s: ReadOnlyWindowView(s).fetch(key, start, end))
+                body["windows"] = [{"start": w, "value": render.to_json(v)} for w, v in windows]
+            elif action == "sessions":
+                sessions = provider.read_key(key, lambda s: ReadOnlySessionView(s).fetch(key))
+                body["sessions"] = [
+                    {"start": w.window.start, "end": w.window.end, "value": render.to_json(v)}
+                    for w, v in sessions
+                ]
+            else:
+                value = provider.read_key(key, lambda s: ReadOnlyKeyValueView(s).get(key))
+                if value is None:
+                    raise HttpAnswer(404, {**body, "error": "key not found"})
+                body["value"] = render.to_json(value)
+        except InvalidStateStorePartitionError as exc:
+            raise unavailable(str(exc)) from exc
+        body["partition"] = provider.partition_of(key)
+        return 200, body
+
+    # ----------------------------------------------------------------- scans
+    def scan(self, store: str, kind: str, query: dict[str, str]) -> dict[str, Any]:
+        stale = query.get("stale") == "true"
+        provider = self._provider(store, stale)
+        if query.get("local") == "true":
+            return self.local_scan(provider, kind, query)
+        count = self.streams.store_partition_count(store)
+        hosts = sorted(
+            {m.host_info for m in self.streams.metadata_for_all_clients() if store in m.state_store_names}
+        )
+        if not hosts or count is None:
+            raise unavailable(f"no stable assignment for store '{store}' (rebalancing)")
+        entries: list[Any] = []
+        seen: list[int] = []
+        for host in hosts:
+            if host == self.self_host:
+                part = self.local_scan(provider, kind, query)
+            else:
+                path = f"/v1/stores/{urllib.parse.quote(store, safe='')}/{kind}"
+                _status, part = self.forward([host], path, {**query, "local": "true"})
+            entries.extend(part["entries"])
+            seen.extend(part["partitions"])
+        if sorted(seen) != list(range(count)) and not stale:
+            raise unavailable(f"store '{store}': partitions moved while scanning (rebalancing)")
+        return {"store": store, "entries": entries, "partitions": sorted(set(seen))}
+
+    def local_scan(self, provider: LocalStoreProvider, kind: str, query: dict[str, str]) -> dict[str, Any]:
+        partitions: list[int] = []
+        read: Callable[[Any], list[tuple[Any, Any]]]
+        if provider.kind == "window":
+            start, end = _int(query, "from", 0), _int(query, "to", int(time.time() * 1000))
+            read = lambda s: ReadOnlyWindowView(s).fetch_all(start, end)  # noqa: E731
+        elif provider.kind == "session":
+            read = lambda s: ReadOnlySessionView(s).all()  # noqa: E731
+        elif kind == "range":
+            serde = provider.key_serde()
+            low = render.parse_key(query["from"], serde) if "from" in query else None
+            high = render.parse_key(query["to"], serde) if "to" in query else None
+            read = lambda s: list(ReadOnlyKeyValueView(s).range(low, high))  # noqa: E731
+        else:
+            read = lambda s: list(ReadOnlyKeyValueView(s).all())  # noqa: E731
+        try:
+            pairs = provider.read_all(read, partitions)
+        except InvalidStateStorePartitionError as exc:
+            raise unavailable(str(exc)) from exc
+        return {"entries": render.entries(pairs), "partitions": partitions, "host": str(self.self_host)}
+
+    # ----------------------------------------------------------------- forwarding
+    def forward(self, hosts: list[HostInfo], path: str, query: dict[str, str]) -> tuple[int, dict[str, Any]]:
+        """GET `path` on the first host that answers; its 503/404 is passed on as it is."""
+        last = ""
+        for host in hosts:
+            url = f"http://{host}{path}?{urllib.parse.urlencode(query)}"
+            try:
+                with urllib.request.urlopen(url, timeout=FORWARD_TIMEOUT_S) as response:
+                    return int(response.status), json.loads(response.read())
+            except urllib.error.HTTPError as err:
+                body = _json_body(err.read())
+                if err.code == 503 and host is not hosts[-1]:
+                    last = str(body.get("error", ""))
+                    continue
+                raise HttpAnswer(err.code, body, retry=err.code == 503) from err
+            except (OSError, ValueError) as exc:
+                last = f"{host} did not answer: {exc}"
+        raise unavailable(f"owner unreachable: {last}")
+
+    # ----------------------------------------------------------------- metadata
+    def metadata(self) -> dict[str, Any]:
+        return {
+            "instances": [
+                {
+                    "host": str(m.host_info),
+                    "client_id": m.client_id,
+                    "stores": sorted(m.state_store_names),
+                    "partitions": [list(tp) for tp in sorted(m.topic_partitions)],
+                    "standby_stores": sorted(m.standby_state_store_names),
+                    "standby_partitions": [list(tp) for tp in sorted(m.standby_topic_partitions)],
+                }
+                for m in self.streams.metadata_for_all_clients()
+            ]
+        }
+
+    def lags(self) -> dict[str, Any]:
+        lags = self.streams.all_local_store_partition_lags()
+        return {
+            "host": str(self.self_host),
+            "stores": {
+                store: {
+                    str(p): {
+                        "current": info.current_offset_position,
+                        "end": info.end_offset_position,
+                        "lag": info.offset_lag,
+                    }
+                    for p, info in sorted(parts.items())
+                }
+                for store, parts in sorted(lags.items())
+            },
+        }
+
+
+def _int(query: dict[str, str], name: str, default: int) -> int:
+    text = query.get(name)
+    if text is None:
+        return default
+    try:
+        return int(text)
+    except ValueError as exc:
+        raise HttpAnswer(400, {"error": f"'{name}' must be an integer (epoch milliseconds)"}) from exc
+
+
+def _json_body(data: bytes) -> dict[str, Any]:
+    try:
+        body = json.loads(data)
+    except ValueError:
+        return {"error": data.decode(errors="replace")}
+    return body if isinstance(body, dict) else {"error": str(body)}
+
+
+class QueryServer:
+    """Serves QueryService over HTTP on `host:port` (port 0: the OS picks, for tests)."""
+
+    def __init__(self, streams: KafkaStreams, host: str = "0.0.0.0", port: int | None = None) -> None:
+        self_host = streams.host_info
+        if port is None:
+            if self_host is None:
+                raise StreamsError("the query server needs 'application.server' (host:port) to be set")
+            port = self_host.port
+        self.service = QueryService(streams, self_host)
+        service = self.service
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                url = urllib.parse.urlsplit(self.path)
+                query = dict(urllib.parse.parse_qsl(url.query))
+                retry = False
+                try:
+                    status, body = service.handle(url.path, query)
+                except HttpAnswer as answer:
+                    status, body, retry = answer.status, answer.body, answer.retry
+                except render.BadKey as exc:
+                    status, body = 400, {"error": str(exc)}
+                except InvalidStateStorePartitionError as exc:
+                    status, body, retry = 503, {"error": str(exc), "retryable": True}, True
+                except StreamsError as exc:
+                    status, body = 400, {"error": str(exc)}
+                except Exception as exc:  # a bug must answer 500, not drop the connection
+                    log.exception("query %s failed", self.path)
+                    status, body = 500, {"error": f"{type(exc).__name__}: {exc}"}
+                payload = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                if retry:
+                    self.send_header("Retry-After", str(RETRY_AFTER_S))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                log.debug("%s " + format, self.address_string(), *args)
+
+        self._server = ThreadingHTTPServer((host, port), Handler)
+        self._server.daemon_threads = True
+        self.port = int(self._server.server_address[1])
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._server.serve_forever, name="kappaflow-iq", daemon=True)
+        self._thread.start()
+        log.info("interactive queries served on port %d", self.port)
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(5)
+            self._thread = None
