@@ -85,14 +85,31 @@ def _run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    queries = _start_query_server(streams)  # before start(): a bad setting fails before joining the group
     streams.start()
     while not stop.wait(0.2):
         if streams.state is State.ERROR:
             break
     failed = streams.state is State.ERROR
+    if queries is not None:
+        queries.stop()
     closed = streams.close(args.close_timeout)
     log.info("stopped (%s)", "error" if failed else "clean" if closed else "close timed out")
     return 1 if failed or not closed else 0
+
+
+def _start_query_server(streams: Any) -> Any:
+    """With `query.http.enabled=true`, serve interactive queries on the `application.server` port
+    (bound to `query.http.host`, default 0.0.0.0, so a pod answers on its StatefulSet DNS name)."""
+    if not streams.config.get_bool("query.http.enabled"):
+        return None
+    from kappaflow.query import QueryServer
+
+    if streams.host_info is None:
+        raise StreamsError("query.http.enabled=true needs application.server=host:port")
+    server = QueryServer(streams, streams.config.get_str("query.http.host") or "0.0.0.0")
+    server.start()
+    return server
 
 
 def _reset(args: argparse.Namespace) -> int:
