@@ -24,10 +24,10 @@ from typing import Any
 import kopf
 from pydantic import ValidationError
 
-from . import desired, scaling, status
+from . import desired, reprocess, scaling, status
 from .desired.common import APP_LABEL, AppRef, object_meta, spec_hash
 from .desired.jobs import DESCRIBE_JOB_LABEL
-from .diff import Action, classify
+from .diff import Action, SpecDiff, classify
 from .k8s import Kube
 from .kafka import KafkaAdmin, KafkaError, client_config
 from .models import (
@@ -213,7 +213,11 @@ def reconcile(
         return _write_status(ctx, body, prev, obs, now)
     description = found
 
-    app_id = (prev.application_id if prev is not None else None) or spec.application_id
+    app_id = (
+        reprocess.reprocessed_application_id(spec, prev)
+        or (prev.application_id if prev is not None else None)
+        or spec.application_id
+    )
     try:
         admin = ctx.kafka_factory(spec, ref.namespace)
         plan = plan_internal_topics(description, app_id, admin.topic_partitions())
@@ -274,13 +278,37 @@ def reconcile(
             body, "Normal", "TopicsCreated", "created " + (", ".join(sorted(set(made))) or "no topics")
         )
 
+    extra: dict[str, Any] = {"topology": topo_status}
+    if spec.upgrade.mode == "reprocess":
+        change = _pending_change(ctx, ref, spec, description)
+        outcome = reprocess.step(ctx, body, spec, ref, description, change.action, app_id, prev, now)
+        extra["reprocessing"] = outcome.run
+        if outcome.problem is not None or outcome.waiting:
+            # The running version stays as it is while Spark works, and when Spark failed.
+            problems = [outcome.problem] if outcome.problem is not None else []
+            for problem in problems:
+                _problem_once(ctx, body, prev, problem)
+            obs = status.Observation(
+                generation,
+                cap.replicas,
+                _sts(ctx, ref),
+                topic_plan=plan,
+                cap=cap,
+                problems=problems,
+                reprocessing_active=bool(outcome.waiting),
+            )
+            written = _write_status(ctx, body, prev, obs, now, **extra)
+            if outcome.waiting:
+                raise reprocess.wait(outcome.waiting)
+            return written
+        app_id = outcome.application_id
     failure = _apply(ctx, body, spec, ref, description, cap, app_id, prev, recreate_topics)
     if failure is not None:
         _problem_once(ctx, body, prev, failure)
         obs = status.Observation(
             generation, cap.replicas, _sts(ctx, ref), topic_plan=plan, problems=[failure]
         )
-        return _write_status(ctx, body, prev, obs, now, topology=topo_status)
+        return _write_status(ctx, body, prev, obs, now, **extra)
     obs = status.Observation(
         generation,
         cap.replicas,
@@ -290,7 +318,36 @@ def reconcile(
         cap=cap,
         applied=StableSpec(hash=spec_hash(spec), image=spec.image, application_id=app_id),
     )
-    return _write_status(ctx, body, prev, obs, now, topology=topo_status)
+    return _write_status(ctx, body, prev, obs, now, **extra)
+
+
+def _applied_spec(sts: Mapping[str, Any] | None) -> StreamAppSpec | None:
+    """The spec last applied to the StatefulSet (its annotation), None when absent or unreadable."""
+    annotations = (sts or {}).get("metadata", {}).get("annotations") or {}
+    if APPLIED_SPEC_ANNOTATION not in annotations:
+        return None
+    try:
+        return StreamAppSpec.model_validate(json.loads(annotations[APPLIED_SPEC_ANNOTATION]))
+    except (ValueError, ValidationError):
+        return None
+
+
+def _pending_change(
+    ctx: Context,
+    ref: AppRef,
+    spec: StreamAppSpec,
+    description: TopologyDescription,
+    sts: Mapping[str, Any] | None = None,
+) -> SpecDiff:
+    """How `spec` differs from what the StatefulSet runs (compared with its annotations)."""
+    sts = sts if sts is not None else _sts(ctx, ref)
+    annotations = (sts or {}).get("metadata", {}).get("annotations") or {}
+    return classify(
+        _applied_spec(sts),
+        spec,
+        old_topology=annotations.get(TOPOLOGY_ANNOTATION),
+        new_topology=description.fingerprint(),
+    )
 
 
 def _apply(
@@ -306,17 +363,9 @@ def _apply(
 ) -> status.Problem | None:
     """Apply the desired state for `spec`; returns a Problem when an upgrade step failed."""
     sts = _sts(ctx, ref)
-    annotations = (sts or {}).get("metadata", {}).get("annotations") or {}
-    old_spec: StreamAppSpec | None = None
-    if APPLIED_SPEC_ANNOTATION in annotations:
-        try:
-            old_spec = StreamAppSpec.model_validate(json.loads(annotations[APPLIED_SPEC_ANNOTATION]))
-        except (ValueError, ValidationError):
-            old_spec = None
+    old_spec = _applied_spec(sts)
     fingerprint = description.fingerprint()
-    change = classify(
-        old_spec, spec, old_topology=annotations.get(TOPOLOGY_ANNOTATION), new_topology=fingerprint
-    )
+    change = _pending_change(ctx, ref, spec, description, sts)
     if change.recreate_statefulset and sts is not None:
         # volumeClaimTemplates are immutable: replace the StatefulSet, leaving pods and claims in place.
         ctx.kube.delete("apps/v1", "StatefulSet", ref.namespace, ref.name, propagation="Orphan")
@@ -335,11 +384,9 @@ def _apply(
             return failed
         recreate_topics()
     elif change.action == Action.REPROCESS:
+        # reconcile() got here only once the SparkApplication COMPLETED: app_id is the rebuilt one.
         ctx.kube.event(
-            body,
-            "Warning",
-            "UpgradeModeNotSupported",
-            "upgrade mode reprocess (Spark) is not implemented by this operator version; rolling instead",
+            body, "Normal", "RollingOntoReprocessedState", f"rolling the pods onto application id '{app_id}'"
         )
     for obj in desired.desired_resources(spec, ref, desired.Facts(cap.replicas, app_id)):
         if obj["kind"] == "StatefulSet":
