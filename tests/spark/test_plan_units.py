@@ -1,0 +1,64 @@
+"""Pure pieces of reprocessing, no Spark or broker: offset specs, stage order, record order per task."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from kappaflow import Materialized, StreamsBuilder, serdes
+from kappaflow.api.errors import StreamsError
+from kappaflow.spark.executor import _ordered_records
+from kappaflow.spark.reprocess import parse_offsets, stage_order
+from tests.kafka.streams_support import wordcount_topology
+
+
+def test_offset_specs():
+    assert parse_offsets("earliest", "earliest") == "earliest"
+    assert parse_offsets(" latest ", "latest") == "latest"
+    assert parse_offsets('{"t": {"0": 5, "1": 7}}', "latest") == {"t": {0: 5, 1: 7}}
+    with pytest.raises(StreamsError, match="earliest, latest or JSON"):
+        parse_offsets("yesterday", "earliest")
+
+
+def test_stages_run_after_the_stages_feeding_their_repartition_topics():
+    topology = wordcount_topology("lines", "counts")
+    order = stage_order(topology)
+    assert [s.id for s in order] == [0, 1]
+    assert "counts-repartition" in order[1].source_topics
+
+    builder = StreamsBuilder()
+    stream = builder.stream("in", key_serde=serdes.String(), value_serde=serdes.String())
+    first = stream.group_by(lambda _k, v: v, key_serde=serdes.String(), value_serde=serdes.String()).count(
+        Materialized.as_("first").with_value_serde(serdes.Long())
+    )
+    first.to_stream().map(lambda k, v: (str(v), k)).group_by_key(
+        key_serde=serdes.String(), value_serde=serdes.String()
+    ).count(Materialized.as_("second").with_value_serde(serdes.Long()))
+    chained = builder.build()
+    ids = [s.id for s in stage_order(chained)]
+    assert sorted(ids) == [0, 1, 2]
+    position = {sub_id: i for i, sub_id in enumerate(ids)}
+    for sub in chained.sub_topologies():
+        for topic in sub.source_topics:
+            for writer in chained.sub_topologies():
+                if topic in chained.internal_topics and topic in writer.sink_topics:
+                    assert position[writer.id] < position[sub.id]
+
+
+def test_records_reach_a_task_in_offset_order_and_repartitioned_ones_merged_by_time():
+    rows = [
+        (0, "in", 0, 2, 30, b"k", b"c", None),
+        (0, "in", 0, 0, 10, b"k", b"a", None),
+        (0, "in", 0, 1, 20, b"k", b"b", [("h", b"1")]),
+        # Two upstream tasks' batches for the same repartition partition, each in emit order.
+        (0, "app-x-repartition", 0, pickle.dumps([(0, 5, b"u", b"0a", None), (1, 25, b"u", b"0b", None)])),
+        (0, "app-x-repartition", 1, pickle.dumps([(0, 15, b"v", b"1a", None), (1, 12, b"v", b"1b", None)])),
+    ]
+    ordered = _ordered_records(rows, {})
+    assert [(r.offset, r.value) for r in ordered[("in", 0)]] == [(0, b"a"), (1, b"b"), (2, b"c")]
+    assert ordered[("in", 0)][1].headers.to_list() == [("h", b"1")]
+    merged = ordered[("app-x-repartition", 0)]
+    # Stable timestamp merge that never reorders one upstream's records (1a before 1b despite 15 > 12).
+    assert [r.value for r in merged] == [b"0a", b"1a", b"1b", b"0b"]
+    assert [r.offset for r in merged] == [0, 1, 2, 3]
