@@ -5,17 +5,21 @@ The plan, stage by stage (a stage is a sub-topology, in the order repartition to
 1. Topics: the new application's internal topics are created (or validated) exactly as `kappaflow run`
    would, and must be empty - a used application id is refused, because its changelogs and committed
    offsets would not match the state written here.
-2. Input: each user topic's range [from, to) is read with Spark's Kafka source in batch mode, with the
-   offsets fixed on the driver first, so the committed offsets written at the end are exactly the range's
-   end. Records of a stage fed only by one topic stay in the Kafka source's partitions (one Spark partition
-   per Kafka partition, already in offset order); otherwise rows are keyed by task partition and shuffled
-   with an identity partitioner. Repartition records carry the partition murmur2 chose when they were
-   emitted, so the shuffle puts each one where Kafka would have.
+2. Input: each user topic's range [from, to) is fixed on the driver first, so the committed offsets
+   written at the end are exactly the range's end. It is read with Spark's Kafka source in batch mode
+   (reader `spark`, the default), or by each Spark task itself with librdkafka (reader `kafka-client`:
+   the same records, without one JVM -> Python Row per record, which costs more than the topology; see
+   bench/reprocess.py). A stage fed by one topic keeps the source's partitioning (one Spark partition
+   per Kafka partition); otherwise rows are keyed by task partition and shuffled with an identity
+   partitioner. Repartition records carry the partition murmur2 chose when they were emitted (as the
+   runtime's producer would), travelling in one pickled batch per (upstream task, target partition).
 3. Execution: `executor.run_partitions` runs the runtime's StreamTask per partition; see executor.py.
-4. Bootstrap: every task's stores live (when a state dir is given) in `<state.dir>/<app id>/<task>/` with
-   their changelog offsets checkpointed; the changelogs hold the compacted final state; the group
-   `<app id>` gets the range's end offsets committed on the input topics. `kappaflow run` on the new id
-   then restores nothing and consumes from where reprocessing stopped.
+4. Bootstrap: the changelogs hold the compacted final state; the group `<app id>` gets the range's end
+   offsets committed on the input topics (and the repartition topics' ends). Where the executors share
+   the runtime's disk (local mode, or an explicit state dir) every task's stores are also left in
+   `<state.dir>/<app id>/<task>/`, the runtime's own layout, with their changelog offsets checkpointed:
+   `kappaflow run` on the new id then restores nothing and consumes from where reprocessing stopped.
+   On a cluster the pods restore the compacted changelogs instead - final state, not a replay.
 
 A Spark task that failed and were retried would produce its outputs twice, so retries are off
 (`spark.task.maxFailures=1`): a failed reprocessing is rerun after `kappaflow reset` on the new id.
@@ -226,7 +230,13 @@ def _second(pair: tuple[int, InputRow]) -> InputRow:
 
 
 class Reprocessor:
-    """One reprocessing run (driver side). `run()` does it all; the pieces are separate for testing."""
+    """One reprocessing run (driver side). `run()` does it all; the pieces are separate for testing.
+
+    `app` is a Topology (pickled to the executors) or a zero-argument function building one (shipped by
+    reference and called there). `config` is the *new* application's StreamsConfig. `start`/`end` are
+    `earliest`/`latest` or per-partition offsets. `write_state=None` writes RocksDB state only when Spark
+    runs locally. `output_map` renames output topics; `skip_outputs` rebuilds state only.
+    """
 
     def __init__(
         self,
