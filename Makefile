@@ -13,7 +13,7 @@ KAFKA_DIR ?= .run/kafka
 KUBE_DIR ?= .run/kube
 PYTEST_ARGS ?=
 
-.PHONY: run bench setup test test-unit test-kafka test-kube lint typecheck crds crds-check chart-lint describe \
+.PHONY: run bench bench-reprocess spark-jars test-spark setup test test-unit test-kafka test-kube lint typecheck crds crds-check chart-lint describe \
 	kafka-up kafka-down kafka-status kafka-download kube-build kube-up kube-down kube-status operator-run test-operator kind-up kind-down clean
 
 # The main job: broker (downloaded and started if needed), topics, word count and a line generator;
@@ -29,13 +29,13 @@ $(VENV)/.installed: pyproject.toml
 	@echo "==> creating virtualenv and installing kappaflow (pip cache: $(PIP_CACHE_DIR))"
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,operator]'
+	$(PY) -m pip install --quiet -e '.[dev,operator,spark]'
 	@touch $@
 
 setup: $(VENV)/.installed
 
 # The servers the tiers need are fetched/built first, with progress, so no single test pays for them.
-test: lint typecheck crds-check kafka-download kube-build
+test: lint typecheck crds-check kafka-download kube-build spark-jars
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 test-unit: setup
@@ -43,6 +43,16 @@ test-unit: setup
 
 test-kafka: setup
 	$(PY) -m pytest -q -m kafka tests/kafka
+
+test-spark: spark-jars
+	$(PY) -m pytest -q tests/spark
+
+# Spark's Kafka connector jars from Maven Central (pinned to the pyspark version, cached)
+spark-jars: setup
+	$(PY) -m kappaflow.spark.jars
+
+bench-reprocess: setup kafka-download spark-jars
+	$(PY) bench/reprocess.py --lines 400000
 
 test-kube: kube-build
 	$(PY) -m pytest -q -m kube

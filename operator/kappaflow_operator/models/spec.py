@@ -189,7 +189,7 @@ class SparkSettings(CamelModel):
 
     image: str | None = None
     """Image with Spark and kappaflow[spark]; the app's image when unset."""
-    spark_version: Annotated[str, Field(pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$")] = "4.3.0"
+    spark_version: Annotated[str, Field(pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$")] = "4.0.0"
     service_account_name: str | None = None
     """Service account of the driver (it creates executor pods)."""
     driver: SparkDriver = Field(default_factory=SparkDriver)

@@ -80,6 +80,7 @@ class TaskManager:
         metrics: Metrics,
         restore_consumer: Consumer,
         clock: Callable[[], int],
+        global_stores: dict[str, Any] | None = None,
     ) -> None:
         self.topology = topology
         self.config = config
@@ -88,6 +89,7 @@ class TaskManager:
         self.metrics = metrics
         self.restore_consumer = restore_consumer
         self.clock = clock
+        self.global_stores = global_stores or {}
         self.app_id = config.application_id
         self.state_root = Path(config.get_str("state.dir")) / self.app_id
         self.eos = config.exactly_once
@@ -138,6 +140,7 @@ class TaskManager:
                 self.metrics,
                 self.state_root,
                 self.clock,
+                self.global_stores,
             )
             task.initialize()
         except BaseException:

@@ -35,7 +35,6 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from kappaflow.api.config import StreamsConfig
-from kappaflow.api.errors import StreamsError
 from kappaflow.api.metrics import Metrics
 from kappaflow.api.processor import TaskId
 from kappaflow.api.record import Headers
@@ -48,6 +47,7 @@ from kappaflow.clients.kafka import (
     new_consumer,
     new_producer,
 )
+from kappaflow.runner.global_state import GlobalStateUpdater
 from kappaflow.runner.metadata import consumer_client_id
 from kappaflow.runner.tasks import ManagedTask, TaskManager
 from kappaflow.state.cache import ThreadCache
@@ -120,17 +120,16 @@ class StreamThread:
         self._repartition_topics: set[str] = set()
         self._in_group = False  # an assignment (possibly empty) is in force
         self.partition_counts: dict[str, int] = {}
+        self.global_state: GlobalStateUpdater | None = None
 
     # ----------------------------------------------------------------- set-up
     def prepare_topics(self) -> list[str]:
         """Check source topics, create/validate internal ones; return the topics to subscribe to."""
         topology, app = self.topology, self.app_id
-        if topology.global_stores:
-            raise StreamsError("global stores are not supported by the Kafka runner yet")
         described = topology.describe().to_dict()
         user_sources = [
             t for s in topology.sub_topologies() for t in s.source_topics if t not in topology.internal_topics
-        ]
+        ] + [g.source.topics[0] for g in topology.global_stores.values()]
         user_counts = self.admin.require_topics(user_sources)
         plans = [
             TopicPlan(
@@ -185,6 +184,11 @@ class StreamThread:
         topics = self.prepare_topics()
         self._new_producer()
         restore = new_consumer(self.settings["restore"])
+        if self.topology.global_stores:
+            self.global_state = GlobalStateUpdater(
+                self.topology, self.config, self.collector, self.metrics, self.settings["restore"], now_ms
+            )
+            self.global_state.bootstrap()
         cache_bytes = self.config.get_int("statestore.cache.max.bytes")
         self.tm = TaskManager(
             self.topology,
@@ -194,6 +198,7 @@ class StreamThread:
             self.metrics,
             restore,
             now_ms,
+            self.global_state.stores if self.global_state else None,
         )
         consumer = self.consumer = new_consumer(self.settings["consumer"])
         consumer.subscribe(
@@ -217,6 +222,8 @@ class StreamThread:
         if self._fatal is not None:
             raise self._fatal
         with self.state_lock:
+            if self.global_state is not None:
+                self.global_state.poll()
             self._locked_iteration(consumer, messages, busy)
 
     def _locked_iteration(self, consumer: Consumer, messages: list[Any], busy: bool) -> None:
@@ -343,6 +350,8 @@ class StreamThread:
         for managed in tasks:
             managed.task.post_commit(self._changelog_offsets(managed))
         tm.checkpoint_standbys()
+        if self.global_state is not None:
+            self.global_state.checkpoint()
         self._purgeable.update((tp, o) for tp, o in offsets.items() if tp[0] in self._repartition_topics)
         if self._purgeable and time.monotonic() - self._last_purge >= self._purge_interval:
             self._last_purge = time.monotonic()
@@ -560,6 +569,9 @@ class StreamThread:
         if tm is not None:
             with self.state_lock:
                 tm.close_all(clean)
+        if self.global_state is not None:
+            self.global_state.close(clean)
+            self.global_state = None  # it holds the collector: let the producer go with it
         try:
             consumer.close()  # leaves the group (static members stay until the session times out)
         except Exception:
