@@ -1,8 +1,9 @@
 """A queryable word count: the counts live only in the application's stores, and are read with queries.
 
 Reads lines from `queryable-input` (override with QUERYABLE_INPUT), counts words in the key-value store
-`word-counts` and per minute in the window store `word-counts-per-minute`. Nothing is written to an
-output topic: the state itself is the product, read through interactive queries from any instance.
+`word-counts`, per minute in the window store `word-counts-per-minute`, and per burst of activity in the
+session store `word-sessions`. Nothing is written to an output topic: the state itself is the product,
+read through interactive queries from any instance.
 
 Run three instances (each with its own query port and state directory), then ask any of them:
 
@@ -12,6 +13,7 @@ Run three instances (each with its own query port and state directory), then ask
     curl localhost:7071/v1/stores/word-counts/keys/kafka
     curl localhost:7072/v1/stores/word-counts/all
     curl 'localhost:7073/v1/stores/word-counts-per-minute/keys/kafka/windows?from=0'
+    curl localhost:7072/v1/stores/word-sessions/keys/kafka/sessions
     curl localhost:7071/openapi.json
 
 Or from Python, inside the process that runs the topology:
@@ -26,11 +28,12 @@ import os
 import re
 from datetime import timedelta
 
-from kappaflow import Materialized, StreamsBuilder, TimeWindows, Topology, serdes
+from kappaflow import Materialized, SessionWindows, StreamsBuilder, TimeWindows, Topology, serdes
 
 INPUT_TOPIC = "queryable-input"
 COUNTS_STORE = "word-counts"
 WINDOWED_STORE = "word-counts-per-minute"
+SESSION_STORE = "word-sessions"
 
 _WORD = re.compile(r"\W+")
 
@@ -49,4 +52,7 @@ def build_topology(input_topic: str | None = None) -> Topology:
     words.count(Materialized.as_(COUNTS_STORE).with_value_serde(serdes.Long()))
     per_minute = words.windowed_by(TimeWindows.of_size_with_no_grace(timedelta(minutes=1)))
     per_minute.count(Materialized.as_(WINDOWED_STORE).with_value_serde(serdes.Long()))
+    # bursts of a word: a session closes after five minutes without it
+    bursts = words.windowed_by(SessionWindows.of_inactivity_gap_and_grace(timedelta(minutes=5), 0))
+    bursts.count(Materialized.as_(SESSION_STORE).with_value_serde(serdes.Long()))
     return builder.build()

@@ -17,7 +17,7 @@ import uuid
 from collections import Counter
 
 import pytest
-from examples.queryable_app import COUNTS_STORE, WINDOWED_STORE, build_topology
+from examples.queryable_app import COUNTS_STORE, SESSION_STORE, WINDOWED_STORE, build_topology
 
 from kappaflow.api.errors import InvalidStateStoreError, InvalidStateStorePartitionError
 from kappaflow.clients import partition_for_key
@@ -105,6 +105,9 @@ def test_python_api_on_three_instances_and_reads_during_restoration(kafka_bootst
     status, body, headers = get_json(early.port, f"/v1/stores/{COUNTS_STORE}/keys/kafka")
     assert status == 503 and body["retryable"] and headers["Retry-After"] == "1", (status, body)
     try:
+        # The others join once the first has created the internal topics (simultaneous starts race on
+        # topic creation: an instance may find a topic whose partitions have no leader yet).
+        wait_running(early.streams)
         for instance in instances[1:]:
             instance.start()
         streams = [i.streams for i in instances]
@@ -135,19 +138,28 @@ def test_python_api_on_three_instances_and_reads_during_restoration(kafka_bootst
         assert sum(len(a) for a in local_alls) == len(expected)
         merged = {k: v for a in local_alls for k, v in a.items()}
         assert merged == dict(expected)
-        window_owner = next(
-            s
-            for s in streams
-            if streams[0].query_metadata_for_key(WINDOWED_STORE, "kafka").active_host == s.host_info
-        )
-        windows = window_owner.store(WINDOWED_STORE, QueryableStoreTypes.window_store()).fetch(
-            "kafka", 0, 2**62
-        )
-        assert sum(count for _start, count in windows) == 2
+
+        def owner_of(store: str, key: str) -> KafkaStreams:
+            host = streams[0].query_metadata_for_key(store, key).active_host
+            return next(s for s in streams if s.host_info == host)
+
+        def windowed_total() -> int:
+            store = owner_of(WINDOWED_STORE, "kafka").store(
+                WINDOWED_STORE, QueryableStoreTypes.window_store()
+            )
+            return sum(count for _start, count in store.fetch("kafka", 0, 2**62))
+
+        def session_counts() -> list[int]:
+            store = owner_of(SESSION_STORE, "kafka").store(SESSION_STORE, QueryableStoreTypes.session_store())
+            return [count for _window, count in store.fetch("kafka")]
+
+        # the windowed and session counts run in sub-topologies of their own: they converge too
+        wait_for(lambda: windowed_total() == 2, 30, "windowed count")
+        wait_for(lambda: session_counts() == [2], 30, "session count")
         with pytest.raises(InvalidStateStoreError, match="window store, not a key-value"):
             streams[0].store(WINDOWED_STORE, QueryableStoreTypes.key_value()).get("kafka")
         lags = streams[0].all_local_store_partition_lags()
-        assert set(lags) <= {COUNTS_STORE, WINDOWED_STORE} and all(
+        assert set(lags) <= {COUNTS_STORE, WINDOWED_STORE, SESSION_STORE} and all(
             info.offset_lag == 0 for parts in lags.values() for info in parts.values()
         )
 
