@@ -41,14 +41,12 @@ def get_json(port: int, path: str) -> tuple[int, dict, dict]:
 
 
 class Instance:
-    def __init__(self, bootstrap: str, app_id: str, topic: str, state_dir: str) -> None:
+    def __init__(self, bootstrap: str, app_id: str, topic: str, state_dir: str, protocol: str) -> None:
         self.port = free_port()
-        config = fast_config(
-            bootstrap,
-            app_id,
-            state_dir,
-            **{"application.server": f"127.0.0.1:{self.port}", "statestore.cache.max.bytes": 0},
-        )
+        extra = {"application.server": f"127.0.0.1:{self.port}", "statestore.cache.max.bytes": 0}
+        if protocol == "consumer":
+            extra["consumer.group.protocol"] = "consumer"
+        config = fast_config(bootstrap, app_id, state_dir, **extra)
         self.streams = KafkaStreams(build_topology(topic), config)
         self.server = QueryServer(self.streams, "127.0.0.1")
 
@@ -92,13 +90,19 @@ def owner_counts(instances: list[Instance], words: list[str]) -> dict[str, int |
     return result
 
 
-def test_python_api_on_three_instances_and_reads_during_restoration(kafka_bootstrap, kafka_topics, tmp_path):
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_python_api_on_three_instances_and_reads_during_restoration(
+    kafka_bootstrap, kafka_topics, tmp_path, protocol
+):
+    """Both group protocols: the classic one (eager `range`) and KIP-848's (incremental, broker-side)."""
     topic = kafka_topics("iq-in", partitions=PARTITIONS)
     app_id = f"iq-{uuid.uuid4().hex[:8]}"
     lines = [f"w{i} common" for i in range(6000)] + ["kafka streams kafka"]
     expected = Counter(w for line in lines for w in line.split())
     sample = ["common", "kafka", "streams", *(f"w{i}" for i in range(0, 6000, 97))]
-    instances = [Instance(kafka_bootstrap, app_id, topic, str(tmp_path / f"s{n}")) for n in range(3)]
+    instances = [
+        Instance(kafka_bootstrap, app_id, topic, str(tmp_path / f"s{n}"), protocol) for n in range(3)
+    ]
 
     # Before the group has formed, a query over HTTP is "retry later", not an empty answer.
     early = instances[0].start()
