@@ -212,3 +212,41 @@ def test_python_api_on_three_instances_and_reads_during_restoration(
     finally:
         for instance in instances:
             instance.close()
+
+
+def test_a_global_store_is_answered_by_any_instance_from_its_own_copy(
+    kafka_bootstrap, kafka_topics, tmp_path
+):
+    from kappaflow import StreamsBuilder, serdes
+    from tests.kafka.streams_support import produce
+
+    users = kafka_topics("iqg-users", partitions=3)
+    clicks = kafka_topics("iqg-clicks", partitions=2)
+    builder = StreamsBuilder()
+    string = serdes.String()
+    builder.global_table(users, key_serde=string, value_serde=string, materialized="users")
+    builder.stream(clicks, key_serde=string, value_serde=string).foreach(lambda _k, _v: None)
+    port = free_port()
+    config = fast_config(
+        kafka_bootstrap,
+        f"iqg-{uuid.uuid4().hex[:8]}",
+        str(tmp_path),
+        **{"application.server": f"127.0.0.1:{port}"},
+    )
+    streams = KafkaStreams(builder.build(), config)
+    server = QueryServer(streams, "127.0.0.1")
+    produce(kafka_bootstrap, users, [(f"u{i}".encode(), f"user{i}".encode()) for i in range(20)])
+    server.start()
+    streams.start()
+    try:
+        wait_running(streams)
+        store = streams.store("users", QueryableStoreTypes.key_value())
+        assert store.get("u7") == "user7" and len(store.all()) == 20
+        assert streams.query_metadata_for_key("users", "u7").active_host == HostInfo("127.0.0.1", port)
+        status, body, _ = get_json(port, "/v1/stores/users/keys/u13")
+        assert (status, body["value"]) == (200, "user13")
+        status, body, _ = get_json(port, "/v1/stores/users/all")
+        assert status == 200 and len(body["entries"]) == 20
+    finally:
+        server.stop()
+        streams.close(30)

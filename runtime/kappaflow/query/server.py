@@ -114,7 +114,7 @@ class QueryService:
                 "active_host": str(meta.active_host) if meta.active_host else None,
                 "standby_hosts": sorted(str(h) for h in meta.standby_hosts),
             }
-        if query.get("local") != "true":
+        if query.get("local") != "true" and not provider.is_global:
             meta = self.streams.query_metadata_for_key(store, key)
             if meta.active_host is None:
                 raise unavailable(
@@ -151,15 +151,16 @@ class QueryService:
                 body["value"] = render.to_json(value)
         except InvalidStateStorePartitionError as exc:
             raise unavailable(str(exc)) from exc
-        body["partition"] = provider.partition_of(key)
+        if not provider.is_global:
+            body["partition"] = provider.partition_of(key)
         return 200, body
 
     # ----------------------------------------------------------------- scans
     def scan(self, store: str, kind: str, query: dict[str, str]) -> dict[str, Any]:
         stale = query.get("stale") == "true"
         provider = self._provider(store, stale)
-        if query.get("local") == "true":
-            return self.local_scan(provider, kind, query)
+        if query.get("local") == "true" or provider.is_global:  # a global store is whole everywhere
+            return {"store": store, **self.local_scan(provider, kind, query)}
         count = self.streams.store_partition_count(store)
         hosts = sorted(
             {m.host_info for m in self.streams.metadata_for_all_clients() if store in m.state_store_names}

@@ -9,6 +9,9 @@ the lock is released: an iterator escaping the lock could outlive the RocksDB ha
 A partition that is restoring (or not hosted here: migrated away, or the instance is rebalancing) raises
 InvalidStateStorePartitionError, the retryable error, unless stale stores are allowed: then restoring
 active tasks and standbys are read too, and the caller accepts that the answer may lag.
+
+A global store has a full copy on every instance (loaded before the instance joins its group), so any
+instance answers any key from its own copy, without routing.
 """
 
 from __future__ import annotations
@@ -36,9 +39,10 @@ class LocalStoreProvider:
         self.streams = streams
         self.name = name
         self.enable_stale_stores = enable_stale_stores
-        sub = streams.topology_index.subtopology_of_store(name)
+        self.is_global = name in streams.topology.global_stores
+        sub = -1 if self.is_global else streams.topology_index.subtopology_of_store(name)
         if sub is None:
-            raise InvalidStateStoreError(f"no store named '{name}' in this topology (global stores excepted)")
+            raise InvalidStateStoreError(f"no store named '{name}' in this topology")
         self.subtopology = sub
         self.kind = str(getattr(streams.topology.stores[name], "store_kind", "key_value"))
 
@@ -73,8 +77,20 @@ class LocalStoreProvider:
     def _store(self, managed: ManagedTask) -> Any:
         return managed.task.context.stores[self.name]
 
+    def _global_store(self) -> Any:
+        thread = self.streams.stream_thread
+        updater = thread.global_state if thread is not None else None
+        if updater is None or self.name not in updater.stores:
+            raise InvalidStateStorePartitionError(
+                f"global store '{self.name}' is not loaded yet: the instance is {self.streams.state.value}"
+            )
+        return updater.stores[self.name]
+
     def read_key(self, key: Any, read: Callable[[Any], T]) -> T:
         """`read(store)` on the local copy of the partition `key` belongs to."""
+        if self.is_global:
+            with self.streams.state_lock:
+                return read(self._global_store())
         partition = self.partition_of(key)
         task_id = TaskId(self.subtopology, partition)
         with self.streams.state_lock:
@@ -101,6 +117,9 @@ class LocalStoreProvider:
         """`read(store)` on every local copy, concatenated in task order; the partitions read are
         appended to `partitions` (the HTTP server checks that a scatter-gather covered each once)."""
         results: list[T] = []
+        if self.is_global:
+            with self.streams.state_lock:
+                return list(read(self._global_store()))
         with self.streams.state_lock:
             tm = self._task_manager()
             seen: set[TaskId] = set()
@@ -128,6 +147,8 @@ class LocalStoreProvider:
         return results
 
     def local_partitions(self) -> list[int]:
+        if self.is_global:
+            return []
         with self.streams.state_lock:
             tm = self._task_manager()
             ids = set(tm.active) | (set(tm.standby) if self.enable_stale_stores else set())

@@ -315,6 +315,8 @@ class KafkaStreams:
     ) -> KeyQueryMetadata:
         """Active host, standby hosts and partition of `key` in `store` (NOT_AVAILABLE-like, with
         `active_host=None`, while the group is rebalancing)."""
+        if store in self.topology.global_stores:  # every instance holds all of it: ask this one
+            return KeyQueryMetadata(self.host_info, frozenset(), -1)
         if self.topology_index.subtopology_of_store(store) is None:
             raise InvalidStateStoreError(f"no store named '{store}' in this topology")
         serde = key_serde or self.store_key_serde(store)
