@@ -114,6 +114,7 @@ class KafkaStreams:
         server = self.config.get_str("application.server")
         self.host_info: HostInfo | None = HostInfo.parse(server) if server else None
         self._group: GroupMetadataSource | None = None
+        self._group_lock = threading.Lock()  # query threads create the admin client lazily, once
         self._group_admin: InternalTopicManager | None = None
         self._counts: dict[str, int] = {}
 
@@ -289,20 +290,23 @@ class KafkaStreams:
         return self.topology_index.partition_count(store, self._counts)
 
     def _admin(self) -> InternalTopicManager:
-        if self._group_admin is None:
-            settings = client_configs(self.config, f"{self.client_id}-iq")["admin"]
-            self._group_admin = InternalTopicManager(settings)
-        return self._group_admin
+        with self._group_lock:
+            if self._group_admin is None:
+                settings = client_configs(self.config, f"{self.client_id}-iq")["admin"]
+                self._group_admin = InternalTopicManager(settings)
+            return self._group_admin
 
     def _group_view(self, fresh: bool = False) -> Any:
-        if self._group is None:
+        admin = self._admin()
+        group = self._group  # close() may drop it meanwhile: work on this reference
+        if group is None:
             index, standbys = self.topology_index, self.config.get_int("num.standby.replicas")
 
             def interpret(stable: bool, members: list[Any]) -> Any:
                 return interpret_group(stable, members, index, standbys, standby_tasks_for)
 
-            self._group = GroupMetadataSource(describe_with(self._admin(), self.application_id), interpret)
-        return self._group.view(fresh)
+            group = self._group = GroupMetadataSource(describe_with(admin, self.application_id), interpret)
+        return group.view(fresh)
 
     def metadata_for_all_clients(self) -> list[StreamsMetadata]:
         """Every instance of the application that set `application.server`, with what it hosts."""
