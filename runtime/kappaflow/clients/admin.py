@@ -106,6 +106,8 @@ class InternalTopicManager:
             )
         missing = [p for p in plans if p.name not in existing]
         if not missing:
+            # another instance may have just created them: wait until every partition has a leader
+            self.wait_for([p.name for p in plans])
             return
         if not create:
             raise TopicError(
@@ -125,7 +127,7 @@ class InternalTopicManager:
             except Exception as exc:
                 if "TOPIC_ALREADY_EXISTS" not in str(exc):
                     raise TopicError(f"cannot create internal topic '{name}': {exc}") from exc
-        self.wait_for([p.name for p in missing])
+        self.wait_for([p.name for p in plans])
 
     def wait_for(self, names: list[str], timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout

@@ -289,6 +289,7 @@ class StreamThread:
             self._ensure_txn()
             while task.process():
                 count += 1
+            task.publish_metrics()  # per batch, so scrapes see progress between commits
         if count:
             elapsed = time.perf_counter() - started
             self.metrics.increment("process-records-total", count)
