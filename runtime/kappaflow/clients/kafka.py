@@ -120,6 +120,35 @@ class ProductionError(StreamsError):
     """A record could not be produced (reported by a delivery callback)."""
 
 
+def produce_record(
+    producer: Producer,
+    topic: str,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Headers | None,
+    timestamp: int,
+    partition: int | None,
+    on_delivery: Any,
+) -> None:
+    """Produce one record, waiting (while serving delivery reports) when the local queue is full.
+    `partition=None` lets the producer's murmur2_random partitioner choose, as Kafka Streams does."""
+    kwargs: dict[str, Any] = {"key": key, "value": value, "on_delivery": on_delivery}
+    if partition is not None:
+        kwargs["partition"] = partition
+    if timestamp >= 0:
+        kwargs["timestamp"] = timestamp
+    if headers is not None and len(headers):
+        kwargs["headers"] = headers.to_list()
+    while True:
+        try:
+            producer.produce(topic, **kwargs)
+            return
+        except BufferError:
+            producer.poll(0.05)  # the local queue is full: serve delivery reports, retry
+        except KafkaException as exc:
+            raise ProductionError(f"cannot produce to '{topic}': {exc}") from exc
+
+
 class KafkaRecordCollector:
     """The RecordCollector of every task in a process, over one (possibly transactional) producer."""
 
@@ -155,21 +184,7 @@ class KafkaRecordCollector:
         timestamp: int,
         partition: int | None,
     ) -> None:
-        kwargs: dict[str, Any] = {"key": key, "value": value, "on_delivery": self._on_delivery}
-        if partition is not None:
-            kwargs["partition"] = partition
-        if timestamp >= 0:
-            kwargs["timestamp"] = timestamp
-        if headers is not None and len(headers):
-            kwargs["headers"] = headers.to_list()
-        while True:
-            try:
-                self.producer.produce(topic, **kwargs)
-                break
-            except BufferError:
-                self.producer.poll(0.05)  # the local queue is full: serve delivery reports, retry
-            except KafkaException as exc:
-                raise ProductionError(f"cannot produce to '{topic}': {exc}") from exc
+        produce_record(self.producer, topic, key, value, headers, timestamp, partition, self._on_delivery)
         self.sent += 1
         if self.sent & 0x3FF == 0:
             self.producer.poll(0)

@@ -31,6 +31,24 @@ def _zero() -> int:
     return 0
 
 
+def _add_aggregate(
+    builder: InternalBuilder,
+    node: str,
+    parent: str,
+    mat: Materialized,
+    store_name: str,
+    key_serde: Serde[Any] | None,
+    value_serde: Serde[Any] | None,
+    make: Callable[[str, Callable[[], bool], str], Any],
+) -> KTable:
+    """The aggregation node, its timestamped store and the KTable over it (streams and tables alike)."""
+    table = KTable(builder, node, key_serde, value_serde, store_name, parent=None)
+    send_old = table.send_old_values_enabled
+    builder.topology.add_processor(node, lambda: make(store_name, send_old, node), parent)
+    builder.topology.add_state_store(builder.kv_store_builder(mat, store_name, key_serde, value_serde), node)
+    return table
+
+
 class KGroupedStream:
     def __init__(
         self,
@@ -69,15 +87,16 @@ class KGroupedStream:
                 self.value_serde,
                 user_named=self.grouped_name is not None or mat.name is not None,
             )
-        key_serde = mat.key_serde or self.key_serde
-        value_serde = mat.value_serde or default_value_serde
-        table = KTable(builder, node, key_serde, value_serde, store_name, parent=None)
-        send_old = table.send_old_values_enabled
-        builder.topology.add_processor(node, lambda: make(store_name, send_old, node), parent)
-        builder.topology.add_state_store(
-            builder.kv_store_builder(mat, store_name, key_serde, value_serde), node
+        return _add_aggregate(
+            builder,
+            node,
+            parent,
+            mat,
+            store_name,
+            mat.key_serde or self.key_serde,
+            mat.value_serde or default_value_serde,
+            make,
         )
-        return table
 
     def count(self, materialized: Materialized | str | None = None) -> KTable:
         """Count records per key (records with a null key or value are dropped, as in Kafka Streams)."""
@@ -176,15 +195,16 @@ class KGroupedTable:
             user_named=self.grouped_name is not None or mat.name is not None,
         )
         node = builder.new_name(prefix)
-        key_serde = mat.key_serde or self.key_serde
-        value_serde = mat.value_serde or default_value_serde
-        table = KTable(builder, node, key_serde, value_serde, store_name, parent=None)
-        send_old = table.send_old_values_enabled
-        builder.topology.add_processor(node, lambda: make(store_name, send_old, node), parent)
-        builder.topology.add_state_store(
-            builder.kv_store_builder(mat, store_name, key_serde, value_serde), node
+        return _add_aggregate(
+            builder,
+            node,
+            parent,
+            mat,
+            store_name,
+            mat.key_serde or self.key_serde,
+            mat.value_serde or default_value_serde,
+            make,
         )
-        return table
 
     def count(self, materialized: Materialized | str | None = None) -> KTable:
         return self._aggregate(

@@ -44,6 +44,7 @@ from kappaflow.api.errors import StreamsError
 from kappaflow.api.metrics import Metrics
 from kappaflow.api.processor import TaskId
 from kappaflow.api.record import Headers
+from kappaflow.clients.kafka import produce_record
 from kappaflow.clients.murmur2 import partition_for_key
 from kappaflow.state.cache import ThreadCache
 from kappaflow.tasks.task import RawRecord, StreamTask
@@ -160,19 +161,7 @@ class SparkCollector:
         timestamp: int,
         partition: int | None,
     ) -> None:
-        kwargs: dict[str, Any] = {"key": key, "value": value, "on_delivery": self._on_delivery}
-        if partition is not None:
-            kwargs["partition"] = partition
-        if timestamp >= 0:
-            kwargs["timestamp"] = timestamp
-        if headers is not None and len(headers):
-            kwargs["headers"] = headers.to_list()
-        while True:
-            try:
-                self.producer.produce(topic, **kwargs)
-                return
-            except BufferError:
-                self.producer.poll(0.05)
+        produce_record(self.producer, topic, key, value, headers, timestamp, partition, self._on_delivery)
 
     def shuffle_rows(self) -> list[OutputRow]:
         rows: list[OutputRow] = []
