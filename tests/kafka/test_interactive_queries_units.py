@@ -25,7 +25,7 @@ from kappaflow.runner.metadata import (
     interpret_group,
     key_metadata,
 )
-from kappaflow.runner.thread import standby_tasks_for
+from kappaflow.runner.placement import standby_tasks_for
 
 APP = "qa"
 REPARTITION = f"{APP}-{COUNTS_STORE}-repartition"

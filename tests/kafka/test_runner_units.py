@@ -12,7 +12,7 @@ from kappaflow.clients.admin import GroupMember, InternalTopicManager, TopicErro
 from kappaflow.clients.kafka import client_configs
 from kappaflow.clients.murmur2 import murmur2, partition_for_key
 from kappaflow.runner.http import prometheus_text
-from kappaflow.runner.thread import standby_tasks_for
+from kappaflow.runner.placement import standby_tasks_for
 from tests.harness import murmur2 as reference
 
 

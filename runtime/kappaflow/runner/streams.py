@@ -48,7 +48,8 @@ from kappaflow.runner.metadata import (
     interpret_group,
     key_metadata,
 )
-from kappaflow.runner.thread import StreamThread, standby_tasks_for
+from kappaflow.runner.placement import standby_tasks_for
+from kappaflow.runner.thread import StreamThread
 from kappaflow.topology.topology import Topology
 
 log = logging.getLogger("kappaflow.streams")

@@ -49,6 +49,7 @@ from kappaflow.clients.kafka import (
 )
 from kappaflow.runner.global_state import GlobalStateUpdater
 from kappaflow.runner.metadata import consumer_client_id
+from kappaflow.runner.placement import standby_tasks_for
 from kappaflow.runner.tasks import ManagedTask, TaskManager
 from kappaflow.state.cache import ThreadCache
 from kappaflow.tasks.handlers import FailedRecord, resolve_handler
@@ -585,22 +586,3 @@ class StreamThread:
         self.admin = None  # type: ignore[assignment]
         self.consumer = None
         self.tm = None
-
-
-def standby_tasks_for(
-    member_id: str,
-    members: list[Any],
-    task_ids_for: Callable[[list[tuple[str, int]]], dict[TaskId, Any]],
-    k: int,
-) -> set[TaskId]:
-    """Tasks whose standby this member hosts: those owned by the k members before it in sorted order."""
-    n = len(members)
-    index = next((i for i, m in enumerate(members) if m.member_id == member_id), -1)
-    if index < 0 or n < 2 or k <= 0:
-        return set()
-    result: set[TaskId] = set()
-    for owner_index, member in enumerate(members):
-        distance = (index - owner_index) % n
-        if 1 <= distance <= min(k, n - 1):
-            result.update(task_ids_for(list(member.assignment)))
-    return result
