@@ -22,6 +22,7 @@ from kappaflow.state.api import (
     StoreContext,
 )
 from kappaflow.state.cache import DirtyEntries, ThreadCache
+from kappaflow.state.metered import MeteredStoreBase
 from kappaflow.state.timestamped import split_timestamped
 
 K = TypeVar("K")
@@ -271,16 +272,13 @@ class CachingKeyValueStore(WrappedBytesStore):
         self.inner.close()
 
 
-class MeteredKeyValueStore(Generic[K, V]):
+class MeteredKeyValueStore(MeteredStoreBase, Generic[K, V]):
     """The typed store processors and queries see: serdes at the boundary, counters in the metrics."""
 
     def __init__(
         self, inner: KeyValueBytesStore, key_serde: Serde[Any] | None, value_serde: Serde[Any] | None
     ):
-        self.inner = inner
-        self.key_serde = key_serde
-        self.value_serde = value_serde
-        self._topic = inner.name
+        super().__init__(inner, key_serde, value_serde)
         # plain integer counters on the hot path; published to the metrics registry on flush
         self.gets = 0
         self.puts = 0
@@ -289,25 +287,8 @@ class MeteredKeyValueStore(Generic[K, V]):
         self._metrics: Any = None
         self._labels: dict[str, str] = {}
 
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    @property
-    def persistent(self) -> bool:
-        return self.inner.persistent
-
     def init(self, context: StoreContext, root: StateStore | None = None) -> None:
-        if self.key_serde is None:
-            self.key_serde = context.app_config.serde("default.key.serde")
-        if self.value_serde is None:
-            self.value_serde = context.app_config.serde("default.value.serde")
-        if self.key_serde is None or self.value_serde is None:
-            which = "key" if self.key_serde is None else "value"
-            raise InvalidStateStoreError(
-                f"store '{self.name}' has no {which} serde: pass one in Materialized or set "
-                f"default.{which}.serde"
-            )
+        self.key_serde, self.value_serde = self.resolve_serdes(context)
         self._topic = context.changelog_topic(self.name)
         self._metrics = context.metrics
         self._labels = {"store": self.name, "task": str(context.task_id)}
@@ -328,27 +309,11 @@ class MeteredKeyValueStore(Generic[K, V]):
         ):
             self._metrics.set_gauge(name, float(value), **self._labels)
 
-    def close(self) -> None:
-        self.inner.close()
-
-    def is_open(self) -> bool:
-        return self.inner.is_open()
-
-    def _k(self, key: K) -> bytes:
-        if key is None:
-            raise InvalidStateStoreError(f"store '{self.name}': keys must not be None")
-        raw = self.key_serde.serialize(self._topic, key)  # type: ignore[union-attr]
-        assert raw is not None
-        return raw
-
     def _v(self, value: V | None) -> bytes | None:
         return self.value_serde.serialize(self._topic, value)  # type: ignore[union-attr]
 
     def _dv(self, raw: bytes | None) -> V | None:
         return self.value_serde.deserialize(self._topic, raw)  # type: ignore[union-attr]
-
-    def _dk(self, raw: bytes) -> K:
-        return self.key_serde.deserialize(self._topic, raw)  # type: ignore[union-attr, return-value]
 
     def _pairs(self, it: BytesIterator) -> Iterator[tuple[K, V]]:
         for k, v in it:

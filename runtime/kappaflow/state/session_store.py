@@ -14,12 +14,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from kappaflow.api.errors import InvalidStateStoreError
 from kappaflow.api.serdes import Serde
 from kappaflow.api.windows import Window, Windowed
 from kappaflow.state.api import KeyValueBytesStore, RecordContext, StateStore, StoreContext
 from kappaflow.state.builders import KeyValueBytesStoreSupplier
 from kappaflow.state.kv_layers import CachingKeyValueStore, ChangeLoggingKeyValueBytesStore, _find_layer
+from kappaflow.state.metered import MeteredStoreBase
 from kappaflow.state.timestamped import ValueAndTimestamp
 from kappaflow.state.window_store import innermost, windowed_log_config
 
@@ -37,51 +37,23 @@ def split_session_key(raw: bytes) -> tuple[bytes, int, int]:
     return raw[:-SUFFIX_LEN], start, end
 
 
-class MeteredSessionStore:
+class MeteredSessionStore(MeteredStoreBase):
+    kind = "session store"
+
     def __init__(
         self, inner: KeyValueBytesStore, key_serde: Serde[Any] | None, value_serde: Serde[Any] | None,
         retention_ms: int,
     ) -> None:  # fmt: skip
-        self.inner = inner
-        self.key_serde = key_serde
-        self.value_serde = value_serde
+        super().__init__(inner, key_serde, value_serde)
         self.retention_ms = retention_ms
         self.segment_interval = max(retention_ms // 2, 60_000)
         self.observed_stream_time = -1
         self._last_purge_segment = -1
-        self._topic = inner.name
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    @property
-    def persistent(self) -> bool:
-        return self.inner.persistent
 
     def init(self, context: StoreContext, root: StateStore | None = None) -> None:
-        self.key_serde = self.key_serde or context.app_config.serde("default.key.serde")
-        self.value_serde = self.value_serde or context.app_config.serde("default.value.serde")
-        if self.key_serde is None or self.value_serde is None:
-            raise InvalidStateStoreError(f"session store '{self.name}' needs key and value serdes")
+        self.key_serde, self.value_serde = self.resolve_serdes(context)
         self._topic = context.changelog_topic(self.name)
         self.inner.init(context, root or self)
-
-    def flush(self) -> None:
-        self.inner.flush()
-
-    def close(self) -> None:
-        self.inner.close()
-
-    def is_open(self) -> bool:
-        return self.inner.is_open()
-
-    def _k(self, key: Any) -> bytes:
-        if key is None:
-            raise InvalidStateStoreError(f"session store '{self.name}': keys must not be None")
-        raw = self.key_serde.serialize(self._topic, key)  # type: ignore[union-attr]
-        assert raw is not None
-        return raw
 
     def _decode(self, raw: bytes, value: bytes | None) -> tuple[Windowed[Any], Any]:
         key, start, end = split_session_key(raw)

@@ -21,13 +21,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from kappaflow.api.errors import InvalidStateStoreError
 from kappaflow.api.serdes import Serde
 from kappaflow.api.windows import Window, Windowed
 from kappaflow.state.api import KeyValueBytesStore, RecordContext, StateStore, StoreContext
 from kappaflow.state.builders import KeyValueBytesStoreSupplier
 from kappaflow.state.kv_bytes import InMemoryKeyValueBytesStore, RocksDBKeyValueBytesStore
 from kappaflow.state.kv_layers import CachingKeyValueStore, ChangeLoggingKeyValueBytesStore, _find_layer
+from kappaflow.state.metered import MeteredStoreBase
 from kappaflow.state.timestamped import ValueAndTimestamp, ValueAndTimestampSerde
 
 log = logging.getLogger("kappaflow.state")
@@ -63,9 +63,11 @@ def windowed_log_config(retention_ms: int, extra: dict[str, str]) -> dict[str, s
     return config
 
 
-class MeteredWindowStore:
+class MeteredWindowStore(MeteredStoreBase):
     """The typed window store processors and queries use. Values are `ValueAndTimestamp` when the store
     is timestamped (every DSL window store is), plain otherwise."""
+
+    kind = "window store"
 
     def __init__(
         self,
@@ -77,9 +79,7 @@ class MeteredWindowStore:
         retain_duplicates: bool,
         timestamped: bool,
     ) -> None:
-        self.inner = inner
-        self.key_serde = key_serde
-        self.value_serde = value_serde
+        super().__init__(inner, key_serde, value_serde)
         self.window_size = window_size
         self.retention_ms = retention_ms
         self.retain_duplicates = retain_duplicates
@@ -88,52 +88,17 @@ class MeteredWindowStore:
         self.observed_stream_time = -1
         self._last_purge_segment = -1
         self._seq = 0
-        self._topic = inner.name
         self._context: StoreContext | None = None
 
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    @property
-    def persistent(self) -> bool:
-        return self.inner.persistent
-
     def init(self, context: StoreContext, root: StateStore | None = None) -> None:
-        key_serde = self.key_serde or context.app_config.serde("default.key.serde")
-        value_serde = self.value_serde or context.app_config.serde("default.value.serde")
-        if key_serde is None or value_serde is None:
-            which = "key" if key_serde is None else "value"
-            raise InvalidStateStoreError(
-                f"window store '{self.name}' has no {which} serde: pass one in Materialized or set "
-                f"default.{which}.serde"
-            )
+        key_serde, value_serde = self.resolve_serdes(context)
         self.key_serde = key_serde
         self.value_serde = ValueAndTimestampSerde(value_serde) if self.timestamped else value_serde
         self._topic = context.changelog_topic(self.name)
         self._context = context
         self.inner.init(context, root or self)
 
-    def flush(self) -> None:
-        self.inner.flush()
-
-    def close(self) -> None:
-        self.inner.close()
-
-    def is_open(self) -> bool:
-        return self.inner.is_open()
-
     # ----------------------------------------------------------------- serdes
-    def _k(self, key: Any) -> bytes:
-        if key is None:
-            raise InvalidStateStoreError(f"window store '{self.name}': keys must not be None")
-        raw = self.key_serde.serialize(self._topic, key)  # type: ignore[union-attr]
-        assert raw is not None
-        return raw
-
-    def _dk(self, raw: bytes) -> Any:
-        return self.key_serde.deserialize(self._topic, raw)  # type: ignore[union-attr]
-
     def _dv(self, raw: bytes | None) -> Any:
         return self.value_serde.deserialize(self._topic, raw)  # type: ignore[union-attr]
 

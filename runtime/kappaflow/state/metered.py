@@ -1,0 +1,65 @@
+"""What every typed store facade shares: key-value, window and session stores alike.
+
+Each typed store wraps a bytes store, resolves its serdes (its own, else the configured defaults) when a
+task initializes it, serializes at the boundary with the store's changelog topic as the serde topic, and
+delegates lifecycle to the layers inside.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kappaflow.api.errors import InvalidStateStoreError
+from kappaflow.api.serdes import Serde
+from kappaflow.state.api import KeyValueBytesStore, StoreContext
+
+
+class MeteredStoreBase:
+    kind = "store"  # how errors name the store: "store", "window store", "session store"
+
+    def __init__(
+        self, inner: KeyValueBytesStore, key_serde: Serde[Any] | None, value_serde: Serde[Any] | None
+    ) -> None:
+        self.inner = inner
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+        self._topic = inner.name
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def persistent(self) -> bool:
+        return self.inner.persistent
+
+    def resolve_serdes(self, context: StoreContext) -> tuple[Serde[Any], Serde[Any]]:
+        """The store's serdes, falling back to `default.key.serde` / `default.value.serde`."""
+        key_serde = self.key_serde or context.app_config.serde("default.key.serde")
+        value_serde = self.value_serde or context.app_config.serde("default.value.serde")
+        if key_serde is None or value_serde is None:
+            which = "key" if key_serde is None else "value"
+            raise InvalidStateStoreError(
+                f"{self.kind} '{self.name}' has no {which} serde: pass one in Materialized or set "
+                f"default.{which}.serde"
+            )
+        return key_serde, value_serde
+
+    def flush(self) -> None:
+        self.inner.flush()
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def is_open(self) -> bool:
+        return self.inner.is_open()
+
+    def _k(self, key: Any) -> bytes:
+        if key is None:
+            raise InvalidStateStoreError(f"{self.kind} '{self.name}': keys must not be None")
+        raw = self.key_serde.serialize(self._topic, key)  # type: ignore[union-attr]
+        assert raw is not None
+        return raw
+
+    def _dk(self, raw: bytes) -> Any:
+        return self.key_serde.deserialize(self._topic, raw)  # type: ignore[union-attr]
