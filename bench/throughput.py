@@ -28,8 +28,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench import kafka_streams_peer  # noqa: E402
 from confluent_kafka import Consumer, Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]  # noqa: E402
+from examples.wordcount import split_words  # noqa: E402
 from tests.kafka.streams_support import wordcount_topology  # noqa: E402
 
 from kappaflow.runner import KafkaStreams, State  # noqa: E402
@@ -135,6 +137,79 @@ def handwritten_wordcount(bootstrap: str, source: str, sink: str, lines: int) ->
     return lines / elapsed
 
 
+def _produce(producer: Producer, topic: str, key: bytes | None, value: bytes) -> None:
+    """Produce, serving delivery reports when the local queue is full instead of dropping the record."""
+    while True:
+        try:
+            producer.produce(topic, key=key, value=value)
+            return
+        except BufferError:
+            producer.poll(0.01)
+
+
+def repartition_wordcount(
+    bootstrap: str, source: str, repartition: str, sink: str, lines: int, words: int
+) -> float:
+    """Kafka Streams' word-count data flow by hand: lines -> words keyed through a topic -> dict counts.
+
+    One consumer reads the source and the repartition topic; each word makes the broker round trip a
+    repartition record makes in kappaflow and Java Kafka Streams, then is counted; every 30000 counted
+    words (and at the end) the changed counts are produced, everything flushed and offsets committed.
+    No changelog, no transactions, no restore: the floor for any Python implementation of that flow.
+    """
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"hand-rep-{uuid.uuid4().hex[:6]}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "partitioner": "murmur2_random"})
+    consumer.subscribe([source, repartition])
+    pack = struct.Struct(">q").pack
+    counts: dict[bytes, int] = {}
+    dirty: set[bytes] = set()
+    expected = lines * words
+    counted = 0
+    started = finished = 0.0
+
+    def flush_counts() -> None:
+        for key in dirty:
+            _produce(producer, sink, key, pack(counts[key]))
+        dirty.clear()
+        producer.flush()
+        consumer.commit(asynchronous=False)
+
+    while counted < expected:
+        # What is already fetched, else wait for the next record: a batch call that waits to fill up
+        # would stall on the last repartition records and time the wait, not the work.
+        batch = consumer.consume(1000, 0) or consumer.consume(1, 0.5)
+        for msg in batch:
+            if msg.error() is not None:
+                continue
+            if not started:
+                started = time.perf_counter()
+            if msg.topic() == source:
+                for word in split_words(msg.value().decode()):
+                    encoded = word.encode()
+                    _produce(producer, repartition, encoded, encoded)
+                continue
+            key = msg.key()
+            counts[key] = counts.get(key, 0) + 1
+            dirty.add(key)
+            counted += 1
+            if counted == expected:
+                finished = time.perf_counter()
+            if counted % 30000 == 0:
+                flush_counts()
+        producer.poll(0)
+    if counted % 30000:  # else the last commit already covers every consumed offset
+        flush_counts()
+    consumer.close()
+    return lines / (finished - started)
+
+
 def kappaflow_run(bootstrap: str, source: str, sink: str, lines: int, words: int, guarantee: str) -> float:
     expected = lines + lines * words  # both sub-topologies process: lines, then words
     state_dir = tempfile.mkdtemp(prefix="kappaflow-bench-")
@@ -165,13 +240,79 @@ def kappaflow_run(bootstrap: str, source: str, sink: str, lines: int, words: int
     return lines / elapsed
 
 
+RUNS = {
+    "raw": "raw consume->produce loop",
+    "handwritten": "hand-written word count (no repartition)",
+    "repartition": "hand-written word count via repartition",
+    "at_least_once": "kappaflow at_least_once",
+    "exactly_once_v2": "kappaflow exactly_once_v2",
+    "java_at_least_once": "Java Kafka Streams at_least_once",
+    "java_exactly_once_v2": "Java Kafka Streams exactly_once_v2",
+}
+# (numerator, denominator): what kappaflow costs against each thing it is compared with.
+COMPARISONS = (
+    ("at_least_once", "java_at_least_once"),
+    ("exactly_once_v2", "java_exactly_once_v2"),
+    ("at_least_once", "repartition"),
+    ("at_least_once", "handwritten"),
+)
+
+
+def run_one(name: str, args: argparse.Namespace, bootstrap: str, source: str, classpath: str) -> float:
+    """One row of the table on a fresh output topic (and repartition topic / group / app id)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    sink = f"bench-out-{name}-{uuid.uuid4().hex[:6]}"
+    create_topic(admin, sink, args.partitions)
+    if name == "raw":
+        return raw_loop(bootstrap, source, sink, args.lines)
+    if name == "handwritten":
+        return handwritten_wordcount(bootstrap, source, sink, args.lines)
+    if name == "repartition":
+        repartition = f"bench-repartition-{uuid.uuid4().hex[:6]}"
+        create_topic(admin, repartition, args.partitions)
+        return repartition_wordcount(bootstrap, source, repartition, sink, args.lines, args.words)
+    if name.startswith("java_"):
+        guarantee = name.removeprefix("java_")
+        return kafka_streams_peer.run_peer(
+            classpath, bootstrap, source, sink, args.lines, args.words, guarantee
+        )
+    return kappaflow_run(bootstrap, source, sink, args.lines, args.words, name)
+
+
+def print_table(results: dict[str, float | None]) -> None:
+    """Every run against the raw loop, then kappaflow against each peer; a failed run prints n/a."""
+    raw = results.get("raw")
+    print(f"\n{'run':<44}{'lines/s':>10}{'/ raw loop':>12}")
+    for name, label in RUNS.items():
+        value = results.get(name)
+        if value is None:
+            print(f"{label:<44}{'n/a':>10}{'n/a':>12}")
+        else:
+            ratio = f"{value / raw:.2f}" if raw else "n/a"
+            print(f"{label:<44}{value:>10,.0f}{ratio:>12}")
+    print(f"\n{'kappaflow / peer':<82}{'ratio':>8}")
+    for numerator, denominator in COMPARISONS:
+        top, bottom = results.get(numerator), results.get(denominator)
+        ratio = f"{top / bottom:.2f}" if top and bottom else "n/a"
+        print(f"{RUNS[numerator] + ' / ' + RUNS[denominator]:<82}{ratio:>8}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lines", type=int, default=50000)
     parser.add_argument("--words", type=int, default=3, help="words per line")
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--bootstrap", default="")
+    parser.add_argument("--no-java", action="store_true", help="skip the Java Kafka Streams peer")
     args = parser.parse_args()
+    runs = [name for name in RUNS if not (args.no_java and name.startswith("java_"))]
+    classpath = ""
+    if not args.no_java:
+        try:
+            classpath = kafka_streams_peer.prepare()
+        except kafka_streams_peer.PeerError as err:
+            print(f"==> Java Kafka Streams peer unavailable, skipped: {err}", flush=True)
+            runs = [name for name in runs if not name.startswith("java_")]
     broker = None
     bootstrap = args.bootstrap
     if not bootstrap:
@@ -190,30 +331,16 @@ def main() -> int:
         create_topic(admin, source, args.partitions)
         print(f"==> writing {args.lines} lines of {args.words} words to {source}", flush=True)
         fill(bootstrap, source, args.lines, args.words)
-        results: dict[str, float] = {}
-        for name in ("raw", "handwritten", "at_least_once", "exactly_once_v2"):
-            sink = f"bench-out-{name}-{uuid.uuid4().hex[:6]}"
-            create_topic(admin, sink, args.partitions)
-            print(f"==> {name} ...", flush=True)
-            if name == "raw":
-                results[name] = raw_loop(bootstrap, source, sink, args.lines)
-            elif name == "handwritten":
-                results[name] = handwritten_wordcount(bootstrap, source, sink, args.lines)
-            else:
-                results[name] = kappaflow_run(bootstrap, source, sink, args.lines, args.words, name)
+        results: dict[str, float | None] = {}
+        for name in runs:
+            print(f"==> {RUNS[name]} ...", flush=True)
+            try:
+                results[name] = run_one(name, args, bootstrap, source, classpath)
+            except kafka_streams_peer.PeerError as err:
+                print(f"    failed: {err}", flush=True)
+                continue
             print(f"    {results[name]:,.0f} lines/s", flush=True)
-        raw = results["raw"]
-        print()
-        hand = results["handwritten"]
-        print(f"{'run':<40}{'lines/s':>10}{'/ raw loop':>12}{'/ hand-written':>16}")
-        rows = [
-            ("raw consume->produce loop", raw),
-            ("hand-written word count (no state)", hand),
-            ("kappaflow word count at_least_once", results["at_least_once"]),
-            ("kappaflow word count exactly_once_v2", results["exactly_once_v2"]),
-        ]
-        for label, value in rows:
-            print(f"{label:<40}{value:>10,.0f}{value / raw:>12.2f}{value / hand:>16.2f}")
+        print_table(results)
     finally:
         if broker is not None:
             broker.stop()
