@@ -163,8 +163,14 @@ def ensure_kafka_libs(version: str = KAFKA_VERSION, *, verbose: bool = False) ->
 
 
 def _cluster_id() -> str:
-    """A Kafka ``Uuid`` string, as ``kafka-storage random-uuid`` makes: unpadded URL-safe base64, 16 bytes."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """A Kafka ``Uuid`` string, as ``kafka-storage random-uuid`` makes: unpadded URL-safe base64, 16 bytes.
+
+    Like Kafka's ``Uuid.randomUuid()`` it never starts with "-": the storage tool's argument parser would
+    read such an id as an option (1 run in 64 failed to format before this)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def broker_properties(port: int, controller_port: int, log_dir: Path) -> dict[str, str]:
@@ -369,8 +375,7 @@ class LocalKafkaBroker:
             STORAGE_TOOL,
             "format",
             "--ignore-formatted",
-            "--cluster-id",
-            _cluster_id(),
+            f"--cluster-id={_cluster_id()}",
             "--config",
             str(config),
         ]
