@@ -1,13 +1,27 @@
-"""Throughput on one local broker: a raw confluent-kafka consume -> produce loop vs kappaflow word count.
+"""Throughput on one local broker: kappaflow word count vs what it replaces, in the same run.
 
-Not a test: it prints records/s and the ratio kappaflow / raw loop, measured in the same run on the same
-broker and input, so machine speed cancels out. The input is N lines of W words in a P-partition topic,
-written once; each run uses a fresh consumer group and output topic. A hand-written word count (dict
-state, no repartition, no changelog, no guarantees) is printed too, to separate the cost of Python
-from the cost of the framework. "records/s" is input
-lines per second, from the first record processed to the last one processed (start-up excluded).
+Not a test: it prints input lines/s of every run and ratios, measured in the same run on the same broker
+and input, so machine speed cancels out. The input is N lines of W words in a P-partition topic, written
+once; each run uses a fresh consumer group / application id and output topic. The rows:
 
-    python bench/throughput.py [--lines 50000] [--partitions 4] [--bootstrap host:port]
+- raw consume->produce loop: each line copied to the output with confluent-kafka, commits every 10k
+  records; the ceiling for Python on this broker.
+- hand-written word count (no repartition): split, count in a dict, produce each new count; no
+  repartition topic, state store or changelog, so only correct with one consumer.
+- hand-written word count via repartition: Kafka Streams' data flow by hand (lines -> words keyed by
+  word through a repartition topic -> dict counts -> output every 30000 words, then flush and commit);
+  each word makes the broker round trip, so this is the floor for any Python implementation of it.
+- kappaflow at_least_once / exactly_once_v2: examples/wordcount.py's topology on ``KafkaStreams``.
+- Java Kafka Streams at_least_once / exactly_once_v2: the same topology on Apache Kafka Streams at the
+  broker's version (bench/peers/WordCountPeer.java, run as a JVM by bench/kafka_streams_peer.py, which
+  fetches its pinned jars once); one stream thread, default caching and commit interval.
+
+"lines/s" is input lines per second from the first record processed to the last one processed
+(start-up, the JVM's included, excluded); for the frameworks, "last" is when both sub-topologies together
+have processed lines + lines * words records. The JVM's JIT warm-up is inside Java's window, so short
+runs favour Python; use more --lines for steadier numbers. The last block divides kappaflow by each peer.
+
+    python bench/throughput.py [--lines 50000] [--partitions 4] [--bootstrap host:port] [--no-java]
 
 Without --bootstrap it starts the project's broker (tests/harness/kafka_broker.py) on a free port and
 stops it at the end.
@@ -40,10 +54,12 @@ WORDS = [f"w{i}" for i in range(1000)]
 
 
 def create_topic(admin: AdminClient, name: str, partitions: int) -> None:
+    """Every run gets its own topics: no run reads what an earlier one wrote."""
     admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])[name].result(30)
 
 
 def fill(bootstrap: str, topic: str, lines: int, words: int) -> None:
+    """The shared input, written once with a fixed seed so every run and every bench run reads the same."""
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1 << 20})
     rng = random.Random(7)
     for i in range(lines):
@@ -117,7 +133,7 @@ def handwritten_wordcount(bootstrap: str, source: str, sink: str, lines: int) ->
                 continue
             if not started:
                 started = time.perf_counter()
-            for word in msg.value().decode().lower().split():
+            for word in (msg.value() or b"").decode().lower().split():
                 count = counts[word] = counts.get(word, 0) + 1
                 while True:
                     try:
@@ -191,11 +207,11 @@ def repartition_wordcount(
             if not started:
                 started = time.perf_counter()
             if msg.topic() == source:
-                for word in split_words(msg.value().decode()):
+                for word in split_words((msg.value() or b"").decode()):
                     encoded = word.encode()
                     _produce(producer, repartition, encoded, encoded)
                 continue
-            key = msg.key()
+            key = msg.key() or b""
             counts[key] = counts.get(key, 0) + 1
             dirty.add(key)
             counted += 1
@@ -211,6 +227,7 @@ def repartition_wordcount(
 
 
 def kappaflow_run(bootstrap: str, source: str, sink: str, lines: int, words: int, guarantee: str) -> float:
+    """kappaflow's word count, timed on its own processed-records counter like the Java peer times itself."""
     expected = lines + lines * words  # both sub-topologies process: lines, then words
     state_dir = tempfile.mkdtemp(prefix="kappaflow-bench-")
     config: dict[str, Any] = {
