@@ -60,17 +60,13 @@ def run_kappaflow(lines: list[bytes]) -> float:
         task.complete_restoration()
     start = time.perf_counter()
     tasks[0].add_records(INPUT_TOPIC, 0, [RawRecord(i, i, None, v) for i, v in enumerate(lines)])
-    while tasks[0].process():
-        pass
+    tasks[0].process_buffered()
     repartitioned = [RawRecord(i, ts, k, v) for i, (_, k, v, ts) in enumerate(collector.records)]
     collector.records.clear()
     tasks[1].add_records("bench-counts-repartition", 0, repartitioned)
-    processed = 0
-    while tasks[1].process():
-        processed += 1
-        if processed % COMMIT_EVERY == 0:
-            tasks[1].prepare_commit()
-            tasks[1].post_commit()
+    while tasks[1].process_buffered(COMMIT_EVERY):
+        tasks[1].prepare_commit()
+        tasks[1].post_commit()
     tasks[1].prepare_commit()
     elapsed = time.perf_counter() - start
     for task in tasks:

@@ -48,6 +48,11 @@ class Serde(Generic[T]):
             return None
         return self.from_bytes(data)
 
+    def decodes_to_itself(self, data: Any) -> bool:
+        """True when `deserialize(serialize(data))` is an equal immutable object, so a cache may hand
+        `data` itself back instead of decoding bytes again. False unless a serde knows better."""
+        return False
+
     def with_default(self, default: Serde[Any] | None) -> Serde[T]:
         """Wrapping serdes (changes, windowed keys) built without an inner serde take the configured
         default here, when the task resolves serdes; plain serdes return themselves."""
@@ -72,6 +77,9 @@ class Serde(Generic[T]):
 class String(Serde[str]):
     name = "String"
 
+    def decodes_to_itself(self, data: Any) -> bool:
+        return type(data) is str
+
     # the hot path: one call per key or value instead of serialize -> to_bytes
     def serialize(self, topic: str, data: str | None) -> bytes | None:
         if type(data) is str:
@@ -92,6 +100,9 @@ class String(Serde[str]):
 
 class Long(Serde[int]):
     name = "Long"
+
+    def decodes_to_itself(self, data: Any) -> bool:
+        return type(data) is int
 
     def serialize(self, topic: str, data: int | None) -> bytes | None:
         if type(data) is int:
@@ -123,6 +134,9 @@ class Long(Serde[int]):
 class Integer(Serde[int]):
     name = "Integer"
 
+    def decodes_to_itself(self, data: Any) -> bool:
+        return type(data) is int
+
     def to_bytes(self, data: int) -> bytes:
         if not isinstance(data, int) or isinstance(data, bool):
             raise SerializationError(f"Integer serde expects int, got {type(data).__name__}: {data!r:.80}")
@@ -136,6 +150,9 @@ class Integer(Serde[int]):
 
 class Double(Serde[float]):
     name = "Double"
+
+    def decodes_to_itself(self, data: Any) -> bool:
+        return type(data) is float
 
     def to_bytes(self, data: float) -> bytes:
         return _DOUBLE.pack(float(data))
@@ -160,6 +177,9 @@ class Float(Serde[float]):
 
 class Bytes(Serde[bytes]):
     name = "Bytes"
+
+    def decodes_to_itself(self, data: Any) -> bool:
+        return type(data) is bytes
 
     def to_bytes(self, data: bytes) -> bytes:
         if not isinstance(data, bytes | bytearray | memoryview):

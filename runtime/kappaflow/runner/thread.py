@@ -288,8 +288,7 @@ class StreamThread:
             if task.state is not TaskState.RUNNING or not task.buffered():
                 continue
             self._ensure_txn()
-            while task.process():
-                count += 1
+            count += task.process_buffered()
             task.publish_metrics()  # per batch, so scrapes see progress between commits
         if count:
             elapsed = time.perf_counter() - started

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from kappaflow.state.api import RecordContext
 
 _ENTRY_OVERHEAD = 64
+NOT_DECODED = object()
+"""`CacheEntry.decoded` when the typed store above has no decoded copy of the entry's bytes."""
 
 
 @dataclass(slots=True)
@@ -25,6 +27,9 @@ class CacheEntry:
     dirty: bool
     context: RecordContext
     size: int
+    # The typed value the bytes decode to, kept when it is immutable and round-trips (see
+    # Serde.decodes_to_itself): a hot aggregate is then read back without deserializing it per update.
+    decoded: object = NOT_DECODED
 
 
 DirtyEntries = list[tuple[bytes, CacheEntry]]
@@ -97,18 +102,24 @@ class ThreadCache:
         return entry
 
     def put(
-        self, namespace: str, key: bytes, value: bytes | None, dirty: bool, context: RecordContext
+        self,
+        namespace: str,
+        key: bytes,
+        value: bytes | None,
+        dirty: bool,
+        context: RecordContext,
+        decoded: object = NOT_DECODED,
     ) -> None:
         cache = self._caches.get(namespace) or self.named(namespace)
         size = len(key) + (len(value) if value is not None else 0) + len(context.topic) + _ENTRY_OVERHEAD
         entries = cache.entries
         old = entries.get(key)
         if old is None:
-            entries[key] = CacheEntry(value, dirty, context, size)
+            entries[key] = CacheEntry(value, dirty, context, size, decoded)
             delta = size
         else:  # update in place: a hot key costs no allocation
             delta = size - old.size
-            old.value, old.context, old.size = value, context, size
+            old.value, old.context, old.size, old.decoded = value, context, size, decoded
             old.dirty = dirty = dirty or old.dirty
             entries.move_to_end(key)
         if dirty:

@@ -21,7 +21,7 @@ from kappaflow.state.api import (
     StateStore,
     StoreContext,
 )
-from kappaflow.state.cache import DirtyEntries, ThreadCache
+from kappaflow.state.cache import NOT_DECODED, CacheEntry, DirtyEntries, ThreadCache
 from kappaflow.state.metered import MeteredStoreBase
 from kappaflow.state.timestamped import split_timestamped
 
@@ -198,9 +198,22 @@ class CachingKeyValueStore(WrappedBytesStore):
         finally:
             context.set_record_context(previous)
 
-    def _put_cached(self, key: bytes, value: bytes | None) -> None:
+    def _put_cached(self, key: bytes, value: bytes | None, decoded: object = NOT_DECODED) -> None:
         assert self._cache is not None and self._context is not None
-        self._cache.put(self._namespace, key, value, True, self._context.record_context())
+        self._cache.put(self._namespace, key, value, True, self._context.record_context(), decoded)
+
+    @property
+    def caching(self) -> bool:
+        return self._cache is not None
+
+    def cached_entry(self, key: bytes) -> CacheEntry | None:
+        """The key's cache entry (a hit refreshes it), or None: the typed layer's decoded fast path."""
+        assert self._cache is not None
+        return self._cache.get(self._namespace, key)
+
+    def put_decoded(self, key: bytes, value: bytes | None, decoded: object) -> None:
+        """`put` that also remembers the typed value the bytes decode to (caching on only)."""
+        self._put_cached(key, value, decoded)
 
     def get(self, key: bytes) -> bytes | None:
         cache = self._cache
@@ -286,6 +299,9 @@ class MeteredKeyValueStore(MeteredStoreBase, Generic[K, V]):
         self.scans = 0
         self._metrics: Any = None
         self._labels: dict[str, str] = {}
+        # the caching layer right below, when there is one and the thread has a cache: get/put then
+        # keep decoded immutable values in the cache entries (CacheEntry.decoded)
+        self._caching: CachingKeyValueStore | None = None
 
     def init(self, context: StoreContext, root: StateStore | None = None) -> None:
         self.key_serde, self.value_serde = self.resolve_serdes(context)
@@ -293,6 +309,8 @@ class MeteredKeyValueStore(MeteredStoreBase, Generic[K, V]):
         self._metrics = context.metrics
         self._labels = {"store": self.name, "task": str(context.task_id)}
         self.inner.init(context, root or self)
+        inner = self.inner
+        self._caching = inner if isinstance(inner, CachingKeyValueStore) and inner.caching else None
 
     def flush(self) -> None:
         self.inner.flush()
@@ -321,11 +339,28 @@ class MeteredKeyValueStore(MeteredStoreBase, Generic[K, V]):
 
     def get(self, key: K) -> V | None:
         self.gets += 1
-        return self._dv(self.inner.get(self._k(key)))
+        raw_key = self._k(key)
+        caching = self._caching
+        if caching is None:
+            return self._dv(self.inner.get(raw_key))
+        entry = caching.cached_entry(raw_key)
+        if entry is None:
+            return self._dv(caching.inner.get(raw_key))
+        decoded = entry.decoded
+        if decoded is NOT_DECODED:
+            return self._dv(entry.value)
+        return decoded  # type: ignore[return-value]
 
     def put(self, key: K, value: V | None) -> None:
         self.puts += 1
-        self.inner.put(self._k(key), self._v(value))
+        raw_value = self._v(value)
+        caching = self._caching
+        if caching is None:
+            self.inner.put(self._k(key), raw_value)
+        elif self.value_serde.decodes_to_itself(value):  # type: ignore[union-attr]
+            caching.put_decoded(self._k(key), raw_value, value)
+        else:
+            caching.put(self._k(key), raw_value)
 
     def put_if_absent(self, key: K, value: V | None) -> V | None:
         self.puts += 1

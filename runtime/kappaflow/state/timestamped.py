@@ -47,6 +47,10 @@ class ValueAndTimestampSerde(Serde[ValueAndTimestamp[Any]]):
             return None
         return data.timestamp.to_bytes(8, "big", signed=True) + raw
 
+    def decodes_to_itself(self, data: Any) -> bool:
+        # ValueAndTimestamp is documented immutable, like Record
+        return type(data) is ValueAndTimestamp and self.inner.decodes_to_itself(data.value)
+
     def deserialize(self, topic: str, data: bytes | None) -> ValueAndTimestamp[Any] | None:
         if data is None:
             return None

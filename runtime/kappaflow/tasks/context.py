@@ -96,7 +96,7 @@ class ProcessorContextImpl:
         try:
             for node in targets:
                 self.current_node = node
-                node.process(record)
+                node.handle(record)
         except BaseException:
             if self.failed_node is None and self.current_node is not None:
                 self.failed_node = self.current_node.name

@@ -20,13 +20,16 @@ if TYPE_CHECKING:
 
 
 class ProcessorNode:
-    __slots__ = ("children", "children_by_name", "name", "processor")
+    __slots__ = ("children", "children_by_name", "handle", "name", "processor")
 
     def __init__(self, name: str, processor: Processor[Any, Any] | None) -> None:
         self.name = name
         self.processor = processor
         self.children: list[ProcessorNode] = []
         self.children_by_name: dict[str, ProcessorNode] = {}
+        # what forward() calls: the processor's own process() (one Python frame less per hop), or
+        # this node's process() for sources and sinks
+        self.handle: Any = processor.process if processor is not None else self.process
 
     def add_child(self, child: ProcessorNode) -> None:
         self.children.append(child)
@@ -50,7 +53,15 @@ class ProcessorNode:
 
 
 class SourceNode(ProcessorNode):
-    __slots__ = ("context", "key_serde", "timestamp_extractor", "topics", "value_serde")
+    __slots__ = (
+        "context",
+        "key_deserializer",
+        "key_serde",
+        "timestamp_extractor",
+        "topics",
+        "value_deserializer",
+        "value_serde",
+    )
 
     def __init__(
         self,
@@ -63,6 +74,8 @@ class SourceNode(ProcessorNode):
         self.topics = spec.topics
         self.key_serde = key_serde
         self.value_serde = value_serde
+        self.key_deserializer = key_serde.deserialize
+        self.value_deserializer = value_serde.deserialize
         self.timestamp_extractor = timestamp_extractor or record_timestamp
 
     def deserialize(
@@ -75,8 +88,15 @@ class SourceNode(ProcessorNode):
         value: bytes | None,
         headers: Headers,
     ) -> ConsumedRecord:
+        k, v = self.deserialize_key_value(topic, partition, offset, key, value)
+        return ConsumedRecord(topic, partition, offset, timestamp, k, v, headers)
+
+    def deserialize_key_value(
+        self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None
+    ) -> tuple[Any, Any]:
+        """The record's key and value, or a DeserializationError naming the record and the serde."""
         try:
-            k = self.key_serde.deserialize(topic, key)
+            k = self.key_deserializer(topic, key)
         except Exception as exc:
             raise DeserializationError(
                 f"cannot deserialize the key of record {topic}-{partition}@{offset} with "
@@ -86,7 +106,7 @@ class SourceNode(ProcessorNode):
                 offset=offset,
             ) from exc
         try:
-            v = self.value_serde.deserialize(topic, value)
+            v = self.value_deserializer(topic, value)
         except Exception as exc:
             raise DeserializationError(
                 f"cannot deserialize the value of record {topic}-{partition}@{offset} with "
@@ -95,7 +115,7 @@ class SourceNode(ProcessorNode):
                 partition=partition,
                 offset=offset,
             ) from exc
-        return ConsumedRecord(topic, partition, offset, timestamp, k, v, headers)
+        return k, v
 
     def process(self, record: Record[Any, Any]) -> None:
         # the task makes this node current before calling, so forward() reaches its children
@@ -106,7 +126,16 @@ class SourceNode(ProcessorNode):
 
 
 class SinkNode(ProcessorNode):
-    __slots__ = ("context", "key_serde", "partitioner", "topic", "topic_resolver", "value_serde")
+    __slots__ = (
+        "context",
+        "key_serde",
+        "missing_serde",
+        "partitioner",
+        "static_topic",
+        "topic",
+        "topic_resolver",
+        "value_serde",
+    )
 
     def __init__(
         self,
@@ -118,8 +147,11 @@ class SinkNode(ProcessorNode):
         super().__init__(spec.name, None)
         self.topic: str | TopicNameExtractor = spec.topic
         self.topic_resolver = topic_resolver
+        # a fixed topic is resolved (application-id prefix for internal topics) once, not per record
+        self.static_topic: str | None = topic_resolver(spec.topic) if isinstance(spec.topic, str) else None
         self.key_serde = key_serde
         self.value_serde = value_serde
+        self.missing_serde = "key" if key_serde is None else "value" if value_serde is None else ""
         self.partitioner: StreamPartitioner | None = spec.partitioner
 
     def bind(self, context: ProcessorContextImpl) -> None:
@@ -127,19 +159,19 @@ class SinkNode(ProcessorNode):
 
     def process(self, record: Record[Any, Any]) -> None:
         context = self.context
-        if isinstance(self.topic, str):
-            topic = self.topic_resolver(self.topic)
-        else:
-            topic = self.topic_resolver(self.topic(record.key, record.value, context.record_context().topic))
-        if self.key_serde is None or self.value_serde is None:
-            which = "key" if self.key_serde is None else "value"
+        topic = self.static_topic
+        if topic is None:
+            extractor: Any = self.topic
+            topic = self.topic_resolver(extractor(record.key, record.value, context.record_context().topic))
+        if self.missing_serde:
+            which = self.missing_serde
             raise StreamsError(
                 f"sink '{self.name}' writing to '{topic}' has no {which} serde: pass one in Produced "
                 f"(to(..., {which}_serde=...)) or set default.{which}.serde"
             )
         try:
-            key = self.key_serde.serialize(topic, record.key)
-            value = self.value_serde.serialize(topic, record.value)
+            key = self.key_serde.serialize(topic, record.key)  # type: ignore[union-attr]
+            value = self.value_serde.serialize(topic, record.value)  # type: ignore[union-attr]
         except SerializationError as exc:
             raise SerializationError(f"sink '{self.name}': {exc}") from exc
         partition = None

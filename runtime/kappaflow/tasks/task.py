@@ -60,6 +60,9 @@ _TRANSITIONS: dict[TaskState, set[TaskState]] = {
 }
 
 
+_SKIP: Any = object()  # a record the handlers or the extractor dropped: counted as consumed, not processed
+
+
 @dataclass(slots=True)
 class RawRecord:
     """A record as consumed: bytes plus position. The runner adapts client messages to this."""
@@ -229,69 +232,124 @@ class StreamTask:
         if chosen is None:
             return False
         (topic, partition), queue = chosen
-        raw = queue.popleft()
-        self._process_raw(topic, partition, raw)
-        self.consumed_offsets[(topic, partition)] = raw.offset
+        self._drain(topic, partition, queue, 1)
         return True
 
-    def _process_raw(self, topic: str, partition: int, raw: RawRecord) -> None:
+    def process_buffered(self, limit: int = 1 << 62) -> int:
+        """Process up to `limit` buffered records in timestamp order; return how many were processed.
+
+        The runner's loop: a task that reads one partition (most do) has nothing to choose between, so
+        its queue is drained in one tight loop instead of one `process()` call per record."""
+        if self.state is not TaskState.RUNNING:
+            return 0
+        queues = self.queues
+        if len(queues) != 1:
+            count = 0
+            while count < limit and self.process():
+                count += 1
+            return count
+        (topic, partition), queue = next(iter(queues.items()))
+        return self._drain(topic, partition, queue, limit)
+
+    def _drain(self, topic: str, partition: int, queue: deque[RawRecord], limit: int) -> int:
+        """Process up to `limit` records from the head of one partition's queue.
+
+        This is the per-record hot path, so the loop keeps what it needs in locals; the consumed offset,
+        partition time and processed count are written back once, also when a record fails the task."""
         source = self.sources[topic]
-        try:
-            consumed = source.deserialize(
-                topic, partition, raw.offset, raw.timestamp, raw.key, raw.value, raw.headers
-            )
-        except DeserializationError as exc:
-            self._handle_failure(self._deserialization_handler, exc, topic, partition, raw, source.name)
-            return
+        context = self.context
+        deserialize = source.deserialize_key_value
+        process = source.process
+        custom_extractor = source.timestamp_extractor is not record_timestamp
+        stream_punctuations = context.stream_time_punctuations
         tp = (topic, partition)
         partition_time = self.partition_time.get(tp, -1)
-        timestamp = self._extract_timestamp(source, consumed, partition_time)
+        count = processed = 0
+        last = -1
+        try:
+            while queue and count < limit:
+                raw = queue[0]
+                offset = raw.offset
+                try:
+                    key, value = deserialize(topic, partition, offset, raw.key, raw.value)
+                except DeserializationError as exc:
+                    self._handle_failure(
+                        self._deserialization_handler, exc, topic, partition, raw, source.name
+                    )
+                    key = value = _SKIP
+                timestamp = raw.timestamp
+                if key is not _SKIP and (timestamp < 0 or custom_extractor):
+                    timestamp = self._extract_timestamp(source, raw, key, value, tp, partition_time)
+                    if timestamp < 0:
+                        key = _SKIP
+                if key is not _SKIP:
+                    if timestamp > partition_time:
+                        partition_time = timestamp
+                    if timestamp > context.stream_time:
+                        context.stream_time = timestamp
+                    headers = raw.headers
+                    context.current = RecordContext(timestamp, topic, partition, offset, headers)
+                    context.current_node = source
+                    try:
+                        process(Record(key, value, timestamp, headers))
+                    except (TaskMigratedError, ProcessingError):
+                        raise
+                    except Exception as exc:
+                        self._processing_failure(exc, topic, partition, raw, source.name)
+                    finally:
+                        context.current_node = None
+                        context.failed_node = None
+                    processed += 1
+                    if stream_punctuations:
+                        self._punctuate(stream_punctuations, context.stream_time)
+                queue.popleft()
+                last = offset
+                count += 1
+        finally:
+            if count:
+                self.consumed_offsets[tp] = last
+            if partition_time >= 0:
+                self.partition_time[tp] = partition_time
+            self._processed += processed
+        return count
+
+    def _extract_timestamp(
+        self,
+        source: SourceNode,
+        raw: RawRecord,
+        key: Any,
+        value: Any,
+        tp: tuple[str, int],
+        partition_time: int,
+    ) -> int:
+        """The configured extractor's timestamp; a negative one drops the record (with a metric)."""
+        consumed = ConsumedRecord(tp[0], tp[1], raw.offset, raw.timestamp, key, value, raw.headers)
+        timestamp = int(source.timestamp_extractor(consumed, partition_time))
         if timestamp < 0:
             log.warning(
                 "dropping record %s-%s@%s: invalid extracted timestamp %s",
-                topic,
-                partition,
+                tp[0],
+                tp[1],
                 raw.offset,
                 timestamp,
             )
             self.metrics.increment("dropped-records-total", reason="invalid-timestamp", **self._labels)
-            return
-        if timestamp > partition_time:
-            self.partition_time[tp] = timestamp
-        context = self.context
-        if timestamp > context.stream_time:
-            context.stream_time = timestamp
-        context.current = RecordContext(timestamp, topic, partition, raw.offset, raw.headers)
-        context.current_node = source
-        try:
-            source.process(Record(consumed.key, consumed.value, timestamp, raw.headers))
-        except (TaskMigratedError, ProcessingError):
-            raise
-        except Exception as exc:
-            node = context.failed_node or source.name
-            error = ProcessingError(
-                f"error processing record {topic}-{partition}@{raw.offset} in node '{node}': "
-                f"{type(exc).__name__}: {exc}",
-                node=node,
-                topic=topic,
-                partition=partition,
-                offset=raw.offset,
-            )
-            error.__cause__ = exc
-            self._handle_failure(self._processing_handler, error, topic, partition, raw, node)
-        finally:
-            context.current_node = None
-            context.failed_node = None
-        self._processed += 1
-        self.maybe_punctuate_stream_time()
+        return timestamp
 
-    def _extract_timestamp(self, source: SourceNode, consumed: ConsumedRecord, partition_time: int) -> int:
-        extractor = source.timestamp_extractor
-        if extractor is record_timestamp:
-            return (
-                consumed.timestamp if consumed.timestamp >= 0 else record_timestamp(consumed, partition_time)
-            )
-        return int(extractor(consumed, partition_time))
+    def _processing_failure(
+        self, exc: Exception, topic: str, partition: int, raw: RawRecord, source: str
+    ) -> None:
+        node = self.context.failed_node or source
+        error = ProcessingError(
+            f"error processing record {topic}-{partition}@{raw.offset} in node '{node}': "
+            f"{type(exc).__name__}: {exc}",
+            node=node,
+            topic=topic,
+            partition=partition,
+            offset=raw.offset,
+        )
+        error.__cause__ = exc
+        self._handle_failure(self._processing_handler, error, topic, partition, raw, node)
 
     def _handle_failure(
         self, handler: Any, error: StreamsError, topic: str, partition: int, raw: RawRecord, node: str
