@@ -179,6 +179,10 @@ def repartition_wordcount(
             "group.id": f"hand-rep-{uuid.uuid4().hex[:6]}",
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
+            # the fetch tuning kappaflow's consumer has (clients/kafka.py), so the floor is at its best:
+            # with librdkafka's 1 s fetch.queue.backoff.ms the repartition records come back late
+            "fetch.wait.max.ms": 50,
+            "fetch.queue.backoff.ms": 20,
         }
     )
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "partitioner": "murmur2_random"})

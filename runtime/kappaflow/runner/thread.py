@@ -50,10 +50,11 @@ from kappaflow.clients.kafka import (
 from kappaflow.runner.global_state import GlobalStateUpdater
 from kappaflow.runner.metadata import consumer_client_id
 from kappaflow.runner.placement import standby_tasks_for
+from kappaflow.runner.routing import raw_records_by_partition
 from kappaflow.runner.tasks import ManagedTask, TaskManager
 from kappaflow.state.cache import ThreadCache
 from kappaflow.tasks.handlers import FailedRecord, resolve_handler
-from kappaflow.tasks.task import RawRecord, TaskState
+from kappaflow.tasks.task import TaskState
 from kappaflow.topology.topology import Topology
 
 log = logging.getLogger("kappaflow.runner")
@@ -255,28 +256,11 @@ class StreamThread:
     def _route(self, messages: list[Any]) -> None:
         tm = self.tm
         assert tm is not None
-        by_task: dict[tuple[str, int], list[RawRecord]] = {}
-        for msg in messages:
-            err = msg.error()
-            if err is not None:
-                if err.fatal():
-                    raise KafkaException(err)
-                log.warning("consumer error: %s", err)
-                continue
-            headers = msg.headers()
-            raw = RawRecord(
-                msg.offset(),
-                msg.timestamp()[1],
-                msg.key(),
-                msg.value(),
-                Headers(headers) if headers else Headers(),
-            )
-            by_task.setdefault((msg.topic(), msg.partition()), []).append(raw)
-        for (topic, partition), records in by_task.items():
-            task_id = self._partition_tasks.get((topic, partition))
+        for tp, records in raw_records_by_partition(messages):
+            task_id = self._partition_tasks.get(tp)
             managed = tm.active.get(task_id) if task_id is not None else None
             if managed is not None:
-                managed.task.add_records(topic, partition, records)
+                managed.task.add_records(tp[0], tp[1], records)
 
     def _process(self) -> int:
         tm = self.tm

@@ -1,0 +1,50 @@
+"""From consumed messages to task input: confluent-kafka `Message`s become `RawRecord`s per partition."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+from confluent_kafka import KafkaException
+
+from kappaflow.api.record import Headers
+from kappaflow.tasks.task import RawRecord
+
+log = logging.getLogger("kappaflow.thread")
+
+
+def raw_records_by_partition(messages: list[Any]) -> Iterator[tuple[tuple[str, int], list[RawRecord]]]:
+    """Yield `((topic, partition), records)` for each run of one partition in a `consume()` batch.
+
+    librdkafka hands a batch over in runs of one partition, so grouping by runs keeps per-partition order
+    and costs one queue lookup per run instead of one per message. Consumer errors are logged and
+    skipped, fatal ones raised."""
+    current: tuple[str, int] = ("", -1)
+    batch: list[RawRecord] = []
+    append = batch.append
+    for msg in messages:
+        err = msg.error()
+        if err is not None:
+            if err.fatal():
+                raise KafkaException(err)
+            log.warning("consumer error: %s", err)
+            continue
+        tp = (msg.topic(), msg.partition())
+        if tp != current:
+            if batch:
+                yield current, batch
+            current, batch = tp, []
+            append = batch.append
+        headers = msg.headers()
+        append(
+            RawRecord(
+                msg.offset(),
+                msg.timestamp()[1],
+                msg.key(),
+                msg.value(),
+                Headers(headers) if headers else Headers(),
+            )
+        )
+    if batch:
+        yield current, batch
