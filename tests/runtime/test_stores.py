@@ -221,3 +221,84 @@ def test_metered_store_publishes_operation_counts_on_flush() -> None:
         metrics = driver.metrics()
         assert metrics.gauge("state-store-put-total", store="c") == 2
         assert metrics.gauge("state-store-get-total", store="c") == 2
+
+
+typed_ops = st.lists(
+    st.tuples(
+        st.sampled_from(["put", "delete", "put_if_absent", "put_none", "get"]),
+        st.sampled_from(["a", "b", "c", "d"]),
+        st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(typed_ops, st.integers(min_value=0, max_value=600))
+def test_typed_store_over_the_cache_reads_like_one_without(
+    operations: list[tuple[str, str, int]], cache_bytes: int
+) -> None:
+    """The typed layer keeps decoded values in cache entries (CacheEntry.decoded); whatever was evicted
+    or flushed when, every read must equal a typed store with no cache at all."""
+    from kappaflow import serdes
+    from kappaflow.state.kv_layers import MeteredKeyValueStore
+
+    with tempfile.TemporaryDirectory() as tmp:
+        context = FakeStoreContext(Path(tmp), cache_bytes=cache_bytes)
+        plain: Any = MeteredKeyValueStore(InMemoryKeyValueBytesStore("p"), serdes.String(), serdes.Long())
+        cached: Any = MeteredKeyValueStore(
+            CachingKeyValueStore(InMemoryKeyValueBytesStore("c")), serdes.String(), serdes.Long()
+        )
+        plain.init(context)
+        cached.init(context)
+        assert cached._caching is not None  # the decoded fast path is what this test is about
+        for i, (op, key, value) in enumerate(operations):
+            if op == "get":
+                assert cached.get(key) == plain.get(key)
+            elif op == "put":
+                cached.put(key, value)
+                plain.put(key, value)
+            elif op == "put_none":
+                cached.put(key, None)
+                plain.put(key, None)
+            elif op == "delete":
+                assert cached.delete(key) == plain.delete(key)
+            else:
+                assert cached.put_if_absent(key, value) == plain.put_if_absent(key, value)
+            if i % 7 == 6:
+                cached.flush()
+        assert [cached.get(k) for k in "abcd"] == [plain.get(k) for k in "abcd"]
+        assert list(cached.all()) == list(plain.all())
+
+
+def test_cached_store_returns_what_the_serde_decodes_not_the_object_written(tmp_path: Path) -> None:
+    """Only values a serde says decode to themselves are handed back as written: a serde that
+    normalizes, or a mutable value, is read back from its bytes, as without a cache."""
+    from kappaflow import serdes
+    from kappaflow.state.kv_layers import MeteredKeyValueStore
+
+    class Upper(serdes.String):
+        def deserialize(self, topic: str, data: bytes | None) -> str | None:
+            return None if data is None else data.decode().upper()
+
+        def decodes_to_itself(self, data: Any) -> bool:
+            return False
+
+    context = FakeStoreContext(tmp_path, cache_bytes=10_000)
+    upper: Any = MeteredKeyValueStore(
+        CachingKeyValueStore(InMemoryKeyValueBytesStore("u")), serdes.String(), Upper()
+    )
+    upper.init(context)
+    upper.put("k", "abc")
+    assert upper.get("k") == "ABC"
+
+    listed: Any = MeteredKeyValueStore(
+        CachingKeyValueStore(InMemoryKeyValueBytesStore("l")), serdes.String(), serdes.Json()
+    )
+    listed.init(context)
+    value = [1, 2]
+    listed.put("k", value)
+    value.append(3)  # mutating the written object must not change the stored aggregate
+    first = listed.get("k")
+    assert first == [1, 2]
+    assert listed.get("k") is not first
