@@ -47,6 +47,7 @@ from kappaflow.clients.kafka import (
     new_consumer,
     new_producer,
 )
+from kappaflow.runner.fetch_lag import FetchedLag
 from kappaflow.runner.global_state import GlobalStateUpdater
 from kappaflow.runner.metadata import consumer_client_id
 from kappaflow.runner.placement import standby_tasks_for
@@ -117,6 +118,7 @@ class StreamThread:
         self._purge_interval = float(config.get("repartition.purge.interval.ms", 30000)) / 1000.0
         self._purgeable: dict[tuple[str, int], int] = {}
         self.consumer: Consumer | None = None
+        self.fetched_lag: FetchedLag | None = None
         self.tm: TaskManager | None = None
         self._partition_tasks: dict[tuple[str, int], TaskId] = {}
         self._repartition_topics: set[str] = set()
@@ -203,6 +205,7 @@ class StreamThread:
             self.global_state.stores if self.global_state else None,
         )
         consumer = self.consumer = new_consumer(self.settings["consumer"])
+        self.fetched_lag = FetchedLag(consumer)
         consumer.subscribe(
             topics, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
         )
@@ -267,12 +270,13 @@ class StreamThread:
         assert tm is not None
         count = 0
         started = time.perf_counter()
+        now = now_ms()
         for managed in tm.active.values():
             task = managed.task
             if task.state is not TaskState.RUNNING or not task.buffered():
                 continue
             self._ensure_txn()
-            count += task.process_buffered()
+            count += task.process_buffered(fetched_lag=self.fetched_lag, now_ms=now)
             task.publish_metrics()  # per batch, so scrapes see progress between commits
         if count:
             elapsed = time.perf_counter() - started
@@ -363,6 +367,8 @@ class StreamThread:
             tm = self.tm
             assert tm is not None
             self._in_group = True
+            if self.fetched_lag is not None:
+                self.fetched_lag.reset()
             added = [(tp.topic, tp.partition) for tp in partitions]
             self.assigned = sorted(set(self.assigned) | set(added)) if self.incremental else added
             by_task = tm.task_ids_for(self.assigned)

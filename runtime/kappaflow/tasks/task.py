@@ -60,6 +60,10 @@ _TRANSITIONS: dict[TaskState, set[TaskState]] = {
 }
 
 
+LAGGING_STALL_MS = 10_000
+"""How long a task waits for a lagging input that delivers nothing before it processes without it: a
+guard against a partition whose fetches stall (Kafka Streams waits as long as the lag is positive)."""
+
 _SKIP: Any = object()  # a record the handlers or the extractor dropped: counted as consumed, not processed
 
 
@@ -130,7 +134,10 @@ class StreamTask:
         self._dead_letter_topic = config.get_str("errors.dead.letter.queue.topic.name")
         self._labels = {"task": str(task_id)}
         self._processed = 0  # published to the metrics registry on commit
+        self.max_task_idle_ms = config.get_int("max.task.idle.ms")
+        self._empty_since: dict[tuple[str, int], int] = {}  # input partitions with nothing buffered
         self._build_nodes()
+        self.input_partitions = [(topic, task_id.partition) for topic in sorted(self.sources)]
 
     # ----------------------------------------------------------------- construction
     def changelog_topic(self, store_name: str) -> str:
@@ -235,21 +242,69 @@ class StreamTask:
         self._drain(topic, partition, queue, 1)
         return True
 
-    def process_buffered(self, limit: int = 1 << 62) -> int:
+    def process_buffered(
+        self,
+        limit: int = 1 << 62,
+        fetched_lag: Callable[[str, int], int | None] | None = None,
+        now_ms: int = 0,
+    ) -> int:
         """Process up to `limit` buffered records in timestamp order; return how many were processed.
 
         The runner's loop: a task that reads one partition (most do) has nothing to choose between, so
-        its queue is drained in one tight loop instead of one `process()` call per record."""
+        its queue is drained in one tight loop instead of one `process()` call per record. A task that
+        reads several stops when it must wait for one of them (`ready_to_process`, given the runner's
+        `fetched_lag`); without `fetched_lag` (test driver, Spark) every input is already buffered."""
         if self.state is not TaskState.RUNNING:
             return 0
         queues = self.queues
-        if len(queues) != 1:
-            count = 0
-            while count < limit and self.process():
-                count += 1
-            return count
-        (topic, partition), queue = next(iter(queues.items()))
-        return self._drain(topic, partition, queue, limit)
+        if len(self.input_partitions) == 1 and len(queues) == 1:
+            (topic, partition), queue = next(iter(queues.items()))
+            return self._drain(topic, partition, queue, limit)
+        count = 0
+        while count < limit:
+            if fetched_lag is not None and not self.ready_to_process(now_ms, fetched_lag):
+                break
+            if not self.process():
+                break
+            count += 1
+        return count
+
+    def ready_to_process(self, now_ms: int, fetched_lag: Callable[[str, int], int | None]) -> bool:
+        """Kafka Streams' rule for a task with several input partitions (KIP-695): with an input empty,
+        wait while it has fetchable data not yet here (lag > 0 or unknown), else up to
+        `max.task.idle.ms` for new data (0: not at all; -1: never wait); then process anyway
+        ("enforced processing", counted). Without this a join could run ahead on one side."""
+        queues = self.queues
+        empty_since = self._empty_since
+        enforced = False
+        for tp in self.input_partitions:
+            if queues.get(tp):
+                if empty_since:
+                    empty_since.pop(tp, None)
+                continue
+            if self.max_task_idle_ms < 0:
+                enforced = True
+                continue
+            since = empty_since.setdefault(tp, now_ms)
+            lag = fetched_lag(*tp)
+            if lag is None or lag > 0:
+                if now_ms - since < LAGGING_STALL_MS:
+                    return False  # records are on the broker (or may be): wait for the fetch
+                log.warning(
+                    "task %s: %s-%s has lag %s but nothing arrived for %d ms; processing without it",
+                    self.id,
+                    tp[0],
+                    tp[1],
+                    lag,
+                    now_ms - since,
+                )
+                empty_since[tp] = now_ms
+            elif now_ms - since < self.max_task_idle_ms:
+                return False
+            enforced = True
+        if enforced and any(queues.values()):
+            self.metrics.increment("enforced-processing-total", **self._labels)
+        return True
 
     def _drain(self, topic: str, partition: int, queue: deque[RawRecord], limit: int) -> int:
         """Process up to `limit` records from the head of one partition's queue.
