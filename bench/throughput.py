@@ -84,7 +84,7 @@ def raw_loop(bootstrap: str, source: str, sink: str, lines: int) -> float:
     seen = 0
     started = 0.0
     while seen < lines:
-        for msg in consumer.consume(1000, 0.5):
+        for msg in consumer.consume(1000, 0) or consumer.consume(1, 0.5):
             if msg.error() is not None:
                 continue
             if not started:
@@ -128,7 +128,7 @@ def handwritten_wordcount(bootstrap: str, source: str, sink: str, lines: int) ->
     seen = 0
     started = 0.0
     while seen < lines:
-        for msg in consumer.consume(1000, 0.5):
+        for msg in consumer.consume(1000, 0) or consumer.consume(1, 0.5):
             if msg.error() is not None:
                 continue
             if not started:

@@ -223,7 +223,12 @@ class StreamThread:
         tm = self.tm
         assert tm is not None
         busy = tm.has_changelog_work() and bool(tm.restoring())
-        messages = consumer.consume(BATCH, 0 if busy else self.poll_timeout)
+        # What is already fetched, at once; only when nothing is, wait (up to poll.ms) for the first record.
+        # consume(BATCH, timeout) would block until BATCH records arrive, idling while a repartition
+        # topic trickles back.
+        messages = consumer.consume(BATCH, 0)
+        if not messages and not busy:
+            messages = consumer.consume(1, self.poll_timeout)
         if self._fatal is not None:
             raise self._fatal
         with self.state_lock:
