@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+import time
 import uuid
 
 import pytest
@@ -100,3 +101,58 @@ def test_uncaught_processing_error_reaches_the_handler_and_stops_the_client(
     assert len(seen) == 1 and isinstance(seen[0], ProcessingError)
     assert "unlucky number" in str(seen[0])
     assert app.state is State.NOT_RUNNING
+
+
+def test_shutdown_application_stops_every_instance_and_a_restart_runs_again(
+    kafka_bootstrap, kafka_topics, tmp_path
+):
+    """SHUTDOWN_APPLICATION from the instance that failed reaches the other one (through the member-less
+    `<app>-shutdown` group): both end in ERROR. An instance started afterwards is not stopped by it."""
+    from kappaflow.runner import State, StreamThreadExceptionResponse
+    from kappaflow.runner.app_shutdown import WATCH_INTERVAL_S
+
+    source = kafka_topics("app-stop-in", partitions=2)
+    sink = kafka_topics("app-stop-out", partitions=2)
+    app_id = f"app-stop-{uuid.uuid4().hex[:8]}"
+
+    def instance(name: str, **extra: str) -> KafkaStreams:
+        config = fast_config(kafka_bootstrap, app_id, str(tmp_path / name), **{"client.id": name, **extra})
+        app = KafkaStreams(doubling(source, sink), config)
+        app.set_uncaught_exception_handler(lambda error: StreamThreadExceptionResponse.SHUTDOWN_APPLICATION)
+        return app
+
+    # Static members with a session longer than the signal takes: the failed instance's partitions stay
+    # with it, so the other one stops because of the signal, not by inheriting the poison record.
+    static = {"consumer.session.timeout.ms": "12000"}
+    first = instance("one", **{"group.instance.id": "one", **static})
+    second = instance("two", **{"group.instance.id": "two", **static})
+    first.start()
+    second.start()
+    try:
+        wait_running(first, second)
+        producer = Producer({"bootstrap.servers": kafka_bootstrap, "partitioner": "murmur2_random"})
+        producer.produce(source, key=b"b", value=struct.pack(">q", 13))  # fails whichever owns its partition
+        assert producer.flush(10) == 0
+        assert first.wait_until(State.ERROR, 60)
+        assert second.wait_until(State.ERROR, 60)
+        messages = {str(first.error), str(second.error)}
+        assert any("unlucky number" in m for m in messages)
+        assert any("application shutdown requested by" in m for m in messages)
+    finally:
+        first.close(30)
+        second.close(30)
+
+    # the poison record was never committed: this instance drops it instead of failing on it again
+    third = instance("three", **{"processing.exception.handler": "log_and_continue"})
+    third.start()
+    try:
+        wait_running(third)
+        producer.produce(source, key=b"a", value=struct.pack(">q", 2))
+        assert producer.flush(10) == 0
+        # partitions come to it once the stopped static members' sessions (12 s) expire
+        out = read_topic(kafka_bootstrap, sink, expected=1, timeout=60)
+        assert [struct.unpack(">q", m.value())[0] for m in out if m.key() == b"a"] == [4]
+        time.sleep(2 * WATCH_INTERVAL_S + 1)
+        assert third.state is State.RUNNING  # the earlier signal does not stop a new instance
+    finally:
+        third.close(30)

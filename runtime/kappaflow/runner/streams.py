@@ -7,8 +7,8 @@ The stream thread runs in the background; `close()` asks it to commit and stop.
 
 The uncaught-exception handler answers REPLACE_THREAD (a new stream thread with new clients rejoins the
 group), SHUTDOWN_CLIENT or SHUTDOWN_APPLICATION. Java broadcasts the last one to every member through its
-own assignor; librdkafka cannot carry that signal, so here it stops this client like SHUTDOWN_CLIENT and
-logs that the other instances keep running.
+own assignor; librdkafka cannot plug one in, so the signal travels through a member-less consumer group
+(runner/app_shutdown.py): every instance stops within a few seconds, cleanly, in state ERROR.
 
 Interactive queries: `store(name, store_type)` hands out a read-only view over this instance's local
 copies of a store (the view class comes from the store type, which lives in `kappaflow.query` above this
@@ -35,6 +35,7 @@ from kappaflow.api.metrics import Metrics
 from kappaflow.api.serdes import Serde
 from kappaflow.clients.admin import InternalTopicManager
 from kappaflow.clients.kafka import client_configs
+from kappaflow.runner.app_shutdown import ApplicationShutdownSignal
 from kappaflow.runner.http import HealthServer
 from kappaflow.runner.local_stores import LocalStoreProvider
 from kappaflow.runner.metadata import (
@@ -118,6 +119,8 @@ class KafkaStreams:
         self._group_lock = threading.Lock()  # query threads create the admin client lazily, once
         self._group_admin: InternalTopicManager | None = None
         self._counts: dict[str, int] = {}
+        self._shutdown_signal: ApplicationShutdownSignal | None = None
+        self._shutdown_requested_by: str | None = None
 
     # ----------------------------------------------------------------- listeners
     def set_state_listener(self, listener: StateListener) -> None:
@@ -165,6 +168,11 @@ class KafkaStreams:
             self._http.start()
             self.metrics_port = self._http.port
         self._set_state(State.REBALANCING)
+        sources = sorted(self.topology.source_topics())
+        if sources:
+            settings = client_configs(self.config, f"{self.client_id}-shutdown")["restore"]
+            self._shutdown_signal = ApplicationShutdownSignal(settings, self.application_id, sources[0])
+            self._shutdown_signal.watch(self._on_application_shutdown)
         self._thread = threading.Thread(
             target=self._run, name=f"{self.client_id}-StreamThread-1", daemon=True
         )
@@ -183,6 +191,11 @@ class KafkaStreams:
             )
             try:
                 self.stream_thread.run(self._stop)
+                if self._shutdown_requested_by is not None:
+                    self.error = StreamsError(
+                        f"application shutdown requested by {self._shutdown_requested_by}"
+                    )
+                    self._set_state(State.ERROR)
                 return
             except BaseException as exc:
                 log.exception("stream thread failed: %s", exc)
@@ -197,13 +210,26 @@ class KafkaStreams:
                     log.warning("replacing the stream thread")
                     self._set_state(State.REBALANCING)
                     continue
-                if response is StreamThreadExceptionResponse.SHUTDOWN_APPLICATION:
-                    log.error("SHUTDOWN_APPLICATION: stopping this instance; other instances keep running")
+                if (
+                    response is StreamThreadExceptionResponse.SHUTDOWN_APPLICATION
+                    and self._shutdown_signal is not None
+                ):
+                    self._shutdown_signal.request(self.client_id, f"{type(exc).__name__}: {exc}")
                 self._set_state(State.ERROR)
                 return
 
+    def _on_application_shutdown(self, sender: str) -> None:
+        """Another instance answered SHUTDOWN_APPLICATION: commit, stop, and end in state ERROR."""
+        if self._stop.is_set():
+            return
+        log.error("application shutdown requested by %s: stopping this instance", sender)
+        self._shutdown_requested_by = sender
+        self._stop.set()
+
     def close(self, timeout: float = 60.0) -> bool:
         """Commit, close the tasks and clients, and wait up to `timeout` seconds; True when stopped."""
+        if self._shutdown_signal is not None:
+            self._shutdown_signal.close()  # its watcher thread ends within one interval
         if self.state in (State.NOT_RUNNING, State.PENDING_SHUTDOWN):
             return True
         self._set_state(State.PENDING_SHUTDOWN)
