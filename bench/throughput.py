@@ -51,6 +51,10 @@ from tests.kafka.streams_support import wordcount_topology  # noqa: E402
 from kappaflow.runner import KafkaStreams, State  # noqa: E402
 
 WORDS = [f"w{i}" for i in range(1000)]
+# The fetch tuning kappaflow's consumer has (clients/kafka.py), given to every Python consumer here so each
+# row is at its best: with librdkafka's default 1 s fetch.queue.backoff.ms a consumer whose local queue
+# passes queued.min.messages (100k) stalls for a second, and repartition records come back late.
+FETCH_TUNING = {"fetch.wait.max.ms": 50, "fetch.queue.backoff.ms": 20}
 
 
 def create_topic(admin: AdminClient, name: str, partitions: int) -> None:
@@ -77,6 +81,7 @@ def raw_loop(bootstrap: str, source: str, sink: str, lines: int) -> float:
             "group.id": f"raw-{uuid.uuid4().hex[:6]}",
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
+            **FETCH_TUNING,
         }
     )
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "partitioner": "murmur2_random"})
@@ -119,6 +124,7 @@ def handwritten_wordcount(bootstrap: str, source: str, sink: str, lines: int) ->
             "group.id": f"hand-{uuid.uuid4().hex[:6]}",
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
+            **FETCH_TUNING,
         }
     )
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "partitioner": "murmur2_random"})
@@ -179,10 +185,7 @@ def repartition_wordcount(
             "group.id": f"hand-rep-{uuid.uuid4().hex[:6]}",
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
-            # the fetch tuning kappaflow's consumer has (clients/kafka.py), so the floor is at its best:
-            # with librdkafka's 1 s fetch.queue.backoff.ms the repartition records come back late
-            "fetch.wait.max.ms": 50,
-            "fetch.queue.backoff.ms": 20,
+            **FETCH_TUNING,
         }
     )
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "partitioner": "murmur2_random"})
