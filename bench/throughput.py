@@ -73,19 +73,26 @@ def fill(bootstrap: str, topic: str, lines: int, words: int) -> None:
     producer.flush(60)
 
 
-def raw_loop(bootstrap: str, source: str, sink: str, lines: int) -> float:
-    """Consume each line and produce it unchanged, committing every 10k records: the floor for Python."""
+def _clients(bootstrap: str, group_prefix: str, topics: list[str]) -> tuple[Consumer, Producer]:
+    """A consumer (fresh group, from the earliest offset, manual commits) subscribed to `topics`, and a
+    producer with the partitioner every kappaflow producer uses."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
-            "group.id": f"raw-{uuid.uuid4().hex[:6]}",
+            "group.id": f"{group_prefix}-{uuid.uuid4().hex[:6]}",
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
             **FETCH_TUNING,
         }
     )
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "partitioner": "murmur2_random"})
-    consumer.subscribe([source])
+    consumer.subscribe(topics)
+    return consumer, producer
+
+
+def raw_loop(bootstrap: str, source: str, sink: str, lines: int) -> float:
+    """Consume each line and produce it unchanged, committing every 10k records: the floor for Python."""
+    consumer, producer = _clients(bootstrap, "raw", [source])
     seen = 0
     started = 0.0
     while seen < lines:
@@ -118,17 +125,7 @@ def handwritten_wordcount(bootstrap: str, source: str, sink: str, lines: int) ->
     No repartition topic, no state store, no changelog and no fault tolerance, so it is only correct
     with one consumer: it shows what the framework's guarantees cost over the least Python can do.
     """
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"hand-{uuid.uuid4().hex[:6]}",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-            **FETCH_TUNING,
-        }
-    )
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "partitioner": "murmur2_random"})
-    consumer.subscribe([source])
+    consumer, producer = _clients(bootstrap, "hand", [source])
     pack = struct.Struct(">q").pack
     counts: dict[str, int] = {}
     seen = 0
@@ -179,17 +176,7 @@ def repartition_wordcount(
     words (and at the end) the changed counts are produced, everything flushed and offsets committed.
     No changelog, no transactions, no restore: the floor for any Python implementation of that flow.
     """
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"hand-rep-{uuid.uuid4().hex[:6]}",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-            **FETCH_TUNING,
-        }
-    )
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "partitioner": "murmur2_random"})
-    consumer.subscribe([source, repartition])
+    consumer, producer = _clients(bootstrap, "hand-rep", [source, repartition])
     pack = struct.Struct(">q").pack
     counts: dict[bytes, int] = {}
     dirty: set[bytes] = set()
