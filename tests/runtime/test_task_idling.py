@@ -76,6 +76,7 @@ def test_unknown_lag_waits_but_a_stalled_partition_is_given_up_on(tmp_path: Path
     assert not task.ready_to_process(1000, lags)
     assert not task.ready_to_process(1000 + LAGGING_STALL_MS - 1, lags)
     assert task.ready_to_process(1000 + LAGGING_STALL_MS, lags)
+    task.publish_metrics()
     assert task.metrics.counter("enforced-processing-total") == 1
 
 
@@ -88,6 +89,7 @@ def test_a_caught_up_empty_input_waits_max_task_idle_ms(tmp_path: Path, idle_ms:
         assert not task.ready_to_process(0, lags)
         assert not task.ready_to_process(ready_at - 1, lags)
     assert task.ready_to_process(ready_at, lags)
+    task.publish_metrics()
     assert task.metrics.counter("enforced-processing-total") == 1
 
 

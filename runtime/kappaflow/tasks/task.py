@@ -134,6 +134,7 @@ class StreamTask:
         self._dead_letter_topic = config.get_str("errors.dead.letter.queue.topic.name")
         self._labels = {"task": str(task_id)}
         self._processed = 0  # published to the metrics registry on commit
+        self._enforced = 0  # records processed with an input empty (enforced processing), likewise
         self.max_task_idle_ms = config.get_int("max.task.idle.ms")
         self._empty_since: dict[tuple[str, int], int] = {}  # input partitions with nothing buffered
         self._build_nodes()
@@ -260,6 +261,17 @@ class StreamTask:
         if len(self.input_partitions) == 1 and len(queues) == 1:
             (topic, partition), queue = next(iter(queues.items()))
             return self._drain(topic, partition, queue, limit)
+        if fetched_lag is not None:
+            # lags change only when the runner fetches, between calls: ask once per partition per call
+            lags: dict[tuple[str, int], int | None] = {}
+            source_lag = fetched_lag
+
+            def fetched_lag(topic: str, partition: int) -> int | None:
+                key = (topic, partition)
+                if key not in lags:
+                    lags[key] = source_lag(topic, partition)
+                return lags[key]
+
         count = 0
         while count < limit:
             if fetched_lag is not None and not self.ready_to_process(now_ms, fetched_lag):
@@ -303,7 +315,7 @@ class StreamTask:
                 return False
             enforced = True
         if enforced and any(queues.values()):
-            self.metrics.increment("enforced-processing-total", **self._labels)
+            self._enforced += 1  # published with the processed count
         return True
 
     def _drain(self, topic: str, partition: int, queue: deque[RawRecord], limit: int) -> int:
@@ -475,6 +487,9 @@ class StreamTask:
         if self._processed:
             self.metrics.increment("records-processed-total", self._processed, **self._labels)
             self._processed = 0
+        if self._enforced:
+            self.metrics.increment("enforced-processing-total", self._enforced, **self._labels)
+            self._enforced = 0
 
     def suspend(self) -> None:
         if self.state is TaskState.RUNNING or self.state is TaskState.RESTORING:
