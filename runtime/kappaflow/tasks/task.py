@@ -261,23 +261,21 @@ class StreamTask:
         if len(self.input_partitions) == 1 and len(queues) == 1:
             (topic, partition), queue = next(iter(queues.items()))
             return self._drain(topic, partition, queue, limit)
-        if fetched_lag is not None:
-            # lags change only when the runner fetches, between calls: ask once per partition per call
-            lags: dict[tuple[str, int], int | None] = {}
-            source_lag = fetched_lag
-
-            def fetched_lag(topic: str, partition: int) -> int | None:
-                key = (topic, partition)
-                if key not in lags:
-                    lags[key] = source_lag(topic, partition)
-                return lags[key]
-
         count = 0
-        while count < limit:
-            if fetched_lag is not None and not self.ready_to_process(now_ms, fetched_lag):
-                break
-            if not self.process():
-                break
+        if fetched_lag is None:
+            while count < limit and self.process():
+                count += 1
+            return count
+        # lags change only when the runner fetches, between calls: ask once per partition per call
+        lags: dict[tuple[str, int], int | None] = {}
+
+        def lag_this_pass(topic: str, partition: int) -> int | None:
+            key = (topic, partition)
+            if key not in lags:
+                lags[key] = fetched_lag(topic, partition)
+            return lags[key]
+
+        while count < limit and self.ready_to_process(now_ms, lag_this_pass) and self.process():
             count += 1
         return count
 
@@ -452,12 +450,6 @@ class StreamTask:
             schedule.advance(now)
             fired = True
         return fired
-
-    def maybe_punctuate_stream_time(self) -> bool:
-        stream_time = self.context.stream_time
-        if stream_time < 0 or not len(self.context.stream_time_punctuations):
-            return False
-        return self._punctuate(self.context.stream_time_punctuations, stream_time)
 
     def maybe_punctuate_system_time(self, now: int) -> bool:
         if self.state is not TaskState.RUNNING or not len(self.context.system_time_punctuations):
