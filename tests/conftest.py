@@ -11,6 +11,7 @@ import pytest
 pytest_plugins = [
     "tests.harness.kafka_fixtures",
     "tests.harness.kube_fixtures",
+    "tests.harness.registry_fixtures",
 ]
 
 _SERVER_TIERS = ("kafka", "kube", "spark")
