@@ -21,7 +21,6 @@ cause, the error kappaflow's deserialization handler skips to the dead-letter to
 from __future__ import annotations
 
 import json
-import operator
 import threading
 from collections.abc import Callable, Mapping
 from enum import Enum
@@ -100,6 +99,22 @@ class _WithoutContext:
         return hash(self.function)
 
 
+class _CallMethod:
+    """`value.<method>()`, comparable (unlike `operator.methodcaller`) so equal serdes compare equal."""
+
+    def __init__(self, method: str) -> None:
+        self.method = method
+
+    def __call__(self, value: Any) -> Any:
+        return getattr(value, self.method)()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _CallMethod) and self.method == other.method
+
+    def __hash__(self) -> int:
+        return hash((_CallMethod, self.method))
+
+
 def record_conversions(
     record_class: type | None,
     to_dict: Callable[[Any], dict[str, Any]] | None,
@@ -111,9 +126,9 @@ def record_conversions(
     if record_class is None:
         return to_dict, from_dict
     if hasattr(record_class, "from_dict") and hasattr(record_class, "to_dict"):
-        return to_dict or operator.methodcaller("to_dict"), from_dict or record_class.from_dict
+        return to_dict or _CallMethod("to_dict"), from_dict or record_class.from_dict
     if hasattr(record_class, "model_validate") and hasattr(record_class, "model_dump"):
-        return to_dict or operator.methodcaller("model_dump"), from_dict or record_class.model_validate
+        return to_dict or _CallMethod("model_dump"), from_dict or record_class.model_validate
     raise ConfigError(
         f"record_class {record_class.__name__} has neither from_dict/to_dict nor pydantic's "
         "model_validate/model_dump; pass to_dict= and from_dict= instead"
