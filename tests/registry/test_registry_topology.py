@@ -22,6 +22,7 @@ from kappaflow.dsl import Materialized
 from kappaflow.runner import KafkaStreams
 from tests.harness.java_registry_reader import read_topic as java_read_topic
 from tests.kafka.streams_support import fast_config, read_topic, wait_running
+from tests.registry.apps import topology
 from tests.registry.schemas import (
     PAGE_COUNT,
     PAGE_COUNT_V2,
@@ -32,45 +33,6 @@ from tests.registry.schemas import (
 )
 
 pytestmark = [pytest.mark.kafka, pytest.mark.registry, pytest.mark.timeout(240)]
-
-
-def count_view(page: str, view: PageView, count: dict[str, Any]) -> dict[str, Any]:
-    return {"page": page, "views": count["views"] + 1}
-
-
-def add_order(customer: str, order: Any, total: Any) -> Any:
-    return CustomerTotal(customer=customer, cents=total.cents + order.cents, orders=total.orders + 1)
-
-
-def topology(url: str, views: str, orders: str, page_counts: str, customer_totals: str) -> Any:
-    view_serde = serdes.Avro(url, PAGE_VIEW_V1, record_class=PageView)
-    count_serde = serdes.Avro(url, PAGE_COUNT)
-    order_serde = serdes.Protobuf(url, OrderPlaced)
-    total_serde = serdes.Protobuf(url, CustomerTotal)
-    builder = StreamsBuilder()
-    (
-        builder.stream(views, key_serde=serdes.String(), value_serde=view_serde)
-        .group_by(lambda _, view: view.page, key_serde=serdes.String(), value_serde=view_serde)
-        .aggregate(
-            lambda: {"page": "", "views": 0},
-            count_view,
-            Materialized.as_("page-counts").with_value_serde(count_serde).with_caching_disabled(),
-        )
-        .to_stream()
-        .to(page_counts, key_serde=serdes.Avro(url, '"string"', is_key=True), value_serde=count_serde)
-    )
-    (
-        builder.stream(orders, key_serde=serdes.String(), value_serde=order_serde)
-        .group_by(lambda _, order: order.customer, key_serde=serdes.String(), value_serde=order_serde)
-        .aggregate(
-            CustomerTotal,
-            add_order,
-            Materialized.as_("customer-totals").with_value_serde(total_serde).with_caching_disabled(),
-        )
-        .to_stream()
-        .to(customer_totals, key_serde=serdes.String(), value_serde=total_serde)
-    )
-    return builder.build()
 
 
 def test_avro_and_protobuf_topics_round_trip_and_java_reads_the_outputs(
