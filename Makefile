@@ -107,6 +107,20 @@ kafka-status: setup
 kafka-download: setup
 	$(PY) -m tests.harness.kafka_broker download
 
+# Schema Registry: Apicurio Registry (Confluent-compatible API) from Maven Central, pinned and cached;
+# `registry-run` serves it on 127.0.0.1:$(REGISTRY_PORT) until Ctrl-C. `test-registry` runs the
+# registry serdes' tests (broker, registry, Java reader and Spark reprocessing).
+.PHONY: registry-download registry-run test-registry
+REGISTRY_PORT ?= 8081
+registry-download: setup
+	$(PY) -m tests.harness.schema_registry download
+
+registry-run: registry-download
+	$(PY) -m tests.harness.schema_registry run --port $(REGISTRY_PORT)
+
+test-registry: registry-download kafka-download spark-jars
+	$(PY) -m pytest -q tests/registry tests/spark/test_registry_reprocess.py
+
 # etcd + kube-apiserver + kube-controller-manager built from the Go module proxy (~5.5 min cold, cached)
 kube-build: setup
 	$(PY) -m tests.harness.kube_control_plane build

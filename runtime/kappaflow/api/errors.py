@@ -35,6 +35,14 @@ class DeserializationError(StreamsError):
         self.offset = offset
 
 
+class SchemaRegistryUnavailableError(StreamsError):
+    """A registry serde could not reach its Schema Registry (connection failure, HTTP 5xx, auth refused).
+
+    Not the record's fault, so it is not a DeserializationError: the deserialization handler would skip
+    good records to the dead-letter topic for as long as the registry is down. It fails the stream thread
+    instead, where the uncaught-exception handler decides (REPLACE_THREAD retries)."""
+
+
 class ProcessingError(StreamsError):
     """A user function raised while processing a record; wraps the cause with the record's position."""
 

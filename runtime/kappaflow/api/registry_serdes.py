@@ -16,23 +16,36 @@ Errors: a record that cannot be written raises `SerializationError` naming the s
 the registry's reason (an incompatible schema, a schema not registered while `auto_register` is off); bytes
 that cannot be read raise `DeserializationError` naming the topic, the schema id in the bytes and the
 cause, the error kappaflow's deserialization handler skips to the dead-letter topic with the raw bytes.
+A registry that cannot be reached is not the record's fault: that raises
+`SchemaRegistryUnavailableError`, which fails the stream thread instead of sending good records to the
+dead-letter topic for the length of an outage (Java's Confluent deserializers report both as one
+SerializationException).
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import threading
 from collections.abc import Callable, Mapping
 from enum import Enum
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from kappaflow.api.errors import ConfigError, DeserializationError, SerializationError
+from kappaflow.api.errors import (
+    ConfigError,
+    DeserializationError,
+    SchemaRegistryUnavailableError,
+    SerializationError,
+)
 from kappaflow.api.serdes import Serde
 
 if TYPE_CHECKING:
     from google.protobuf.message import Message
 
 T = TypeVar("T")
+
+RegistryConfig = Mapping[str, str | int | float | bool]
+"""`SchemaRegistryClient` settings: `url` and optionally `basic.auth.user.info`, `max.retries`, ..."""
 
 _MAGIC_BYTE = 0
 _INSTALL_HINT = "install the optional dependencies with `pip install kappaflow[registry]`"
@@ -61,11 +74,11 @@ def _strategy_function(strategy: SubjectNameStrategy) -> Callable[..., str | Non
     return functions[strategy]
 
 
-_clients: dict[tuple[tuple[str, str], ...], Any] = {}
+_clients: dict[tuple[tuple[str, str | int | float | bool], ...], Any] = {}
 _clients_lock = threading.Lock()
 
 
-def registry_client(conf: Mapping[str, str]) -> Any:
+def _registry_client(conf: RegistryConfig) -> Any:
     """The process's `SchemaRegistryClient` for `conf`, made once and shared (one cache, one pool)."""
     key = tuple(sorted(conf.items()))
     with _clients_lock:
@@ -150,7 +163,7 @@ class RegistrySerde(Serde[T]):
 
     def __init__(
         self,
-        registry: str | Mapping[str, str],
+        registry: str | RegistryConfig,
         *,
         is_key: bool = False,
         auto_register: bool = True,
@@ -158,7 +171,9 @@ class RegistrySerde(Serde[T]):
         subject_name_strategy: SubjectNameStrategy = SubjectNameStrategy.TOPIC,
         normalize_schemas: bool = False,
     ) -> None:
-        conf = {"url": registry} if isinstance(registry, str) else dict(registry)
+        conf: dict[str, str | int | float | bool] = (
+            {"url": registry} if isinstance(registry, str) else dict(registry)
+        )
         if not conf.get("url"):
             raise ConfigError(f"{self.name} serde: the registry configuration needs a 'url'")
         if not isinstance(subject_name_strategy, SubjectNameStrategy):
@@ -166,7 +181,7 @@ class RegistrySerde(Serde[T]):
                 f"{self.name} serde: subject_name_strategy must be a SubjectNameStrategy, "
                 f"got {subject_name_strategy!r}"
             )
-        self.registry_conf: dict[str, str] = conf
+        self.registry_conf = conf
         self.is_key = is_key
         self.auto_register = auto_register
         self.use_latest_version = use_latest_version
@@ -204,6 +219,10 @@ class RegistrySerde(Serde[T]):
         try:
             return serializer(data, self._context(topic))
         except Exception as exc:
+            if _registry_unavailable(exc):
+                raise SchemaRegistryUnavailableError(
+                    f"{self!r} cannot reach the schema registry to write to topic '{topic}': {_reason(exc)}"
+                ) from exc
             raise SerializationError(self._serialize_failure(topic, data, exc)) from exc
 
     def deserialize(self, topic: str, data: bytes | None) -> T | None:
@@ -213,6 +232,11 @@ class RegistrySerde(Serde[T]):
         try:
             result: T = deserializer(data, self._context(topic))
         except Exception as exc:
+            if _registry_unavailable(exc):
+                raise SchemaRegistryUnavailableError(
+                    f"{self!r} cannot reach the schema registry to decode a record from topic '{topic}': "
+                    f"{_reason(exc)}"
+                ) from exc
             schema_id = schema_id_of(data)
             framing = "no Confluent framing (magic byte 0)" if schema_id is None else f"schema id {schema_id}"
             raise DeserializationError(
@@ -247,7 +271,7 @@ class RegistrySerde(Serde[T]):
     def _make_serializer(self) -> Callable[[Any, Any], bytes | None]:
         try:
             self._serializer = self._build_serializer(
-                registry_client(self.registry_conf), self._confluent_conf(serializer=True)
+                _registry_client(self.registry_conf), self._confluent_conf(serializer=True)
             )
         except ImportError as exc:
             raise ConfigError(f"{self!r} needs extra packages: {_INSTALL_HINT} ({exc})") from exc
@@ -256,7 +280,7 @@ class RegistrySerde(Serde[T]):
     def _make_deserializer(self) -> Callable[[bytes, Any], Any]:
         try:
             self._deserializer = self._build_deserializer(
-                registry_client(self.registry_conf), self._confluent_conf(serializer=False)
+                _registry_client(self.registry_conf), self._confluent_conf(serializer=False)
             )
         except ImportError as exc:
             raise ConfigError(f"{self!r} needs extra packages: {_INSTALL_HINT} ({exc})") from exc
@@ -323,6 +347,33 @@ class RegistrySerde(Serde[T]):
         return f"{self.name}({record or 'schemaless'}, {side}, {self.registry_conf['url']})"
 
 
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """Connection-level failures of the HTTP client confluent-kafka uses (httpx2, or httpx before)."""
+    errors: list[type[BaseException]] = [OSError]
+    for module in ("httpx2", "httpx"):
+        try:
+            errors.append(importlib.import_module(module).TransportError)
+        except (ImportError, AttributeError):
+            continue
+    return tuple(errors)
+
+
+def _registry_unavailable(exc: BaseException) -> bool:
+    """True when the registry, not the record, is at fault: it could not be reached, failed (5xx), or
+    refused our credentials. A 404 for the record's schema id is the record's fault (a poison record)."""
+    from confluent_kafka.schema_registry import SchemaRegistryError
+
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, SchemaRegistryError):
+            status = cause.http_status_code
+            return status >= 500 or status in (401, 403, 408, 429)
+        if isinstance(cause, _transport_errors()):
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
 def _reason(exc: BaseException) -> str:
     """The innermost useful text of an error (Confluent wraps encoder errors in its own)."""
     text = str(exc) or type(exc).__name__
@@ -342,7 +393,7 @@ class Avro(RegistrySerde[Any]):
 
     def __init__(
         self,
-        registry: str | Mapping[str, str],
+        registry: str | RegistryConfig,
         schema: str | None = None,
         *,
         record_class: type | None = None,
@@ -409,7 +460,7 @@ class JsonSchema(RegistrySerde[Any]):
 
     def __init__(
         self,
-        registry: str | Mapping[str, str],
+        registry: str | RegistryConfig,
         schema: str | None = None,
         *,
         record_class: type | None = None,
@@ -472,7 +523,7 @@ class Protobuf(RegistrySerde["Message"]):
 
     def __init__(
         self,
-        registry: str | Mapping[str, str],
+        registry: str | RegistryConfig,
         message_class: type[Message],
         *,
         is_key: bool = False,

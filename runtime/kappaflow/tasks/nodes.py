@@ -8,7 +8,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kappaflow.api.errors import DeserializationError, SerializationError, StreamsError
+from kappaflow.api.errors import (
+    DeserializationError,
+    SchemaRegistryUnavailableError,
+    SerializationError,
+    StreamsError,
+)
 from kappaflow.api.processor import Processor
 from kappaflow.api.record import Headers, Record
 from kappaflow.api.serdes import Serde
@@ -97,6 +102,8 @@ class SourceNode(ProcessorNode):
         """The record's key and value, or a DeserializationError naming the record and the serde."""
         try:
             k = self.key_deserializer(topic, key)
+        except SchemaRegistryUnavailableError:
+            raise
         except Exception as exc:
             raise DeserializationError(
                 f"cannot deserialize the key of record {topic}-{partition}@{offset} with "
@@ -107,6 +114,8 @@ class SourceNode(ProcessorNode):
             ) from exc
         try:
             v = self.value_deserializer(topic, value)
+        except SchemaRegistryUnavailableError:
+            raise
         except Exception as exc:
             raise DeserializationError(
                 f"cannot deserialize the value of record {topic}-{partition}@{offset} with "

@@ -21,6 +21,7 @@ from kappaflow.api.errors import (
     DeserializationError,
     HandlerResponse,
     ProcessingError,
+    SchemaRegistryUnavailableError,
     StreamsError,
     TaskMigratedError,
 )
@@ -357,8 +358,8 @@ class StreamTask:
                     context.current_node = source
                     try:
                         process(Record(key, value, timestamp, headers))
-                    except (TaskMigratedError, ProcessingError):
-                        raise
+                    except (TaskMigratedError, ProcessingError, SchemaRegistryUnavailableError):
+                        raise  # an unreachable registry is not this record's fault: no handler skips it
                     except Exception as exc:
                         self._processing_failure(exc, topic, partition, raw, source.name)
                     finally:
