@@ -1,13 +1,17 @@
 // A Java consumer of Schema Registry framed topics, for the byte-compatibility check of kappaflow's
 // registry serdes (tests/registry/test_java_reads.py runs it through tests/harness/java_registry_reader.py).
 //
-// Confluent's Java serializers (io.confluent:*) are not on Maven Central, so this reader does what their
-// deserializers do with the libraries that are: Kafka's own consumer reads the records; the Confluent
-// wire format is parsed here (magic byte 0, 4-byte big-endian schema id, and for Protobuf the
-// zigzag-varint message indexes); the writer schema is fetched by id from the registry's
-// Confluent-compatible REST API; Apache Avro's GenericDatumReader and protobuf-java's DynamicMessage decode
-// the payload. Each decoded record is then re-encoded with the Java library and compared with the bytes
-// Python wrote, so "reencoded_equal" says the encodings are byte-identical, not merely readable.
+// Confluent's Java serializers (io.confluent:*) are not on Maven Central, so this reader checks with what
+// is. Kafka's own consumer reads the records. Every framed key and value is decoded by hand as Confluent's
+// deserializers do (magic byte 0, 4-byte big-endian schema id, and for Protobuf the zigzag-varint message
+// indexes), with the writer schema fetched by id from the registry's Confluent-compatible REST API and the
+// payload decoded by Apache Avro's GenericDatumReader or protobuf-java's DynamicMessage; the decoded record
+// is re-encoded with the Java library and compared with the bytes Python wrote ("reencoded_equal": the
+// encodings are byte-identical, not merely readable). Avro keys and values are also decoded by a real
+// Kafka Deserializer from Maven Central, Apicurio's AvroKafkaDeserializer in its Confluent-compatible mode
+// (4-byte ids, no headers), reported as "apicurio_record". Its Protobuf deserializer cannot take part:
+// it parses a registered schema as .proto text or raw descriptor bytes, not the base64 descriptor
+// confluent-kafka-python registers (and Confluent's server accepts).
 //
 // Usage: RegistryTopicReader <bootstrap> <registry-url> <topic> <expected-count> <timeout-seconds>
 // Prints one JSON object per record on stdout.
@@ -19,6 +23,7 @@ import com.google.protobuf.CodedInputStream;
 import com.google.protobuf.DescriptorProtos;
 import com.google.protobuf.Descriptors;
 import com.google.protobuf.DynamicMessage;
+import io.apicurio.registry.serde.avro.AvroKafkaDeserializer;
 import java.io.ByteArrayOutputStream;
 import java.net.URI;
 import java.net.http.HttpClient;
@@ -50,6 +55,8 @@ public final class RegistryTopicReader {
   private static final ObjectMapper JSON = new ObjectMapper();
   private static final HttpClient HTTP = HttpClient.newHttpClient();
   private static final Map<Integer, JsonNode> SCHEMAS = new HashMap<>();
+  private static final AvroKafkaDeserializer<Object> APICURIO_KEYS = new AvroKafkaDeserializer<>();
+  private static final AvroKafkaDeserializer<Object> APICURIO_VALUES = new AvroKafkaDeserializer<>();
 
   private RegistryTopicReader() {}
 
@@ -64,6 +71,12 @@ public final class RegistryTopicReader {
     props.put("key.deserializer", ByteArrayDeserializer.class.getName());
     props.put("value.deserializer", ByteArrayDeserializer.class.getName());
     props.put("isolation.level", "read_committed");
+    Map<String, Object> apicurio = new HashMap<>();
+    apicurio.put("apicurio.registry.url", registry.replace("/apis/ccompat/v7", "/apis/registry/v3"));
+    apicurio.put("apicurio.registry.use-id", "contentId");  // the ids the Confluent API hands out
+    apicurio.put("apicurio.registry.headers.enabled", "false");  // the id is in the payload
+    APICURIO_KEYS.configure(apicurio, true);
+    APICURIO_VALUES.configure(apicurio, false);
     int seen = 0;
     try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(props)) {
       List<TopicPartition> partitions = new ArrayList<>();
@@ -77,8 +90,8 @@ public final class RegistryTopicReader {
           ObjectNode out = JSON.createObjectNode();
           out.put("partition", record.partition());
           out.put("offset", record.offset());
-          out.set("key", decode(registry, record.key()));
-          out.set("value", decode(registry, record.value()));
+          out.set("key", decode(registry, topic, record.key(), APICURIO_KEYS));
+          out.set("value", decode(registry, topic, record.value(), APICURIO_VALUES));
           System.out.println(JSON.writeValueAsString(out));
           seen++;
         }
@@ -92,7 +105,8 @@ public final class RegistryTopicReader {
   }
 
   /** A framed key or value decoded by its writer schema; an unframed one as a UTF-8 string. */
-  private static JsonNode decode(String registry, byte[] data) throws Exception {
+  private static JsonNode decode(String registry, String topic, byte[] data, AvroKafkaDeserializer<Object> apicurio)
+      throws Exception {
     if (data == null) {
       return JSON.nullNode();
     }
@@ -114,9 +128,8 @@ public final class RegistryTopicReader {
       new GenericDatumWriter<Object>(avro).write(value, encoder);
       encoder.flush();
       out.put("record_name", avro.getFullName());
-      out.set("record", avro.getType() == Schema.Type.RECORD
-          ? JSON.readTree(value.toString())
-          : JSON.valueToTree(value instanceof CharSequence ? value.toString() : value));
+      out.set("record", avroJson(avro, value));
+      out.set("apicurio_record", avroJson(avro, apicurio.deserialize(topic, data)));
       out.put("reencoded_equal", Arrays.equals(again.toByteArray(), Arrays.copyOfRange(data, 5, data.length)));
     } else if (type.equals("PROTOBUF")) {
       byte[] fileBytes = Base64.getDecoder().decode(schema.get("schema").asText());
@@ -144,6 +157,12 @@ public final class RegistryTopicReader {
       throw new IllegalStateException("schema " + id + " has type " + type + ", not AVRO or PROTOBUF");
     }
     return out;
+  }
+
+  private static JsonNode avroJson(Schema schema, Object value) throws Exception {
+    return schema.getType() == Schema.Type.RECORD
+        ? JSON.readTree(value.toString())
+        : JSON.valueToTree(value instanceof CharSequence ? value.toString() : value);
   }
 
   private static JsonNode schemaById(String registry, int id) throws Exception {

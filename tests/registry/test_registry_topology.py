@@ -108,6 +108,8 @@ def test_avro_and_protobuf_topics_round_trip_and_java_reads_the_outputs(
         ("home", {"page": "home", "views": 2}),
         ("cart", {"page": "cart", "views": 1}),
     ]
+    assert all(r["key"]["apicurio_record"] == r["key"]["record"] for r in java_counts)
+    assert all(r["value"]["apicurio_record"] == r["value"]["record"] for r in java_counts)
     assert {r["value"]["record_name"] for r in java_counts} == {"dev.kappaflow.test.PageCount"}
     assert all(r["key"]["reencoded_equal"] and r["value"]["reencoded_equal"] for r in java_counts)
     latest = SchemaRegistryClient({"url": url}).get_latest_version(f"{page_counts}-value")
