@@ -2,8 +2,10 @@
 
 The issue's bar: a topology reads and writes Avro and Protobuf topics through a registry the project
 starts (Apicurio, tests/harness/schema_registry.py), and a Java consumer using the same schemas reads
-them (tests/registry/RegistryTopicReader.java: Kafka's consumer, Apache Avro and protobuf-java decode the
-Confluent framing and re-encode each record, which must give back the very bytes Python wrote). Poison
+them (tests/registry/RegistryJavaPeer.java: Kafka's consumer, Apache Avro and protobuf-java decode the
+Confluent framing and re-encode each record, which must give back the very bytes Python wrote, and
+Apicurio's Java AvroKafkaDeserializer decodes the Avro ones too). Some input is written by Java
+(Apicurio's AvroKafkaSerializer in Confluent-compatible mode), so the bytes are checked both ways. Poison
 records go to the dead-letter topic with their bytes, and a store written with one schema version stays
 readable, locally and restored from its changelog, by the next compatible version.
 """
@@ -20,7 +22,8 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from kappaflow import StreamsBuilder, serdes
 from kappaflow.dsl import Materialized
 from kappaflow.runner import KafkaStreams
-from tests.harness.java_registry_reader import read_topic as java_read_topic
+from tests.harness.java_registry_peer import read_topic as java_read_topic
+from tests.harness.java_registry_peer import write_topic as java_write_topic
 from tests.kafka.streams_support import fast_config, read_topic, wait_running
 from tests.registry.apps import topology
 from tests.registry.schemas import (
@@ -56,15 +59,24 @@ def test_avro_and_protobuf_topics_round_trip_and_java_reads_the_outputs(
     unframed = b"not avro at all"
     unknown_schema = b"\x00\x7f\xff\xff\xf0" + b"\x02a"
     producer = Producer({"bootstrap.servers": kafka_bootstrap})
-    for i, (user, page) in enumerate([("ann", "home"), ("bob", "home"), ("ann", "cart")]):
-        producer.produce(views, key=user.encode(), value=view_serde.serialize(views, PageView(user, page, i)))
-        if i == 1:
-            producer.produce(views, key=b"poison-1", value=unframed)
-            producer.produce(views, key=b"poison-2", value=unknown_schema)
+    producer.produce(views, key=b"ann", value=view_serde.serialize(views, PageView("ann", "home", 0)))
+    producer.produce(views, key=b"poison-1", value=unframed)
+    producer.produce(views, key=b"poison-2", value=unknown_schema)
     for order_id, customer, cents in [("o1", "c1", 250), ("o2", "c2", 100), ("o3", "c1", 50)]:
         order = OrderPlaced(order_id=order_id, customer=customer, cents=cents)
         producer.produce(orders, key=order_id.encode(), value=order_serde.serialize(orders, order))
     assert producer.flush(10) == 0
+    # The next views come from Java: Apicurio's AvroKafkaSerializer, registering its own copy of the schema.
+    java_write_topic(
+        kafka_bootstrap,
+        url,
+        views,
+        PAGE_VIEW_V1,
+        [
+            ("bob", {"user": "bob", "page": "home", "millis": 1}),
+            ("ann", {"user": "ann", "page": "cart", "millis": 2}),
+        ],
+    )
 
     app = KafkaStreams(topology(url, views, orders, page_counts, customer_totals), config)
     app.start()

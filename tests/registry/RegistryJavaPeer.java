@@ -1,5 +1,9 @@
-// A Java consumer of Schema Registry framed topics, for the byte-compatibility check of kappaflow's
-// registry serdes (tests/registry/test_java_reads.py runs it through tests/harness/java_registry_reader.py).
+// A Java peer for kappaflow's registry serdes (tests/registry/test_registry_topology.py runs it through
+// tests/harness/java_registry_peer.py): it writes Avro records with a Java Kafka serializer for Python to
+// read, and reads the topics Python wrote.
+//
+// write: Apicurio's AvroKafkaSerializer (from Maven Central) in its Confluent-compatible mode (the schema
+// id, the registry's content id, in a 4-byte prefix after magic byte 0; no headers) produces the records.
 //
 // Confluent's Java serializers (io.confluent:*) are not on Maven Central, so this reader checks with what
 // is. Kafka's own consumer reads the records. Every framed key and value is decoded by hand as Confluent's
@@ -13,8 +17,11 @@
 // it parses a registered schema as .proto text or raw descriptor bytes, not the base64 descriptor
 // confluent-kafka-python registers (and Confluent's server accepts).
 //
-// Usage: RegistryTopicReader <bootstrap> <registry-url> <topic> <expected-count> <timeout-seconds>
-// Prints one JSON object per record on stdout.
+// read: everything below.
+//
+// Usage: RegistryJavaPeer read <bootstrap> <registry-url> <topic> <expected-count> <timeout-seconds>
+//          prints one JSON object per record on stdout
+//        RegistryJavaPeer write <bootstrap> <registry-url> <topic> <avro-schema> (<key> <avro-json>)...
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
@@ -24,6 +31,7 @@ import com.google.protobuf.DescriptorProtos;
 import com.google.protobuf.Descriptors;
 import com.google.protobuf.DynamicMessage;
 import io.apicurio.registry.serde.avro.AvroKafkaDeserializer;
+import io.apicurio.registry.serde.avro.AvroKafkaSerializer;
 import java.io.ByteArrayOutputStream;
 import java.net.URI;
 import java.net.http.HttpClient;
@@ -47,34 +55,66 @@ import org.apache.avro.io.DecoderFactory;
 import org.apache.avro.io.EncoderFactory;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.PartitionInfo;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.apache.kafka.common.serialization.StringSerializer;
 
-public final class RegistryTopicReader {
+public final class RegistryJavaPeer {
   private static final ObjectMapper JSON = new ObjectMapper();
   private static final HttpClient HTTP = HttpClient.newHttpClient();
   private static final Map<Integer, JsonNode> SCHEMAS = new HashMap<>();
   private static final AvroKafkaDeserializer<Object> APICURIO_KEYS = new AvroKafkaDeserializer<>();
   private static final AvroKafkaDeserializer<Object> APICURIO_VALUES = new AvroKafkaDeserializer<>();
 
-  private RegistryTopicReader() {}
+  private RegistryJavaPeer() {}
 
   public static void main(String[] args) throws Exception {
-    String bootstrap = args[0];
-    String registry = args[1];
-    String topic = args[2];
-    int expected = Integer.parseInt(args[3]);
-    long deadline = System.currentTimeMillis() + Long.parseLong(args[4]) * 1000L;
+    if (args[0].equals("write")) {
+      write(args[1], args[2], args[3], args[4], Arrays.copyOfRange(args, 5, args.length));
+    } else {
+      read(args[1], args[2], args[3], Integer.parseInt(args[4]), Long.parseLong(args[5]));
+    }
+  }
+
+  /** Apicurio's serde settings for Confluent's wire format against the registry's own v3 API. */
+  private static Map<String, Object> apicurioConfluentMode(String registry) {
+    Map<String, Object> apicurio = new HashMap<>();
+    apicurio.put("apicurio.registry.url", registry.replace("/apis/ccompat/v7", "/apis/registry/v3"));
+    apicurio.put("apicurio.registry.use-id", "contentId");  // the ids the Confluent API hands out
+    apicurio.put("apicurio.registry.headers.enabled", "false");  // the id is in the payload
+    apicurio.put("apicurio.registry.auto-register", "true");
+    return apicurio;
+  }
+
+  private static void write(String bootstrap, String registry, String topic, String schemaText, String[] records)
+      throws Exception {
+    Schema schema = new Schema.Parser().parse(schemaText);
+    GenericDatumReader<Object> reader = new GenericDatumReader<>(schema);
+    AvroKafkaSerializer<Object> values = new AvroKafkaSerializer<>();
+    values.configure(apicurioConfluentMode(registry), false);
+    Properties props = new Properties();
+    props.put("bootstrap.servers", bootstrap);
+    props.put("acks", "all");
+    try (KafkaProducer<String, Object> producer = new KafkaProducer<>(props, new StringSerializer(), values)) {
+      for (int i = 0; i + 1 < records.length; i += 2) {
+        Object value = reader.read(null, DecoderFactory.get().jsonDecoder(schema, records[i + 1]));
+        producer.send(new ProducerRecord<>(topic, records[i], value)).get();
+      }
+    }
+  }
+
+  private static void read(String bootstrap, String registry, String topic, int expected, long timeoutSeconds)
+      throws Exception {
+    long deadline = System.currentTimeMillis() + timeoutSeconds * 1000L;
     Properties props = new Properties();
     props.put("bootstrap.servers", bootstrap);
     props.put("key.deserializer", ByteArrayDeserializer.class.getName());
     props.put("value.deserializer", ByteArrayDeserializer.class.getName());
     props.put("isolation.level", "read_committed");
-    Map<String, Object> apicurio = new HashMap<>();
-    apicurio.put("apicurio.registry.url", registry.replace("/apis/ccompat/v7", "/apis/registry/v3"));
-    apicurio.put("apicurio.registry.use-id", "contentId");  // the ids the Confluent API hands out
-    apicurio.put("apicurio.registry.headers.enabled", "false");  // the id is in the payload
+    Map<String, Object> apicurio = apicurioConfluentMode(registry);
     APICURIO_KEYS.configure(apicurio, true);
     APICURIO_VALUES.configure(apicurio, false);
     int seen = 0;
