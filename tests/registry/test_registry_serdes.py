@@ -10,6 +10,7 @@ import uuid
 
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
+from pydantic import BaseModel
 
 from kappaflow import serdes
 from kappaflow.api.errors import ConfigError, DeserializationError, SerializationError
@@ -72,6 +73,28 @@ def test_json_schema_validates_on_write_and_read(schema_registry_url):
     invalid = data[:5] + b'{"id": "o3", "amount": -4}'
     with pytest.raises(DeserializationError, match="less than the minimum"):
         serde.deserialize(name, invalid)
+
+
+class Order(BaseModel):
+    id: str
+    amount: float
+
+
+def test_specific_records_as_pydantic_models_and_plain_functions(schema_registry_url):
+    url, name = schema_registry_url, topic()
+    models = serdes.JsonSchema(url, ORDER_JSON_SCHEMA, record_class=Order)
+    data = models.serialize(name, Order(id="o1", amount=2.5))
+    assert data is not None and data[5:] == b'{"id":"o1","amount":2.5}'
+    assert models.deserialize(name, data) == Order(id="o1", amount=2.5)
+    tuples = serdes.Avro(
+        url,
+        PAGE_VIEW_V1,
+        to_dict=lambda view: dict(zip(("user", "page", "millis"), view, strict=True)),
+        from_dict=lambda record: (record["user"], record["page"], record["millis"]),
+    )
+    avro_topic = topic()
+    encoded = tuples.serialize(avro_topic, ("ann", "home", 7))
+    assert encoded is not None and tuples.deserialize(avro_topic, encoded) == ("ann", "home", 7)
 
 
 def test_protobuf_messages_round_trip_with_message_indexes(schema_registry_url):
