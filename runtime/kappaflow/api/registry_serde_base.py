@@ -169,6 +169,7 @@ class RegistrySerde(Serde[T]):
         self.normalize_schemas = normalize_schemas
         self._serializer: Callable[[Any, Any], bytes | None] | None = None
         self._deserializer: Callable[[bytes, Any], Any] | None = None
+        self._contexts: dict[str, Any] = {}
 
     # -- what each format supplies ------------------------------------------------------------------
 
@@ -200,9 +201,7 @@ class RegistrySerde(Serde[T]):
             return serializer(data, self._context(topic))
         except Exception as exc:
             if _registry_unavailable(exc):
-                raise SchemaRegistryUnavailableError(
-                    f"{self!r} cannot reach the schema registry to write to topic '{topic}': {_reason(exc)}"
-                ) from exc
+                raise SchemaRegistryUnavailableError(self._unavailable(topic, "write to", exc)) from exc
             raise SerializationError(self._serialize_failure(topic, data, exc)) from exc
 
     def deserialize(self, topic: str, data: bytes | None) -> T | None:
@@ -213,10 +212,7 @@ class RegistrySerde(Serde[T]):
             result: T = deserializer(data, self._context(topic))
         except Exception as exc:
             if _registry_unavailable(exc):
-                raise SchemaRegistryUnavailableError(
-                    f"{self!r} cannot reach the schema registry to decode a record from topic '{topic}': "
-                    f"{_reason(exc)}"
-                ) from exc
+                raise SchemaRegistryUnavailableError(self._unavailable(topic, "read from", exc)) from exc
             schema_id = schema_id_of(data)
             framing = "no Confluent framing (magic byte 0)" if schema_id is None else f"schema id {schema_id}"
             raise DeserializationError(
@@ -234,9 +230,14 @@ class RegistrySerde(Serde[T]):
     # -- helpers -------------------------------------------------------------------------------------
 
     def _context(self, topic: str) -> Any:
-        from confluent_kafka.serialization import MessageField, SerializationContext
+        """Confluent's per-call context (topic, key or value), made once per topic: this is per record."""
+        context = self._contexts.get(topic)
+        if context is None:
+            from confluent_kafka.serialization import MessageField, SerializationContext
 
-        return SerializationContext(topic, MessageField.KEY if self.is_key else MessageField.VALUE)
+            field = MessageField.KEY if self.is_key else MessageField.VALUE
+            context = self._contexts[topic] = SerializationContext(topic, field)
+        return context
 
     def _confluent_conf(self, *, serializer: bool) -> dict[str, Any]:
         conf: dict[str, Any] = {
@@ -265,6 +266,12 @@ class RegistrySerde(Serde[T]):
         except ImportError as exc:
             raise ConfigError(f"{self!r} needs extra packages: {_INSTALL_HINT} ({exc})") from exc
         return self._deserializer
+
+    def _unavailable(self, topic: str, action: str, exc: Exception) -> str:
+        return (
+            f"{self!r} cannot {action} topic '{topic}': the schema registry could not be reached or failed, "
+            f"so the record is not skipped as a bad one: {_reason(exc)}"
+        )
 
     def _serialize_failure(self, topic: str, data: object, exc: Exception) -> str:
         """A message naming the subject and what the registry (or the encoder) objected to."""
@@ -300,6 +307,7 @@ class RegistrySerde(Serde[T]):
         state = dict(self.__dict__)
         state["_serializer"] = None  # rebuilt on first use in the process that unpickles the serde
         state["_deserializer"] = None
+        state["_contexts"] = {}
         return state
 
     def _shared_identity(self) -> tuple[object, ...]:
