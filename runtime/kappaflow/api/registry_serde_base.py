@@ -28,6 +28,7 @@ RegistryConfig = Mapping[str, str | int | float | bool]
 """`SchemaRegistryClient` settings: `url` and optionally `basic.auth.user.info`, `max.retries`, ..."""
 
 _MAGIC_BYTE = 0
+_TRANSIENT = frozenset({"_serializer", "_deserializer", "_contexts"})
 _INSTALL_HINT = "install the optional dependencies with `pip install kappaflow[registry]`"
 
 
@@ -304,11 +305,16 @@ class RegistrySerde(Serde[T]):
         return f"{where} cannot serialize {type(data).__name__} {data!r:.80}: {_reason(exc)}"
 
     def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_serializer"] = None  # rebuilt on first use in the process that unpickles the serde
-        state["_deserializer"] = None
-        state["_contexts"] = {}
-        return state
+        # the clients and Confluent serializers are rebuilt on first use in the unpickling process
+        return {k: v for k, v in self.__dict__.items() if k not in _TRANSIENT}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # the transient fields are set here, not taken from the state, so a serde pickled by another
+        # kappaflow version (a Spark driver and its executors) still unpickles into a working one
+        self.__dict__.update(state)
+        self._serializer = None
+        self._deserializer = None
+        self._contexts = {}
 
     def _shared_identity(self) -> tuple[object, ...]:
         return (
