@@ -427,6 +427,7 @@ class StreamTask:
             raise error
         self.metrics.increment("dropped-records-total", reason=type(error).__name__, **self._labels)
         if self._dead_letter_topic:
+            self.metrics.increment("dead-letter-records-total", topic=self._dead_letter_topic, **self._labels)
             self.context.collector.send(
                 self._dead_letter_topic,
                 raw.key,
