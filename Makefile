@@ -43,7 +43,7 @@ test: lint typecheck crds-check docs kafka-download kube-build spark-jars promet
 
 # The docs site (MkDocs + Material); --strict turns every warning (broken link, missing page) into an error.
 docs: setup
-	@$(VENV)/bin/mkdocs build --strict --quiet --site-dir .run/site && echo "==> docs built in .run/site"
+	@NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir .run/site && echo "==> docs built in .run/site"
 
 docs-serve: setup
 	$(VENV)/bin/mkdocs serve
