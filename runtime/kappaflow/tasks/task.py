@@ -40,7 +40,7 @@ from kappaflow.tasks.state_manager import ProcessorStateManager
 from kappaflow.topology.nodes import ProcessorSpec, SinkSpec, SourceSpec
 from kappaflow.topology.topology import Topology
 
-log = logging.getLogger("kappaflow.task")
+log = logging.getLogger(__name__)
 
 
 class TaskState(Enum):
