@@ -1,6 +1,7 @@
 # kappaflow developer entry points.
 #   make run   - set everything up, start a local Kafka broker and run the word count example
-#   make test  - lint, type-check and run every test tier (unit, Kafka, Kubernetes, Spark)
+#   make test  - lint, type-check, build the docs and run every test tier (unit, Kafka, Kubernetes, Spark)
+#   make docs  - the docs site (MkDocs, --strict) into .run/site; `make docs-serve` to browse it
 # Downloads and builds are cached under $(KAPPAFLOW_CACHE), outside the clone.
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -79,18 +80,20 @@ test-kube: kube-build
 	$(PY) -m pytest -q -m kube
 
 lint: setup
-	$(VENV)/bin/ruff check runtime operator tests examples bench
-	$(VENV)/bin/ruff format --check runtime operator tests examples bench
-	$(VENV)/bin/lint-imports
+	@$(VENV)/bin/ruff check --quiet runtime operator tests examples bench
+	@$(VENV)/bin/ruff format --check --quiet runtime operator tests examples bench
+	@mkdir -p .run/logs && $(VENV)/bin/lint-imports > .run/logs/lint-imports.log 2>&1 || \
+	  { cat .run/logs/lint-imports.log; exit 1; }
+	@echo "==> lint: ruff check, ruff format and import contracts clean"
 
 typecheck: setup
-	$(VENV)/bin/mypy runtime/kappaflow operator/kappaflow_operator
+	@set -o pipefail; $(VENV)/bin/mypy runtime/kappaflow operator/kappaflow_operator | sed 's/^/==> mypy: /'
 
 crds: setup
 	$(PY) -m kappaflow_operator.crdgen
 
 crds-check: setup
-	$(PY) -m kappaflow_operator.crdgen --check
+	@$(PY) -m kappaflow_operator.crdgen --check
 
 chart-lint: setup
 	@helm=$$($(PY) -m tests.harness.helm) && \
