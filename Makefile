@@ -1,6 +1,7 @@
 # kappaflow developer entry points.
 #   make run   - set everything up, start a local Kafka broker and run the word count example
-#   make test  - lint, type-check and run every test tier (unit, Kafka, Kubernetes, Spark)
+#   make test  - lint, type-check, build the docs and run every test tier (unit, Kafka, Kubernetes, Spark)
+#   make docs  - the docs site (MkDocs, --strict) into .run/site; `make docs-serve` to browse it
 # Downloads and builds are cached under $(KAPPAFLOW_CACHE), outside the clone.
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -13,30 +14,51 @@ KAFKA_DIR ?= .run/kafka
 KUBE_DIR ?= .run/kube
 PYTEST_ARGS ?=
 
-.PHONY: run bench bench-reprocess spark-jars test-spark setup test test-unit test-kafka test-kube lint typecheck crds crds-check chart-lint describe \
+.PHONY: docs docs-serve prometheus run bench bench-reprocess spark-jars test-spark setup test test-unit test-kafka test-kube lint typecheck crds crds-check chart-lint describe \
 	kafka-up kafka-down kafka-status kafka-download kube-build kube-up kube-down kube-status operator-run test-operator kind-up kind-down clean
 
 # The main job: broker (downloaded and started if needed), topics, word count and a line generator;
 # prints the counts as they change. RUN_SECONDS=0 runs until Ctrl-C.
 RUN_SECONDS ?= 30
 run: setup kafka-download
-	$(PY) examples/run_wordcount.py --seconds $(RUN_SECONDS)
+	@$(PY) examples/run_wordcount.py --seconds $(RUN_SECONDS) --port $(KAFKA_PORT)
 
 bench: setup kafka-download
 	$(PY) bench/throughput.py
 
+# pip's output goes to .run/logs/pip-install.log; the console gets one line (and the log's tail on failure).
 $(VENV)/.installed: pyproject.toml
-	@echo "==> creating virtualenv and installing kappaflow (pip cache: $(PIP_CACHE_DIR))"
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,operator,spark]'
+	@mkdir -p .run/logs
+	@echo "==> Python packages: installing kappaflow[dev,operator,spark,docs] into $(VENV) (log .run/logs/pip-install.log)"
+	@{ $(PYTHON) -m venv $(VENV) && $(PY) -m pip install --upgrade pip && \
+	  $(PY) -m pip install -e '.[dev,operator,spark,docs]'; } > .run/logs/pip-install.log 2>&1 || \
+	  { tail -n 30 .run/logs/pip-install.log; echo "pip install failed: see .run/logs/pip-install.log"; exit 1; }
+	@echo "==> Python packages: $$($(PY) -m pip list --format=freeze 2>/dev/null | wc -l) installed"
 	@touch $@
 
 setup: $(VENV)/.installed
 
 # The servers the tiers need are fetched/built first, with progress, so no single test pays for them.
-test: lint typecheck crds-check kafka-download kube-build spark-jars
+test: lint typecheck crds-check docs kafka-download kube-build spark-jars prometheus
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# The docs site (MkDocs + Material); --strict turns every warning (broken link, missing page) into an error.
+docs: setup
+	@NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir .run/site && echo "==> docs built in .run/site"
+
+docs-serve: setup
+	$(VENV)/bin/mkdocs serve
+
+# Debian's prometheus (the dashboard test scrapes a running app with it); installed once via apt.
+prometheus:
+	@if command -v prometheus >/dev/null || [ -x /usr/bin/prometheus ]; then \
+	  echo "==> Prometheus $$(/usr/bin/prometheus --version 2>&1 | head -1 | cut -d' ' -f3): installed"; \
+	else \
+	  echo "==> Prometheus: installing Debian's package (apt-get, log .run/logs/apt-prometheus.log)"; \
+	  mkdir -p .run/logs; SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  { $$SUDO apt-get update && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y --no-install-recommends prometheus; } \
+	    > .run/logs/apt-prometheus.log 2>&1 || { tail -n 20 .run/logs/apt-prometheus.log; exit 1; }; \
+	fi
 
 test-unit: setup
 	$(PY) -m pytest -q tests/runtime tests/operator -m "not kube and not kafka"
@@ -49,7 +71,7 @@ test-spark: spark-jars
 
 # Spark's Kafka connector jars from Maven Central (pinned to the pyspark version, cached)
 spark-jars: setup
-	$(PY) -m kappaflow.spark.jars
+	@$(PY) -m kappaflow.spark.jars
 
 bench-reprocess: setup kafka-download spark-jars
 	$(PY) bench/reprocess.py --lines 400000
@@ -58,18 +80,20 @@ test-kube: kube-build
 	$(PY) -m pytest -q -m kube
 
 lint: setup
-	$(VENV)/bin/ruff check runtime operator tests examples bench
-	$(VENV)/bin/ruff format --check runtime operator tests examples bench
-	$(VENV)/bin/lint-imports
+	@$(VENV)/bin/ruff check --quiet runtime operator tests examples bench
+	@$(VENV)/bin/ruff format --check --quiet runtime operator tests examples bench
+	@mkdir -p .run/logs && $(VENV)/bin/lint-imports > .run/logs/lint-imports.log 2>&1 || \
+	  { cat .run/logs/lint-imports.log; exit 1; }
+	@echo "==> lint: ruff check, ruff format and import contracts clean"
 
 typecheck: setup
-	$(VENV)/bin/mypy runtime/kappaflow operator/kappaflow_operator
+	@set -o pipefail; $(VENV)/bin/mypy runtime/kappaflow operator/kappaflow_operator | sed 's/^/==> mypy: /'
 
 crds: setup
 	$(PY) -m kappaflow_operator.crdgen
 
 crds-check: setup
-	$(PY) -m kappaflow_operator.crdgen --check
+	@$(PY) -m kappaflow_operator.crdgen --check
 
 chart-lint: setup
 	@helm=$$($(PY) -m tests.harness.helm) && \
@@ -105,7 +129,7 @@ kafka-status: setup
 	$(PY) -m tests.harness.kafka_broker status --dir $(KAFKA_DIR)
 
 kafka-download: setup
-	$(PY) -m tests.harness.kafka_broker download
+	@$(PY) -m tests.harness.kafka_broker download
 
 # Schema Registry: Apicurio Registry (Confluent-compatible API) from Maven Central, pinned and cached;
 # `registry-run` serves it on 127.0.0.1:$(REGISTRY_PORT) until Ctrl-C. `test-registry` runs the
@@ -123,7 +147,7 @@ test-registry: registry-download kafka-download spark-jars
 
 # etcd + kube-apiserver + kube-controller-manager built from the Go module proxy (~5.5 min cold, cached)
 kube-build: setup
-	$(PY) -m tests.harness.kube_control_plane build
+	@$(PY) -m tests.harness.kube_control_plane build
 
 # a detached local control plane (no kubelet/scheduler); prints the kubeconfig path
 kube-up: kube-build

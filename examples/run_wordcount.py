@@ -29,6 +29,9 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from examples.wordcount import INPUT_TOPIC, OUTPUT_TOPIC, build_topology  # noqa: E402
 from kappaflow.runner import KafkaStreams, State  # noqa: E402
+from kappaflow.runner.logs import configure_logging  # noqa: E402
+
+LOG_FILE = ROOT / ".run" / "logs" / "wordcount.log"
 
 SENTENCES = [
     "the quick brown fox jumps over the lazy dog",
@@ -58,9 +61,10 @@ def ensure_topics(bootstrap: str) -> None:
         for t in (INPUT_TOPIC, OUTPUT_TOPIC)
         if t not in existing
     ]
-    for name, future in admin.create_topics(new).items() if new else []:
+    for _name, future in admin.create_topics(new).items() if new else []:
         future.result(timeout=30)
-        print(f"==> created topic {name}")
+    if new:
+        print(f"==> created topics {', '.join(t.topic for t in new)}")
 
 
 def generate(bootstrap: str, stop: threading.Event) -> None:
@@ -77,6 +81,8 @@ def main() -> int:
     parser.add_argument("--port", type=int, default=9092)
     parser.add_argument("--keep-broker", action="store_true")
     args = parser.parse_args()
+    # The app's full log goes to a file; the console only gets warnings, so the counts stay readable.
+    configure_logging(file=LOG_FILE, console_level="WARNING")
     data_dir = ROOT / ".run" / "kafka"
     already = (
         subprocess.run(
@@ -107,7 +113,8 @@ def main() -> int:
             },
         )
         streams.start()
-        print(f"==> metrics and health at http://127.0.0.1:{streams.metrics_port}/metrics, /health/ready")
+        metrics = f"http://127.0.0.1:{streams.metrics_port}/metrics"
+        print(f"==> word count started: metrics {metrics}, log {LOG_FILE.relative_to(ROOT)}")
         if not streams.wait_until(State.RUNNING, 60):
             raise SystemExit(f"word count did not start: {streams.state.value} {streams.error or ''}")
         generator = threading.Thread(target=generate, args=(bootstrap, stop), daemon=True)

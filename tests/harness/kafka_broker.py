@@ -40,6 +40,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from tests.harness.progress import component_line, log_dir, tree_size
+
 KAFKA_VERSION = "4.3.1"
 SCALA_BINARY = "2.13"
 LOG4J_VERSION = "2.25.5"
@@ -111,13 +113,15 @@ def ensure_kafka_libs(version: str = KAFKA_VERSION, *, verbose: bool = False) ->
     """Return the directory of broker jars, resolving them with Maven on first use.
 
     Idempotent: a marker written only after the jars were copied and moved into place says the set is
-    complete, so an interrupted download is redone rather than trusted.
+    complete, so an interrupted download is redone rather than trusted. The console gets one progress
+    line (`verbose` also prints it when the jars were cached); Maven's transcript goes to .run/logs.
     """
+    what = "Apache Kafka broker jars"
     home = kafka_home(version)
     libs = home / "libs"
     if (libs / COMPLETE_MARKER).is_file():
         if verbose:
-            print(f"==> Apache Kafka {version} jars already cached in {libs}", flush=True)
+            print(component_line(what, version, "cached", tree_size(libs.glob("*.jar"))), flush=True)
         return libs
     if shutil.which("mvn") is None:
         raise BrokerError("Maven (mvn) is required to download the Kafka broker jars; install maven")
@@ -139,26 +143,23 @@ def ensure_kafka_libs(version: str = KAFKA_VERSION, *, verbose: bool = False) ->
             "-DincludeScope=runtime",
             f"-DoutputDirectory={staging}",
         ]
-        print(f"==> resolving Apache Kafka {version} jars from Maven Central into {libs}", flush=True)
+        log_path = log_dir() / f"maven-kafka-{version}.log"
+        print(component_line(what, version, "downloading from Maven Central", detail=f"log {log_path}"))
         started = time.monotonic()
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        assert proc.stdout is not None
-        transcript: list[str] = []
-        for line in proc.stdout:
-            transcript.append(line)
-            # Maven's batch mode prints one line per finished artifact: enough to show progress.
-            text = line.removeprefix("[INFO] ").rstrip()
-            if text.startswith("Downloaded from") and (verbose or ".jar (" in text):
-                print("    " + text.split(": ", 1)[-1], flush=True)
-        if proc.wait() != 0:
+        with log_path.open("w") as log:
+            code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
+        if code != 0:
             shutil.rmtree(staging, ignore_errors=True)
-            raise BrokerError("Maven failed to resolve the Kafka jars:\n" + "".join(transcript[-40:]))
-        jars = sorted(p.name for p in staging.glob("*.jar"))
-        if not any(name.startswith(f"kafka_{SCALA_BINARY}-") for name in jars):
+            tail = "".join(log_path.read_text().splitlines(keepends=True)[-40:])
+            raise BrokerError(f"Maven failed to resolve the Kafka jars (full log {log_path}):\n{tail}")
+        jars = sorted(staging.glob("*.jar"))
+        if not any(p.name.startswith(f"kafka_{SCALA_BINARY}-") for p in jars):
             raise BrokerError(f"Maven finished but no kafka_{SCALA_BINARY} jar is in {staging}")
+        size = tree_size(jars)
         staging.rename(libs)
-        (libs / COMPLETE_MARKER).write_text("\n".join(jars) + "\n")
-        print(f"==> {len(jars)} jars ready in {time.monotonic() - started:.1f}s", flush=True)
+        (libs / COMPLETE_MARKER).write_text("\n".join(p.name for p in jars) + "\n")
+        done = f"downloaded {len(jars)} jars in {time.monotonic() - started:.0f}s"
+        print(component_line(what, version, done, size), flush=True)
     return libs
 
 
@@ -560,8 +561,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_download(args: argparse.Namespace) -> int:
-    libs = ensure_kafka_libs(verbose=True)
-    print(libs)
+    ensure_kafka_libs(verbose=True)
     return 0
 
 

@@ -37,6 +37,9 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
+
+from tests.harness.progress import component_line, log_dir, tree_size
 
 K8S_VERSION = "v1.36.3"
 # etcd at the version k8s.io/kubernetes v1.36.3 itself requires (go.etcd.io/etcd/server/v3), so the
@@ -155,8 +158,10 @@ def _build(root: Path, marker: Path) -> Path:
     started = time.monotonic()
     _log(f"writing wrapper module for k8s.io/kubernetes {K8S_VERSION} + etcd {ETCD_VERSION} in {src}")
     _write_wrapper(src, env)
-    _log("resolving modules (go mod tidy; downloads are checksum-verified via go.sum)")
-    subprocess.run(["go", "mod", "tidy"], cwd=src, check=True, env=env)
+    log_path = log_dir() / f"go-build-kube-{K8S_VERSION}.log"
+    _log(f"resolving modules (go mod tidy; checksum-verified via go.sum); full log {log_path}")
+    with log_path.open("w") as log:
+        _go(["go", "mod", "tidy"], src, env, log, log_path)
     minor = K8S_VERSION.split(".")[1]
     ver = "k8s.io/component-base/version"
     ldflags = (
@@ -172,14 +177,30 @@ def _build(root: Path, marker: Path) -> Path:
         step = time.monotonic()
         _log(f"go build {name} (minutes on a cold cache) ...")
         out = root / "bin" / name
-        subprocess.run(
-            ["go", "build", "-ldflags", ldflags, "-o", str(out) + ".tmp", pkg], cwd=src, check=True, env=env
-        )
+        with log_path.open("a") as log:
+            _go(["go", "build", "-ldflags", ldflags, "-o", str(out) + ".tmp", pkg], src, env, log, log_path)
         os.replace(str(out) + ".tmp", out)
         _log(f"built {name} in {time.monotonic() - step:.0f}s")
     marker.write_text(f"{K8S_VERSION} etcd {ETCD_VERSION}\n")
     _log(f"control plane binaries ready in {root / 'bin'} ({time.monotonic() - started:.0f}s)")
     return root / "bin"
+
+
+def _go(cmd: list[str], cwd: Path, env: dict[str, str], log: IO[str], log_path: Path) -> None:
+    """Run a go command with its output in the build log; a failure names the log and shows its tail."""
+    log.write(f"$ {' '.join(cmd)}\n")
+    log.flush()
+    code = subprocess.run(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
+    if code != 0:
+        tail = "".join(log_path.read_text().splitlines(keepends=True)[-30:])
+        raise RuntimeError(f"{cmd[:2]} failed (exit {code}); full log {log_path}:\n{tail}")
+
+
+def summary_line(bins: Path, status: str) -> str:
+    """The one line `make test` prints for the control plane."""
+    size = tree_size(p for p in bins.iterdir() if not p.name.startswith("."))
+    version = f"{K8S_VERSION} (kube-apiserver, kube-controller-manager, etcd {ETCD_VERSION})"
+    return component_line("Kubernetes control plane", version, status, size)
 
 
 def free_port() -> int:
@@ -478,7 +499,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true", help="build: rebuild even if the marker exists")
     args = parser.parse_args(argv)
     if args.command == "build":
-        print(build(force=args.force))
+        cached = (bin_dir() / ".complete").exists() and not args.force
+        print(summary_line(build(force=args.force), "cached" if cached else "built"), flush=True)
         return 0
     plane = LocalControlPlane(args.dir)
     if args.command == "start":

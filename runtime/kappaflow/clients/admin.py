@@ -20,7 +20,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from kappaflow.api.errors import StreamsError
 
-log = logging.getLogger("kappaflow.admin")
+log = logging.getLogger(__name__)
 
 
 class TopicError(StreamsError):

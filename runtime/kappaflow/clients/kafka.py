@@ -19,7 +19,7 @@ from kappaflow.api.config import StreamsConfig
 from kappaflow.api.errors import StreamsError
 from kappaflow.api.record import Headers
 
-log = logging.getLogger("kappaflow.clients")
+log = logging.getLogger(__name__)
 
 # librdkafka settings passed through verbatim when present in the streams configuration.
 PASSTHROUGH = (

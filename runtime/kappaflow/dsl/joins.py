@@ -40,7 +40,7 @@ from kappaflow.state.builders import KeyValueStoreBuilder, Stores
 from kappaflow.state.kv_layers import ChangeLoggingKeyValueBytesStore, MeteredKeyValueStore
 from kappaflow.topology.nodes import SourceSpec
 
-log = logging.getLogger("kappaflow.dsl")
+log = logging.getLogger(__name__)
 _TS = struct.Struct(">q")
 
 

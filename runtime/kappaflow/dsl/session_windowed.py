@@ -27,7 +27,7 @@ from kappaflow.dsl.windows import SessionWindows
 from kappaflow.state.session_store import SessionStoreBuilder
 from kappaflow.state.window_store import window_bytes_supplier
 
-log = logging.getLogger("kappaflow.dsl")
+log = logging.getLogger(__name__)
 
 
 class KStreamSessionWindowAggregateProcessor(_Stateful):

@@ -30,7 +30,7 @@ from kappaflow.dsl.windowed import window_store_builder
 from kappaflow.dsl.windows import SlidingWindows
 from kappaflow.state.timestamped import ValueAndTimestamp
 
-log = logging.getLogger("kappaflow.dsl")
+log = logging.getLogger(__name__)
 VAT = ValueAndTimestamp[Any]
 
 

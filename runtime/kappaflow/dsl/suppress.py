@@ -26,7 +26,7 @@ from kappaflow.api.windows import Windowed
 from kappaflow.dsl.change import Change, ChangeSerde
 from kappaflow.state.time_ordered_buffer import BufferedEntry, ChangeCodec
 
-log = logging.getLogger("kappaflow.dsl")
+log = logging.getLogger(__name__)
 UNBOUNDED = (1 << 63) - 1
 
 

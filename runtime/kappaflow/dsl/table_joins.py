@@ -29,7 +29,7 @@ from kappaflow.dsl.stream_processors import drop_record
 from kappaflow.dsl.table_processors import _Stateful
 from kappaflow.state.timestamped import ValueAndTimestamp
 
-log = logging.getLogger("kappaflow.dsl")
+log = logging.getLogger(__name__)
 Joiner = Callable[[Any, Any, Any], Any]
 
 

@@ -20,7 +20,7 @@ from kappaflow.dsl.stream_processors import drop_record
 from kappaflow.state.api import RecordContext
 from kappaflow.state.timestamped import ValueAndTimestamp
 
-log = logging.getLogger("kappaflow.dsl")
+log = logging.getLogger(__name__)
 AnyRecord = Record[Any, Any]
 
 

@@ -28,7 +28,7 @@ from kappaflow.dsl.windows import TimeWindows
 from kappaflow.state.timestamped import ValueAndTimestamp
 from kappaflow.state.window_store import WindowStoreBuilder, window_bytes_supplier
 
-log = logging.getLogger("kappaflow.dsl")
+log = logging.getLogger(__name__)
 
 
 def window_store_builder(

@@ -44,7 +44,7 @@ from kappaflow.state.builders import ReadOnlyKeyValueView
 from kappaflow.state.session_store import ReadOnlySessionView
 from kappaflow.state.window_store import ReadOnlyWindowView
 
-log = logging.getLogger("kappaflow.query")
+log = logging.getLogger(__name__)
 
 RETRY_AFTER_S = 1
 FORWARD_TIMEOUT_S = 5.0

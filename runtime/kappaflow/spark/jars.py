@@ -9,7 +9,9 @@ connector is compiled against Spark's internal APIs) and its runtime dependencie
 into place says the set is complete, so an interrupted download is redone rather than trusted. Jars that
 pyspark already ships (Scala, Hadoop, compression, logging) are dropped so the classpath holds one copy.
 
-CLI: `python -m kappaflow.spark.jars` resolves the jars and prints the `spark.jars` value.
+CLI: `python -m kappaflow.spark.jars` resolves the jars and prints one progress line (version, cached or
+downloaded, size); `--print-classpath` prints the `spark.jars` value instead. Maven's transcript goes to
+`$KAPPAFLOW_LOG_DIR` (default `.run/logs`), not the console.
 """
 
 from __future__ import annotations
@@ -150,20 +152,16 @@ def ensure_kafka_connector(version: str | None = None, *, verbose: bool = True) 
             "-DincludeScope=runtime",
             f"-DoutputDirectory={staging}",
         ]
+        log_path = _log_dir() / f"maven-spark-kafka-{version}.log"
         if verbose:
-            print(f"==> resolving Spark {version} Kafka connector jars into {target}", flush=True)
+            print(progress_line(version, f"downloading from Maven Central, log {log_path}"), flush=True)
         started = time.monotonic()
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        assert proc.stdout is not None
-        transcript: list[str] = []
-        for line in proc.stdout:
-            transcript.append(line)
-            text = line.removeprefix("[INFO] ").rstrip()
-            if verbose and text.startswith("Downloaded from") and ".jar (" in text:
-                print("    " + text.split(": ", 1)[-1], flush=True)
-        if proc.wait() != 0:
+        with log_path.open("w") as log:
+            code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
+        if code != 0:
             shutil.rmtree(staging, ignore_errors=True)
-            raise SparkSetupError("Maven failed to resolve the connector:\n" + "".join(transcript[-40:]))
+            tail = "".join(log_path.read_text().splitlines(keepends=True)[-40:])
+            raise SparkSetupError(f"Maven failed to resolve the connector (full log {log_path}):\n{tail}")
         _drop_shipped(staging)
         names = sorted(p.name for p in staging.glob("*.jar"))
         # The connector itself is the pom's direct dependency, so copy-dependencies includes it.
@@ -172,19 +170,42 @@ def ensure_kafka_connector(version: str | None = None, *, verbose: bool = True) 
         staging.rename(target)
         (target / COMPLETE_MARKER).write_text("\n".join(names) + "\n")
         if verbose:
-            print(f"==> {len(names)} jars ready in {time.monotonic() - started:.1f}s", flush=True)
+            done = f"downloaded {len(names)} jars in {time.monotonic() - started:.0f}s"
+            print(progress_line(version, done, _size(sorted(target.glob("*.jar")))), flush=True)
     found = _complete(target)
     assert found is not None
     return found
 
 
-def main() -> int:
+def _log_dir() -> Path:
+    path = Path(os.environ.get("KAPPAFLOW_LOG_DIR", ".run/logs"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _size(jars: list[Path]) -> int:
+    return sum(j.stat().st_size for j in jars)
+
+
+def progress_line(version: str, status: str, size: int | None = None) -> str:
+    """`==> Spark Kafka connector jars 4.0.0: cached, 5.1 MB`: what `make test` shows for this component."""
+    suffix = f", {size / 1024 / 1024:.1f} MB" if size is not None else ""
+    return f"==> Spark Kafka connector jars {version}: {status}{suffix}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
     try:
-        jars = ensure_kafka_connector()
+        version = spark_version()
+        cached = _complete(jars_dir(version)) is not None
+        jars = ensure_kafka_connector(version)
     except SparkSetupError as exc:
         print(f"kappaflow: error: {exc}", file=sys.stderr)
         return 2
-    print(",".join(str(j) for j in jars))
+    if "--print-classpath" in args:
+        print(",".join(str(j) for j in jars))
+    elif cached:
+        print(progress_line(version, "cached", _size(jars)))
     return 0
 
 

@@ -49,7 +49,7 @@ from kappaflow.spark.executor import InputRow, OutputRow, RecordRow, StageJob, l
 from kappaflow.topology.nodes import SubTopology
 from kappaflow.topology.topology import Topology
 
-log = logging.getLogger("kappaflow.spark")
+log = logging.getLogger(__name__)
 
 Offsets = dict[str, dict[int, int]]
 

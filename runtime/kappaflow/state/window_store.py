@@ -30,7 +30,7 @@ from kappaflow.state.kv_layers import CachingKeyValueStore, ChangeLoggingKeyValu
 from kappaflow.state.metered import MeteredStoreBase
 from kappaflow.state.timestamped import ValueAndTimestamp, ValueAndTimestampSerde
 
-log = logging.getLogger("kappaflow.state")
+log = logging.getLogger(__name__)
 
 _SUFFIX = struct.Struct(">qi")
 SUFFIX_LEN = _SUFFIX.size  # 12

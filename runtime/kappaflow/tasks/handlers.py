@@ -16,7 +16,7 @@ from typing import Any
 from kappaflow.api.errors import ConfigError, HandlerResponse
 from kappaflow.api.record import Headers
 
-log = logging.getLogger("kappaflow.errors")
+log = logging.getLogger(__name__)
 
 ErrorHandler = Callable[[BaseException, "FailedRecord"], HandlerResponse]
 

@@ -16,7 +16,7 @@ from typing import Any
 from kappaflow.state.api import ChangelogRecord, RestoreCallback, StateStore
 from kappaflow.state.builders import StoreBuilder
 
-log = logging.getLogger("kappaflow.state")
+log = logging.getLogger(__name__)
 
 
 @dataclass

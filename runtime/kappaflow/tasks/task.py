@@ -41,7 +41,7 @@ from kappaflow.tasks.state_manager import ProcessorStateManager
 from kappaflow.topology.nodes import ProcessorSpec, SinkSpec, SourceSpec
 from kappaflow.topology.topology import Topology
 
-log = logging.getLogger("kappaflow.task")
+log = logging.getLogger(__name__)
 
 
 class TaskState(Enum):
@@ -428,6 +428,7 @@ class StreamTask:
             raise error
         self.metrics.increment("dropped-records-total", reason=type(error).__name__, **self._labels)
         if self._dead_letter_topic:
+            self.metrics.increment("dead-letter-records-total", topic=self._dead_letter_topic, **self._labels)
             self.context.collector.send(
                 self._dead_letter_topic,
                 raw.key,
