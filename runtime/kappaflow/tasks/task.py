@@ -105,7 +105,9 @@ class StreamTask:
         self.application_id = config.get_str("application.id")
         self.state = TaskState.CREATED
         self.task_dir = state_root / str(task_id)
-        self.state_manager = ProcessorStateManager(self.task_dir, task_id.partition, self.changelog_topic)
+        self.state_manager = ProcessorStateManager(
+            self.task_dir, task_id.partition, self.changelog_topic, exactly_once=config.exactly_once
+        )
         self.context = ProcessorContextImpl(
             task_id,
             config,
@@ -472,8 +474,8 @@ class StreamTask:
         self.committed_offsets.update({tp: o + 1 for tp, o in self.consumed_offsets.items()})
         self.consumed_offsets.clear()
         self.context.commit_requested = False
-        if changelog_offsets:
-            self.state_manager.checkpoint(changelog_offsets)
+        # always: transactional stores (exactly_once_v2) apply the committed writes here, offsets or not
+        self.state_manager.checkpoint(changelog_offsets or {})
 
     def publish_metrics(self) -> None:
         if self._processed:
