@@ -143,7 +143,7 @@ class ManagedContext(FakeStoreContext):
 
 
 def _task_store(task_dir: Path, exactly_once: bool, supplier: KeyValueBytesStoreSupplier) -> tuple[Any, Any]:
-    manager = ProcessorStateManager(task_dir, 0, lambda s: f"app-{s}-changelog", exactly_once=exactly_once)
+    manager = ProcessorStateManager(task_dir, 0, lambda s: f"app-{s}-changelog", transactional=exactly_once)
     builder = Stores.key_value_store_builder(supplier, String(), Long()).with_caching_enabled()
     manager.register_builder(builder)
     store = builder.build()

@@ -51,12 +51,12 @@ def innermost(store: Any) -> Any:
 
 class ProcessorStateManager:
     def __init__(
-        self, task_dir: Path, partition: int, changelog_topic: Any, exactly_once: bool = False
+        self, task_dir: Path, partition: int, changelog_topic: Any, transactional: bool = False
     ) -> None:
         self.task_dir = task_dir
         self.partition = partition
         self._changelog_topic = changelog_topic
-        self.exactly_once = exactly_once
+        self.transactional = transactional
         self.stores: dict[str, StoreMetadata] = {}
         self._builders: dict[str, StoreBuilder] = {}
         self._pending: StoreBuilder | None = None
@@ -68,7 +68,7 @@ class ProcessorStateManager:
     def register(self, store: StateStore, restore: RestoreCallback) -> None:
         builder = self._builders.get(store.name)
         logged = builder.logging_enabled if builder is not None else False
-        if self.exactly_once and store.persistent:
+        if self.transactional and store.persistent:
             bottom = innermost(store)
             if not isinstance(bottom, TransactionalStore):
                 raise InvalidStateStoreError(

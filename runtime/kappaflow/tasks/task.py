@@ -96,7 +96,10 @@ class StreamTask:
         state_root: Path,
         clock: Callable[[], int],
         global_stores: dict[str, Any] | None = None,
+        transactional_state: bool | None = None,
     ) -> None:
+        """`transactional_state`: keep store writes apart until `post_commit` (default: under
+        exactly_once_v2); see `kappaflow.tasks.state_manager`."""
         self.id = task_id
         self.topology = topology
         self.config = config
@@ -106,7 +109,10 @@ class StreamTask:
         self.state = TaskState.CREATED
         self.task_dir = state_root / str(task_id)
         self.state_manager = ProcessorStateManager(
-            self.task_dir, task_id.partition, self.changelog_topic, exactly_once=config.exactly_once
+            self.task_dir,
+            task_id.partition,
+            self.changelog_topic,
+            transactional=config.exactly_once if transactional_state is None else transactional_state,
         )
         self.context = ProcessorContextImpl(
             task_id,
