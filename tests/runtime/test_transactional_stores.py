@@ -200,3 +200,21 @@ def test_exactly_once_refuses_a_persistent_store_without_transactions(tmp_path: 
     with pytest.raises(InvalidStateStoreError, match="store 'plain': exactly_once_v2 needs"):
         _task_store(tmp_path, True, supplier)
     _task_store(tmp_path, False, supplier)[0].close()  # at_least_once: as before
+
+
+def test_a_dirty_close_drops_cached_writes_unlogged_and_the_store_reopens(tmp_path: Path) -> None:
+    supplier = Stores.persistent_key_value_store("counts")
+    manager = ProcessorStateManager(tmp_path, 0, lambda s: f"app-{s}-changelog", transactional=True)
+    builder = Stores.key_value_store_builder(supplier, String(), Long()).with_caching_enabled()
+    manager.register_builder(builder)
+    store = builder.build()
+    context = ManagedContext(tmp_path, manager, cache_bytes=1 << 20)
+    store.init(context)
+    store.put("a", 1)
+    manager.close(clean=False)  # an aborted transaction: nothing forwarded, logged or kept
+    assert context.logged == []
+    manager, store = _task_store(tmp_path, True, supplier)
+    try:
+        assert store.get("a") is None and manager.restore_offsets() == {"counts": None}
+    finally:
+        manager.close()

@@ -271,6 +271,12 @@ class CachingKeyValueStore(WrappedBytesStore):
             self._cache.close(self._namespace)
         self.inner.close()
 
+    def discard(self) -> None:
+        """Drop the cached writes without flushing them (a dirty close): they belong to a transaction
+        that will not commit, so they must neither be forwarded nor logged."""
+        if self._cache is not None:
+            self._cache.close(self._namespace)
+
 
 class MeteredKeyValueStore(MeteredStoreBase, Generic[K, V]):
     """The typed store processors and queries see: serdes at the boundary, counters in the metrics."""
@@ -392,7 +398,7 @@ class MeteredKeyValueStore(MeteredStoreBase, Generic[K, V]):
     ) -> bool:
         """Called by DSL processors: with caching, updates are forwarded when flushed, not when written.
         Returns False when the store has no cache, so the processor must forward immediately."""
-        caching = _find_layer(self.inner, CachingKeyValueStore)
+        caching = find_layer(self.inner, CachingKeyValueStore)
         if caching is None:
             return False
 
@@ -405,7 +411,8 @@ class MeteredKeyValueStore(MeteredStoreBase, Generic[K, V]):
 L = TypeVar("L")
 
 
-def _find_layer(store: object, layer: type[L]) -> L | None:
+def find_layer(store: object, layer: type[L]) -> L | None:
+    """The first layer of type `layer` from `store` inward, or None."""
     current: object | None = store
     while current is not None:
         if isinstance(current, layer):

@@ -24,6 +24,7 @@ from typing import Any
 from kappaflow.api.errors import InvalidStateStoreError
 from kappaflow.state.api import ChangelogRecord, RestoreCallback, StateStore, TransactionalStore
 from kappaflow.state.builders import StoreBuilder
+from kappaflow.state.kv_layers import CachingKeyValueStore, find_layer
 
 log = logging.getLogger("kappaflow.state")
 
@@ -132,7 +133,14 @@ class ProcessorStateManager:
             elif offset is not None:
                 bottom.checkpoint(offset)
 
-    def close(self) -> None:
+    def close(self, clean: bool = True) -> None:
+        """Close every store. A dirty close (a crash-like exit of the task) first drops the record
+        caches' writes unflushed, and transactional stores discard their uncommitted writes."""
+        if not clean:
+            for meta in self.stores.values():
+                caching = find_layer(meta.store, CachingKeyValueStore)
+                if caching is not None:
+                    caching.discard()
         for meta in self.stores.values():
             try:
                 meta.store.close()

@@ -509,5 +509,5 @@ class StreamTask:
         if clean:
             self.state_manager.flush()
         self.publish_metrics()
-        self.state_manager.close()
+        self.state_manager.close(clean)
         self.state = TaskState.CLOSED
