@@ -20,6 +20,8 @@ from kappaflow.api.errors import InvalidStateStoreError
 from kappaflow.api.serdes import Long, String
 from kappaflow.state.builders import KeyValueBytesStoreSupplier, Stores
 from kappaflow.state.kv_bytes import InMemoryKeyValueBytesStore, RocksDBKeyValueBytesStore
+from kappaflow.state.timestamped import ValueAndTimestamp
+from kappaflow.state.window_store import WindowStoreBuilder, window_bytes_supplier
 from kappaflow.tasks.state_manager import LEGACY_CRASH_MARKER, ProcessorStateManager
 from tests.runtime.test_stores import FakeStoreContext, _apply, _queries, keys, ops
 
@@ -216,5 +218,46 @@ def test_a_dirty_close_drops_cached_writes_unlogged_and_the_store_reopens(tmp_pa
     manager, store = _task_store(tmp_path, True, supplier)
     try:
         assert store.get("a") is None and manager.restore_offsets() == {"counts": None}
+    finally:
+        manager.close()
+
+
+@pytest.mark.parametrize("kind", ["window", "timestamped"])
+def test_uncached_window_and_timestamped_stores_are_transactional(tmp_path: Path, kind: str) -> None:
+    """Without a cache every write reaches the bytes store at once: still only a commit makes it stay."""
+
+    def open_store() -> tuple[ProcessorStateManager, Any]:
+        manager = ProcessorStateManager(tmp_path, 0, lambda s: f"app-{s}-changelog", transactional=True)
+        builder: Any
+        if kind == "window":
+            supplier = window_bytes_supplier("w", True)
+            builder = WindowStoreBuilder(supplier, String(), Long(), window_size=1000, retention_ms=10**9)
+        else:
+            supplier = Stores.persistent_timestamped_key_value_store("w")
+            builder = Stores.timestamped_key_value_store_builder(supplier, String(), Long())
+        manager.register_builder(builder)
+        store = builder.build()
+        store.init(ManagedContext(tmp_path, manager, cache_bytes=None))
+        return manager, store
+
+    def write(store: Any, value: int) -> None:
+        if kind == "window":
+            store.put("k", ValueAndTimestamp.make(value, 5), 0)
+        else:
+            store.put("k", ValueAndTimestamp.make(value, 5))
+
+    def read(store: Any) -> Any:
+        found = list(store.fetch("k", 0, 0)) if kind == "window" else [store.get("k")]
+        return [v.value for v in (pair[1] if kind == "window" else pair for pair in found) if v is not None]
+
+    manager, store = open_store()
+    write(store, 1)
+    manager.checkpoint({"w": 3})
+    write(store, 2)
+    assert read(store) == [2]  # read-your-writes without a cache
+    manager.close(clean=False)
+    manager, store = open_store()
+    try:
+        assert read(store) == [1] and manager.restore_offsets() == {"w": 3}
     finally:
         manager.close()
