@@ -7,9 +7,9 @@ failover only restores the small tail written since. Both kinds read changelogs 
 restore consumer, incrementally, so the poll loop keeps serving the group while state is restored.
 
 Each task directory is locked (flock on `.lock`) while a task uses it, so two processes sharing a state
-volume by mistake fail loudly instead of corrupting RocksDB. Under exactly_once_v2 an `.eos-dirty` marker
-is present while an active task may hold uncommitted writes; finding it on open means the process died,
-and the local state is wiped and restored from the (read_committed) changelog.
+volume by mistake fail loudly instead of corrupting RocksDB. Where each changelog's restoration starts is
+the task's state manager's decision (`restore_offsets`): under exactly_once_v2 its stores are
+transactional, so even after a kill -9 only the changelog tail past the last applied commit is restored.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -35,7 +34,6 @@ from kappaflow.topology.topology import Topology
 
 log = logging.getLogger("kappaflow.tasks")
 
-DIRTY_MARKER = ".eos-dirty"
 RESTORE_LOG_INTERVAL_S = 5.0
 
 
@@ -92,7 +90,6 @@ class TaskManager:
         self.global_stores = global_stores or {}
         self.app_id = config.application_id
         self.state_root = Path(config.get_str("state.dir")) / self.app_id
-        self.eos = config.exactly_once
         self.active: dict[TaskId, ManagedTask] = {}
         self.standby: dict[TaskId, ManagedTask] = {}
         self._changelog_index: dict[tuple[str, int], ManagedTask] = {}
@@ -126,11 +123,6 @@ class TaskManager:
         task_dir = self.state_root / str(task_id)
         lock = TaskDirLock(task_dir)
         try:
-            if not standby and self.eos and (task_dir / DIRTY_MARKER).exists():
-                log.warning("task %s: state left by a crashed exactly-once run; wiping it", task_id)
-                for child in task_dir.iterdir():
-                    if child.name != ".lock":
-                        shutil.rmtree(child, ignore_errors=True) if child.is_dir() else child.unlink()
             task = StreamTask(
                 task_id,
                 self.topology,
@@ -143,16 +135,15 @@ class TaskManager:
                 self.global_stores,
             )
             task.initialize()
+            starts = task.state_manager.restore_offsets()
         except BaseException:
             lock.release()
             raise
         managed = ManagedTask(task, lock, standby)
-        if not standby and self.eos:
-            (task_dir / DIRTY_MARKER).touch()
         assignments = []
         for meta in task.state_manager.logged_stores():
             tp = (meta.changelog_topic, task_id.partition)
-            start = task.state_manager.committed_offset(meta.name)
+            start = starts[meta.name]
             managed.changelogs[tp] = meta.name
             managed.positions[tp] = start if start is not None else 0
             low, high = self.restore_consumer.get_watermark_offsets(TopicPartition(*tp), timeout=10)
@@ -203,18 +194,15 @@ class TaskManager:
                     {store: managed.positions[tp] for tp, store in managed.changelogs.items()}
                 )
             task.close(clean=clean)
-            if clean and not managed.standby and self.eos:
-                (task.task_dir / DIRTY_MARKER).unlink(missing_ok=True)
         finally:
             managed.lock.release()
 
-    def close_active(self, task_id: TaskId, clean: bool, wipe: bool = False) -> None:
+    def close_active(self, task_id: TaskId, clean: bool) -> None:
+        """Close an active task; unclean (under exactly_once_v2) discards its uncommitted writes."""
         managed = self.active.pop(task_id, None)
         if managed is None:
             return
         self._close(managed, clean)
-        if wipe:
-            shutil.rmtree(managed.task.task_dir, ignore_errors=True)
 
     def close_standby(self, task_id: TaskId) -> None:
         managed = self.standby.pop(task_id, None)

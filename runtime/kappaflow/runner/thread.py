@@ -10,8 +10,9 @@ Commit protocol, at_least_once (numbered as in the architecture notes):
   4. checkpoint each store at the changelog offset Kafka acknowledged.
 exactly_once_v2: one transactional producer; 1. flush stores, 2. flush, 3. send_offsets_to_transaction
 with the consumer's group metadata, 4. commit_transaction, 5. checkpoint. A failed commit or an abortable
-error aborts the transaction and rewinds: tasks are closed dirty, their local state wiped, positions reset
-to the committed offsets and the tasks restored again (from read_committed changelogs). A fenced producer
+error aborts the transaction and rewinds: tasks are closed dirty (their transactional stores discard the
+uncommitted writes), positions reset to the committed offsets and the tasks restore the changelog tail
+past their stores' last commit (read_committed). A fenced producer
 is replaced by a new one (init_transactions fences the old epoch) and the same rewind follows.
 
 Standby placement: after each rebalance the thread reads the group's members and their assignments from
@@ -511,7 +512,8 @@ class StreamThread:
         return True
 
     def _recover(self, exc: BaseException) -> None:
-        """Abort (or replace a fenced producer), wipe and restore the tasks, rewind to committed offsets."""
+        """Abort (or replace a fenced producer), close the tasks dirty and reopen them (a tail restore),
+        rewind to the committed offsets."""
         tm, consumer = self.tm, self.consumer
         assert tm is not None and consumer is not None
         log.warning("exactly-once: aborting the transaction and rewinding after: %s", exc)
@@ -521,7 +523,7 @@ class StreamThread:
             log.warning("replacing the transactional producer")
             self._new_producer()
         for task_id in list(tm.active):
-            tm.close_active(task_id, clean=False, wipe=True)
+            tm.close_active(task_id, clean=False)
         tps = [TopicPartition(t, p) for t, p in self.assigned]
         committed = consumer.committed(tps, timeout=30) if tps else []
         for tp in committed:

@@ -292,6 +292,9 @@ def run_task(job: StageJob, topology: Topology, partition: int, rows: list[Input
         Metrics(),
         state_root,
         lambda: int(time.time() * 1000),
+        # One commit at the very end, into fresh changelogs and state: transactional stores would hold
+        # the task's whole state in memory until then, for no recovery gain (a failed task is rerun).
+        transactional_state=False,
     )
     try:
         task.initialize()

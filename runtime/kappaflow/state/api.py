@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from kappaflow.api.config import StreamsConfig
 from kappaflow.api.metrics import Metrics
@@ -122,6 +122,23 @@ class KeyValueBytesStore(StateStore, Protocol):
     def committed_changelog_offset(self) -> int | None: ...
 
     def checkpoint(self, changelog_offset: int) -> None: ...
+
+
+@runtime_checkable
+class TransactionalStore(Protocol):
+    """A persistent store that can keep a transaction's writes apart from its committed state (KIP-892).
+
+    Once `begin_transactions()` is called (by the task's state manager, under exactly_once_v2), writes are
+    buffered and visible to the store's own reads; `commit(offset)` applies them, with the changelog
+    offset they reach (None: unchanged), in one atomic write; `close()` without a commit discards them.
+    Restoration writes bypass the buffer: the changelog records they apply are committed already.
+    `reset()` wipes the local state (for state that cannot be trusted)."""
+
+    def begin_transactions(self) -> None: ...
+
+    def commit(self, changelog_offset: int | None) -> None: ...
+
+    def reset(self) -> None: ...
 
 
 def prefix_upper_bound(prefix: bytes) -> bytes | None:

@@ -2,8 +2,12 @@
 
 Both keep keys in lexicographic byte order so ranges, prefix scans and (later) time-ordered window keys
 mean the same thing in either backend; a property test holds them to identical behaviour. RocksDB keeps
-the last checkpointed changelog offset in a separate column family of the same database, written in the
-same batch discipline as the data, so "data" and "how far the data goes" cannot disagree after a crash.
+the last checkpointed changelog offset in a separate column family of the same database.
+
+Under exactly_once_v2 the RocksDB store is transactional (see `kappaflow.state.uncommitted`): a
+transaction's writes wait in memory and reach the database with the changelog offset they reach in one
+atomic write batch after the Kafka transaction commits, so "data" and "how far the data goes" cannot
+disagree after a crash and a restart restores only the changelog tail past that offset.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import rocksdict
 
 from kappaflow.api.errors import InvalidStateStoreError
 from kappaflow.state.api import BytesIterator, ChangelogRecord, StateStore, StoreContext, prefix_upper_bound
+from kappaflow.state.uncommitted import Entry, UncommittedWrites, overlay
 
 _META_CF = "kappaflow_meta"
 _OFFSET_KEY = b"changelog.offset"
@@ -130,7 +135,10 @@ class InMemoryKeyValueBytesStore:
 
 
 class RocksDBKeyValueBytesStore:
-    """RocksDB through rocksdict in raw (bytes) mode; one database per store per task directory."""
+    """RocksDB through rocksdict in raw (bytes) mode; one database per store per task directory.
+
+    Transactional once `begin_transactions()` is called: writes then go to `_uncommitted` (which reads
+    consult first) until `commit`, and `close` without a commit discards them."""
 
     persistent = True
 
@@ -139,7 +147,9 @@ class RocksDBKeyValueBytesStore:
         self.timestamped = timestamped
         self._db: Any = None
         self._meta: Any = None
+        self._meta_handle: Any = None
         self._path: Path | None = None
+        self._uncommitted: UncommittedWrites | None = None
 
     @property
     def name(self) -> str:
@@ -169,6 +179,7 @@ class RocksDBKeyValueBytesStore:
                 f"store '{self._name}': cannot open RocksDB at {path}: {exc}"
             ) from exc
         self._meta = self._db.get_column_family(_META_CF)
+        self._meta_handle = self._db.get_column_family_handle(_META_CF)
 
     def _require(self) -> Any:
         if self._db is None:
@@ -179,13 +190,18 @@ class RocksDBKeyValueBytesStore:
         return self._db is not None
 
     def flush(self) -> None:
-        if self._db is not None:
+        # A transactional store's commits are atomic write batches, durable through the write-ahead log
+        # against a process crash: flushing memtables at every (100 ms) commit would only make SST files.
+        if self._db is not None and self._uncommitted is None:
             self._db.flush()
 
     def close(self) -> None:
+        if self._uncommitted is not None:
+            self._uncommitted.clear()  # never committed: discarded, as a crash would
         if self._db is None:
             return
         self._meta = None
+        self._meta_handle = None
         self._db.close()
         self._db = None
 
@@ -195,11 +211,49 @@ class RocksDBKeyValueBytesStore:
         if self._path is not None:
             shutil.rmtree(self._path, ignore_errors=True)
 
+    def reset(self) -> None:
+        """Wipe the local state and reopen empty (uncommitted writes included), ready to be restored."""
+        path = self._path
+        if path is None:
+            raise InvalidStateStoreError(f"store '{self._name}' was never opened")
+        self.destroy()
+        self.open_at(path)
+
+    # ----------------------------------------------------------------- transactions
+    def begin_transactions(self) -> None:
+        """From now on writes wait for `commit` (see the class docstring)."""
+        if self._uncommitted is None:
+            self._uncommitted = UncommittedWrites()
+
+    def commit(self, changelog_offset: int | None) -> None:
+        """Apply the uncommitted writes and the changelog offset they reach (None: keep the stored one)
+        in one atomic write batch: a crash leaves the database before or after it, never in between."""
+        db = self._require()
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        if self._uncommitted is not None:
+            _add_to_batch(batch, self._uncommitted.drain())
+        if changelog_offset is not None:
+            batch.put(_OFFSET_KEY, str(changelog_offset).encode(), self._meta_handle)
+        if batch.len():
+            db.write(batch)
+
+    def uncommitted_count(self) -> int:
+        return 0 if self._uncommitted is None else len(self._uncommitted)
+
+    # ----------------------------------------------------------------- reads and writes
     def get(self, key: bytes) -> bytes | None:
+        if self._uncommitted is not None:
+            written, pending = self._uncommitted.lookup(key)
+            if written:
+                return pending
         value: bytes | None = self._require().get(key)
         return value
 
     def put(self, key: bytes, value: bytes | None) -> None:
+        if self._uncommitted is not None:
+            self._require()
+            self._uncommitted.put(key, value)
+            return
         db = self._require()
         if value is None:
             db.delete(key)
@@ -213,19 +267,21 @@ class RocksDBKeyValueBytesStore:
         return existing
 
     def put_all(self, entries: list[tuple[bytes, bytes | None]]) -> None:
+        if self._uncommitted is not None:
+            self._require()
+            self._uncommitted.put_all(entries)
+        else:
+            self._write_through(entries)
+
+    def _write_through(self, entries: list[Entry]) -> None:
         batch = rocksdict.WriteBatch(raw_mode=True)
-        for key, value in entries:
-            if value is None:
-                batch.delete(key)
-            else:
-                batch.put(key, value)
+        _add_to_batch(batch, entries)
         self._require().write(batch)
 
     def delete(self, key: bytes) -> bytes | None:
-        db = self._require()
-        old: bytes | None = db.get(key)
+        old = self.get(key)
         if old is not None:
-            db.delete(key)
+            self.put(key, None)
         return old
 
     def _forward(self, from_key: bytes | None, to_key: bytes | None) -> Iterator[tuple[bytes, bytes]]:
@@ -248,35 +304,53 @@ class RocksDBKeyValueBytesStore:
             yield key, value
 
     def range(self, from_key: bytes | None, to_key: bytes | None) -> BytesIterator:
-        return self._forward(from_key, to_key)
+        if not self._uncommitted or (from_key is not None and to_key is not None and from_key > to_key):
+            return self._forward(from_key, to_key)
+        return overlay(self._uncommitted.in_range(from_key, to_key), self._forward(from_key, to_key), False)
 
     def reverse_range(self, from_key: bytes | None, to_key: bytes | None) -> BytesIterator:
-        return self._backward(from_key, to_key)
+        if not self._uncommitted or (from_key is not None and to_key is not None and from_key > to_key):
+            return self._backward(from_key, to_key)
+        pending = self._uncommitted.in_range(from_key, to_key)
+        pending.reverse()
+        return overlay(pending, self._backward(from_key, to_key), True)
 
     def all(self) -> BytesIterator:
-        return self._forward(None, None)
+        return self.range(None, None)
 
     def reverse_all(self) -> BytesIterator:
-        return self._backward(None, None)
+        return self.reverse_range(None, None)
 
     def prefix_scan(self, prefix: bytes) -> BytesIterator:
         upper = prefix_upper_bound(prefix)
-        for key, value in self._forward(prefix, None):
+        for key, value in self.range(prefix, None):
             if upper is not None and key >= upper:
                 return
             yield key, value
 
     def approximate_num_entries(self) -> int:
         value = self._require().property_int_value("rocksdb.estimate-num-keys")
-        return int(value or 0)
+        return int(value or 0) + self.uncommitted_count()
 
     def restore_batch(self, records: list[ChangelogRecord]) -> None:
-        self.put_all([(k, restored_value(v, ts, self.timestamped)) for k, v, ts in records])
+        # Straight to the database, even in a transaction: these are committed changelog records. The
+        # offset they reach is stored later (checkpoint/commit); a crash in between replays them again,
+        # which converges to the same state because the changelog is applied in order.
+        self._write_through([(k, restored_value(v, ts, self.timestamped)) for k, v, ts in records])
 
     def committed_changelog_offset(self) -> int | None:
         raw = self._meta.get(_OFFSET_KEY) if self._meta is not None else None
         return int(raw.decode()) if raw is not None else None
 
     def checkpoint(self, changelog_offset: int) -> None:
-        if self._meta is not None:
-            self._meta.put(_OFFSET_KEY, str(changelog_offset).encode())
+        """Record the offset with whatever the transaction holds (nothing, outside a transaction)."""
+        if self._db is not None:
+            self.commit(changelog_offset)
+
+
+def _add_to_batch(batch: Any, entries: list[Entry]) -> None:
+    for key, value in entries:
+        if value is None:
+            batch.delete(key)
+        else:
+            batch.put(key, value)

@@ -7,7 +7,6 @@ to a key between two commits collapse into one downstream record and one changel
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
@@ -24,6 +23,7 @@ from kappaflow.state.api import (
 from kappaflow.state.cache import NOT_DECODED, CacheEntry, DirtyEntries, ThreadCache
 from kappaflow.state.metered import MeteredStoreBase
 from kappaflow.state.timestamped import split_timestamped
+from kappaflow.state.uncommitted import overlay
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -146,19 +146,6 @@ class ChangeLoggingKeyValueBytesStore(WrappedBytesStore):
         return old
 
 
-def _merge(
-    cached: list[tuple[bytes, bytes | None]], stored: BytesIterator, reverse: bool
-) -> Iterator[tuple[bytes, bytes]]:
-    """Merge the cache's entries over the store's, both sorted; the cache wins, cached tombstones hide."""
-    cached_keys = {k for k, _ in cached}
-    tagged_cache = ((k, 0, v) for k, v in cached)
-    tagged_store = ((k, 1, v) for k, v in stored if k not in cached_keys)
-    merged = heapq.merge(tagged_cache, tagged_store, key=lambda t: t[0], reverse=reverse)
-    for key, _, value in merged:
-        if value is not None:
-            yield key, value
-
-
 class CachingKeyValueStore(WrappedBytesStore):
     """Buffers writes in the thread's record cache; dirty entries reach the inner store (and the flush
     listener, which forwards them downstream) on commit or eviction."""
@@ -253,13 +240,13 @@ class CachingKeyValueStore(WrappedBytesStore):
     def range(self, from_key: bytes | None, to_key: bytes | None) -> BytesIterator:
         if from_key is not None and to_key is not None and from_key > to_key:
             return iter(())
-        return _merge(self._cached_range(from_key, to_key), self.inner.range(from_key, to_key), False)
+        return overlay(self._cached_range(from_key, to_key), self.inner.range(from_key, to_key), False)
 
     def reverse_range(self, from_key: bytes | None, to_key: bytes | None) -> BytesIterator:
         if from_key is not None and to_key is not None and from_key > to_key:
             return iter(())
         cached = list(reversed(self._cached_range(from_key, to_key)))
-        return _merge(cached, self.inner.reverse_range(from_key, to_key), True)
+        return overlay(cached, self.inner.reverse_range(from_key, to_key), True)
 
     def all(self) -> BytesIterator:
         return self.range(None, None)
@@ -283,6 +270,12 @@ class CachingKeyValueStore(WrappedBytesStore):
             self._cache.flush(self._namespace)
             self._cache.close(self._namespace)
         self.inner.close()
+
+    def discard(self) -> None:
+        """Drop the cached writes without flushing them (a dirty close): they belong to a transaction
+        that will not commit, so they must neither be forwarded nor logged."""
+        if self._cache is not None:
+            self._cache.close(self._namespace)
 
 
 class MeteredKeyValueStore(MeteredStoreBase, Generic[K, V]):
@@ -405,7 +398,7 @@ class MeteredKeyValueStore(MeteredStoreBase, Generic[K, V]):
     ) -> bool:
         """Called by DSL processors: with caching, updates are forwarded when flushed, not when written.
         Returns False when the store has no cache, so the processor must forward immediately."""
-        caching = _find_layer(self.inner, CachingKeyValueStore)
+        caching = find_layer(self.inner, CachingKeyValueStore)
         if caching is None:
             return False
 
@@ -418,7 +411,8 @@ class MeteredKeyValueStore(MeteredStoreBase, Generic[K, V]):
 L = TypeVar("L")
 
 
-def _find_layer(store: object, layer: type[L]) -> L | None:
+def find_layer(store: object, layer: type[L]) -> L | None:
+    """The first layer of type `layer` from `store` inward, or None."""
     current: object | None = store
     while current is not None:
         if isinstance(current, layer):

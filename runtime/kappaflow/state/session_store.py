@@ -18,7 +18,7 @@ from kappaflow.api.serdes import Serde
 from kappaflow.api.windows import Window, Windowed
 from kappaflow.state.api import KeyValueBytesStore, RecordContext, StateStore, StoreContext
 from kappaflow.state.builders import KeyValueBytesStoreSupplier
-from kappaflow.state.kv_layers import CachingKeyValueStore, ChangeLoggingKeyValueBytesStore, _find_layer
+from kappaflow.state.kv_layers import CachingKeyValueStore, ChangeLoggingKeyValueBytesStore, find_layer
 from kappaflow.state.metered import MeteredStoreBase
 from kappaflow.state.timestamped import ValueAndTimestamp
 from kappaflow.state.window_store import innermost, windowed_log_config
@@ -128,7 +128,7 @@ class MeteredSessionStore(MeteredStoreBase):
         self, listener: Callable[[Windowed[Any], Any, Any, RecordContext], None], send_old_values: bool
     ) -> bool:
         """With caching, session updates reach the DSL forwarder as (value, session end) pairs."""
-        caching = _find_layer(self.inner, CachingKeyValueStore)
+        caching = find_layer(self.inner, CachingKeyValueStore)
         if caching is None:
             return False
 

@@ -26,7 +26,7 @@ from kappaflow.api.windows import Window, Windowed
 from kappaflow.state.api import KeyValueBytesStore, RecordContext, StateStore, StoreContext
 from kappaflow.state.builders import KeyValueBytesStoreSupplier
 from kappaflow.state.kv_bytes import InMemoryKeyValueBytesStore, RocksDBKeyValueBytesStore
-from kappaflow.state.kv_layers import CachingKeyValueStore, ChangeLoggingKeyValueBytesStore, _find_layer
+from kappaflow.state.kv_layers import CachingKeyValueStore, ChangeLoggingKeyValueBytesStore, find_layer
 from kappaflow.state.metered import MeteredStoreBase
 from kappaflow.state.timestamped import ValueAndTimestamp, ValueAndTimestampSerde
 
@@ -205,7 +205,7 @@ class MeteredWindowStore(MeteredStoreBase):
     def set_flush_listener(
         self, listener: Callable[[Windowed[Any], Any, Any, RecordContext], None], send_old_values: bool
     ) -> bool:
-        caching = _find_layer(self.inner, CachingKeyValueStore)
+        caching = find_layer(self.inner, CachingKeyValueStore)
         if caching is None:
             return False
 

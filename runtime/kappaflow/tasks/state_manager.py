@@ -3,6 +3,14 @@
 Stores register themselves (with a restore callback) while they initialize; the manager records which
 are logged and where each one's changelog partition is. The last restored or written changelog offset is
 kept by the innermost store (inside RocksDB for persistent stores), so a restart restores only the tail.
+
+Under exactly_once_v2 the manager makes every persistent store transactional (KIP-892's idea, see
+`kappaflow.state.uncommitted`): a commit's writes reach the database only after the Kafka transaction
+committed, atomically with the changelog offset they reach. So a crash (kill -9, or an abort and rewind)
+never leaves uncommitted writes behind, and a restarted task restores just the changelog records
+committed after its store's offset, where Kafka Streams wipes the store and restores the whole changelog.
+In-memory stores persist nothing and restore the whole changelog, as before. `restore_offsets` is the one
+place that decides where restoration starts.
 """
 
 from __future__ import annotations
@@ -13,10 +21,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kappaflow.state.api import ChangelogRecord, RestoreCallback, StateStore
+from kappaflow.api.errors import InvalidStateStoreError
+from kappaflow.state.api import ChangelogRecord, RestoreCallback, StateStore, TransactionalStore
 from kappaflow.state.builders import StoreBuilder
+from kappaflow.state.kv_layers import CachingKeyValueStore, find_layer
 
 log = logging.getLogger(__name__)
+
+# Left in a task directory by kappaflow versions before transactional stores while an exactly-once task
+# could hold uncommitted writes: found on open, the persistent stores are wiped and fully restored.
+LEGACY_CRASH_MARKER = ".eos-dirty"
 
 
 @dataclass
@@ -37,10 +51,13 @@ def innermost(store: Any) -> Any:
 
 
 class ProcessorStateManager:
-    def __init__(self, task_dir: Path, partition: int, changelog_topic: Any) -> None:
+    def __init__(
+        self, task_dir: Path, partition: int, changelog_topic: Any, transactional: bool = False
+    ) -> None:
         self.task_dir = task_dir
         self.partition = partition
         self._changelog_topic = changelog_topic
+        self.transactional = transactional
         self.stores: dict[str, StoreMetadata] = {}
         self._builders: dict[str, StoreBuilder] = {}
         self._pending: StoreBuilder | None = None
@@ -52,6 +69,14 @@ class ProcessorStateManager:
     def register(self, store: StateStore, restore: RestoreCallback) -> None:
         builder = self._builders.get(store.name)
         logged = builder.logging_enabled if builder is not None else False
+        if self.transactional and store.persistent:
+            bottom = innermost(store)
+            if not isinstance(bottom, TransactionalStore):
+                raise InvalidStateStoreError(
+                    f"store '{store.name}': exactly_once_v2 needs persistent stores that keep uncommitted "
+                    f"writes apart (begin_transactions/commit); {type(bottom).__name__} does not"
+                )
+            bottom.begin_transactions()
         self.stores[store.name] = StoreMetadata(
             store.name, store, restore, logged, self._changelog_topic(store.name), self.partition
         )
@@ -63,6 +88,28 @@ class ProcessorStateManager:
         value = innermost(self.stores[store_name].store).committed_changelog_offset()
         return None if value is None else int(value)
 
+    def restore_offsets(self) -> dict[str, int | None]:
+        """Per logged store, the changelog offset its restoration starts from; None: the log's start.
+
+        Called once a task's stores are open, before restoring, for active and standby tasks and under
+        either guarantee. Each persistent store's local state is trusted up to the offset stored with
+        it: under exactly_once_v2 the stores are transactional, so a crash cannot have left writes past
+        that offset; under at_least_once it may have, which that guarantee accepts (the changelog
+        records from the offset are applied over them, in order). A stale offset (the task ran elsewhere
+        meanwhile) is still correct, only a longer tail. Only a crash of a pre-transactional version
+        under exactly_once_v2 (its marker file) makes the persistent stores be wiped here first.
+        """
+        marker = self.task_dir / LEGACY_CRASH_MARKER
+        if marker.exists():
+            log.warning("%s: state left by a crashed exactly-once run (before transactional stores); "
+                        "wiping it", self.task_dir.name)  # fmt: skip
+            for meta in self.stores.values():
+                bottom = innermost(meta.store)
+                if meta.store.persistent and isinstance(bottom, TransactionalStore):
+                    bottom.reset()
+            marker.unlink()
+        return {meta.name: self.committed_offset(meta.name) for meta in self.logged_stores()}
+
     def restore(self, store_name: str, records: list[ChangelogRecord]) -> None:
         meta = self.stores[store_name]
         meta.restore(records)
@@ -73,13 +120,27 @@ class ProcessorStateManager:
             meta.store.flush()
 
     def checkpoint(self, offsets: dict[str, int]) -> None:
-        """Record, per store, the next changelog offset its contents include."""
-        for name, offset in offsets.items():
-            meta = self.stores.get(name)
-            if meta is not None:
-                innermost(meta.store).checkpoint(offset)
+        """Record, per store, the next changelog offset its contents include; transactional stores
+        apply their uncommitted writes with it, atomically (all of them, offset or not).
 
-    def close(self) -> None:
+        Under exactly_once_v2 call this only after the Kafka transaction holding those writes and
+        changelog records committed: that order is what makes a crash at any point recoverable."""
+        for name, meta in self.stores.items():
+            bottom = innermost(meta.store)
+            offset = offsets.get(name)
+            if isinstance(bottom, TransactionalStore):
+                bottom.commit(offset)
+            elif offset is not None:
+                bottom.checkpoint(offset)
+
+    def close(self, clean: bool = True) -> None:
+        """Close every store. A dirty close (a crash-like exit of the task) first drops the record
+        caches' writes unflushed, and transactional stores discard their uncommitted writes."""
+        if not clean:
+            for meta in self.stores.values():
+                caching = find_layer(meta.store, CachingKeyValueStore)
+                if caching is not None:
+                    caching.discard()
         for meta in self.stores.values():
             try:
                 meta.store.close()

@@ -97,7 +97,10 @@ class StreamTask:
         state_root: Path,
         clock: Callable[[], int],
         global_stores: dict[str, Any] | None = None,
+        transactional_state: bool | None = None,
     ) -> None:
+        """`transactional_state`: keep store writes apart until `post_commit` (default: under
+        exactly_once_v2); see `kappaflow.tasks.state_manager`."""
         self.id = task_id
         self.topology = topology
         self.config = config
@@ -106,7 +109,12 @@ class StreamTask:
         self.application_id = config.get_str("application.id")
         self.state = TaskState.CREATED
         self.task_dir = state_root / str(task_id)
-        self.state_manager = ProcessorStateManager(self.task_dir, task_id.partition, self.changelog_topic)
+        self.state_manager = ProcessorStateManager(
+            self.task_dir,
+            task_id.partition,
+            self.changelog_topic,
+            transactional=config.exactly_once if transactional_state is None else transactional_state,
+        )
         self.context = ProcessorContextImpl(
             task_id,
             config,
@@ -474,8 +482,8 @@ class StreamTask:
         self.committed_offsets.update({tp: o + 1 for tp, o in self.consumed_offsets.items()})
         self.consumed_offsets.clear()
         self.context.commit_requested = False
-        if changelog_offsets:
-            self.state_manager.checkpoint(changelog_offsets)
+        # always: transactional stores (exactly_once_v2) apply the committed writes here, offsets or not
+        self.state_manager.checkpoint(changelog_offsets or {})
 
     def publish_metrics(self) -> None:
         if self._processed:
@@ -503,5 +511,5 @@ class StreamTask:
         if clean:
             self.state_manager.flush()
         self.publish_metrics()
-        self.state_manager.close()
+        self.state_manager.close(clean)
         self.state = TaskState.CLOSED
