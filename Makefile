@@ -13,7 +13,7 @@ KAFKA_DIR ?= .run/kafka
 KUBE_DIR ?= .run/kube
 PYTEST_ARGS ?=
 
-.PHONY: run bench bench-reprocess spark-jars test-spark setup test test-unit test-kafka test-kube lint typecheck crds crds-check chart-lint describe \
+.PHONY: conformance-golden run bench bench-reprocess spark-jars test-spark setup test test-unit test-kafka test-kube lint typecheck crds crds-check chart-lint describe \
 	kafka-up kafka-down kafka-status kafka-download kube-build kube-up kube-down kube-status operator-run test-operator kind-up kind-down clean
 
 # The main job: broker (downloaded and started if needed), topics, word count and a line generator;
@@ -37,6 +37,11 @@ setup: $(VENV)/.installed
 # The servers the tiers need are fetched/built first, with progress, so no single test pays for them.
 test: lint typecheck crds-check kafka-download kube-build spark-jars
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# Rewrite tests/conformance/golden.json from Kafka Streams 4.3.1's TopologyTestDriver (needs a JDK 17+;
+# the Kafka Streams and test-utils jars are fetched once, pinned and checksummed, into the cache).
+conformance-golden: setup
+	$(PY) -m tests.conformance.java_golden
 
 test-unit: setup
 	$(PY) -m pytest -q tests/runtime tests/operator -m "not kube and not kafka"

@@ -1,4 +1,4 @@
-"""The Java half of the conformance suite: fetch the jars, compile tests/conformance/java, write the golden file.
+"""The Java half of the conformance suite: fetch the jars, compile java/, write the golden file.
 
 Why a subprocess of plain ``javac``/``java`` and no Maven: the classpath is a dozen pinned jars the bench
 already caches (bench/kafka_streams_peer.py), plus kafka-streams-test-utils, fetched here the same way
@@ -29,6 +29,7 @@ from bench.kafka_streams_peer import (  # noqa: E402
     ensure_streams_libs,
     streams_home,
 )
+
 from tests.harness.kafka_broker import COMPLETE_MARKER, KAFKA_VERSION, _file_lock  # noqa: E402
 
 HERE = Path(__file__).resolve().parent

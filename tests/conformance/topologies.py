@@ -100,7 +100,7 @@ def windowed_out(table: KTable, long_values: bool = False) -> None:
 
 
 class Ticker(BaseProcessor):
-    """Forwards every record and, on each punctuation, ("tick", records seen so far) at the punctuation time."""
+    """Forwards every record; on each punctuation, ("tick", records seen so far) at the punctuation time."""
 
     def __init__(self, punctuation_type: PunctuationType, interval: int) -> None:
         self.type = punctuation_type
@@ -170,7 +170,9 @@ def _tables(b: StreamsBuilder, family: str, p: Params) -> Outputs | None:
         left: KTable = b.table("left", materialized="left-store")
         right: KTable = b.table("right", materialized="right-store")
         kind = p.get("kind", "inner")
-        joined = getattr(left, {"inner": "join", "left": "left_join", "outer": "outer_join"}[kind])(right, join)
+        joined = getattr(left, {"inner": "join", "left": "left_join", "outer": "outer_join"}[kind])(
+            right, join
+        )
         joined.to_stream().to("out")
         return {"out": "string"}
     if family == "table_transform_values":
@@ -258,7 +260,9 @@ def _windows(b: StreamsBuilder, family: str, p: Params) -> Outputs | None:
     if op == "reduce":
         windowed_out(windowed_stream.reduce(lambda a, v: f"{a},{v}", store))
     elif op == "aggregate" and kind == "session":
-        windowed_out(windowed_stream.aggregate(lambda: "", lambda k, v, a: a + v, lambda k, x, y: f"{x}|{y}", store))
+        windowed_out(
+            windowed_stream.aggregate(lambda: "", lambda k, v, a: a + v, lambda k, x, y: f"{x}|{y}", store)
+        )
     elif op == "aggregate":
         windowed_out(windowed_stream.aggregate(lambda: "", lambda k, v, a: a + v, store))
     else:

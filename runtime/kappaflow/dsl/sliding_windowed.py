@@ -124,7 +124,9 @@ class KStreamSlidingWindowAggregateProcessor(_Stateful):
             else:
                 left_agg, previous = current, current.timestamp
                 break
-        self._create_windows(record, close_time, starts, left_agg, right_agg, left_created, right_created, previous)
+        self._create_windows(
+            record, close_time, starts, left_agg, right_agg, left_created, right_created, previous
+        )
 
     def _create_windows(
         self,

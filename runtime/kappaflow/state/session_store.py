@@ -4,7 +4,8 @@ Keys use Java's SessionKeySchema layout, `[key bytes][8-byte session end][8-byte
 key's sessions sort by end time and the changelog holds Java's bytes. Values are the plain aggregate
 (session stores are not timestamped in Kafka Streams: a session's result time is its end). Expiry works
 as in window stores: sessions ending more than `retention` (inactivity gap + grace) before the observed
-stream time are skipped on write, hidden on read and purged from the innermost store periodically.
+stream time are hidden on read and purged from the innermost store periodically; a write is skipped
+only once its whole segment has expired (Java's segmented stores).
 """
 
 from __future__ import annotations
@@ -65,7 +66,11 @@ class MeteredSessionStore(MeteredStoreBase):
     def put(self, session: Windowed[Any], aggregate: Any) -> None:
         end = session.window.end
         self.observed_stream_time = max(self.observed_stream_time, end)
-        if end <= self.observed_stream_time - self.retention_ms:
+        # written while its segment is live, as Java's segmented store does: a session ending exactly at
+        # the close time (stream time - grace - gap) is still accepted by the aggregation and stored,
+        # though reads (which hide sessions ending before stream time - retention + 1) no longer see it
+        interval = self.segment_interval
+        if end // interval < (self.observed_stream_time - self.retention_ms) // interval:
             return
         raw = session_key(self._k(session.key), session.window.start, end)
         self.inner.put(raw, self.value_serde.serialize(self._topic, aggregate))  # type: ignore[union-attr]
