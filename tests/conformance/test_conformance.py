@@ -30,10 +30,6 @@ _FILTER_OLD = (
     "Java's KTable.filter asks a materialized parent for old values, so a row filtered out before and "
     "after an update forwards nothing (no tombstone); KTable is on h/dslapi"
 )
-_CACHED_EXPIRED = (
-    "Java's caching window/session store still serves windows past retention while they sit in the "
-    "record cache (docs/semantics.md, 'Expired windows in the record cache')"
-)
 PENDING: dict[str, str] = {
     "table_transform_values-basic": "needs KTable.transform_values, coming on h/dslapi",
     "window_emit_final-tumbling": _EMIT_FINAL,
@@ -54,11 +50,6 @@ PENDING: dict[str, str] = {
     "table_filter-materialized-uncached": _FILTER_OLD,
     "table_filter_not-cached": _FILTER_OLD,
     "table_filter_not-uncached": _FILTER_OLD,
-    "window_count-tumbling-grace-cached": _CACHED_EXPIRED,
-    "window_count-hopping-cached": _CACHED_EXPIRED,
-    "sliding_count-cached": _CACHED_EXPIRED,
-    "session_count-cached": _CACHED_EXPIRED,
-    "session_aggregate-cached": _CACHED_EXPIRED,
 }
 
 CACHE_BYTES = 10 * 1024 * 1024

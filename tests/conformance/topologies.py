@@ -119,6 +119,14 @@ class Ticker(BaseProcessor):
         self.context.forward(record)
 
 
+class Twice(BaseProcessor):
+    """Forwards value@time, then "again" one millisecond later, keeping the key (a FixedKeyProcessor)."""
+
+    def process(self, record: Record[Any, Any]) -> None:
+        self.context.forward(record.with_value(f"{s(record.value)}@{record.timestamp}"))
+        self.context.forward(Record(record.key, "again", record.timestamp + 1, record.headers))
+
+
 def _stateless(b: StreamsBuilder, family: str, p: Params) -> Outputs | None:
     stream: KStream = b.stream("in")
     out: Outputs = {"out": "string"}
@@ -154,6 +162,8 @@ def _stateless(b: StreamsBuilder, family: str, p: Params) -> Outputs | None:
         stream.merge(b.stream("in2")).to("out")
     elif family == "repartition":
         stream.select_key(lambda k, v: v).repartition().map_values(lambda k, v: f"{k}<{v}").to("out")
+    elif family == "process_values":
+        stream.process_values(lambda: Twice()).to("out")
     elif family == "to_table":
         stream.to_table(Materialized.as_("store")).to_stream().to("out")
     elif family == "punctuate_stream":
@@ -202,6 +212,13 @@ def _tables(b: StreamsBuilder, family: str, p: Params) -> Outputs | None:
     elif family == "table_suppress_time":
         buffer = BufferConfig.unbounded()
         table.suppress(Suppressed.until_time_limit(p["limit"], buffer)).to_stream().to("out")
+    elif family == "table_suppress_records":
+        buffer = BufferConfig.max_records(p["records"])
+        table.suppress(Suppressed.until_time_limit(p["limit"], buffer)).to_stream().to("out")
+    elif family == "table_suppress_group_count":
+        suppressed = table.suppress(Suppressed.until_time_limit(p["limit"], BufferConfig.unbounded()))
+        suppressed.group_by(lambda k, v: (v, k)).count("counts").to_stream().to("out", value_serde=Long())
+        return {"out": "long"}
     else:
         return None
     return {"out": "string"}

@@ -170,6 +170,9 @@ class CachingKeyValueStore(WrappedBytesStore):
         self._namespace = ""
         self._listener: BytesFlushListener | None = None
         self._send_old_values = False
+        # windowed stores say which keys their segmented store would still serve: an expired key's old
+        # value reads as absent on flush, as Java's underlying window/session store returns null for it
+        self.underlying_live: Callable[[bytes], bool] | None = None
 
     def init(self, context: StoreContext, root: StateStore) -> None:
         self.inner.init(context, root)
@@ -198,7 +201,8 @@ class CachingKeyValueStore(WrappedBytesStore):
                     self.inner.put(key, entry.value)
                     continue
                 wanted = entry.value is None or self._send_old_values
-                old = self.inner.get(key) if wanted else None
+                live = self.underlying_live is None or self.underlying_live(key)
+                old = self.inner.get(key) if wanted and live else None
                 if entry.value is None and old is None:
                     # Java's caching stores skip a delete of a key the inner store never held: nothing
                     # to write, and no tombstone downstream for a row that was never emitted
@@ -215,6 +219,10 @@ class CachingKeyValueStore(WrappedBytesStore):
     @property
     def caching(self) -> bool:
         return self._cache is not None
+
+    def holds(self, key: bytes) -> bool:
+        """Whether the record cache holds a live entry for the key (windowed stores' expired reads)."""
+        return self._cache is not None and self._cache.holds(self._namespace, key)
 
     def cached_entry(self, key: bytes) -> CacheEntry | None:
         """The key's cache entry (a hit refreshes it), or None: the typed layer's decoded fast path."""

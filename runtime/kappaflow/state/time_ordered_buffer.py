@@ -2,15 +2,15 @@
 
 It holds the latest update per key, ordered by *buffer time* (a window's end for final results, the
 record time for a time limit). Times are non-resetting, as in Java: a key keeps the time of its first
-buffered update until it is emitted, and the first update's old value (the *prior* value) is what the
-emitted `Change` carries as old. Every put and eviction is written to the store's compacted changelog
+buffered update until it is emitted. The emitted `Change` is the latest update as it came, old value
+included (Java's evictWhile emits the buffered value's `oldValue`, not the pre-buffer `priorValue`), so
+a downstream re-grouping subtracts what the latest update replaced. Every put and eviction is written to the store's compacted changelog
 as `[8-byte buffer time][8-byte record time][change bytes]`, so a restarted task restores the buffer and
 emits exactly what it would have emitted without the restart.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 import itertools
 import struct
@@ -26,7 +26,7 @@ from kappaflow.state.api import ChangelogRecord, StateStore, StoreContext
 _HEADER = struct.Struct(">qq")
 _OVERHEAD = 32
 
-# (serialized Change(new, prior) or b"" for an all-None change) <-> Change objects
+# (serialized Change(new, old) or b"" for an all-None change) <-> Change objects
 ChangeCodec = tuple[Callable[[Any], bytes], Callable[[bytes], Any]]
 
 
@@ -35,7 +35,7 @@ class BufferedEntry:
     time: int
     token: int
     key: Any
-    change: Any  # Change(new, prior)
+    change: Any  # Change(new, old): the latest buffered update
     record_time: int
     headers: Headers
     size: int
@@ -105,14 +105,8 @@ class TimeOrderedKeyValueBuffer:
     def num_records(self) -> int:
         return len(self._entries)
 
-    def prior_value(self, key: Any) -> tuple[bool, Any]:
-        """(buffered?, the value before the first buffered update)."""
-        entry = self._entries.get(self._raw_key(key))
-        return (False, None) if entry is None else (True, entry.change.old_value)
-
     def put(self, time: int, key: Any, change: Any, record_time: int, headers: Headers) -> None:
-        """Buffer `change` (a Change(new, old)) for `key`; an already buffered key keeps its time and
-        its prior value."""
+        """Buffer `change` (a Change(new, old)) for `key`; an already buffered key keeps its time."""
         raw_key = self._raw_key(key)
         previous = self._entries.get(raw_key)
         if previous is None:
@@ -121,8 +115,7 @@ class TimeOrderedKeyValueBuffer:
             heapq.heappush(self._heap, (time, raw_key, token))
         else:
             time, token = previous.time, previous.token
-            # a Change dataclass: keep the new value, keep the prior (pre-buffer) old value
-            stored = dataclasses.replace(change, old_value=previous.change.old_value)
+            stored = change
             self.size_bytes -= previous.size
         payload = self._encode(stored)
         entry = BufferedEntry(

@@ -220,6 +220,22 @@ final class Topologies {
             case "repartition":
                 b.<String, String>stream("in").selectKey((k, v) -> v).repartition().mapValues((k, v) -> k + "<" + v).to("out");
                 break;
+            case "process_values":
+                b.<String, String>stream("in").processValues(() -> new org.apache.kafka.streams.processor.api.FixedKeyProcessor<String, String, String>() {
+                    private org.apache.kafka.streams.processor.api.FixedKeyProcessorContext<String, String> context;
+
+                    @Override
+                    public void init(org.apache.kafka.streams.processor.api.FixedKeyProcessorContext<String, String> context) {
+                        this.context = context;
+                    }
+
+                    @Override
+                    public void process(org.apache.kafka.streams.processor.api.FixedKeyRecord<String, String> record) {
+                        context.forward(record.withValue(record.value() + "@" + record.timestamp()));
+                        context.forward(record.withValue("again").withTimestamp(record.timestamp() + 1));
+                    }
+                }).to("out");
+                break;
             case "to_table":
                 b.<String, String>stream("in").toTable(kv("store")).toStream().to("out");
                 break;
@@ -270,6 +286,20 @@ final class Topologies {
                         .suppress(Suppressed.untilTimeLimit(Duration.ofMillis(num(p, "limit")),
                                 Suppressed.BufferConfig.unbounded()))
                         .toStream().to("out");
+                break;
+            case "table_suppress_records":
+                b.<String, String>table("in", kv("store").withKeySerde(Serdes.String()).withValueSerde(Serdes.String()))
+                        .suppress(Suppressed.untilTimeLimit(Duration.ofMillis(num(p, "limit")),
+                                Suppressed.BufferConfig.maxRecords(num(p, "records"))))
+                        .toStream().to("out");
+                break;
+            case "table_suppress_group_count":
+                b.<String, String>table("in", kv("store").withKeySerde(Serdes.String()).withValueSerde(Serdes.String()))
+                        .suppress(Suppressed.untilTimeLimit(Duration.ofMillis(num(p, "limit")),
+                                Suppressed.BufferConfig.unbounded()))
+                        .groupBy((k, v) -> KeyValue.pair(v, k)).count(Materialized.as("counts"))
+                        .toStream().to("out", Produced.with(Serdes.String(), Serdes.Long()));
+                outputs = out("out", "long");
                 break;
             case "table_transform_values":
                 b.<String, String>table("in", kv("store"))
