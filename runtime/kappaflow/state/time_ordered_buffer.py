@@ -4,9 +4,9 @@ It holds the latest update per key, ordered by *buffer time* (a window's end for
 record time for a time limit). Times are non-resetting, as in Java: a key keeps the time of its first
 buffered update until it is emitted. The emitted `Change` is the latest update as it came, old value
 included (Java's evictWhile emits the buffered value's `oldValue`, not the pre-buffer `priorValue`), so
-a downstream re-grouping subtracts what the latest update replaced. Every put and eviction is written to the store's compacted changelog
-as `[8-byte buffer time][8-byte record time][change bytes]`, so a restarted task restores the buffer and
-emits exactly what it would have emitted without the restart.
+a downstream re-grouping subtracts what the latest update replaced. Every put and eviction is written
+to the store's compacted changelog as `[8-byte buffer time][8-byte record time][change bytes]`, so a
+restarted task restores the buffer and emits exactly what it would have emitted without the restart.
 """
 
 from __future__ import annotations
