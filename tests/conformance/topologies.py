@@ -185,6 +185,13 @@ def _tables(b: StreamsBuilder, family: str, p: Params) -> Outputs | None:
         )
         joined.to_stream().to("out")
         return {"out": "string"}
+    if family == "table_suppress_join":
+        left = b.table("left", materialized="left-store")
+        right = b.table("right", materialized="right-store")
+        suppressed = left.suppress(Suppressed.until_time_limit(p["limit"], BufferConfig.unbounded()))
+        joined = right.join(suppressed, join) if p.get("suppressed_right") else suppressed.join(right, join)
+        joined.to_stream().to("out")
+        return {"out": "string"}
     if family == "table_transform_values":
         raise PendingApi("KTable.transform_values")
     if not family.startswith("table_"):
@@ -238,6 +245,22 @@ def _aggregations(b: StreamsBuilder, family: str, p: Params) -> Outputs | None:
         return {"out": "long"}
     elif family == "group_by_reduce":
         stream.group_by(lambda k, v: v[:1]).reduce(lambda a, v: f"{a},{v}", "store").to_stream().to("out")
+    elif family == "flat_map_count":
+        counts = (
+            stream.flat_map(lambda k, v: [(part, k) for part in v.split(",")]).group_by_key().count("store")
+        )
+        counts.to_stream().to("out", value_serde=Long())
+        return {"out": "long"}
+    elif family == "cogroup_repartition":
+        two = b.stream("in2").group_by(lambda k, v: v[:1])
+        (
+            stream.group_by_key()
+            .cogroup(lambda k, v, a: f"{a}L{v}")
+            .cogroup(two, lambda k, v, a: f"{a}R{v}")
+            .aggregate(lambda: "", "store")
+            .to_stream()
+            .to("out")
+        )
     elif family == "cogroup":
         two = b.stream("in2").group_by_key()
         (
@@ -269,7 +292,10 @@ def _windows(b: StreamsBuilder, family: str, p: Params) -> Outputs | None:
     windowed_stream = b.stream("in").group_by_key().windowed_by(maker[kind](p))
     store = Materialized.as_("store")
     if op in ("count", "suppress"):
-        counts = windowed_stream.count(store.with_key_serde(String()).with_value_serde(Long()))
+        store = store.with_key_serde(String()).with_value_serde(Long())
+        if "retention" in p:
+            store = store.with_retention(p["retention"])
+        counts = windowed_stream.count(store)
         if op == "suppress":
             counts = counts.suppress(Suppressed.until_window_closes(BufferConfig.unbounded()))
         windowed_out(counts, long_values=True)

@@ -4,13 +4,17 @@ It holds the latest update per key, ordered by *buffer time* (a window's end for
 record time for a time limit). Times are non-resetting, as in Java: a key keeps the time of its first
 buffered update until it is emitted. The emitted `Change` is the latest update as it came, old value
 included (Java's evictWhile emits the buffered value's `oldValue`, not the pre-buffer `priorValue`), so
-a downstream re-grouping subtracts what the latest update replaced. Every put and eviction is written
-to the store's compacted changelog as `[8-byte buffer time][8-byte record time][change bytes]`, so a
-restarted task restores the buffer and emits exactly what it would have emitted without the restart.
+a downstream re-grouping subtracts what the latest update replaced. The first update's old value (the
+*prior* value) is kept too: it is what the suppressed table's value getter answers for a buffered key
+(Java's `priorValueForBuffered`), so a join looking up a suppressed table sees nothing newer than what
+was emitted. Every put and eviction is written to the store's compacted changelog as `[8-byte buffer
+time][8-byte record time][4-byte change length][change bytes][prior bytes]`, so a restarted task
+restores the buffer and emits exactly what it would have emitted without the restart.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 import struct
@@ -23,7 +27,7 @@ from kappaflow.api.record import Headers
 from kappaflow.api.serdes import Serde
 from kappaflow.state.api import ChangelogRecord, StateStore, StoreContext
 
-_HEADER = struct.Struct(">qq")
+_HEADER = struct.Struct(">qqi")
 _OVERHEAD = 32
 
 # (serialized Change(new, old) or b"" for an all-None change) <-> Change objects
@@ -39,6 +43,7 @@ class BufferedEntry:
     record_time: int
     headers: Headers
     size: int
+    prior: Any = None  # the old value of the key's first buffered update
 
 
 class TimeOrderedKeyValueBuffer:
@@ -111,19 +116,24 @@ class TimeOrderedKeyValueBuffer:
         previous = self._entries.get(raw_key)
         if previous is None:
             token = next(self._counter)
-            stored = change
+            prior = change.old_value
             heapq.heappush(self._heap, (time, raw_key, token))
         else:
-            time, token = previous.time, previous.token
-            stored = change
+            time, token, prior = previous.time, previous.token, previous.prior
             self.size_bytes -= previous.size
-        payload = self._encode(stored)
-        entry = BufferedEntry(
-            time, token, key, stored, record_time, headers, len(raw_key) + len(payload) + _OVERHEAD
-        )
+        payload = self._encode(change)
+        prior_payload = self._encode(dataclasses.replace(change, new_value=prior, old_value=None))
+        size = len(raw_key) + len(payload) + len(prior_payload) + _OVERHEAD
+        entry = BufferedEntry(time, token, key, change, record_time, headers, size, prior)
         self._entries[raw_key] = entry
         self.size_bytes += entry.size
-        self._log(raw_key, _HEADER.pack(time, record_time) + payload, record_time, headers)
+        header = _HEADER.pack(time, record_time, len(payload))
+        self._log(raw_key, header + payload + prior_payload, record_time, headers)
+
+    def prior_value(self, key: Any) -> tuple[bool, Any]:
+        """(buffered?, the value before the key's first buffered update)."""
+        entry = self._entries.get(self._raw_key(key))
+        return (False, None) if entry is None else (True, entry.prior)
 
     def _log(self, raw_key: bytes, value: bytes | None, timestamp: int, headers: Headers) -> None:
         if self.logging_enabled and self._context is not None:
@@ -154,12 +164,15 @@ class TimeOrderedKeyValueBuffer:
                 self.size_bytes -= previous.size
             if value is None:
                 continue
-            time, record_time = _HEADER.unpack_from(value)
-            payload = value[_HEADER.size :]
+            time, record_time, length = _HEADER.unpack_from(value)
+            payload = value[_HEADER.size : _HEADER.size + length]
+            prior = self._decode(value[_HEADER.size + length :]).new_value
             token = next(self._counter)
             key = self.key_serde.deserialize(self._topic, raw_key)  # type: ignore[union-attr]
-            entry = BufferedEntry(time, token, key, self._decode(payload), record_time, Headers(),
-                                  len(raw_key) + len(payload) + _OVERHEAD)  # fmt: skip
+            size = len(raw_key) + len(value) - _HEADER.size + _OVERHEAD
+            entry = BufferedEntry(
+                time, token, key, self._decode(payload), record_time, Headers(), size, prior
+            )
             self._entries[raw_key] = entry
             self.size_bytes += entry.size
             heapq.heappush(self._heap, (time, raw_key, token))

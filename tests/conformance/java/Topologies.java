@@ -301,6 +301,15 @@ final class Topologies {
                         .toStream().to("out", Produced.with(Serdes.String(), Serdes.Long()));
                 outputs = out("out", "long");
                 break;
+            case "table_suppress_join": {
+                KTable<String, String> left = b.table("left", kv("left-store").withKeySerde(Serdes.String()).withValueSerde(Serdes.String()));
+                KTable<String, String> right = b.table("right", kv("right-store"));
+                KTable<String, String> suppressed = left.suppress(Suppressed.untilTimeLimit(
+                        Duration.ofMillis(num(p, "limit")), Suppressed.BufferConfig.unbounded()));
+                (flag(p, "suppressed_right") ? right.join(suppressed, JOIN) : suppressed.join(right, JOIN))
+                        .toStream().to("out");
+                break;
+            }
             case "table_transform_values":
                 b.<String, String>table("in", kv("store"))
                         .transformValues(() -> new org.apache.kafka.streams.kstream.ValueTransformerWithKey<String, String, String>() {
@@ -338,6 +347,24 @@ final class Topologies {
                 b.<String, String>stream("in").groupBy((k, v) -> v.substring(0, 1))
                         .reduce((a, v) -> a + "," + v, kv("store")).toStream().to("out");
                 break;
+            case "flat_map_count":
+                b.<String, String>stream("in").flatMap((k, v) -> {
+                    List<KeyValue<String, String>> result = new ArrayList<>();
+                    for (String part : v.split(",")) {
+                        result.add(KeyValue.pair(part, k));
+                    }
+                    return result;
+                }).groupByKey().count(Materialized.as("store")).toStream()
+                        .to("out", Produced.with(Serdes.String(), Serdes.Long()));
+                outputs = out("out", "long");
+                break;
+            case "cogroup_repartition": {
+                KGroupedStream<String, String> one = b.<String, String>stream("in").groupByKey();
+                KGroupedStream<String, String> two = b.<String, String>stream("in2").groupBy((k, v) -> v.substring(0, 1));
+                one.<String>cogroup((k, v, a) -> a + "L" + v).cogroup(two, (k, v, a) -> a + "R" + v)
+                        .aggregate(() -> "", kv("store")).toStream().to("out");
+                break;
+            }
             case "cogroup": {
                 KGroupedStream<String, String> one = b.<String, String>stream("in").groupByKey();
                 KGroupedStream<String, String> two = b.<String, String>stream("in2").groupByKey();
@@ -353,8 +380,12 @@ final class Topologies {
                 if (family.equals("window_emit_final")) {
                     windowedBy = windowedBy.emitStrategy(EmitStrategy.onWindowClose());
                 }
-                KTable<Windowed<String>, Long> counts =
-                        windowedBy.count(Materialized.<String, Long, WindowStore<Bytes, byte[]>>as("store").withKeySerde(Serdes.String()).withValueSerde(Serdes.Long()));
+                Materialized<String, Long, WindowStore<Bytes, byte[]>> store =
+                        Materialized.<String, Long, WindowStore<Bytes, byte[]>>as("store").withKeySerde(Serdes.String()).withValueSerde(Serdes.Long());
+                if (p.has("retention")) {
+                    store = store.withRetention(Duration.ofMillis(num(p, "retention")));
+                }
+                KTable<Windowed<String>, Long> counts = windowedBy.count(store);
                 if (family.equals("window_suppress")) {
                     counts = counts.suppress(Suppressed.untilWindowCloses(Suppressed.BufferConfig.unbounded()));
                 }
