@@ -30,7 +30,12 @@ _FILTER_OLD = (
     "Java's KTable.filter asks a materialized parent for old values, so a row filtered out before and "
     "after an update forwards nothing (no tombstone); KTable is on h/dslapi"
 )
+_SOURCE_STORE = (
+    "Java builds a KTable source without a store (so without a record cache) unless it is materialized "
+    "or must be; kappaflow always stores it, and its cache skips a tombstone for an absent key"
+)
 PENDING: dict[str, str] = {
+    "table_filter-unmaterialized-source-cached": _SOURCE_STORE,
     "table_transform_values-basic": "needs KTable.transform_values, coming on h/dslapi",
     "window_emit_final-tumbling": _EMIT_FINAL,
     "window_emit_final-hopping": _EMIT_FINAL,

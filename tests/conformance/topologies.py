@@ -158,6 +158,16 @@ def _stateless(b: StreamsBuilder, family: str, p: Params) -> Outputs | None:
         for name in ("a", "b", "rest"):
             branches[f"b-{name}"].to(f"out-{name}")
         out = {"out-a": "string", "out-b": "string", "out-rest": "string"}
+    elif family == "branch_no_default":
+        parts = (
+            stream.split("b-")
+            .branch(lambda k, v: starts_a(v), name="x")
+            .branch(lambda k, v: v is not None and len(v) > 3, name="y")
+            .no_default_branch()
+        )
+        parts["b-x"].to("out-a")
+        parts["b-y"].to("out-b")
+        out = {"out-a": "string", "out-b": "string"}
     elif family == "merge":
         stream.merge(b.stream("in2")).to("out")
     elif family == "repartition":
@@ -319,6 +329,13 @@ def _joins(b: StreamsBuilder, family: str, p: Params) -> Outputs | None:
     if family == "stream_join":
         left: KStream = b.stream("left")
         getattr(left, method)(b.stream("right"), join, join_windows(p)).to("out")
+    elif family == "stream_join_rekeyed":
+        left = b.stream("left").select_key(lambda k, v: v[:1])
+        right = b.stream("right").select_key(lambda k, v: v[:1])
+        left.left_join(right, join, join_windows(p)).to("out")
+    elif family == "stream_table_join_rekeyed":
+        left = b.stream("left").select_key(lambda k, v: v[:1])
+        left.left_join(b.table("right", materialized="right-store"), join).to("out")
     elif family == "stream_self_join":
         stream: KStream = b.stream("in")
         stream.join(stream, join, join_windows(p)).to("out")

@@ -214,6 +214,17 @@ final class Topologies {
                 outputs = out("out-a", "string", "out-b", "string", "out-rest", "string");
                 break;
             }
+            case "branch_no_default": {
+                Map<String, KStream<String, String>> branches = b.<String, String>stream("in").split(
+                        org.apache.kafka.streams.kstream.Named.as("b-"))
+                        .branch((k, v) -> startsA(v), Branched.as("x"))
+                        .branch((k, v) -> v != null && v.length() > 3, Branched.as("y"))
+                        .noDefaultBranch();
+                branches.get("b-x").to("out-a");
+                branches.get("b-y").to("out-b");
+                outputs = out("out-a", "string", "out-b", "string");
+                break;
+            }
             case "merge":
                 b.<String, String>stream("in").merge(b.stream("in2")).to("out");
                 break;
@@ -244,7 +255,7 @@ final class Topologies {
                 b.<String, String>table("in", kv("store")).toStream().to("out");
                 break;
             case "table_filter": {
-                KTable<String, String> table = b.table("in", kv("store"));
+                KTable<String, String> table = flag(p, "unmaterialized_source") ? b.table("in") : b.table("in", kv("store"));
                 (flag(p, "materialized") ? table.filter((k, v) -> startsA(v), kv("filtered"))
                         : table.filter((k, v) -> startsA(v))).toStream().to("out");
                 break;
@@ -476,6 +487,17 @@ final class Topologies {
                 KStream<String, String> joined = kind.equals("inner") ? left.join(right, JOIN, windows)
                         : kind.equals("left") ? left.leftJoin(right, JOIN, windows) : left.outerJoin(right, JOIN, windows);
                 joined.to("out");
+                break;
+            }
+            case "stream_join_rekeyed": {
+                KStream<String, String> left = b.<String, String>stream("left").selectKey((k, v) -> v.substring(0, 1));
+                KStream<String, String> right = b.<String, String>stream("right").selectKey((k, v) -> v.substring(0, 1));
+                left.leftJoin(right, JOIN, joinWindows(p)).to("out");
+                break;
+            }
+            case "stream_table_join_rekeyed": {
+                KStream<String, String> left = b.<String, String>stream("left").selectKey((k, v) -> v.substring(0, 1));
+                left.leftJoin(b.table("right", kv("right-store")), JOIN).to("out");
                 break;
             }
             case "stream_self_join": {
