@@ -5,7 +5,8 @@ already caches (bench/kafka_streams_peer.py), plus kafka-streams-test-utils, fet
 (Maven Central's .sha1 and our sha256 pin) into ``<cache>/kafka-streams/<version>/test-utils``. Compiling
 two source files against them takes seconds, so CI can afford to regenerate the golden file and compare.
 
-``python -m tests.conformance.java_golden [OUT]`` (``make conformance-golden``) rewrites golden.json.
+``python -m tests.conformance.java_golden [OUT]`` (``make conformance-golden``) rewrites golden.json;
+``--prepare`` (``make conformance-jars``, part of ``make test``) only fetches the jars and compiles.
 """
 
 from __future__ import annotations
@@ -117,5 +118,10 @@ def write_golden(out: Path, scenarios: Path = SCENARIOS) -> None:
 
 
 if __name__ == "__main__":
-    write_golden(Path(sys.argv[1]) if len(sys.argv) > 1 else GOLDEN)
-    print(f"wrote {sys.argv[1] if len(sys.argv) > 1 else GOLDEN}")
+    if sys.argv[1:] == ["--prepare"]:
+        classpath()
+        print("conformance: Kafka Streams jars cached and the Java half compiled")
+    else:
+        target = Path(sys.argv[1]) if len(sys.argv) > 1 else GOLDEN
+        write_golden(target)
+        print(f"wrote {target}")

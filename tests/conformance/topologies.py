@@ -244,6 +244,13 @@ def _tables(b: StreamsBuilder, family: str, p: Params) -> Outputs | None:
 def _aggregations(b: StreamsBuilder, family: str, p: Params) -> Outputs | None:
     stream: KStream = b.stream("in")
     if family == "count":
+        store = Materialized.as_("store")
+        if "store_caching" in p:
+            store = store.with_caching_enabled() if p["store_caching"] else store.with_caching_disabled()
+        split = stream.flat_map_values(lambda v: [""] if v is None else v.split(","))
+        split.group_by_key().count(store).to_stream().to("out", value_serde=Long())
+        return {"out": "long"}
+    if family == "count_plain":
         stream.group_by_key().count("store").to_stream().to("out", value_serde=Long())
         return {"out": "long"}
     if family == "reduce":

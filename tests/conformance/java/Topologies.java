@@ -337,7 +337,18 @@ final class Topologies {
                         }).toStream().to("out");
                 break;
             // ------------------------------------------------------------ stream aggregations
-            case "count":
+            case "count": {
+                Materialized<String, Long, KeyValueStore<Bytes, byte[]>> store = Materialized.as("store");
+                if (p != null && p.has("store_caching")) {
+                    store = flag(p, "store_caching") ? store.withCachingEnabled() : store.withCachingDisabled();
+                }
+                b.<String, String>stream("in").flatMapValues(v -> v == null ? List.of("") : List.of(v.split(",")))
+                        .groupByKey().count(store).toStream()
+                        .to("out", Produced.with(Serdes.String(), Serdes.Long()));
+                outputs = out("out", "long");
+                break;
+            }
+            case "count_plain":
                 b.<String, String>stream("in").groupByKey().count(Materialized.as("store")).toStream()
                         .to("out", Produced.with(Serdes.String(), Serdes.Long()));
                 outputs = out("out", "long");
