@@ -128,9 +128,8 @@ final class Topologies {
         return windows;
     }
 
-    private static void windowedOut(KTable<Windowed<String>, String> table, String kind) {
-        KStream<String, String> stream = table.toStream((k, v) -> windowed(k));
-        stream.to("out");
+    private static void windowedOut(KTable<Windowed<String>, String> table) {
+        table.toStream((k, v) -> windowed(k)).to("out");
     }
 
     private static void windowedLongOut(KTable<Windowed<String>, Long> table) {
@@ -417,11 +416,11 @@ final class Topologies {
             }
             case "window_reduce":
                 windowedOut(b.<String, String>stream("in").groupByKey().windowedBy(timeWindows(p))
-                        .reduce((a, v) -> a + "," + v, Materialized.as("store")), "");
+                        .reduce((a, v) -> a + "," + v, Materialized.as("store")));
                 break;
             case "window_aggregate":
                 windowedOut(b.<String, String>stream("in").groupByKey().windowedBy(timeWindows(p))
-                        .aggregate(() -> "", (k, v, a) -> a + v, Materialized.as("store")), "");
+                        .aggregate(() -> "", (k, v, a) -> a + v, Materialized.as("store")));
                 break;
             case "sliding_count":
             case "sliding_suppress":
@@ -441,11 +440,11 @@ final class Topologies {
             }
             case "sliding_reduce":
                 windowedOut(b.<String, String>stream("in").groupByKey().windowedBy(slidingWindows(p))
-                        .reduce((a, v) -> a + "," + v, Materialized.as("store")), "");
+                        .reduce((a, v) -> a + "," + v, Materialized.as("store")));
                 break;
             case "sliding_aggregate":
                 windowedOut(b.<String, String>stream("in").groupByKey().windowedBy(slidingWindows(p))
-                        .aggregate(() -> "", (k, v, a) -> a + v, Materialized.as("store")), "");
+                        .aggregate(() -> "", (k, v, a) -> a + v, Materialized.as("store")));
                 break;
             case "session_count":
             case "session_suppress":
@@ -465,12 +464,12 @@ final class Topologies {
             }
             case "session_reduce":
                 windowedOut(b.<String, String>stream("in").groupByKey().windowedBy(sessionWindows(p))
-                        .reduce((a, v) -> a + "," + v, Materialized.as("store")), "");
+                        .reduce((a, v) -> a + "," + v, Materialized.as("store")));
                 break;
             case "session_aggregate":
                 windowedOut(b.<String, String>stream("in").groupByKey().windowedBy(sessionWindows(p))
                         .aggregate(() -> "", (k, v, a) -> a + v, (k, x, y) -> x + "|" + y,
-                                Materialized.<String, String, SessionStore<Bytes, byte[]>>as("store")), "");
+                                Materialized.<String, String, SessionStore<Bytes, byte[]>>as("store")));
                 break;
             case "cogroup_window": {
                 KGroupedStream<String, String> one = b.<String, String>stream("in").groupByKey();
@@ -479,13 +478,13 @@ final class Topologies {
                 String windows = str(p, "windows", "time");
                 if (windows.equals("time")) {
                     windowedOut(cogrouped.windowedBy(timeWindows(p)).aggregate(() -> "",
-                            Materialized.<String, String, WindowStore<Bytes, byte[]>>as("store")), "");
+                            Materialized.<String, String, WindowStore<Bytes, byte[]>>as("store")));
                 } else if (windows.equals("sliding")) {
                     windowedOut(cogrouped.windowedBy(slidingWindows(p)).aggregate(() -> "",
-                            Materialized.<String, String, WindowStore<Bytes, byte[]>>as("store")), "");
+                            Materialized.<String, String, WindowStore<Bytes, byte[]>>as("store")));
                 } else {
                     windowedOut(cogrouped.windowedBy(sessionWindows(p)).aggregate(() -> "", (k, x, y) -> x + "|" + y,
-                            Materialized.<String, String, SessionStore<Bytes, byte[]>>as("store")), "");
+                            Materialized.<String, String, SessionStore<Bytes, byte[]>>as("store")));
                 }
                 break;
             }
