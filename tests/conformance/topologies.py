@@ -354,7 +354,7 @@ def _joins(b: StreamsBuilder, family: str, p: Params) -> Outputs | None:
     elif family == "stream_global_join":
         left = b.stream("left")
         right = b.global_table("right", materialized="right-store")
-        getattr(left, method)(right, lambda k, v: v.split(":")[0], join).to("out")
+        getattr(left, method)(right, lambda k, v: v.split(":")[0] if v and ":" in v else None, join).to("out")
     elif family == "fk_join":
         table: KTable = b.table("left", materialized="left-store")
         other: KTable = b.table("right", materialized="right-store")

@@ -535,8 +535,9 @@ final class Topologies {
                 KStream<String, String> left = b.stream("left");
                 GlobalKTable<String, String> right = b.globalTable("right", kv("right-store"));
                 boolean leftJoin = str(p, "kind", "inner").equals("left");
-                (leftJoin ? left.leftJoin(right, (k, v) -> v.split(":")[0], JOIN)
-                        : left.join(right, (k, v) -> v.split(":")[0], JOIN)).to("out");
+                org.apache.kafka.streams.kstream.KeyValueMapper<String, String, String> mapper =
+                        (k, v) -> v != null && v.contains(":") ? v.split(":")[0] : null;
+                (leftJoin ? left.leftJoin(right, mapper, JOIN) : left.join(right, mapper, JOIN)).to("out");
                 break;
             }
             case "fk_join": {
