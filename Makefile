@@ -14,7 +14,7 @@ KAFKA_DIR ?= .run/kafka
 KUBE_DIR ?= .run/kube
 PYTEST_ARGS ?=
 
-.PHONY: docs docs-serve prometheus run bench bench-reprocess spark-jars test-spark setup test test-unit test-kafka test-kube lint typecheck crds crds-check chart-lint describe \
+.PHONY: docs docs-serve prometheus conformance-golden conformance-jars run bench bench-reprocess spark-jars test-spark setup test test-unit test-kafka test-kube lint typecheck crds crds-check chart-lint describe \
 	kafka-up kafka-down kafka-status kafka-download kube-build kube-up kube-down kube-status operator-run test-operator kind-up kind-down clean
 
 # The main job: broker (downloaded and started if needed), topics, word count and a line generator;
@@ -39,7 +39,7 @@ $(VENV)/.installed: pyproject.toml
 setup: $(VENV)/.installed
 
 # The servers the tiers need are fetched/built first, with progress, so no single test pays for them.
-test: lint typecheck crds-check docs kafka-download kube-build spark-jars prometheus
+test: lint typecheck crds-check docs kafka-download kube-build spark-jars prometheus conformance-jars
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 # The docs site (MkDocs + Material); --strict turns every warning (broken link, missing page) into an error.
@@ -59,6 +59,16 @@ prometheus:
 	  { $$SUDO apt-get update && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y --no-install-recommends prometheus; } \
 	    > .run/logs/apt-prometheus.log 2>&1 || { tail -n 20 .run/logs/apt-prometheus.log; exit 1; }; \
 	fi
+
+# Rewrite tests/conformance/golden.json from Kafka Streams 4.3.1's TopologyTestDriver (needs a JDK 17+;
+# the Kafka Streams and test-utils jars are fetched once, pinned and checksummed, into the cache).
+conformance-golden: setup
+	$(PY) -m tests.conformance.java_golden
+
+# The Java half's jars and classes, so `make test` can check golden.json is current (skipped without a JDK).
+conformance-jars: setup
+	@if command -v javac >/dev/null; then $(PY) -m tests.conformance.java_golden --prepare; \
+	else echo "==> no JDK: the conformance golden-file check will be skipped"; fi
 
 test-unit: setup
 	$(PY) -m pytest -q tests/runtime tests/operator -m "not kube and not kafka"

@@ -18,7 +18,11 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from kappaflow.api.config import StreamsConfig
+from kappaflow.api.config import (
+    EMIT_INTERVAL_OUTER_JOIN,
+    EMIT_INTERVAL_WINDOWED_AGGREGATION,
+    StreamsConfig,
+)
 from kappaflow.api.errors import InvalidStateStoreError, TopologyError
 from kappaflow.api.metrics import Metrics
 from kappaflow.api.processor import TaskId, to_millis
@@ -83,6 +87,10 @@ class TopologyTestDriver:
         restore_from: TopologyTestDriver | None = None,
     ) -> None:
         values: dict[str, Any] = {"application.id": "topology-test-driver", "bootstrap.servers": "dummy:1234"}
+        # like Java's driver: no wall-clock throttle of unmatched join results or window-close emits, so
+        # every piped record shows its effect at once
+        values[EMIT_INTERVAL_OUTER_JOIN] = 0
+        values[EMIT_INTERVAL_WINDOWED_AGGREGATION] = 0
         values.update(config or {})
         self._own_state_dir = "state.dir" not in (config or {})
         if self._own_state_dir:

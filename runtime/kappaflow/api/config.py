@@ -19,6 +19,9 @@ from kappaflow.api.serdes import Serde, serde_from_config
 AT_LEAST_ONCE = "at_least_once"
 EXACTLY_ONCE_V2 = "exactly_once_v2"
 
+EMIT_INTERVAL_OUTER_JOIN = "__emit.interval.ms.kstreams.outer.join.spurious.results.fix__"
+EMIT_INTERVAL_WINDOWED_AGGREGATION = "__emit.interval.ms.kstreams.windowed.aggregation__"
+
 DEFAULTS: dict[str, Any] = {
     "application.id": None,
     "bootstrap.servers": None,
@@ -46,9 +49,16 @@ DEFAULTS: dict[str, Any] = {
     "query.http.enabled": False,
     "kappaflow.internal.topics.create": True,
     "topology.optimization": "none",
+    # Kafka Streams' internal throttles (StreamsConfig.InternalConfig): unmatched left/outer stream-stream
+    # join results and emit-on-window-close results are looked for at most once per interval of wall-clock
+    # time; the TopologyTestDriver sets both to 0, as Java's does
+    EMIT_INTERVAL_OUTER_JOIN: 1000,
+    EMIT_INTERVAL_WINDOWED_AGGREGATION: 1000,
 }
 
 _INT_KEYS = {
+    EMIT_INTERVAL_OUTER_JOIN,
+    EMIT_INTERVAL_WINDOWED_AGGREGATION,
     "statestore.cache.max.bytes",
     "commit.interval.ms",
     "num.standby.replicas",

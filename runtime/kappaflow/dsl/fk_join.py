@@ -302,6 +302,9 @@ def foreign_key_join(
     )
     topology.connect_processor_and_state_stores(resolver, *left_getter.store_names)
     mat = Materialized.of(materialized)
+    if materialized is None:
+        # Java builds an unmaterialized result without a store, so no cache may swallow a tombstone
+        mat = mat.with_caching_disabled()
     output_store = mat.name or builder.new_name("KTABLE-FK-JOIN-OUTPUT-STATE-STORE-")
     output = builder.new_name("KTABLE-FK-JOIN-OUTPUT-")
     table = KTable(builder, output, left.key_serde, mat.value_serde, output_store, parent=None)

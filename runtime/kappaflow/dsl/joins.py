@@ -12,9 +12,10 @@ has closed (stream time > t + after + grace for a left record, t + before + grac
 no spurious left result is emitted before a later match, as Kafka Streams does since 3.1. A record whose
 window closed before it arrived (out of order beyond the window) is emitted at once, and so is a
 null-key record of an outer side (KIP-962, Kafka Streams 3.7). Stream time is shared by both join
-processors of a task and advanced by every record, null keys included. Kafka Streams throttles the
-outer-store scan by wall clock (an internal 1 s interval); kappaflow scans on every advance of stream
-time (interval 0), which emits the same records, sooner.
+processors of a task and advanced by every record, null keys included. As in Kafka Streams, the
+outer-store scan runs at most once per wall-clock interval (`__emit.interval.ms.kstreams.outer.join.
+spurious.results.fix__`, 1 s; the TopologyTestDriver sets 0): a scan costs a full store iteration, so
+unmatched results wait for the first record after the interval.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from kappaflow.api.config import EMIT_INTERVAL_OUTER_JOIN
 from kappaflow.api.errors import SerializationError, TopologyError
 from kappaflow.api.processor import ProcessorContext
 from kappaflow.api.record import Record
@@ -185,6 +187,7 @@ class _TimeTracker:
     def __init__(self) -> None:
         self.stream_time = -1
         self.min_time: int | None = None
+        self.next_time_to_emit = 0  # wall clock (ms) before which no outer-store scan runs
 
     def advance(self, timestamp: int) -> None:
         self.stream_time = max(self.stream_time, timestamp)
@@ -246,6 +249,7 @@ class KStreamKStreamJoinProcessor:
             None if self.outer_store_name is None else context.get_state_store(self.outer_store_name)
         )
         self.tracker = self.trackers.setdefault(context, _TimeTracker())
+        self.emit_interval_ms = context.app_config.get_int(EMIT_INTERVAL_OUTER_JOIN)
 
     def _join(self, key: Any, mine: Any, theirs: Any) -> Any:
         return self.joiner(key, mine, theirs) if self.is_left else self.joiner(key, theirs, mine)
@@ -287,6 +291,10 @@ class KStreamKStreamJoinProcessor:
         # Java's shortcut (it also decides *when* asymmetric windows emit): nothing can have closed yet
         if tracker.min_time is not None and tracker.min_time + self.after + grace >= stream_time:
             return
+        now = self.context.current_system_time_ms()
+        if now < tracker.next_time_to_emit:
+            return  # throttled by wall clock, as Java's KStreamKStreamJoin
+        tracker.next_time_to_emit = now + self.emit_interval_ms
         tracker.min_time = None
         open_sides: set[bool] = set()
         emitted: list[tuple[int, bool, Any]] = []

@@ -244,7 +244,7 @@ class KTable:
         """Hold back updates: `Suppressed.until_window_closes(...)` (final windowed results) or
         `Suppressed.until_time_limit(...)`; the buffer is changelogged."""
         from kappaflow.api.errors import TopologyError
-        from kappaflow.dsl.suppress import KTableSuppressProcessor, change_codec
+        from kappaflow.dsl.suppress import KTableSuppressProcessor, change_codec, suppressed_getter
         from kappaflow.state.time_ordered_buffer import BufferStoreBuilder
 
         builder = self._builder
@@ -272,7 +272,10 @@ class KTable:
             self.value_serde,
             None,
             parent=self,
-            getter=self.value_getter_supplier,
+            getter=ValueGetterSupplier(
+                [*self.value_getter_supplier.store_names, store],
+                suppressed_getter(self.value_getter_supplier, store),
+            ),
         )
 
 

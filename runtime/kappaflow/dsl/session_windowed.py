@@ -4,7 +4,10 @@ Kafka Streams' KStreamSessionWindowAggregate, record for record: a record at t f
 overlapping [t - gap, t + gap], merges them (with `merger`) into one session spanning all of them and t,
 and, when the merged session differs from [t, t], removes the merged sessions - forwarding a tombstone
 for each, at its end time - before writing and forwarding the new session at its end time. A record
-whose merged session ended before `observed stream time - grace` is late: dropped and counted.
+whose merged session ended before `observed stream time - grace - gap` is late: dropped and counted
+(Java's window close time for sessions: a session may still grow by a record up to `gap` after its end).
+Every update and retraction carries the session's end as its timestamp, also when it reaches the
+downstream through the record cache (Java's SessionCacheFlushListener).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from kappaflow.api.processor import ProcessorContext
 from kappaflow.api.record import Record
 from kappaflow.api.serdes import Long, Serde
 from kappaflow.api.windowed_serdes import SessionWindowedSerde
@@ -22,7 +26,7 @@ from kappaflow.dsl.change import Change
 from kappaflow.dsl.ktable import KTable
 from kappaflow.dsl.options import Materialized
 from kappaflow.dsl.stream_processors import drop_record
-from kappaflow.dsl.table_processors import _Stateful
+from kappaflow.dsl.table_processors import TupleForwarder, _Stateful
 from kappaflow.dsl.windows import SessionWindows
 from kappaflow.state.session_store import SessionStoreBuilder
 from kappaflow.state.window_store import window_bytes_supplier
@@ -48,13 +52,17 @@ class KStreamSessionWindowAggregateProcessor(_Stateful):
         self.merger = merger
         self.observed_stream_time = -1
 
+    def init(self, context: ProcessorContext) -> None:
+        super().init(context)
+        self.forwarder = TupleForwarder(self.store, context, self.send_old(), stamp=_session_end)
+
     def process(self, record: Record[Any, Any]) -> None:
         key, value, ts = record.key, record.value, record.timestamp
         if key is None:
             drop_record(self.context, "null-key", self.label)
             return
         self.observed_stream_time = max(self.observed_stream_time, ts)
-        close_time = self.observed_stream_time - self.windows.grace_ms
+        close_time = self.observed_stream_time - self.windows.grace_ms - self.windows.gap_ms
         gap = self.windows.gap_ms
         merged = list(self.store.find_sessions(key, ts - gap, ts + gap))
         aggregate = self.initializer()
@@ -76,6 +84,10 @@ class KStreamSessionWindowAggregateProcessor(_Stateful):
         windowed = Windowed(key, Window(start, end))
         self.store.put(windowed, aggregate)
         self.forwarder.maybe_forward(Record(windowed, Change(aggregate, None), end, record.headers))
+
+
+def _session_end(key: Windowed[Any]) -> int:
+    return key.window.end
 
 
 def _count_add(key: Any, value: Any, aggregate: int) -> int:
@@ -114,7 +126,9 @@ class SessionWindowedKStream:
         key_serde = mat.key_serde or grouped.key_serde
         value_serde = mat.value_serde or default_value_serde
         table = KTable(builder, node, SessionWindowedSerde(key_serde), value_serde, store_name, parent=None)
-        table.window_grace_ms = windows.grace_ms
+        # suppress(until_window_closes) waits gap + grace past a session's end (Java's GraphGraceSearchUtil):
+        # until then a record may still extend the session
+        table.window_grace_ms = windows.grace_ms + windows.gap_ms
         send_old = table.send_old_values_enabled
         builder.topology.add_processor(
             node,

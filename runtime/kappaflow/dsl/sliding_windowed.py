@@ -4,8 +4,9 @@ A sliding window of time difference D is `[start, start + D]`, both ends inclusi
 that the records themselves define exist: each record r has a *left* window `[r - D, r]` and, when a
 later record falls within `[r + 1, r + 1 + D]`, a *right* window `[r + 1, r + 1 + D]`. Records earlier
 than D share the window `[0, D]` (no window starts before 0). A record updates every existing window
-containing it and creates its own left window and, when needed, its own and its predecessor's right
-windows, each emitted at max(record time, window's previous max). Windows that are closed
+containing it - newest window first, as Java's processReverse walks a backward fetch - and creates its
+own left window and, when needed, its own and its predecessor's right windows, each emitted at
+max(record time, window's previous max). Windows that are closed
 (end < stream time - grace: the end is inclusive) are not updated; a record all of whose windows are
 closed is dropped as late.
 """
@@ -96,27 +97,50 @@ class KStreamSlidingWindowAggregateProcessor(_Stateful):
         )
 
     def _process_in_order(self, record: Record[Any, Any], close_time: int) -> None:
+        """Java's processReverse: the key's windows newest first, so existing windows are updated (and
+        their updates forwarded) from the latest start down, stopping at the first window that ends
+        before the record - the window that holds the record's predecessor."""
         key, ts, diff = record.key, record.timestamp, self.diff
         starts: set[int] = set()
         left_agg: VAT | None = None
         right_agg: VAT | None = None
         left_created = right_created = False
         previous: int | None = None
-        for start, current in list(self.store.fetch(key, max(0, ts - 2 * diff), ts + 1)):
+        for start, current in list(self.store.backward_fetch(key, max(0, ts - 2 * diff), ts + 1)):
             starts.add(start)
             end = start + diff
-            if end < ts:
-                left_agg, previous = current, current.timestamp
+            if start == ts + 1:
+                right_created = True
+            elif end > ts:
+                if right_agg is None:
+                    right_agg = current
+                self._update(record, start, current, close_time)
             elif end == ts:
                 left_created = True
-                if current.timestamp < ts:
-                    previous = current.timestamp
                 self._update(record, start, current, close_time)
-            elif start <= ts:
-                right_agg = current
-                self._update(record, start, current, close_time)
-            else:  # start == ts + 1
-                right_created = True
+                if current.timestamp >= ts:
+                    return  # a record at ts already made every window this one needs
+                previous = current.timestamp
+            else:
+                left_agg, previous = current, current.timestamp
+                break
+        self._create_windows(
+            record, close_time, starts, left_agg, right_agg, left_created, right_created, previous
+        )
+
+    def _create_windows(
+        self,
+        record: Record[Any, Any],
+        close_time: int,
+        starts: set[int],
+        left_agg: VAT | None,
+        right_agg: VAT | None,
+        left_created: bool,
+        right_created: bool,
+        previous: int | None,
+    ) -> None:
+        """The previous record's right window, the record's left window and its right window, as needed."""
+        ts, diff = record.timestamp, self.diff
         if previous is not None:
             previous_right = previous + 1
             if previous_right not in starts and previous_right + diff >= ts:

@@ -7,16 +7,19 @@
   time passes the key's first buffered update time + limit (rate limiting); tombstones are emitted.
 A full buffer either emits its oldest entries early (`emit_early_when_full`, time-limit only) or stops
 the application (`should_shut_down`), exactly as Java's strict/eager buffer configs. The emitted record
-keeps the timestamp and headers of the key's latest update and carries the value from before the first
-buffered update as its old value. Stream time is the processor's own observed maximum, as in Java.
+keeps the timestamp and headers of the key's latest update and carries that update's old value (Java's
+evictWhile). A lookup into the suppressed table (a join's value getter) answers, for a buffered key, the
+value from before its first buffered update - what downstream last saw - and the parent's value for any
+other key (Java's `priorValueForBuffered`). Stream time is the processor's own observed maximum.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from kappaflow.api.errors import StreamsError, TopologyError
 from kappaflow.api.processor import ProcessorContext, to_millis
@@ -25,6 +28,9 @@ from kappaflow.api.serdes import Serde
 from kappaflow.api.windows import Windowed
 from kappaflow.dsl.change import Change, ChangeSerde
 from kappaflow.state.time_ordered_buffer import BufferedEntry, ChangeCodec
+from kappaflow.state.timestamped import ValueAndTimestamp
+
+ValueGetter = Callable[[Any], ValueAndTimestamp[Any] | None]
 
 log = logging.getLogger(__name__)
 UNBOUNDED = (1 << 63) - 1
@@ -159,3 +165,28 @@ class KTableSuppressProcessor:
 
     def close(self) -> None:
         return None
+
+
+class _GetterSupplier(Protocol):
+    def get(self, context: ProcessorContext) -> ValueGetter: ...
+
+
+def suppressed_getter(
+    parent: _GetterSupplier, buffer_store: str
+) -> Callable[[ProcessorContext], ValueGetter]:
+    """The suppressed table's value getter: a buffered key's prior value (its time unknown, -1, as in
+    Java), else the parent table's value."""
+
+    def bind(context: ProcessorContext) -> ValueGetter:
+        buffer = context.get_state_store(buffer_store)
+        lookup = parent.get(context)
+
+        def get(key: Any) -> ValueAndTimestamp[Any] | None:
+            buffered, prior = buffer.prior_value(key)
+            if buffered:
+                return ValueAndTimestamp.make(prior, -1)
+            return lookup(key)
+
+        return get
+
+    return bind

@@ -25,12 +25,23 @@ AnyRecord = Record[Any, Any]
 
 
 class TupleForwarder:
-    """Forwards table updates now (no cache) or on cache flush (cache), from the owning node."""
+    """Forwards table updates now (no cache) or on cache flush (cache), from the owning node.
 
-    def __init__(self, store: Any, context: ProcessorContext, send_old_values: bool) -> None:
+    ``stamp`` fixes a flushed update's timestamp from its key: session windows stamp every update and
+    retraction with the session's end, as Java's SessionCacheFlushListener does, not with the time of
+    the record that caused the flush."""
+
+    def __init__(
+        self,
+        store: Any,
+        context: ProcessorContext,
+        send_old_values: bool,
+        stamp: Callable[[Any], int] | None = None,
+    ) -> None:
         self.context = context
         self.node = getattr(context, "current_node", None)
         self.send_old_values = send_old_values
+        self.stamp = stamp
         self.cached = bool(store.set_flush_listener(self._on_flush, send_old_values))
 
     def maybe_forward(self, record: AnyRecord) -> None:
@@ -52,7 +63,10 @@ class TupleForwarder:
                 None if new is None else new.value,
                 None if (old is None or not self.send_old_values) else old.value,
             )
-            timestamp = new.timestamp if new is not None else record_context.timestamp
+            if self.stamp is not None:
+                timestamp = self.stamp(key)
+            else:
+                timestamp = new.timestamp if new is not None else record_context.timestamp
             context.forward(Record(key, change, timestamp, record_context.headers))
         finally:
             context.current_node = previous

@@ -101,6 +101,12 @@ class ThreadCache:
         cache.entries.move_to_end(key)  # type: ignore[union-attr]
         return entry
 
+    def holds(self, namespace: str, key: bytes) -> bool:
+        """Whether the cache has a live (non-deleted) entry for the key; a peek: no hit, no LRU refresh."""
+        cache = self._caches.get(namespace)
+        entry = cache.entries.get(key) if cache is not None else None
+        return entry is not None and entry.value is not None
+
     def put(
         self,
         namespace: str,

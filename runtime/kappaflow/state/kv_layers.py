@@ -157,11 +157,17 @@ class CachingKeyValueStore(WrappedBytesStore):
         self._namespace = ""
         self._listener: BytesFlushListener | None = None
         self._send_old_values = False
+        # windowed stores say which keys their segmented store would still serve: an expired key's old
+        # value reads as absent on flush, as Java's underlying window/session store returns null for it
+        self.underlying_live: Callable[[bytes], bool] | None = None
 
     def init(self, context: StoreContext, root: StateStore) -> None:
         self.inner.init(context, root)
         self._context = context
-        self._cache = context.cache
+        # a zero-byte cache is no cache (as in Kafka Streams): updates go straight to the store and
+        # downstream, so e.g. a delete of an absent key still forwards its tombstone
+        cache = context.cache
+        self._cache = cache if cache is not None and cache.max_bytes > 0 else None
         self._namespace = f"{context.task_id}-{self.name}"
         if self._cache is not None:
             self._cache.add_dirty_entry_flush_listener(self._namespace, self._flush_entries)
@@ -178,10 +184,18 @@ class CachingKeyValueStore(WrappedBytesStore):
         try:
             for key, entry in entries:
                 context.set_record_context(entry.context)
-                old = self.inner.get(key) if (self._listener and self._send_old_values) else None
+                if self._listener is None:
+                    self.inner.put(key, entry.value)
+                    continue
+                wanted = entry.value is None or self._send_old_values
+                live = self.underlying_live is None or self.underlying_live(key)
+                old = self.inner.get(key) if wanted and live else None
+                if entry.value is None and old is None:
+                    # Java's caching stores skip a delete of a key the inner store never held: nothing
+                    # to write, and no tombstone downstream for a row that was never emitted
+                    continue
                 self.inner.put(key, entry.value)
-                if self._listener is not None:
-                    self._listener(key, entry.value, old, entry.context)
+                self._listener(key, entry.value, old if self._send_old_values else None, entry.context)
         finally:
             context.set_record_context(previous)
 
@@ -192,6 +206,10 @@ class CachingKeyValueStore(WrappedBytesStore):
     @property
     def caching(self) -> bool:
         return self._cache is not None
+
+    def holds(self, key: bytes) -> bool:
+        """Whether the record cache holds a live entry for the key (windowed stores' expired reads)."""
+        return self._cache is not None and self._cache.holds(self._namespace, key)
 
     def cached_entry(self, key: bytes) -> CacheEntry | None:
         """The key's cache entry (a hit refreshes it), or None: the typed layer's decoded fast path."""

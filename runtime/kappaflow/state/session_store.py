@@ -4,7 +4,8 @@ Keys use Java's SessionKeySchema layout, `[key bytes][8-byte session end][8-byte
 key's sessions sort by end time and the changelog holds Java's bytes. Values are the plain aggregate
 (session stores are not timestamped in Kafka Streams: a session's result time is its end). Expiry works
 as in window stores: sessions ending more than `retention` (inactivity gap + grace) before the observed
-stream time are skipped on write, hidden on read and purged from the innermost store periodically.
+stream time are hidden on read and purged from the innermost store periodically; a write is skipped
+only once its whole segment has expired (Java's segmented stores).
 """
 
 from __future__ import annotations
@@ -49,11 +50,16 @@ class MeteredSessionStore(MeteredStoreBase):
         self.segment_interval = max(retention_ms // 2, 60_000)
         self.observed_stream_time = -1
         self._last_purge_segment = -1
+        self._caching: CachingKeyValueStore | None = None
 
     def init(self, context: StoreContext, root: StateStore | None = None) -> None:
         self.key_serde, self.value_serde = self.resolve_serdes(context)
         self._topic = context.changelog_topic(self.name)
         self.inner.init(context, root or self)
+        caching = _find_layer(self.inner, CachingKeyValueStore)
+        self._caching = caching if caching is not None and caching.caching else None
+        if self._caching is not None:
+            self._caching.underlying_live = self._live
 
     def _decode(self, raw: bytes, value: bytes | None) -> tuple[Windowed[Any], Any]:
         key, start, end = split_session_key(raw)
@@ -65,7 +71,11 @@ class MeteredSessionStore(MeteredStoreBase):
     def put(self, session: Windowed[Any], aggregate: Any) -> None:
         end = session.window.end
         self.observed_stream_time = max(self.observed_stream_time, end)
-        if end <= self.observed_stream_time - self.retention_ms:
+        # written while its segment is live, as Java's segmented store does: a session ending exactly at
+        # the close time (stream time - grace - gap) is still accepted by the aggregation and stored,
+        # though reads (which hide sessions ending before stream time - retention + 1) no longer see it
+        interval = self.segment_interval
+        if end // interval < (self.observed_stream_time - self.retention_ms) // interval:
             return
         raw = session_key(self._k(session.key), session.window.start, end)
         self.inner.put(raw, self.value_serde.serialize(self._topic, aggregate))  # type: ignore[union-attr]
@@ -91,7 +101,11 @@ class MeteredSessionStore(MeteredStoreBase):
         """Sessions of `key` with end >= earliest_session_end and start <= latest_session_start."""
         raw_key = self._k(key)
         # times are never negative: a negative bound would sort after every positive one as bytes
-        lower_end = max(0, earliest_session_end, self.observed_stream_time - self.retention_ms + 1)
+        live_end = max(0, earliest_session_end, self.observed_stream_time - self.retention_ms + 1)
+        # Java's caching session store merges its cache - filtered by the requested times only - with
+        # the underlying store, which alone hides expired sessions: a session still cached is found
+        # (and merged) past retention (docs/semantics.md, "Expired windows in the record cache")
+        lower_end = max(0, earliest_session_end) if self._caching is not None else live_end
         lower = session_key(raw_key, 0, lower_end)
         upper = session_key(raw_key, MAX_TIME, MAX_TIME)
         scan = self.inner.reverse_range(lower, upper) if backward else self.inner.range(lower, upper)
@@ -100,13 +114,20 @@ class MeteredSessionStore(MeteredStoreBase):
             if len(raw) != n + SUFFIX_LEN:
                 continue
             _, start, end = split_session_key(raw)
-            if start <= latest_session_start and end >= lower_end:
+            if start <= latest_session_start and end >= lower_end and (end >= live_end or self._cached(raw)):
                 yield self._decode(raw, value)
 
+    def _live(self, raw: bytes) -> bool:
+        return split_session_key(raw)[2] > self.observed_stream_time - self.retention_ms
+
+    def _cached(self, raw: bytes) -> bool:
+        return self._caching is not None and self._caching.holds(raw)
+
     def fetch_session(self, key: Any, start: int, end: int) -> Any:
-        if end <= self.observed_stream_time - self.retention_ms:
+        raw_key = session_key(self._k(key), start, end)
+        if end <= self.observed_stream_time - self.retention_ms and not self._cached(raw_key):
             return None
-        raw = self.inner.get(session_key(self._k(key), start, end))
+        raw = self.inner.get(raw_key)
         return None if raw is None else self.value_serde.deserialize(self._topic, raw)  # type: ignore[union-attr]
 
     def get(self, windowed: Windowed[Any]) -> ValueAndTimestamp[Any] | None:

@@ -2,10 +2,14 @@
 
 It holds the latest update per key, ordered by *buffer time* (a window's end for final results, the
 record time for a time limit). Times are non-resetting, as in Java: a key keeps the time of its first
-buffered update until it is emitted, and the first update's old value (the *prior* value) is what the
-emitted `Change` carries as old. Every put and eviction is written to the store's compacted changelog
-as `[8-byte buffer time][8-byte record time][change bytes]`, so a restarted task restores the buffer and
-emits exactly what it would have emitted without the restart.
+buffered update until it is emitted. The emitted `Change` is the latest update as it came, old value
+included (Java's evictWhile emits the buffered value's `oldValue`, not the pre-buffer `priorValue`), so
+a downstream re-grouping subtracts what the latest update replaced. The first update's old value (the
+*prior* value) is kept too: it is what the suppressed table's value getter answers for a buffered key
+(Java's `priorValueForBuffered`), so a join looking up a suppressed table sees nothing newer than what
+was emitted. Every put and eviction is written to the store's compacted changelog as `[8-byte buffer
+time][8-byte record time][4-byte change length][change bytes][prior bytes]`, so a restarted task
+restores the buffer and emits exactly what it would have emitted without the restart.
 """
 
 from __future__ import annotations
@@ -23,10 +27,10 @@ from kappaflow.api.record import Headers
 from kappaflow.api.serdes import Serde
 from kappaflow.state.api import ChangelogRecord, StateStore, StoreContext
 
-_HEADER = struct.Struct(">qq")
+_HEADER = struct.Struct(">qqi")
 _OVERHEAD = 32
 
-# (serialized Change(new, prior) or b"" for an all-None change) <-> Change objects
+# (serialized Change(new, old) or b"" for an all-None change) <-> Change objects
 ChangeCodec = tuple[Callable[[Any], bytes], Callable[[bytes], Any]]
 
 
@@ -35,10 +39,11 @@ class BufferedEntry:
     time: int
     token: int
     key: Any
-    change: Any  # Change(new, prior)
+    change: Any  # Change(new, old): the latest buffered update
     record_time: int
     headers: Headers
     size: int
+    prior: Any = None  # the old value of the key's first buffered update
 
 
 class TimeOrderedKeyValueBuffer:
@@ -105,32 +110,30 @@ class TimeOrderedKeyValueBuffer:
     def num_records(self) -> int:
         return len(self._entries)
 
-    def prior_value(self, key: Any) -> tuple[bool, Any]:
-        """(buffered?, the value before the first buffered update)."""
-        entry = self._entries.get(self._raw_key(key))
-        return (False, None) if entry is None else (True, entry.change.old_value)
-
     def put(self, time: int, key: Any, change: Any, record_time: int, headers: Headers) -> None:
-        """Buffer `change` (a Change(new, old)) for `key`; an already buffered key keeps its time and
-        its prior value."""
+        """Buffer `change` (a Change(new, old)) for `key`; an already buffered key keeps its time."""
         raw_key = self._raw_key(key)
         previous = self._entries.get(raw_key)
         if previous is None:
             token = next(self._counter)
-            stored = change
+            prior = change.old_value
             heapq.heappush(self._heap, (time, raw_key, token))
         else:
-            time, token = previous.time, previous.token
-            # a Change dataclass: keep the new value, keep the prior (pre-buffer) old value
-            stored = dataclasses.replace(change, old_value=previous.change.old_value)
+            time, token, prior = previous.time, previous.token, previous.prior
             self.size_bytes -= previous.size
-        payload = self._encode(stored)
-        entry = BufferedEntry(
-            time, token, key, stored, record_time, headers, len(raw_key) + len(payload) + _OVERHEAD
-        )
+        payload = self._encode(change)
+        prior_payload = self._encode(dataclasses.replace(change, new_value=prior, old_value=None))
+        size = len(raw_key) + len(payload) + len(prior_payload) + _OVERHEAD
+        entry = BufferedEntry(time, token, key, change, record_time, headers, size, prior)
         self._entries[raw_key] = entry
         self.size_bytes += entry.size
-        self._log(raw_key, _HEADER.pack(time, record_time) + payload, record_time, headers)
+        header = _HEADER.pack(time, record_time, len(payload))
+        self._log(raw_key, header + payload + prior_payload, record_time, headers)
+
+    def prior_value(self, key: Any) -> tuple[bool, Any]:
+        """(buffered?, the value before the key's first buffered update)."""
+        entry = self._entries.get(self._raw_key(key))
+        return (False, None) if entry is None else (True, entry.prior)
 
     def _log(self, raw_key: bytes, value: bytes | None, timestamp: int, headers: Headers) -> None:
         if self.logging_enabled and self._context is not None:
@@ -161,12 +164,15 @@ class TimeOrderedKeyValueBuffer:
                 self.size_bytes -= previous.size
             if value is None:
                 continue
-            time, record_time = _HEADER.unpack_from(value)
-            payload = value[_HEADER.size :]
+            time, record_time, length = _HEADER.unpack_from(value)
+            payload = value[_HEADER.size : _HEADER.size + length]
+            prior = self._decode(value[_HEADER.size + length :]).new_value
             token = next(self._counter)
             key = self.key_serde.deserialize(self._topic, raw_key)  # type: ignore[union-attr]
-            entry = BufferedEntry(time, token, key, self._decode(payload), record_time, Headers(),
-                                  len(raw_key) + len(payload) + _OVERHEAD)  # fmt: skip
+            size = len(raw_key) + len(value) - _HEADER.size + _OVERHEAD
+            entry = BufferedEntry(
+                time, token, key, self._decode(payload), record_time, Headers(), size, prior
+            )
             self._entries[raw_key] = entry
             self.size_bytes += entry.size
             heapq.heappush(self._heap, (time, raw_key, token))

@@ -89,6 +89,7 @@ class MeteredWindowStore(MeteredStoreBase):
         self._last_purge_segment = -1
         self._seq = 0
         self._context: StoreContext | None = None
+        self._caching: CachingKeyValueStore | None = None
 
     def init(self, context: StoreContext, root: StateStore | None = None) -> None:
         key_serde, value_serde = self.resolve_serdes(context)
@@ -97,6 +98,10 @@ class MeteredWindowStore(MeteredStoreBase):
         self._topic = context.changelog_topic(self.name)
         self._context = context
         self.inner.init(context, root or self)
+        caching = _find_layer(self.inner, CachingKeyValueStore)
+        self._caching = caching if caching is not None and caching.caching else None
+        if self._caching is not None:
+            self._caching.underlying_live = self._live
 
     # ----------------------------------------------------------------- serdes
     def _dv(self, raw: bytes | None) -> Any:
@@ -139,19 +144,37 @@ class MeteredWindowStore(MeteredStoreBase):
             bottom.put_all([(k, None) for k in expired])
 
     # ----------------------------------------------------------------- reads
+    # Reads hide windows that started before `stream time - retention + 1`, except those still in the
+    # record cache: Java's caching window store merges its cache, filtered by the requested times only,
+    # with the underlying store, which alone applies retention. Matching it keeps a cached aggregation
+    # exactly Java's (docs/semantics.md, "Expired windows in the record cache").
     def _earliest(self, time_from: int) -> int:
         # windows never start before 0; a negative bound would sort after positive ones as bytes
         return max(0, time_from, self.observed_stream_time - self.retention_ms + 1)
 
+    def _live(self, raw: bytes) -> bool:
+        return split_window_key(raw)[1] > self.observed_stream_time - self.retention_ms
+
+    def _visible(self, raw: bytes, start: int) -> bool:
+        live = start > self.observed_stream_time - self.retention_ms
+        return live or (self._caching is not None and self._caching.holds(raw))
+
+    def _scan_from(self, time_from: int) -> int:
+        return max(0, time_from) if self._caching is not None else self._earliest(time_from)
+
     def _key_scan(self, key: Any, time_from: int, time_to: int, backward: bool) -> Iterator[tuple[int, Any]]:
         raw_key = self._k(key)
-        lo = self._earliest(time_from)
+        lo = self._scan_from(time_from)
         if lo > time_to:
-            return iter(())
+            return
         lower, upper = window_key(raw_key, lo, MIN_SEQ), window_key(raw_key, time_to, MAX_SEQ)
         scan = self.inner.reverse_range(lower, upper) if backward else self.inner.range(lower, upper)
         n = len(raw_key)
-        return ((split_window_key(k)[1], self._dv(v)) for k, v in scan if len(k) == n + SUFFIX_LEN)
+        for k, v in scan:
+            if len(k) == n + SUFFIX_LEN:
+                start = split_window_key(k)[1]
+                if self._visible(k, start):
+                    yield start, self._dv(v)
 
     def fetch(self, key: Any, time_from: int, time_to: int | None = None) -> Any:
         """`fetch(key, start)` -> the value of one window (or None); `fetch(key, from, to)` -> iterator of
@@ -172,10 +195,10 @@ class MeteredWindowStore(MeteredStoreBase):
     def _scan_all(
         self, scan: Iterator[tuple[bytes, bytes]], time_from: int, time_to: int
     ) -> Iterator[tuple[Windowed[Any], Any]]:
-        lo = self._earliest(time_from)
+        lo = self._scan_from(time_from)
         for raw, value in scan:
             key, start, _ = split_window_key(raw)
-            if lo <= start <= time_to:
+            if lo <= start <= time_to and self._visible(raw, start):
                 yield Windowed(self._dk(key), self._window(start)), self._dv(value)
 
     def fetch_range(
@@ -183,7 +206,7 @@ class MeteredWindowStore(MeteredStoreBase):
     ) -> Iterator[tuple[Windowed[Any], Any]]:
         lo_key = None if key_from is None else self._k(key_from)
         hi_key = None if key_to is None else self._k(key_to)
-        lower = None if lo_key is None else window_key(lo_key, self._earliest(time_from), MIN_SEQ)
+        lower = None if lo_key is None else window_key(lo_key, self._scan_from(time_from), MIN_SEQ)
         upper = None if hi_key is None else window_key(hi_key, time_to, MAX_SEQ)
         for windowed, value in self._scan_all(self.inner.range(lower, upper), time_from, time_to):
             raw = self._k(windowed.key)
