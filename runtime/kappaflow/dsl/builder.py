@@ -72,9 +72,12 @@ class InternalBuilder:
         user_named: bool,
         partitions: int | None = None,
         partitioner: Any = None,
+        drop_null_keys: bool = True,
     ) -> str:
         """Insert null-key filter -> sink -> `<base>-repartition` -> source; returns the source's name.
-        Nodes are named `<base>-repartition-filter/-sink/-source` when the user named the operation."""
+        Nodes are named `<base>-repartition-filter/-sink/-source` when the user named the operation.
+        `drop_null_keys=False` keeps null keys (a left foreign-key join's subscription with a null
+        foreign key must travel on, KIP-962); the filter node is then a pass-through."""
         from kappaflow.dsl.stream_processors import NullKeyFilter
 
         topic = f"{base_name}-repartition"
@@ -91,7 +94,9 @@ class InternalBuilder:
         if user_named:
             names = [f"{topic}-filter", f"{topic}-sink", f"{topic}-source"]
         filter_name, sink, source = names
-        self.topology.add_processor(filter_name, lambda: NullKeyFilter(filter_name), parent)
+        self.topology.add_processor(
+            filter_name, lambda: NullKeyFilter(filter_name, enabled=drop_null_keys), parent
+        )
         self.topology.add_sink(
             sink, topic, filter_name, key_serde=key_serde, value_serde=value_serde, partitioner=partitioner
         )

@@ -37,9 +37,20 @@ class ValueGetterSupplier:
         self,
         store_names: list[str],
         bind: Callable[[ProcessorContext], ValueGetter],
+        materialize: Callable[[], None] | None = None,
     ) -> None:
-        self.store_names = store_names
+        self._store_names = store_names
         self._bind = bind
+        self._materialize = materialize
+
+    @property
+    def store_names(self) -> list[str]:
+        """The stores to connect; asking for them materializes a table that has its store only on
+        demand (a foreign-key join's result, as Java's `KTableSource.materialize()`)."""
+        if self._materialize is not None:
+            materialize, self._materialize = self._materialize, None
+            materialize()
+        return self._store_names
 
     def get(self, context: ProcessorContext) -> ValueGetter:
         return self._bind(context)

@@ -132,11 +132,12 @@ class NullKeyFilter(_Base):
     """Before a repartition topic: records with a null key cannot be partitioned, so Kafka Streams
     drops them (counted in dropped-records)."""
 
-    def __init__(self, label: str) -> None:
+    def __init__(self, label: str, *, enabled: bool = True) -> None:
         self.label = label
+        self.enabled = enabled
 
     def process(self, record: AnyRecord) -> None:
-        if record.key is None:
+        if record.key is None and self.enabled:
             drop_record(self.context, "null-key", self.label)
             return
         self.context.forward(record)
