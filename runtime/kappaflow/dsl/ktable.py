@@ -23,6 +23,11 @@ from kappaflow.dsl.table_processors import (
     KTableRepartitionMapProcessor,
     KTableToStreamProcessor,
 )
+from kappaflow.dsl.table_transform import (
+    KTableTransformValuesProcessor,
+    TransformerSupplier,
+    transformed_lookup,
+)
 from kappaflow.state.timestamped import ValueAndTimestamp
 
 # A value getter looks up a key's current (value, timestamp) from inside a processor of the same task.
@@ -181,6 +186,43 @@ class KTable:
             None,
             derive,
         )
+
+    def transform_values(
+        self,
+        supplier: TransformerSupplier,
+        *store_names: str,
+        materialized: Materialized | str | None = None,
+        name: str | None = None,
+    ) -> KTable:
+        """Java's `transformValues`: `supplier()` makes a `ValueTransformerWithKey` (init/transform/close)
+        per task; `store_names` are connected so `init` can fetch them from its context."""
+        builder = self._builder
+        mat = Materialized.of(materialized) if materialized is not None else None
+        node = name or builder.new_name("KTABLE-TRANSFORMVALUES-")
+        store_name = (
+            None if mat is None else mat.name or builder.new_name("KTABLE-TRANSFORMVALUES-STATE-STORE-")
+        )
+        parent_getter = self.value_getter_supplier
+
+        def bind(context: ProcessorContext) -> ValueGetter:
+            return transformed_lookup(supplier, context, parent_getter.get(context))
+
+        getter = None
+        if store_name is None:
+            getter = ValueGetterSupplier([*parent_getter.store_names, *store_names], bind)
+        value_serde = None if mat is None else mat.value_serde
+        table = KTable(builder, node, self.key_serde, value_serde, store_name, parent=self, getter=getter)
+        send_old = table.send_old_values_enabled
+        builder.topology.add_processor(
+            node, lambda: KTableTransformValuesProcessor(supplier(), store_name, send_old, node), self.node
+        )
+        if store_names:
+            builder.topology.connect_processor_and_state_stores(node, *store_names)
+        if mat is not None and store_name is not None:
+            builder.topology.add_state_store(
+                builder.kv_store_builder(mat, store_name, mat.key_serde or self.key_serde, value_serde), node
+            )
+        return table
 
     def to_stream(self, *, name: str | None = None) -> Any:
         from kappaflow.dsl.kstream import KStream
