@@ -57,6 +57,7 @@ from kappaflow.dsl import (
     Suppressed,
     TimeWindows,
 )
+from kappaflow.dsl.emit import EmitStrategy
 from kappaflow.state import KeyValueStore, Stores, ValueAndTimestamp
 from kappaflow.topology import Topology
 
@@ -72,6 +73,7 @@ __all__ = [
     "Consumed",
     "ConsumedRecord",
     "DeserializationError",
+    "EmitStrategy",
     "FailOnInvalidTimestamp",
     "GlobalKTable",
     "Grouped",

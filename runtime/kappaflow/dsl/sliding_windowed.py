@@ -22,6 +22,7 @@ from kappaflow.api.windowed_serdes import TimeWindowedSerde
 from kappaflow.api.windows import Window, Windowed
 from kappaflow.dsl.builder import InternalBuilder
 from kappaflow.dsl.change import Change
+from kappaflow.dsl.emit import EmitStrategy, WindowEmitMixin, sliding_window_emitter, with_emitter
 from kappaflow.dsl.ktable import KTable
 from kappaflow.dsl.options import Materialized
 from kappaflow.dsl.stream_processors import drop_record
@@ -34,7 +35,7 @@ log = logging.getLogger("kappaflow.dsl")
 VAT = ValueAndTimestamp[Any]
 
 
-class KStreamSlidingWindowAggregateProcessor(_Stateful):
+class KStreamSlidingWindowAggregateProcessor(WindowEmitMixin, _Stateful):
     def __init__(
         self,
         windows: SlidingWindows,
@@ -66,6 +67,7 @@ class KStreamSlidingWindowAggregateProcessor(_Stateful):
             self._process_early(record, close_time)
         else:
             self._process_in_order(record, close_time)
+        self._emit_closed(record, close_time)
 
     # ----------------------------------------------------------------- window updates
     def _update(self, record: Record[Any, Any], start: int, current: VAT | None, close_time: int) -> None:
@@ -81,7 +83,7 @@ class KStreamSlidingWindowAggregateProcessor(_Stateful):
         self.store.put(record.key, ValueAndTimestamp(new, timestamp), start)
         change = Change(new, old if self.send_old() else None)
         windowed = Windowed(record.key, Window(start, end))
-        self.forwarder.maybe_forward(Record(windowed, change, timestamp, record.headers))
+        self._forward_update(Record(windowed, change, timestamp, record.headers))
 
     def _fresh(self, ts: int) -> VAT | None:
         return ValueAndTimestamp.make(self.initializer(), ts)
@@ -91,9 +93,7 @@ class KStreamSlidingWindowAggregateProcessor(_Stateful):
         start = record.timestamp + 1
         self.store.put(record.key, ValueAndTimestamp(right.value, right.timestamp), start)
         windowed = Windowed(record.key, Window(start, start + self.diff))
-        self.forwarder.maybe_forward(
-            Record(windowed, Change(right.value, None), right.timestamp, record.headers)
-        )
+        self._forward_update(Record(windowed, Change(right.value, None), right.timestamp, record.headers))
 
     def _process_in_order(self, record: Record[Any, Any], close_time: int) -> None:
         key, ts, diff = record.key, record.timestamp, self.diff
@@ -168,6 +168,12 @@ class SlidingWindowedKStream:
         self._grouped = grouped
         self._builder: InternalBuilder = grouped._builder
         self.windows = windows
+        self._emit = EmitStrategy.on_window_update()
+
+    def emit_strategy(self, strategy: EmitStrategy) -> SlidingWindowedKStream:
+        """KIP-825: `EmitStrategy.on_window_close()` forwards each window once, when it closes."""
+        self._emit = strategy
+        return self
 
     def _aggregate(
         self,
@@ -196,10 +202,14 @@ class SlidingWindowedKStream:
         )
         table.window_grace_ms = windows.grace_ms
         send_old = table.send_old_values_enabled
+        emitter = (lambda: sliding_window_emitter(diff)) if self._emit.on_close else None
         builder.topology.add_processor(
             node,
-            lambda: KStreamSlidingWindowAggregateProcessor(
-                windows, store_name, send_old, node, initializer, aggregator
+            lambda: with_emitter(
+                KStreamSlidingWindowAggregateProcessor(
+                    windows, store_name, send_old, node, initializer, aggregator
+                ),
+                emitter,
             ),
             parent,
         )
@@ -207,6 +217,7 @@ class SlidingWindowedKStream:
         store = window_store_builder(
             mat, store_name, key_serde, value_serde, diff, 2 * diff + windows.grace_ms
         )
+        store.caching_enabled = store.caching_enabled and emitter is None  # nothing flushes forward
         builder.topology.add_state_store(store, node)
         return table
 

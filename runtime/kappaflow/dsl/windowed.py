@@ -20,6 +20,7 @@ from kappaflow.api.windowed_serdes import TimeWindowedSerde
 from kappaflow.api.windows import Windowed
 from kappaflow.dsl.builder import InternalBuilder
 from kappaflow.dsl.change import Change
+from kappaflow.dsl.emit import EmitStrategy, WindowEmitMixin, time_window_emitter, with_emitter
 from kappaflow.dsl.ktable import KTable
 from kappaflow.dsl.options import Materialized
 from kappaflow.dsl.stream_processors import drop_record
@@ -65,7 +66,7 @@ def window_store_builder(
     return builder
 
 
-class KStreamWindowAggregateProcessor(_Stateful):
+class KStreamWindowAggregateProcessor(WindowEmitMixin, _Stateful):
     def __init__(
         self,
         windows: TimeWindows,
@@ -118,7 +119,8 @@ class KStreamWindowAggregateProcessor(_Stateful):
                     new = self.aggregator(key, value, old)  # type: ignore[misc]
             self.store.put(key, ValueAndTimestamp(new, timestamp), start)
             change = Change(new, old if self.send_old() else None)
-            self.forwarder.maybe_forward(Record(Windowed(key, window), change, timestamp, record.headers))
+            self._forward_update(Record(Windowed(key, window), change, timestamp, record.headers))
+        self._emit_closed(record, close_time)
 
 
 def _count_add(key: Any, value: Any, aggregate: int) -> int:
@@ -136,6 +138,12 @@ class TimeWindowedKStream:
         self._grouped = grouped
         self._builder: InternalBuilder = grouped._builder
         self.windows = windows
+        self._emit = EmitStrategy.on_window_update()
+
+    def emit_strategy(self, strategy: EmitStrategy) -> TimeWindowedKStream:
+        """KIP-825: `EmitStrategy.on_window_close()` forwards each window once, when it closes."""
+        self._emit = strategy
+        return self
 
     def _aggregate(
         self,
@@ -166,10 +174,14 @@ class TimeWindowedKStream:
         )
         table.window_grace_ms = self.windows.grace_ms
         send_old = table.send_old_values_enabled
-        builder.topology.add_processor(node, lambda: make(store_name, send_old, node), parent)
+        emitter = (lambda: time_window_emitter(size)) if self._emit.on_close else None
+        builder.topology.add_processor(
+            node, lambda: with_emitter(make(store_name, send_old, node), emitter), parent
+        )
         store = window_store_builder(
             mat, store_name, key_serde, value_serde, size, size + self.windows.grace_ms
         )
+        store.caching_enabled = store.caching_enabled and emitter is None  # nothing flushes forward
         builder.topology.add_state_store(store, node)
         return table
 
