@@ -8,7 +8,7 @@ follow Kafka Streams' `KSTREAM-<OP>-0000000001` scheme so descriptions read the 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, overload
 
 from kappaflow.api.errors import TopologyError
 from kappaflow.api.processor import ProcessorSupplier
@@ -16,9 +16,14 @@ from kappaflow.api.serdes import Serde
 from kappaflow.api.time import TimestampExtractor
 from kappaflow.dsl.options import Consumed, Materialized
 from kappaflow.dsl.table_processors import KTableSourceProcessor
+from kappaflow.dsl.typevars import K, V
 from kappaflow.state.builders import KeyValueStoreBuilder, Stores
 from kappaflow.topology.nodes import InternalTopicSpec
 from kappaflow.topology.topology import Topology
+
+if TYPE_CHECKING:
+    from kappaflow.dsl.kstream import KStream
+    from kappaflow.dsl.ktable import GlobalKTable, KTable
 
 
 class InternalBuilder:
@@ -108,6 +113,18 @@ class StreamsBuilder:
     def __init__(self) -> None:
         self._internal = InternalBuilder()
 
+    @overload
+    def stream(
+        self,
+        topics: str | list[str],
+        *,
+        key_serde: Serde[K],
+        value_serde: Serde[V],
+        timestamp_extractor: TimestampExtractor | None = None,
+        consumed: Consumed | None = None,
+    ) -> KStream[K, V]: ...
+
+    @overload
     def stream(
         self,
         topics: str | list[str],
@@ -116,7 +133,18 @@ class StreamsBuilder:
         value_serde: Serde[Any] | None = None,
         timestamp_extractor: TimestampExtractor | None = None,
         consumed: Consumed | None = None,
-    ) -> Any:
+    ) -> KStream[Any, Any]: ...
+
+    def stream(
+        self,
+        topics: str | list[str],
+        *,
+        key_serde: Serde[Any] | None = None,
+        value_serde: Serde[Any] | None = None,
+        timestamp_extractor: TimestampExtractor | None = None,
+        consumed: Consumed | None = None,
+    ) -> KStream[Any, Any]:
+        """A stream of `topics`; with both serdes given, typed `KStream[K, V]` by them."""
         from kappaflow.dsl.kstream import KStream
 
         if consumed is not None:
@@ -134,6 +162,18 @@ class StreamsBuilder:
         )
         return KStream(self._internal, name, key_serde, value_serde, repartition_required=False)
 
+    @overload
+    def table(
+        self,
+        topic: str,
+        *,
+        key_serde: Serde[K],
+        value_serde: Serde[V],
+        materialized: Materialized | str | None = None,
+        timestamp_extractor: TimestampExtractor | None = None,
+    ) -> KTable[K, V]: ...
+
+    @overload
     def table(
         self,
         topic: str,
@@ -142,7 +182,18 @@ class StreamsBuilder:
         value_serde: Serde[Any] | None = None,
         materialized: Materialized | str | None = None,
         timestamp_extractor: TimestampExtractor | None = None,
-    ) -> Any:
+    ) -> KTable[Any, Any]: ...
+
+    def table(
+        self,
+        topic: str,
+        *,
+        key_serde: Serde[Any] | None = None,
+        value_serde: Serde[Any] | None = None,
+        materialized: Materialized | str | None = None,
+        timestamp_extractor: TimestampExtractor | None = None,
+    ) -> KTable[Any, Any]:
+        """A table of `topic`; with both serdes given, typed `KTable[K, V]` by them."""
         from kappaflow.dsl.ktable import KTable
 
         internal = self._internal
@@ -157,7 +208,7 @@ class StreamsBuilder:
             timestamp_extractor=timestamp_extractor,
         )
         processor = internal.new_name("KTABLE-SOURCE-")
-        table = KTable(internal, processor, key_serde, value_serde, store_name, parent=None)
+        table: KTable[Any, Any] = KTable(internal, processor, key_serde, value_serde, store_name, parent=None)
         internal.topology.add_processor(
             processor,
             lambda: KTableSourceProcessor(store_name, table.send_old_values_enabled, processor),
@@ -174,7 +225,7 @@ class StreamsBuilder:
         key_serde: Serde[Any] | None = None,
         value_serde: Serde[Any] | None = None,
         materialized: Materialized | str | None = None,
-    ) -> Any:
+    ) -> GlobalKTable[Any, Any]:
         from kappaflow.dsl.ktable import GlobalKTable
 
         internal = self._internal

@@ -11,11 +11,12 @@ session windows)` does the same with each input's window aggregate processor ove
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, overload
 
 from kappaflow.api.errors import TopologyError
 from kappaflow.api.serdes import Serde
 from kappaflow.api.windowed_serdes import SessionWindowedSerde, TimeWindowedSerde
+from kappaflow.api.windows import Windowed
 from kappaflow.dsl.builder import InternalBuilder
 from kappaflow.dsl.joins import _PassThrough, copartition
 from kappaflow.dsl.ktable import KTable
@@ -23,6 +24,7 @@ from kappaflow.dsl.options import Materialized
 from kappaflow.dsl.session_windowed import KStreamSessionWindowAggregateProcessor
 from kappaflow.dsl.sliding_windowed import KStreamSlidingWindowAggregateProcessor
 from kappaflow.dsl.table_processors import KStreamAggregateProcessor
+from kappaflow.dsl.typevars import VA, K
 from kappaflow.dsl.windowed import KStreamWindowAggregateProcessor, window_store_builder
 from kappaflow.dsl.windows import SessionWindows, SlidingWindows, TimeWindows
 from kappaflow.state.session_store import SessionStoreBuilder
@@ -30,13 +32,18 @@ from kappaflow.state.window_store import window_bytes_supplier
 
 Aggregator = Callable[[Any, Any, Any], Any]
 
+if TYPE_CHECKING:
+    from kappaflow.dsl.grouped import KGroupedStream
 
-class CogroupedKStream:
-    def __init__(self, first: Any, aggregator: Callable[[Any, Any, Any], Any]) -> None:
+
+class CogroupedKStream(Generic[K, VA]):
+    def __init__(self, first: KGroupedStream[K, Any], aggregator: Callable[[K, Any, VA], VA]) -> None:
         self._builder: InternalBuilder = first._builder
-        self._inputs: list[tuple[Any, Callable[[Any, Any, Any], Any]]] = [(first, aggregator)]
+        self._inputs: list[tuple[KGroupedStream[K, Any], Aggregator]] = [(first, aggregator)]
 
-    def cogroup(self, grouped: Any, aggregator: Callable[[Any, Any, Any], Any]) -> CogroupedKStream:
+    def cogroup(
+        self, grouped: KGroupedStream[K, Any], aggregator: Callable[[K, Any, VA], VA]
+    ) -> CogroupedKStream[K, VA]:
         if grouped._builder is not self._builder:
             raise TopologyError("cannot cogroup streams from different StreamsBuilders")
         if any(g is grouped for g, _ in self._inputs):
@@ -44,9 +51,15 @@ class CogroupedKStream:
         self._inputs.append((grouped, aggregator))
         return self
 
+    @overload
+    def windowed_by(self, windows: TimeWindows | SlidingWindows) -> TimeWindowedCogroupedKStream[K, VA]: ...
+
+    @overload
+    def windowed_by(self, windows: SessionWindows) -> SessionWindowedCogroupedKStream[K, VA]: ...
+
     def windowed_by(
         self, windows: TimeWindows | SlidingWindows | SessionWindows
-    ) -> TimeWindowedCogroupedKStream | SessionWindowedCogroupedKStream:
+    ) -> TimeWindowedCogroupedKStream[K, VA] | SessionWindowedCogroupedKStream[K, VA]:
         """Java's `CogroupedKStream.windowedBy`: time and sliding windows aggregate with an initializer,
         session windows also with a merger."""
         if isinstance(windows, SessionWindows):
@@ -58,8 +71,8 @@ class CogroupedKStream:
         )
 
     def aggregate(
-        self, initializer: Callable[[], Any], materialized: Materialized | str | None = None
-    ) -> KTable:
+        self, initializer: Callable[[], VA], materialized: Materialized | str | None = None
+    ) -> KTable[K, VA]:
         mat = Materialized.of(materialized)
 
         def processor(store: str, send_old: Callable[[], bool], name: str, aggregator: Aggregator) -> Any:
@@ -78,7 +91,7 @@ class CogroupedKStream:
         result_key_serde: Callable[[Serde[Any] | None], Serde[Any] | None],
         processor: Callable[[str, Callable[[], bool], str, Aggregator], Any],
         store: Callable[[str, Serde[Any] | None], Any],
-    ) -> KTable:
+    ) -> KTable[Any, Any]:
         """One aggregate processor per input (each with its aggregator and its own stream time, as in
         Java's CogroupedStreamAggregateBuilder), all writing one store, merged into one output."""
         builder = self._builder
@@ -95,7 +108,9 @@ class CogroupedKStream:
             parents.append((node, aggregator))
         copartition(builder, *(node for node, _ in parents))
         merge = builder.new_name("COGROUPKSTREAM-MERGE-")
-        table = KTable(builder, merge, result_key_serde(key_serde), mat.value_serde, store_name, parent=None)
+        table: KTable[Any, Any] = KTable(
+            builder, merge, result_key_serde(key_serde), mat.value_serde, store_name, parent=None
+        )
         send_old = table.send_old_values_enabled
         aggregates = []
         for parent, aggregator in parents:
@@ -111,16 +126,16 @@ class CogroupedKStream:
         return table
 
 
-class TimeWindowedCogroupedKStream:
+class TimeWindowedCogroupedKStream(Generic[K, VA]):
     """A cogroup cut into time or sliding windows: `aggregate(initializer)` -> a windowed KTable."""
 
-    def __init__(self, cogrouped: CogroupedKStream, windows: TimeWindows | SlidingWindows) -> None:
+    def __init__(self, cogrouped: CogroupedKStream[K, VA], windows: TimeWindows | SlidingWindows) -> None:
         self._cogrouped = cogrouped
         self.windows = windows
 
     def aggregate(
-        self, initializer: Callable[[], Any], materialized: Materialized | str | None = None
-    ) -> KTable:
+        self, initializer: Callable[[], VA], materialized: Materialized | str | None = None
+    ) -> KTable[Windowed[K], VA]:
         windows, mat = self.windows, Materialized.of(materialized)
         if isinstance(windows, SlidingWindows):
             size, retention = windows.time_difference_ms, 2 * windows.time_difference_ms + windows.grace_ms
@@ -147,19 +162,19 @@ class TimeWindowedCogroupedKStream:
         return table
 
 
-class SessionWindowedCogroupedKStream:
+class SessionWindowedCogroupedKStream(Generic[K, VA]):
     """A cogroup cut into session windows: `aggregate(initializer, merger)` -> a session-windowed KTable."""
 
-    def __init__(self, cogrouped: CogroupedKStream, windows: SessionWindows) -> None:
+    def __init__(self, cogrouped: CogroupedKStream[K, VA], windows: SessionWindows) -> None:
         self._cogrouped = cogrouped
         self.windows = windows
 
     def aggregate(
         self,
-        initializer: Callable[[], Any],
-        merger: Callable[[Any, Any, Any], Any],
+        initializer: Callable[[], VA],
+        merger: Callable[[K, VA, VA], VA],
         materialized: Materialized | str | None = None,
-    ) -> KTable:
+    ) -> KTable[Windowed[K], VA]:
         windows, mat = self.windows, Materialized.of(materialized)
 
         def processor(store: str, send_old: Callable[[], bool], name: str, aggregator: Aggregator) -> Any:

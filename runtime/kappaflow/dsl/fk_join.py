@@ -282,14 +282,14 @@ class ResponseResolverProcessor:
 
 
 def foreign_key_join(
-    left: KTable,
-    right: KTable,
+    left: KTable[Any, Any],
+    right: KTable[Any, Any],
     extractor: Callable[[Any], Any],
     joiner: Callable[..., Any],
     left_join: bool,
     materialized: Materialized | str | None,
     name: str | None = None,
-) -> KTable:
+) -> KTable[Any, Any]:
     builder: InternalBuilder = left._builder
     if right._builder is not builder:
         raise TopologyError("cannot join tables from different StreamsBuilders")
@@ -349,8 +349,12 @@ def foreign_key_join(
 
 
 def _output_table(
-    builder: InternalBuilder, left: KTable, parent: str, output: str, materialized: Materialized | str | None
-) -> KTable:
+    builder: InternalBuilder,
+    left: KTable[Any, Any],
+    parent: str,
+    output: str,
+    materialized: Materialized | str | None,
+) -> KTable[Any, Any]:
     """The join's result table: with a store only when materialized, or when something asks for its
     value getter (then the store is added, named like Java's `KTABLE-FK-JOIN-OUTPUT-STATE-STORE-`)."""
     topology = builder.topology
@@ -377,7 +381,7 @@ def _output_table(
     if materialized is not None:
         materialize()
     getter = ValueGetterSupplier(store, bind, None if store else materialize)
-    table = KTable(
+    table: KTable[Any, Any] = KTable(
         builder, output, left.key_serde, mat.value_serde, store[0] if store else None, None, getter
     )
     return table

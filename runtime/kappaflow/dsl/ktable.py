@@ -11,7 +11,7 @@ value of a key - which joins use; derived tables without a store compute it from
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, overload
 
 from kappaflow.api.processor import ProcessorContext
 from kappaflow.api.serdes import Serde
@@ -23,12 +23,15 @@ from kappaflow.dsl.table_processors import (
     KTableRepartitionMapProcessor,
     KTableToStreamProcessor,
 )
-from kappaflow.dsl.table_transform import (
-    KTableTransformValuesProcessor,
-    TransformerSupplier,
-    transformed_lookup,
-)
+from kappaflow.dsl.table_transform import KTableTransformValuesProcessor, transformed_lookup
+from kappaflow.dsl.typevars import KR, VR, K, V
 from kappaflow.state.timestamped import ValueAndTimestamp
+
+if TYPE_CHECKING:
+    from kappaflow.api.processor import ValueTransformerWithKey
+    from kappaflow.dsl.grouped import KGroupedTable
+    from kappaflow.dsl.kstream import KStream
+    from kappaflow.dsl.suppress import Suppressed
 
 # A value getter looks up a key's current (value, timestamp) from inside a processor of the same task.
 ValueGetter = Callable[[Any], ValueAndTimestamp[Any] | None]
@@ -69,7 +72,9 @@ def _store_getter(store_name: str) -> ValueGetterSupplier:
     return ValueGetterSupplier([store_name], bind)
 
 
-class KTable:
+class KTable(Generic[K, V]):
+    """A changelog stream: the latest value `V` per key `K`."""
+
     def __init__(
         self,
         builder: InternalBuilder,
@@ -77,7 +82,7 @@ class KTable:
         key_serde: Serde[Any] | None,
         value_serde: Serde[Any] | None,
         store_name: str | None,
-        parent: KTable | None,
+        parent: KTable[Any, Any] | None,
         getter: ValueGetterSupplier | None = None,
     ) -> None:
         self._builder = builder
@@ -113,7 +118,7 @@ class KTable:
         materialized: Materialized | str | None,
         value_serde: Serde[Any] | None,
         derive_value: Callable[[Any, Any], Any],
-    ) -> KTable:
+    ) -> KTable[Any, Any]:
         builder = self._builder
         mat = Materialized.of(materialized) if materialized is not None else None
         node = builder.new_name(prefix)
@@ -135,7 +140,9 @@ class KTable:
             return get
 
         getter = None if store_name else ValueGetterSupplier(parent_getter.store_names, bind)
-        table = KTable(builder, node, self.key_serde, value_serde, store_name, parent=self, getter=getter)
+        table: KTable[Any, Any] = KTable(
+            builder, node, self.key_serde, value_serde, store_name, parent=self, getter=getter
+        )
         send_old = table.send_old_values_enabled
         builder.topology.add_processor(node, lambda: make(store_name, send_old, node), self.node)
         if mat is not None and store_name is not None:
@@ -146,18 +153,18 @@ class KTable:
         return table
 
     def filter(
-        self, predicate: Callable[[Any, Any], bool], materialized: Materialized | str | None = None
-    ) -> KTable:
+        self, predicate: Callable[[K, V], bool], materialized: Materialized | str | None = None
+    ) -> KTable[K, V]:
         return self._filter(predicate, False, materialized)
 
     def filter_not(
-        self, predicate: Callable[[Any, Any], bool], materialized: Materialized | str | None = None
-    ) -> KTable:
+        self, predicate: Callable[[K, V], bool], materialized: Materialized | str | None = None
+    ) -> KTable[K, V]:
         return self._filter(predicate, True, materialized)
 
     def _filter(
-        self, predicate: Callable[[Any, Any], bool], negate: bool, materialized: Materialized | str | None
-    ) -> KTable:
+        self, predicate: Callable[[K, V], bool], negate: bool, materialized: Materialized | str | None
+    ) -> KTable[K, V]:
         def keep(key: Any, value: Any) -> Any:
             return value if bool(predicate(key, value)) != negate else None
 
@@ -169,9 +176,19 @@ class KTable:
             keep,
         )
 
+    @overload
     def map_values(
-        self, mapper: Callable[..., Any], materialized: Materialized | str | None = None
-    ) -> KTable:
+        self, mapper: Callable[[V], VR], materialized: Materialized | str | None = None
+    ) -> KTable[K, VR]: ...
+
+    @overload
+    def map_values(
+        self, mapper: Callable[[K, V], VR], materialized: Materialized | str | None = None
+    ) -> KTable[K, VR]: ...
+
+    def map_values(
+        self, mapper: Callable[..., VR], materialized: Materialized | str | None = None
+    ) -> KTable[K, VR]:
         from kappaflow.dsl.kstream import takes_key
 
         with_key = takes_key(mapper)
@@ -189,11 +206,11 @@ class KTable:
 
     def transform_values(
         self,
-        supplier: TransformerSupplier,
+        supplier: Callable[[], ValueTransformerWithKey[K, V, VR]],
         *store_names: str,
         materialized: Materialized | str | None = None,
         name: str | None = None,
-    ) -> KTable:
+    ) -> KTable[K, VR]:
         """Java's `transformValues`: `supplier()` makes a `ValueTransformerWithKey` (init/transform/close)
         per task; `store_names` are connected so `init` can fetch them from its context."""
         builder = self._builder
@@ -211,7 +228,9 @@ class KTable:
         if store_name is None:
             getter = ValueGetterSupplier([*parent_getter.store_names, *store_names], bind)
         value_serde = None if mat is None else mat.value_serde
-        table = KTable(builder, node, self.key_serde, value_serde, store_name, parent=self, getter=getter)
+        table: KTable[K, VR] = KTable(
+            builder, node, self.key_serde, value_serde, store_name, parent=self, getter=getter
+        )
         send_old = table.send_old_values_enabled
         builder.topology.add_processor(
             node, lambda: KTableTransformValuesProcessor(supplier(), store_name, send_old, node), self.node
@@ -224,7 +243,7 @@ class KTable:
             )
         return table
 
-    def to_stream(self, *, name: str | None = None) -> Any:
+    def to_stream(self, *, name: str | None = None) -> KStream[K, V]:
         from kappaflow.dsl.kstream import KStream
 
         node = self._builder.add_processor("KTABLE-TOSTREAM-", KTableToStreamProcessor, self.node, name=name)
@@ -232,12 +251,12 @@ class KTable:
 
     def group_by(
         self,
-        selector: Callable[[Any, Any], tuple[Any, Any]],
+        selector: Callable[[K, V], tuple[KR, VR]],
         *,
-        key_serde: Serde[Any] | None = None,
-        value_serde: Serde[Any] | None = None,
+        key_serde: Serde[KR] | None = None,
+        value_serde: Serde[VR] | None = None,
         grouped: Grouped | None = None,
-    ) -> Any:
+    ) -> KGroupedTable[KR, VR]:
         """Re-group the table by `selector(key, value) -> (new_key, new_value)`."""
         from kappaflow.dsl.grouped import KGroupedTable
 
@@ -256,8 +275,8 @@ class KTable:
 
     # ----------------------------------------------------------------- joins and suppression
     def _join(
-        self, kind: str, other: KTable, second: Callable[..., Any], third: Any, materialized: Any
-    ) -> KTable:
+        self, kind: str, other: KTable[Any, Any], second: Callable[..., Any], third: Any, materialized: Any
+    ) -> KTable[K, Any]:
         from kappaflow.dsl.table_joins import table_table_join
 
         if callable(third):  # (other, foreign_key_extractor, joiner[, materialized])
@@ -268,32 +287,35 @@ class KTable:
 
     def join(
         self,
-        other: KTable,
+        other: KTable[Any, Any],
         joiner_or_fk_extractor: Callable[..., Any],
         joiner_or_materialized: Any = None,
         materialized: Materialized | str | None = None,
-    ) -> KTable:
+    ) -> KTable[K, Any]:
         """`join(other, joiner[, materialized])` on the primary key, or `join(other, fk_extractor, joiner
         [, materialized])`: a foreign-key join where `fk_extractor(left_value)` is the other table's key."""
         return self._join("inner", other, joiner_or_fk_extractor, joiner_or_materialized, materialized)
 
     def left_join(
         self,
-        other: KTable,
+        other: KTable[Any, Any],
         joiner_or_fk_extractor: Callable[..., Any],
         joiner_or_materialized: Any = None,
         materialized: Materialized | str | None = None,
-    ) -> KTable:
+    ) -> KTable[K, Any]:
         return self._join("left", other, joiner_or_fk_extractor, joiner_or_materialized, materialized)
 
     def outer_join(
-        self, other: KTable, joiner: Callable[..., Any], materialized: Materialized | str | None = None
-    ) -> KTable:
+        self,
+        other: KTable[K, Any],
+        joiner: Callable[..., Any],
+        materialized: Materialized | str | None = None,
+    ) -> KTable[K, Any]:
         from kappaflow.dsl.table_joins import table_table_join
 
         return table_table_join(self, other, joiner, "outer", materialized)
 
-    def suppress(self, suppressed: Any) -> KTable:
+    def suppress(self, suppressed: Suppressed) -> KTable[K, V]:
         """Hold back updates: `Suppressed.until_window_closes(...)` (final windowed results) or
         `Suppressed.until_time_limit(...)`; the buffer is changelogged."""
         from kappaflow.api.errors import TopologyError
@@ -329,10 +351,10 @@ class KTable:
         )
 
 
-class GlobalKTable:
+class GlobalKTable(Generic[K, V]):
     """A table replicated in full to every instance; joined with streams by a key mapper."""
 
-    def __init__(self, store_name: str, key_serde: Serde[Any] | None, value_serde: Serde[Any] | None) -> None:
+    def __init__(self, store_name: str, key_serde: Serde[K] | None, value_serde: Serde[V] | None) -> None:
         self.store_name = store_name
         self.key_serde = key_serde
         self.value_serde = value_serde

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic
 
 from kappaflow.api.record import Record
 from kappaflow.api.serdes import Long, Serde
@@ -27,6 +27,7 @@ from kappaflow.dsl.ktable import KTable
 from kappaflow.dsl.options import Materialized
 from kappaflow.dsl.stream_processors import drop_record
 from kappaflow.dsl.table_processors import _Stateful
+from kappaflow.dsl.typevars import VA, K, V
 from kappaflow.dsl.windowed import window_store_builder
 from kappaflow.dsl.windows import SlidingWindows
 from kappaflow.state.timestamped import ValueAndTimestamp
@@ -163,14 +164,14 @@ def _count_add(key: Any, value: Any, aggregate: int | None) -> int:
     return (aggregate or 0) + 1
 
 
-class SlidingWindowedKStream:
+class SlidingWindowedKStream(Generic[K, V]):
     def __init__(self, grouped: Any, windows: SlidingWindows) -> None:
         self._grouped = grouped
         self._builder: InternalBuilder = grouped._builder
         self.windows = windows
         self._emit = EmitStrategy.on_window_update()
 
-    def emit_strategy(self, strategy: EmitStrategy) -> SlidingWindowedKStream:
+    def emit_strategy(self, strategy: EmitStrategy) -> SlidingWindowedKStream[K, V]:
         """KIP-825: `EmitStrategy.on_window_close()` forwards each window once, when it closes."""
         self._emit = strategy
         return self
@@ -182,7 +183,7 @@ class SlidingWindowedKStream:
         default_value_serde: Serde[Any] | None,
         initializer: Callable[[], Any],
         aggregator: Callable[[Any, Any, Any], Any],
-    ) -> KTable:
+    ) -> KTable[Windowed[K], Any]:
         grouped, builder, windows = self._grouped, self._builder, self.windows
         mat = Materialized.of(materialized)
         node = builder.new_name(prefix)
@@ -197,7 +198,7 @@ class SlidingWindowedKStream:
         key_serde = mat.key_serde or grouped.key_serde
         value_serde = mat.value_serde or default_value_serde
         diff = windows.time_difference_ms
-        table = KTable(
+        table: KTable[Windowed[K], Any] = KTable(
             builder, node, TimeWindowedSerde(key_serde, diff), value_serde, store_name, parent=None
         )
         table.window_grace_ms = windows.grace_ms
@@ -221,12 +222,12 @@ class SlidingWindowedKStream:
         builder.topology.add_state_store(store, node)
         return table
 
-    def count(self, materialized: Materialized | str | None = None) -> KTable:
+    def count(self, materialized: Materialized | str | None = None) -> KTable[Windowed[K], int]:
         return self._aggregate("KSTREAM-AGGREGATE-", materialized, Long(), lambda: 0, _count_add)
 
     def reduce(
-        self, reducer: Callable[[Any, Any], Any], materialized: Materialized | str | None = None
-    ) -> KTable:
+        self, reducer: Callable[[V, V], V], materialized: Materialized | str | None = None
+    ) -> KTable[Windowed[K], V]:
         def add(key: Any, value: Any, aggregate: Any) -> Any:
             return value if aggregate is None else reducer(aggregate, value)
 
@@ -234,8 +235,8 @@ class SlidingWindowedKStream:
 
     def aggregate(
         self,
-        initializer: Callable[[], Any],
-        aggregator: Callable[[Any, Any, Any], Any],
+        initializer: Callable[[], VA],
+        aggregator: Callable[[K, V, VA], VA],
         materialized: Materialized | str | None = None,
-    ) -> KTable:
+    ) -> KTable[Windowed[K], VA]:
         return self._aggregate("KSTREAM-AGGREGATE-", materialized, None, initializer, aggregator)

@@ -78,7 +78,7 @@ class KStreamKTableJoinProcessor:
         return None
 
 
-def stream_table_join(stream: Any, table: KTable, joiner: Callable[..., Any], left: bool) -> Any:
+def stream_table_join(stream: Any, table: KTable[Any, Any], joiner: Callable[..., Any], left: bool) -> Any:
     from kappaflow.dsl.kstream import KStream
 
     builder: InternalBuilder = stream._builder
@@ -183,10 +183,10 @@ class KTableKTableMergeProcessor(_Stateful):
         self._emit(record, change.new_value, old, record.timestamp)
 
 
-class JoinedKTable(KTable):
+class JoinedKTable(KTable[Any, Any]):
     """A join result: asking it for old values asks both parents (when it has no store of its own)."""
 
-    def __init__(self, *args: Any, parents: tuple[KTable, KTable], **kwargs: Any) -> None:
+    def __init__(self, *args: Any, parents: tuple[KTable[Any, Any], KTable[Any, Any]], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._join_parents = parents
 
@@ -197,8 +197,8 @@ class JoinedKTable(KTable):
 
 
 def table_table_join(
-    left: KTable, right: KTable, joiner: Callable[..., Any], kind: str, materialized: Any
-) -> KTable:
+    left: KTable[Any, Any], right: KTable[Any, Any], joiner: Callable[..., Any], kind: str, materialized: Any
+) -> KTable[Any, Any]:
     builder: InternalBuilder = left._builder
     if right._builder is not builder:
         raise TopologyError("cannot join tables from different StreamsBuilders")

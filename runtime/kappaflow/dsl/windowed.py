@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic
 
 from kappaflow.api.errors import TopologyError
 from kappaflow.api.record import Record
@@ -25,6 +25,7 @@ from kappaflow.dsl.ktable import KTable
 from kappaflow.dsl.options import Materialized
 from kappaflow.dsl.stream_processors import drop_record
 from kappaflow.dsl.table_processors import _Stateful
+from kappaflow.dsl.typevars import VA, K, V
 from kappaflow.dsl.windows import TimeWindows
 from kappaflow.state.timestamped import ValueAndTimestamp
 from kappaflow.state.window_store import WindowStoreBuilder, window_bytes_supplier
@@ -131,7 +132,7 @@ def _zero() -> int:
     return 0
 
 
-class TimeWindowedKStream:
+class TimeWindowedKStream(Generic[K, V]):
     """A grouped stream cut into time windows; aggregations return a windowed KTable."""
 
     def __init__(self, grouped: Any, windows: TimeWindows) -> None:
@@ -140,7 +141,7 @@ class TimeWindowedKStream:
         self.windows = windows
         self._emit = EmitStrategy.on_window_update()
 
-    def emit_strategy(self, strategy: EmitStrategy) -> TimeWindowedKStream:
+    def emit_strategy(self, strategy: EmitStrategy) -> TimeWindowedKStream[K, V]:
         """KIP-825: `EmitStrategy.on_window_close()` forwards each window once, when it closes."""
         self._emit = strategy
         return self
@@ -151,7 +152,7 @@ class TimeWindowedKStream:
         materialized: Materialized | str | None,
         default_value_serde: Serde[Any] | None,
         make: Callable[[str, Callable[[], bool], str], Any],
-    ) -> KTable:
+    ) -> KTable[Windowed[K], Any]:
         grouped = self._grouped
         builder = self._builder
         mat = Materialized.of(materialized)
@@ -169,7 +170,7 @@ class TimeWindowedKStream:
         key_serde = mat.key_serde or grouped.key_serde
         value_serde = mat.value_serde or default_value_serde
         size = self.windows.size_ms
-        table = KTable(
+        table: KTable[Windowed[K], Any] = KTable(
             builder, node, TimeWindowedSerde(key_serde, size), value_serde, store_name, parent=None
         )
         table.window_grace_ms = self.windows.grace_ms
@@ -185,7 +186,7 @@ class TimeWindowedKStream:
         builder.topology.add_state_store(store, node)
         return table
 
-    def count(self, materialized: Materialized | str | None = None) -> KTable:
+    def count(self, materialized: Materialized | str | None = None) -> KTable[Windowed[K], int]:
         windows = self.windows
         return self._aggregate(
             "KSTREAM-AGGREGATE-",
@@ -197,8 +198,8 @@ class TimeWindowedKStream:
         )
 
     def reduce(
-        self, reducer: Callable[[Any, Any], Any], materialized: Materialized | str | None = None
-    ) -> KTable:
+        self, reducer: Callable[[V, V], V], materialized: Materialized | str | None = None
+    ) -> KTable[Windowed[K], V]:
         windows = self.windows
         return self._aggregate(
             "KSTREAM-REDUCE-",
@@ -211,10 +212,10 @@ class TimeWindowedKStream:
 
     def aggregate(
         self,
-        initializer: Callable[[], Any],
-        aggregator: Callable[[Any, Any, Any], Any],
+        initializer: Callable[[], VA],
+        aggregator: Callable[[K, V, VA], VA],
         materialized: Materialized | str | None = None,
-    ) -> KTable:
+    ) -> KTable[Windowed[K], VA]:
         windows = self.windows
         return self._aggregate(
             "KSTREAM-AGGREGATE-",
