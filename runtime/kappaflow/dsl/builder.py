@@ -15,6 +15,7 @@ from kappaflow.api.processor import ProcessorSupplier
 from kappaflow.api.serdes import Serde
 from kappaflow.api.time import TimestampExtractor
 from kappaflow.dsl.options import Consumed, Materialized
+from kappaflow.dsl.stream_processors import NullKeyFilter
 from kappaflow.dsl.table_processors import KTableSourceProcessor
 from kappaflow.dsl.typevars import K, V
 from kappaflow.state.builders import KeyValueStoreBuilder, Stores
@@ -83,8 +84,6 @@ class InternalBuilder:
         Nodes are named `<base>-repartition-filter/-sink/-source` when the user named the operation.
         `drop_null_keys=False` keeps null keys (a left foreign-key join's subscription with a null
         foreign key must travel on, KIP-962); the filter node is then a pass-through."""
-        from kappaflow.dsl.stream_processors import NullKeyFilter
-
         topic = f"{base_name}-repartition"
         if topic in self.topology.internal_topics:
             raise TopologyError(

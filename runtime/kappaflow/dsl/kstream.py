@@ -8,7 +8,6 @@ value serde (it must then come from the next operation's options or the config d
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Generic, overload
 
@@ -29,6 +28,7 @@ from kappaflow.dsl.stream_processors import (
     PassThroughProcessor,
     PeekProcessor,
     SelectKeyProcessor,
+    takes_key,
 )
 from kappaflow.dsl.table_processors import KTableSourceProcessor
 from kappaflow.dsl.typevars import KR, VR, K, V
@@ -37,19 +37,6 @@ from kappaflow.topology.nodes import StreamPartitioner, TopicNameExtractor
 if TYPE_CHECKING:
     from kappaflow.dsl.grouped import KGroupedStream
     from kappaflow.dsl.ktable import KTable
-
-
-def takes_key(fn: Callable[..., Any]) -> bool:
-    """Value mappers may be `f(value)` or `f(key, value)` (Java's ValueMapperWithKey)."""
-    try:
-        params = [
-            p
-            for p in inspect.signature(fn).parameters.values()
-            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
-        ]
-    except (TypeError, ValueError):
-        return False
-    return len(params) >= 2
 
 
 class KStream(Generic[K, V]):

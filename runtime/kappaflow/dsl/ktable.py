@@ -13,10 +13,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, overload
 
+from kappaflow.api.errors import TopologyError
 from kappaflow.api.processor import ProcessorContext
 from kappaflow.api.serdes import Serde
 from kappaflow.dsl.builder import InternalBuilder
 from kappaflow.dsl.options import Grouped, Materialized
+from kappaflow.dsl.stream_processors import takes_key
+from kappaflow.dsl.suppress import KTableSuppressProcessor, Suppressed, change_codec
 from kappaflow.dsl.table_processors import (
     KTableFilterProcessor,
     KTableMapValuesProcessor,
@@ -25,13 +28,13 @@ from kappaflow.dsl.table_processors import (
 )
 from kappaflow.dsl.table_transform import KTableTransformValuesProcessor, transformed_lookup
 from kappaflow.dsl.typevars import KR, VR, K, V
+from kappaflow.state.time_ordered_buffer import BufferStoreBuilder
 from kappaflow.state.timestamped import ValueAndTimestamp
 
 if TYPE_CHECKING:
     from kappaflow.api.processor import ValueTransformerWithKey
     from kappaflow.dsl.grouped import KGroupedTable
     from kappaflow.dsl.kstream import KStream
-    from kappaflow.dsl.suppress import Suppressed
 
 # A value getter looks up a key's current (value, timestamp) from inside a processor of the same task.
 ValueGetter = Callable[[Any], ValueAndTimestamp[Any] | None]
@@ -189,8 +192,6 @@ class KTable(Generic[K, V]):
     def map_values(
         self, mapper: Callable[..., VR], materialized: Materialized | str | None = None
     ) -> KTable[K, VR]:
-        from kappaflow.dsl.kstream import takes_key
-
         with_key = takes_key(mapper)
 
         def derive(key: Any, value: Any) -> Any:
@@ -318,10 +319,6 @@ class KTable(Generic[K, V]):
     def suppress(self, suppressed: Suppressed) -> KTable[K, V]:
         """Hold back updates: `Suppressed.until_window_closes(...)` (final windowed results) or
         `Suppressed.until_time_limit(...)`; the buffer is changelogged."""
-        from kappaflow.api.errors import TopologyError
-        from kappaflow.dsl.suppress import KTableSuppressProcessor, change_codec
-        from kappaflow.state.time_ordered_buffer import BufferStoreBuilder
-
         builder = self._builder
         grace = 0
         if suppressed.final_results:

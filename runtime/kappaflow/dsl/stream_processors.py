@@ -6,6 +6,7 @@ call for the function and one for `forward`. Key-changing mappers return `(key, 
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -187,3 +188,16 @@ class CallableProcessorAdapter(_Base):
 
     def process(self, record: AnyRecord) -> None:
         self.fn(record, self.context)
+
+
+def takes_key(fn: Callable[..., Any]) -> bool:
+    """Value mappers may be `f(value)` or `f(key, value)` (Java's ValueMapperWithKey)."""
+    try:
+        params = [
+            p
+            for p in inspect.signature(fn).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+        ]
+    except (TypeError, ValueError):
+        return False
+    return len(params) >= 2
