@@ -207,6 +207,8 @@ class StreamsBuilder:
             timestamp_extractor=timestamp_extractor,
         )
         processor = internal.new_name("KTABLE-SOURCE-")
+        if mat.versioned is not None:
+            return _versioned_table(internal, processor, source, mat, key_serde, value_serde)
         table: KTable[Any, Any] = KTable(internal, processor, key_serde, value_serde, store_name, parent=None)
         internal.topology.add_processor(
             processor,
@@ -253,3 +255,33 @@ class StreamsBuilder:
 
     def build(self) -> Topology:
         return self._internal.topology
+
+
+def _versioned_table(
+    internal: InternalBuilder,
+    processor: str,
+    source: str,
+    mat: Materialized,
+    key_serde: Serde[Any] | None,
+    value_serde: Serde[Any] | None,
+) -> KTable[Any, Any]:
+    """A source table in a versioned store (KIP-914): no cache, as-of lookups for stream joins."""
+    from kappaflow.dsl.ktable import KTable
+    from kappaflow.dsl.versioned_table import KTableVersionedSourceProcessor, versioned_getter
+
+    assert mat.versioned is not None
+    name = mat.versioned.name
+    table: KTable[Any, Any] = KTable(
+        internal, processor, key_serde, value_serde, name, parent=None, getter=versioned_getter(name)
+    )
+    internal.topology.add_processor(
+        processor, lambda: KTableVersionedSourceProcessor(name, processor), source
+    )
+    store = Stores.versioned_key_value_store_builder(
+        mat.versioned, mat.key_serde or key_serde, mat.value_serde or value_serde
+    )
+    if not mat.logging:
+        store.with_logging_disabled()
+    store.extra_log_config = dict(mat.log_config)
+    internal.topology.add_state_store(store, processor)
+    return table

@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 
 # A value getter looks up a key's current (value, timestamp) from inside a processor of the same task.
 ValueGetter = Callable[[Any], ValueAndTimestamp[Any] | None]
+# A versioned table's lookup as of a timestamp.
+AsOfGetter = Callable[[Any, int], ValueAndTimestamp[Any] | None]
 
 
 class ValueGetterSupplier:
@@ -49,10 +51,16 @@ class ValueGetterSupplier:
         store_names: list[str],
         bind: Callable[[ProcessorContext], ValueGetter],
         materialize: Callable[[], None] | None = None,
+        bind_as_of: Callable[[ProcessorContext], AsOfGetter] | None = None,
     ) -> None:
         self._store_names = store_names
         self._bind = bind
         self._materialize = materialize
+        self._bind_as_of = bind_as_of
+
+    def get_as_of(self, context: ProcessorContext) -> AsOfGetter | None:
+        """For a versioned table: a lookup of the value valid at a given time (KIP-914)."""
+        return None if self._bind_as_of is None else self._bind_as_of(context)
 
     @property
     def store_names(self) -> list[str]:

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from kappaflow.api.serdes import Serde
 from kappaflow.api.time import TimestampExtractor
+from kappaflow.state.versioned import VersionedBytesStoreSupplier
 from kappaflow.topology.nodes import StreamPartitioner
 
 StoreType = Literal["rocksdb", "memory"]
@@ -25,10 +26,15 @@ class Materialized:
     store_type: StoreType = "rocksdb"
     log_config: dict[str, str] = field(default_factory=dict)
     retention_ms: int | None = None
+    versioned: VersionedBytesStoreSupplier | None = None
 
     @staticmethod
-    def as_(name: str) -> Materialized:
-        return Materialized(name=name)
+    def as_(name_or_supplier: str | VersionedBytesStoreSupplier) -> Materialized:
+        """`as_("name")`, or `as_(Stores.persistent_versioned_key_value_store(name, retention))` for a
+        versioned table (KIP-914; `builder.table` only)."""
+        if isinstance(name_or_supplier, VersionedBytesStoreSupplier):
+            return Materialized(name=name_or_supplier.name, caching=False, versioned=name_or_supplier)
+        return Materialized(name=name_or_supplier)
 
     @staticmethod
     def with_(key_serde: Serde[Any] | None, value_serde: Serde[Any] | None) -> Materialized:

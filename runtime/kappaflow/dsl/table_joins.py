@@ -53,6 +53,7 @@ class KStreamKTableJoinProcessor:
     def init(self, context: ProcessorContext) -> None:
         self.context = context
         self.lookup: ValueGetter = self.getter_supplier.get(context)
+        self.lookup_as_of = self.getter_supplier.get_as_of(context)
 
     def process(self, record: Record[Any, Any]) -> None:
         key, value = record.key, record.value
@@ -68,7 +69,12 @@ class KStreamKTableJoinProcessor:
             drop_record(self.context, "null-value", self.label)
             return
         table_key = key if self.key_mapper is None else self.key_mapper(key, value)
-        found = None if table_key is None else self.lookup(table_key)
+        if table_key is None:
+            found = None
+        elif self.lookup_as_of is not None:  # a versioned table: the value as of the record's time
+            found = self.lookup_as_of(table_key, record.timestamp)
+        else:
+            found = self.lookup(table_key)
         other = None if found is None else found.value
         if other is None and not self.left:
             return
