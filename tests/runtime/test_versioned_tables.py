@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from kappaflow import Materialized, Stores, StreamsBuilder
+from kappaflow import Joined, Materialized, Stores, StreamsBuilder
+from kappaflow.api.errors import TopologyError
 from kappaflow.testing import TopologyTestDriver
 
 CFG = {"default.key.serde": "String", "default.value.serde": "String"}
@@ -78,3 +79,42 @@ def test_history_is_restored_from_the_changelog() -> None:
         assert second.create_output_topic("out").read_key_values_to_list() == [("a", "s-A1")]
     finally:
         second.close()
+
+
+def grace_topology(left: bool) -> Any:
+    builder = StreamsBuilder()
+    table = builder.table(
+        "table", materialized=Materialized.as_(Stores.persistent_versioned_key_value_store("versioned", 100))
+    )
+    stream = builder.stream("stream")
+    join = stream.left_join if left else stream.join
+    join(table, lambda s, t: f"{s}-{t}", Joined.with_grace_period(10)).to("out")
+    return builder.build()
+
+
+@pytest.mark.parametrize("left", [False, True])
+def test_grace_period_waits_for_late_table_updates(left: bool) -> None:
+    """KIP-923: a stream record joins once stream time passes its time + grace, so the table update at 15
+    arriving after the stream record at 20 is still seen; a record already past the grace joins at once."""
+    with TopologyTestDriver(grace_topology(left), CFG) as driver:
+        table, stream = driver.create_input_topic("table"), driver.create_input_topic("stream")
+        out = driver.create_output_topic("out")
+
+        def piped(value: str, ts: int) -> list[tuple[Any, Any, int]]:
+            stream.pipe_input("a", value, ts)
+            return [(r.key, r.value, r.timestamp) for r in out.read_records_to_list()]
+
+        table.pipe_input("a", "A1", 10)
+        assert piped("s20", 20) == []  # buffered until stream time 30
+        table.pipe_input("a", "A2", 15)  # late table update
+        assert piped("s25", 25) == []
+        assert piped("s31", 31) == [("a", "s20-A2", 20)]  # without the grace it would be s20-A1
+        assert piped("s5", 5) == ([("a", "s5-None", 5)] if left else [])  # too late to wait: joins now
+        assert piped("s40", 40) == [("a", "s25-A2", 25)]  # s31 waits until stream time 41
+
+
+def test_grace_period_needs_a_versioned_table() -> None:
+    builder = StreamsBuilder()
+    table = builder.table("table")
+    with pytest.raises(TopologyError, match="KTable must be versioned to use a grace period"):
+        builder.stream("stream").join(table, lambda s, t: s, Joined.with_grace_period(10))

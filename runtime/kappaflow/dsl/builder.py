@@ -274,6 +274,7 @@ def _versioned_table(
     table: KTable[Any, Any] = KTable(
         internal, processor, key_serde, value_serde, name, parent=None, getter=versioned_getter(name)
     )
+    table.versioned = True
     internal.topology.add_processor(
         processor, lambda: KTableVersionedSourceProcessor(name, processor), source
     )

@@ -15,7 +15,7 @@ from kappaflow.api.errors import TopologyError
 from kappaflow.api.processor import Processor
 from kappaflow.api.serdes import Serde
 from kappaflow.dsl.builder import InternalBuilder
-from kappaflow.dsl.options import Grouped, Materialized, Produced, Repartitioned
+from kappaflow.dsl.options import Grouped, Joined, Materialized, Produced, Repartitioned
 from kappaflow.dsl.stream_processors import (
     BranchProcessor,
     CallableProcessorAdapter,
@@ -330,7 +330,8 @@ class KStream(Generic[K, V]):
         if kind == "outer":
             raise TopologyError("outer_join is defined for two streams or two tables only")
         if isinstance(other, KTable):
-            return stream_table_join(self, other, second, kind == "left")  # type: ignore[no-any-return]
+            joined = third if isinstance(third, Joined) else None
+            return stream_table_join(self, other, second, kind == "left", joined)  # type: ignore[no-any-return]
         if isinstance(other, GlobalKTable):
             if third is None:
                 raise TopologyError("a GlobalKTable join needs a key mapper and a joiner")

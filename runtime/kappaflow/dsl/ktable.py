@@ -105,6 +105,8 @@ class KTable(Generic[K, V]):
         self._send_old = False
         # set on windowed aggregation results: suppress(until_window_closes) needs the grace period
         self.window_grace_ms: int | None = None
+        # set on tables materialized in a versioned store (KIP-914): joins may look values up as of a time
+        self.versioned = False
         if getter is None:
             assert store_name is not None, "a table without a store needs a value getter"
             getter = _store_getter(store_name)
