@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[2]
+
 USER_MODULE = """
 from kappaflow import StreamsBuilder, TimeWindows
 from kappaflow.serdes import String
@@ -36,6 +38,7 @@ def mypy(tmp_path: Path, source: str) -> list[str]:
     module.write_text(source)
     result = subprocess.run(
         [sys.executable, "-m", "mypy", "--strict", "--no-error-summary", str(module)],
+        cwd=ROOT,  # the project's mypy settings find the package from its source folders
         capture_output=True,
         text=True,
         check=False,
