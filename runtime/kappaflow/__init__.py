@@ -43,6 +43,7 @@ from kappaflow.dsl import (
     Consumed,
     GlobalKTable,
     Grouped,
+    Joined,
     JoinWindows,
     KGroupedStream,
     KGroupedTable,
@@ -58,6 +59,7 @@ from kappaflow.dsl import (
     Suppressed,
     TimeWindows,
 )
+from kappaflow.dsl.emit import EmitStrategy
 from kappaflow.state import KeyValueStore, Stores, ValueAndTimestamp
 from kappaflow.topology import Topology
 
@@ -73,6 +75,7 @@ __all__ = [
     "Consumed",
     "ConsumedRecord",
     "DeserializationError",
+    "EmitStrategy",
     "FailOnInvalidTimestamp",
     "GlobalKTable",
     "Grouped",
@@ -80,6 +83,7 @@ __all__ = [
     "Headers",
     "InvalidStateStoreError",
     "JoinWindows",
+    "Joined",
     "KGroupedStream",
     "KGroupedTable",
     "KStream",

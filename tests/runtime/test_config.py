@@ -48,3 +48,37 @@ def test_invalid_values_name_the_key(tmp_path: Path) -> None:
     bad.write_text("novalue\n")
     with pytest.raises(ConfigError, match=r"bad.properties:1"):
         StreamsConfig.load(file=bad, environ={})
+
+
+def test_unknown_keys_fail_naming_the_key() -> None:
+    """A typo must not pass: Java would only log an unknown key, kappaflow refuses to start."""
+    with pytest.raises(ConfigError, match=r"'comit.interval.ms' is not a kappaflow config key"):
+        StreamsConfig({"application.id": "a", "comit.interval.ms": 100})
+    with pytest.raises(
+        ConfigError, match=r"'default.dsl.store' is a Kafka Streams setting kappaflow does not"
+    ):
+        StreamsConfig({"default.dsl.store": "in_memory"})
+    with pytest.raises(ConfigError, match=r"'num.standby.replica' is not a kappaflow config key"):
+        StreamsConfig.load({}, environ={"KAPPAFLOW_NUM_STANDBY_REPLICA": "1"})
+
+
+def test_honoured_keys_and_client_settings_pass() -> None:
+    config = StreamsConfig.load(
+        {"consumer.fetch.min.bytes": 1, "producer.linger.ms": 10, "security.protocol": "PLAINTEXT"},
+        environ={
+            "KAPPAFLOW_CACHE": "/tmp/cache",
+            "KAPPAFLOW_TEST_BOOTSTRAP": "x",
+            "KAPPAFLOW_METRICS_HOST": "h",
+        },
+    )
+    assert config.prefixed("producer.") == {"linger.ms": 10}
+    assert config.get_str("metrics.host") == "h"
+    assert "cache" not in config.as_dict()
+
+
+def test_num_stream_threads_only_one_for_now() -> None:
+    assert StreamsConfig({"num.stream.threads": "1"}).get_int("num.stream.threads") == 1
+    with pytest.raises(ConfigError, match=r"'num.stream.threads'='4' is not supported yet"):
+        StreamsConfig({"num.stream.threads": "4"})
+    with pytest.raises(ConfigError, match=r"'topology.optimization'='all' is not supported yet"):
+        StreamsConfig({"topology.optimization": "all"})

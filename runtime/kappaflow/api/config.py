@@ -3,6 +3,10 @@
 Configuration comes from a dict, a Java-style `.properties` file and `KAPPAFLOW_*` environment variables
 (environment wins), so one image can be configured by the operator's ConfigMap and the pod's env alike.
 Values stay as given and are converted by typed getters, which name the key in every error.
+
+Every key is either honoured or rejected at start-up with a message naming it (Java only logs an
+unknown key; here a typo must not pass silently): the keys below (`DEFAULTS`), librdkafka settings the
+clients pass through (`CLIENT_PASSTHROUGH`) and per-client overrides under `CLIENT_PREFIXES`.
 """
 
 from __future__ import annotations
@@ -43,7 +47,6 @@ DEFAULTS: dict[str, Any] = {
     "group.instance.id": None,
     "poll.ms": 100,
     "max.task.idle.ms": 0,
-    "buffered.records.per.partition": 1000,
     "replication.factor": -1,
     "metrics.port": 9464,
     "query.http.enabled": False,
@@ -54,7 +57,61 @@ DEFAULTS: dict[str, Any] = {
     # time; the TopologyTestDriver sets both to 0, as Java's does
     EMIT_INTERVAL_OUTER_JOIN: 1000,
     EMIT_INTERVAL_WINDOWED_AGGREGATION: 1000,
+    "metrics.host": None,
+    "query.http.host": None,
+    "repartition.purge.interval.ms": 30000,
 }
+
+# librdkafka settings passed verbatim to every client when present in the streams configuration.
+CLIENT_PASSTHROUGH = (
+    "security.protocol",
+    "sasl.mechanism",
+    "sasl.mechanisms",
+    "sasl.username",
+    "sasl.password",
+    "ssl.ca.location",
+    "ssl.certificate.location",
+    "ssl.key.location",
+    "ssl.key.password",
+    "client.rack",
+    "session.timeout.ms",
+    "heartbeat.interval.ms",
+    "max.poll.interval.ms",
+)
+# `<prefix><librdkafka key>` overrides one client's settings (librdkafka validates the rest).
+CLIENT_PREFIXES = ("consumer.", "restore.consumer.", "producer.", "admin.")
+
+# Keys kappaflow knows but implements only at one value: (the accepted value, why others fail).
+ONLY_VALUE: dict[str, tuple[str, str]] = {
+    "num.stream.threads": (
+        "1",
+        "one stream thread per process is supported so far; run more instances (replicas) to scale",
+    ),
+    "topology.optimization": ("none", "kappaflow does not rewrite topologies; use 'none'"),
+}
+# Kafka Streams keys kappaflow does not implement: named so the error says so rather than "unknown".
+NOT_IMPLEMENTED = frozenset(
+    {
+        "acceptable.recovery.lag",
+        "buffered.records.per.partition",
+        "built.in.metrics.version",
+        "cache.max.bytes.buffering",
+        "default.dsl.store",
+        "dsl.store.suppliers.class",
+        "max.warmup.replicas",
+        "metrics.recording.level",
+        "probing.rebalance.interval.ms",
+        "rack.aware.assignment.strategy",
+        "rocksdb.config.setter",
+        "task.assignor.class",
+        "task.timeout.ms",
+        "upgrade.from",
+        "window.size.ms",
+    }
+)
+# KAPPAFLOW_* environment variables of the tooling, not configuration.
+NON_CONFIG_ENV = ("KAPPAFLOW_CACHE", "KAPPAFLOW_ENTRY_POINT", "KAPPAFLOW_KUBECONFIG", "KAPPAFLOW_VERSION")
+NON_CONFIG_ENV_PREFIXES = ("KAPPAFLOW_TEST_", "KAPPAFLOW_OPERATOR_")
 
 _INT_KEYS = {
     EMIT_INTERVAL_OUTER_JOIN,
@@ -65,9 +122,9 @@ _INT_KEYS = {
     "num.stream.threads",
     "poll.ms",
     "max.task.idle.ms",
-    "buffered.records.per.partition",
     "replication.factor",
     "metrics.port",
+    "repartition.purge.interval.ms",
 }
 _BOOL_KEYS = {"query.http.enabled", "kappaflow.internal.topics.create"}
 ENV_PREFIX = "KAPPAFLOW_"
@@ -96,6 +153,25 @@ def read_properties(path: str | Path) -> dict[str, str]:
     return result
 
 
+def _tooling_env(name: str) -> bool:
+    return name in NON_CONFIG_ENV or name.startswith(NON_CONFIG_ENV_PREFIXES)
+
+
+def check_key(key: str, value: Any) -> None:
+    """Reject a key kappaflow would not honour: unknown (a typo), not implemented, or an unsupported
+    value of a key implemented at one value only. A pure decision, naming the key."""
+    if key in ONLY_VALUE:
+        accepted, why = ONLY_VALUE[key]
+        if value is not None and str(value).strip() != accepted:
+            raise ConfigError(f"config '{key}'={value!r} is not supported yet: {why}")
+        return
+    if key in DEFAULTS or key in CLIENT_PASSTHROUGH or key.startswith(CLIENT_PREFIXES):
+        return
+    if key in NOT_IMPLEMENTED:
+        raise ConfigError(f"config '{key}' is a Kafka Streams setting kappaflow does not implement")
+    raise ConfigError(f"config '{key}' is not a kappaflow config key (a typo?)")
+
+
 class StreamsConfig:
     """An immutable view of the configuration with typed getters."""
 
@@ -118,16 +194,18 @@ class StreamsConfig:
         if file is not None:
             merged.update(read_properties(file))
         env = os.environ if environ is None else environ
-        known = set(DEFAULTS) | set(merged)
+        known = set(DEFAULTS) | set(CLIENT_PASSTHROUGH) | set(ONLY_VALUE) | NOT_IMPLEMENTED | set(merged)
         by_env = {env_key(k): k for k in known}
         for name, value in env.items():
-            if not name.startswith(ENV_PREFIX):
+            if not name.startswith(ENV_PREFIX) or _tooling_env(name):
                 continue
             key = by_env.get(name) or name[len(ENV_PREFIX) :].lower().replace("_", ".")
             merged[key] = value
         return cls(merged)
 
     def _validate(self) -> None:
+        for key, value in self._values.items():
+            check_key(key, value)
         guarantee = self.get_str("processing.guarantee")
         if guarantee not in (AT_LEAST_ONCE, EXACTLY_ONCE_V2):
             raise ConfigError(

@@ -112,6 +112,21 @@ class BaseProcessor:
 
 ProcessorSupplier = Callable[[], Processor[Any, Any]]
 
+VOut = TypeVar("VOut", covariant=True)
+KT = TypeVar("KT", contravariant=True)
+VT = TypeVar("VT", contravariant=True)
+
+
+class ValueTransformerWithKey(Protocol[KT, VT, VOut]):
+    """`KTable.transform_values`: a value computed from the key and value (null included), with
+    access to state stores; its context refuses `forward`, as Java's ForwardingDisabledProcessorContext."""
+
+    def init(self, context: ProcessorContext) -> None: ...
+
+    def transform(self, key: KT, value: VT | None) -> VOut | None: ...
+
+    def close(self) -> None: ...
+
 
 def to_millis(duration: timedelta | int, what: str = "duration") -> int:
     """Durations are `timedelta` or integer milliseconds everywhere in the API."""

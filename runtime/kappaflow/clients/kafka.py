@@ -15,28 +15,14 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
-from kappaflow.api.config import StreamsConfig
+from kappaflow.api.config import CLIENT_PASSTHROUGH, StreamsConfig
 from kappaflow.api.errors import StreamsError
 from kappaflow.api.record import Headers
 
 log = logging.getLogger(__name__)
 
 # librdkafka settings passed through verbatim when present in the streams configuration.
-PASSTHROUGH = (
-    "security.protocol",
-    "sasl.mechanism",
-    "sasl.mechanisms",
-    "sasl.username",
-    "sasl.password",
-    "ssl.ca.location",
-    "ssl.certificate.location",
-    "ssl.key.location",
-    "ssl.key.password",
-    "client.rack",
-    "session.timeout.ms",
-    "heartbeat.interval.ms",
-    "max.poll.interval.ms",
-)
+PASSTHROUGH = CLIENT_PASSTHROUGH
 
 
 def _base(config: StreamsConfig) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from kappaflow.dsl.change import Change
 from kappaflow.dsl.grouped import KGroupedStream, KGroupedTable
 from kappaflow.dsl.kstream import BranchedKStream, KStream
 from kappaflow.dsl.ktable import GlobalKTable, KTable
-from kappaflow.dsl.options import Consumed, Grouped, Materialized, Named, Produced, Repartitioned
+from kappaflow.dsl.options import Consumed, Grouped, Joined, Materialized, Named, Produced, Repartitioned
 from kappaflow.dsl.suppress import BufferConfig, Suppressed
 from kappaflow.dsl.windowed import TimeWindowedKStream
 from kappaflow.dsl.windows import JoinWindows, SessionWindows, SlidingWindows, TimeWindows
@@ -18,6 +18,7 @@ __all__ = [
     "GlobalKTable",
     "Grouped",
     "JoinWindows",
+    "Joined",
     "KGroupedStream",
     "KGroupedTable",
     "KStream",

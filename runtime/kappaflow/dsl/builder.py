@@ -8,17 +8,23 @@ follow Kafka Streams' `KSTREAM-<OP>-0000000001` scheme so descriptions read the 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, overload
 
 from kappaflow.api.errors import TopologyError
 from kappaflow.api.processor import ProcessorSupplier
 from kappaflow.api.serdes import Serde
 from kappaflow.api.time import TimestampExtractor
 from kappaflow.dsl.options import Consumed, Materialized
+from kappaflow.dsl.stream_processors import NullKeyFilter
 from kappaflow.dsl.table_processors import KTableSourceProcessor
+from kappaflow.dsl.typevars import K, V
 from kappaflow.state.builders import KeyValueStoreBuilder, Stores
 from kappaflow.topology.nodes import InternalTopicSpec
 from kappaflow.topology.topology import Topology
+
+if TYPE_CHECKING:
+    from kappaflow.dsl.kstream import KStream
+    from kappaflow.dsl.ktable import GlobalKTable, KTable
 
 
 class InternalBuilder:
@@ -72,11 +78,12 @@ class InternalBuilder:
         user_named: bool,
         partitions: int | None = None,
         partitioner: Any = None,
+        drop_null_keys: bool = True,
     ) -> str:
         """Insert null-key filter -> sink -> `<base>-repartition` -> source; returns the source's name.
-        Nodes are named `<base>-repartition-filter/-sink/-source` when the user named the operation."""
-        from kappaflow.dsl.stream_processors import NullKeyFilter
-
+        Nodes are named `<base>-repartition-filter/-sink/-source` when the user named the operation.
+        `drop_null_keys=False` keeps null keys (a left foreign-key join's subscription with a null
+        foreign key must travel on, KIP-962); the filter node is then a pass-through."""
         topic = f"{base_name}-repartition"
         if topic in self.topology.internal_topics:
             raise TopologyError(
@@ -91,7 +98,9 @@ class InternalBuilder:
         if user_named:
             names = [f"{topic}-filter", f"{topic}-sink", f"{topic}-source"]
         filter_name, sink, source = names
-        self.topology.add_processor(filter_name, lambda: NullKeyFilter(filter_name), parent)
+        self.topology.add_processor(
+            filter_name, lambda: NullKeyFilter(filter_name, enabled=drop_null_keys), parent
+        )
         self.topology.add_sink(
             sink, topic, filter_name, key_serde=key_serde, value_serde=value_serde, partitioner=partitioner
         )
@@ -103,6 +112,18 @@ class StreamsBuilder:
     def __init__(self) -> None:
         self._internal = InternalBuilder()
 
+    @overload
+    def stream(
+        self,
+        topics: str | list[str],
+        *,
+        key_serde: Serde[K],
+        value_serde: Serde[V],
+        timestamp_extractor: TimestampExtractor | None = None,
+        consumed: Consumed | None = None,
+    ) -> KStream[K, V]: ...
+
+    @overload
     def stream(
         self,
         topics: str | list[str],
@@ -111,7 +132,18 @@ class StreamsBuilder:
         value_serde: Serde[Any] | None = None,
         timestamp_extractor: TimestampExtractor | None = None,
         consumed: Consumed | None = None,
-    ) -> Any:
+    ) -> KStream[Any, Any]: ...
+
+    def stream(
+        self,
+        topics: str | list[str],
+        *,
+        key_serde: Serde[Any] | None = None,
+        value_serde: Serde[Any] | None = None,
+        timestamp_extractor: TimestampExtractor | None = None,
+        consumed: Consumed | None = None,
+    ) -> KStream[Any, Any]:
+        """A stream of `topics`; with both serdes given, typed `KStream[K, V]` by them."""
         from kappaflow.dsl.kstream import KStream
 
         if consumed is not None:
@@ -129,6 +161,18 @@ class StreamsBuilder:
         )
         return KStream(self._internal, name, key_serde, value_serde, repartition_required=False)
 
+    @overload
+    def table(
+        self,
+        topic: str,
+        *,
+        key_serde: Serde[K],
+        value_serde: Serde[V],
+        materialized: Materialized | str | None = None,
+        timestamp_extractor: TimestampExtractor | None = None,
+    ) -> KTable[K, V]: ...
+
+    @overload
     def table(
         self,
         topic: str,
@@ -137,7 +181,18 @@ class StreamsBuilder:
         value_serde: Serde[Any] | None = None,
         materialized: Materialized | str | None = None,
         timestamp_extractor: TimestampExtractor | None = None,
-    ) -> Any:
+    ) -> KTable[Any, Any]: ...
+
+    def table(
+        self,
+        topic: str,
+        *,
+        key_serde: Serde[Any] | None = None,
+        value_serde: Serde[Any] | None = None,
+        materialized: Materialized | str | None = None,
+        timestamp_extractor: TimestampExtractor | None = None,
+    ) -> KTable[Any, Any]:
+        """A table of `topic`; with both serdes given, typed `KTable[K, V]` by them."""
         from kappaflow.dsl.ktable import KTable
 
         internal = self._internal
@@ -152,7 +207,9 @@ class StreamsBuilder:
             timestamp_extractor=timestamp_extractor,
         )
         processor = internal.new_name("KTABLE-SOURCE-")
-        table = KTable(internal, processor, key_serde, value_serde, store_name, parent=None)
+        if mat.versioned is not None:
+            return _versioned_table(internal, processor, source, mat, key_serde, value_serde)
+        table: KTable[Any, Any] = KTable(internal, processor, key_serde, value_serde, store_name, parent=None)
         internal.topology.add_processor(
             processor,
             lambda: KTableSourceProcessor(store_name, table.send_old_values_enabled, processor),
@@ -169,7 +226,7 @@ class StreamsBuilder:
         key_serde: Serde[Any] | None = None,
         value_serde: Serde[Any] | None = None,
         materialized: Materialized | str | None = None,
-    ) -> Any:
+    ) -> GlobalKTable[Any, Any]:
         from kappaflow.dsl.ktable import GlobalKTable
 
         internal = self._internal
@@ -198,3 +255,34 @@ class StreamsBuilder:
 
     def build(self) -> Topology:
         return self._internal.topology
+
+
+def _versioned_table(
+    internal: InternalBuilder,
+    processor: str,
+    source: str,
+    mat: Materialized,
+    key_serde: Serde[Any] | None,
+    value_serde: Serde[Any] | None,
+) -> KTable[Any, Any]:
+    """A source table in a versioned store (KIP-914): no cache, as-of lookups for stream joins."""
+    from kappaflow.dsl.ktable import KTable
+    from kappaflow.dsl.versioned_table import KTableVersionedSourceProcessor, versioned_getter
+
+    assert mat.versioned is not None
+    name = mat.versioned.name
+    table: KTable[Any, Any] = KTable(
+        internal, processor, key_serde, value_serde, name, parent=None, getter=versioned_getter(name)
+    )
+    table.versioned = True
+    internal.topology.add_processor(
+        processor, lambda: KTableVersionedSourceProcessor(name, processor), source
+    )
+    store = Stores.versioned_key_value_store_builder(
+        mat.versioned, mat.key_serde or key_serde, mat.value_serde or value_serde
+    )
+    if not mat.logging:
+        store.with_logging_disabled()
+    store.extra_log_config = dict(mat.log_config)
+    internal.topology.add_state_store(store, processor)
+    return table

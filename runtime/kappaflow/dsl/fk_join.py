@@ -16,8 +16,10 @@ in Kafka Streams:
    otherwise `joiner(left, right)` is emitted - or a tombstone when the right row is gone (inner) or
    the left row is gone (both).
 
-The internal topics' value formats are kappaflow's own (only kappaflow reads them); left rows with a
-null foreign key are dropped and counted, as in Kafka Streams before 3.7.
+The internal topics' value formats are kappaflow's own (only kappaflow reads them). A left join keeps
+rows with a null foreign key (they join with null, KIP-962, Kafka 3.7+); an inner join drops and counts
+them. Without `Materialized` the result has no store and needs no value serde, as in Java; a later
+operation that must look the result up (a join) materializes it then.
 """
 
 from __future__ import annotations
@@ -82,6 +84,47 @@ def combined_prefix(fk: bytes) -> bytes:
     return _LEN.pack(len(fk)) + fk
 
 
+def subscription_instructions(
+    extractor: Callable[[Any], Any], old: Any, new: Any, left: bool
+) -> list[tuple[Any, int]]:
+    """The (foreign key, instruction) messages one left change sends, as Kafka Streams decides them.
+
+    A left join subscribes even with a null foreign key (KIP-962, Kafka 3.7+): the row joins with null,
+    and a move to or from a null foreign key propagates. When the foreign key changes, a left join tells
+    the old one `DELETE_AND_PROPAGATE` (so Java emits `joiner(new, null)` once from the old side and
+    again from the new one); an inner join tells it `DELETE_NO_PROPAGATE`. An inner join skips a change
+    whose old or new foreign key is null (the old one first, even when the new one is set)."""
+    new_fk = None if new is None else extractor(new)
+    if left:
+        if old is not None:
+            old_fk = extractor(old)
+            sends: list[tuple[Any, int]] = []
+            if old_fk is not None and old_fk != new_fk:
+                sends.append((old_fk, DELETE_AND_PROPAGATE))
+            return [*sends, (new_fk, PROPAGATE_NULL_IF_NO_FK_VALUE)]
+        return [] if new is None else [(new_fk, PROPAGATE_NULL_IF_NO_FK_VALUE)]
+    if old is not None:
+        old_fk = extractor(old)
+        if old_fk is None:
+            return []
+        if new is None:
+            return [(old_fk, DELETE_AND_PROPAGATE)]
+        if new_fk is None:
+            return []
+        moved = [(old_fk, DELETE_NO_PROPAGATE)] if old_fk != new_fk else []
+        return [*moved, (new_fk, PROPAGATE_NULL_IF_NO_FK_VALUE)]
+    if new is None or new_fk is None:
+        return []
+    return [(new_fk, PROPAGATE_ONLY_IF_FK_VALUE)]
+
+
+def _skips_null_fk(extractor: Callable[[Any], Any], old: Any, new: Any) -> bool:
+    """An inner join's change dropped for a null foreign key (counted as a dropped record)."""
+    if old is not None:
+        return extractor(old) is None or (new is not None and extractor(new) is None)
+    return new is not None and extractor(new) is None
+
+
 class SubscriptionSendProcessor:
     """Left task: turns each left change into subscription messages keyed by foreign key."""
 
@@ -112,23 +155,13 @@ class SubscriptionSendProcessor:
             return
         pk = self.key_serde.serialize("", record.key)
         assert pk is not None
-        new, old = change.new_value, change.old_value
-        new_fk = None if new is None else self.extractor(new)
-        old_fk = None if old is None else self.extractor(old)
-        if (new is not None and new_fk is None) or (new is None and old is not None and old_fk is None):
+        digest = value_hash(self.value_serde.serialize("", change.new_value))
+        for fk, instruction in subscription_instructions(
+            self.extractor, change.old_value, change.new_value, self.left
+        ):
+            self._send(fk, instruction, digest, pk, record)
+        if not self.left and _skips_null_fk(self.extractor, change.old_value, change.new_value):
             drop_record(self.context, "null-foreign-key", self.label)
-            return
-        digest = value_hash(self.value_serde.serialize("", new))
-        if old is not None:
-            if new is not None:
-                if old_fk is not None and old_fk != new_fk:
-                    self._send(old_fk, DELETE_NO_PROPAGATE, digest, pk, record)
-                self._send(new_fk, PROPAGATE_NULL_IF_NO_FK_VALUE, digest, pk, record)
-            else:
-                self._send(old_fk, DELETE_AND_PROPAGATE, None, pk, record)
-        elif new is not None:
-            instruction = PROPAGATE_NULL_IF_NO_FK_VALUE if self.left else PROPAGATE_ONLY_IF_FK_VALUE
-            self._send(new_fk, instruction, digest, pk, record)
 
     def close(self) -> None:
         return None
@@ -166,6 +199,11 @@ class SubscriptionReceiveProcessor(_RightSide):
 
     def process(self, record: Record[Any, Any]) -> None:
         instruction, digest, pk = decode_subscription(record.value)
+        if record.key is None:
+            # a left join's row with a null foreign key: joins with null, nothing to subscribe to
+            if instruction == PROPAGATE_NULL_IF_NO_FK_VALUE:
+                self._respond(pk, digest, None, record)
+            return
         fk_raw = self.fk_serde.serialize("", record.key)
         assert fk_raw is not None
         store_key = combined_prefix(fk_raw) + pk
@@ -244,14 +282,14 @@ class ResponseResolverProcessor:
 
 
 def foreign_key_join(
-    left: KTable,
-    right: KTable,
+    left: KTable[Any, Any],
+    right: KTable[Any, Any],
     extractor: Callable[[Any], Any],
     joiner: Callable[..., Any],
     left_join: bool,
     materialized: Materialized | str | None,
     name: str | None = None,
-) -> KTable:
+) -> KTable[Any, Any]:
     builder: InternalBuilder = left._builder
     if right._builder is not builder:
         raise TopologyError("cannot join tables from different StreamsBuilders")
@@ -265,7 +303,12 @@ def foreign_key_join(
         send, lambda: SubscriptionSendProcessor(extractor, left_join, left_serdes, send), left.node
     )
     registration = builder.add_repartition(
-        send, f"{base}-subscription-registration", right.key_serde, Bytes(), user_named=True
+        send,
+        f"{base}-subscription-registration",
+        right.key_serde,
+        Bytes(),
+        user_named=True,
+        drop_null_keys=not left_join,
     )
     store_name = f"{base}-subscription-store"
     serdes = (right.key_serde, right.value_serde, left.key_serde)
@@ -301,18 +344,44 @@ def foreign_key_join(
         response,
     )
     topology.connect_processor_and_state_stores(resolver, *left_getter.store_names)
-    mat = Materialized.of(materialized)
-    if materialized is None:
-        # Java builds an unmaterialized result without a store, so no cache may swallow a tombstone
-        mat = mat.with_caching_disabled()
-    output_store = mat.name or builder.new_name("KTABLE-FK-JOIN-OUTPUT-STATE-STORE-")
     output = builder.new_name("KTABLE-FK-JOIN-OUTPUT-")
-    table = KTable(builder, output, left.key_serde, mat.value_serde, output_store, parent=None)
-    send_old = table.send_old_values_enabled
+    return _output_table(builder, left, resolver, output, materialized)
+
+
+def _output_table(
+    builder: InternalBuilder,
+    left: KTable[Any, Any],
+    parent: str,
+    output: str,
+    materialized: Materialized | str | None,
+) -> KTable[Any, Any]:
+    """The join's result table: with a store only when materialized, or when something asks for its
+    value getter (then the store is added, named like Java's `KTABLE-FK-JOIN-OUTPUT-STATE-STORE-`)."""
+    topology = builder.topology
+    mat = Materialized.of(materialized)
+    store: list[str] = []  # the output store's name, once the result is materialized
+
+    def materialize() -> None:
+        name = mat.name or builder.new_name("KTABLE-FK-JOIN-OUTPUT-STATE-STORE-")
+        store.append(name)
+        topology.add_state_store(
+            builder.kv_store_builder(mat, name, mat.key_serde or left.key_serde, mat.value_serde), output
+        )
+
+    def bind(context: ProcessorContext) -> ValueGetter:
+        return context.get_state_store(store[0]).get  # type: ignore[no-any-return]
+
     topology.add_processor(
-        output, lambda: KTableKTableMergeProcessor(output_store, send_old, output), resolver
+        output,
+        lambda: KTableKTableMergeProcessor(
+            store[0] if store else None, table.send_old_values_enabled, output
+        ),
+        parent,
     )
-    topology.add_state_store(
-        builder.kv_store_builder(mat, output_store, mat.key_serde or left.key_serde, mat.value_serde), output
+    if materialized is not None:
+        materialize()
+    getter = ValueGetterSupplier(store, bind, None if store else materialize)
+    table: KTable[Any, Any] = KTable(
+        builder, output, left.key_serde, mat.value_serde, store[0] if store else None, None, getter
     )
     return table

@@ -9,14 +9,20 @@ subtract what a key's previous value contributed.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic, overload
 
 from kappaflow.api.serdes import Long, Serde
 from kappaflow.dsl.builder import InternalBuilder
 from kappaflow.dsl.change import ChangeSerde
+from kappaflow.dsl.cogroup import CogroupedKStream
 from kappaflow.dsl.ktable import KTable
 from kappaflow.dsl.options import Materialized
+from kappaflow.dsl.session_windowed import SessionWindowedKStream
+from kappaflow.dsl.sliding_windowed import SlidingWindowedKStream
 from kappaflow.dsl.table_processors import KStreamAggregateProcessor, KTableAggregateProcessor
+from kappaflow.dsl.typevars import VA, K, V
+from kappaflow.dsl.windowed import TimeWindowedKStream
+from kappaflow.dsl.windows import SessionWindows, SlidingWindows, TimeWindows
 
 
 def _count_add(key: Any, value: Any, aggregate: int) -> int:
@@ -40,16 +46,16 @@ def _add_aggregate(
     key_serde: Serde[Any] | None,
     value_serde: Serde[Any] | None,
     make: Callable[[str, Callable[[], bool], str], Any],
-) -> KTable:
+) -> KTable[Any, Any]:
     """The aggregation node, its timestamped store and the KTable over it (streams and tables alike)."""
-    table = KTable(builder, node, key_serde, value_serde, store_name, parent=None)
+    table: KTable[Any, Any] = KTable(builder, node, key_serde, value_serde, store_name, parent=None)
     send_old = table.send_old_values_enabled
     builder.topology.add_processor(node, lambda: make(store_name, send_old, node), parent)
     builder.topology.add_state_store(builder.kv_store_builder(mat, store_name, key_serde, value_serde), node)
     return table
 
 
-class KGroupedStream:
+class KGroupedStream(Generic[K, V]):
     def __init__(
         self,
         builder: InternalBuilder,
@@ -72,7 +78,7 @@ class KGroupedStream:
         materialized: Materialized | str | None,
         default_value_serde: Serde[Any] | None,
         make: Callable[[str, Callable[[], bool], str], Any],
-    ) -> KTable:
+    ) -> KTable[K, Any]:
         builder = self._builder
         mat = Materialized.of(materialized)
         node = builder.new_name(prefix)
@@ -98,7 +104,7 @@ class KGroupedStream:
             make,
         )
 
-    def count(self, materialized: Materialized | str | None = None) -> KTable:
+    def count(self, materialized: Materialized | str | None = None) -> KTable[K, int]:
         """Count records per key (records with a null key or value are dropped, as in Kafka Streams)."""
         return self._aggregate(
             "KSTREAM-AGGREGATE-",
@@ -110,8 +116,8 @@ class KGroupedStream:
         )
 
     def reduce(
-        self, reducer: Callable[[Any, Any], Any], materialized: Materialized | str | None = None
-    ) -> KTable:
+        self, reducer: Callable[[V, V], V], materialized: Materialized | str | None = None
+    ) -> KTable[K, V]:
         return self._aggregate(
             "KSTREAM-REDUCE-",
             materialized,
@@ -121,10 +127,10 @@ class KGroupedStream:
 
     def aggregate(
         self,
-        initializer: Callable[[], Any],
-        aggregator: Callable[[Any, Any, Any], Any],
+        initializer: Callable[[], VA],
+        aggregator: Callable[[K, V, VA], VA],
         materialized: Materialized | str | None = None,
-    ) -> KTable:
+    ) -> KTable[K, VA]:
         return self._aggregate(
             "KSTREAM-AGGREGATE-",
             materialized,
@@ -134,34 +140,33 @@ class KGroupedStream:
             ),
         )
 
-    def cogroup(self, aggregator: Callable[[Any, Any, Any], Any]) -> Any:
+    def cogroup(self, aggregator: Callable[[K, V, VA], VA]) -> CogroupedKStream[K, VA]:
         """Start a cogroup: `.cogroup(other_grouped, aggregator)...aggregate(initializer)`."""
-        from kappaflow.dsl.cogroup import CogroupedKStream
-
         return CogroupedKStream(self, aggregator)
 
-    def windowed_by(self, windows: Any) -> Any:
-        """`windowed_by(TimeWindows | SlidingWindows | SessionWindows)` -> a windowed stream."""
-        from kappaflow.dsl.windowed import TimeWindowedKStream
-        from kappaflow.dsl.windows import TimeWindows
+    @overload
+    def windowed_by(self, windows: TimeWindows) -> TimeWindowedKStream[K, V]: ...
 
+    @overload
+    def windowed_by(self, windows: SessionWindows) -> SessionWindowedKStream[K, V]: ...
+
+    @overload
+    def windowed_by(self, windows: SlidingWindows) -> SlidingWindowedKStream[K, V]: ...
+
+    def windowed_by(
+        self, windows: TimeWindows | SessionWindows | SlidingWindows
+    ) -> TimeWindowedKStream[K, V] | SessionWindowedKStream[K, V] | SlidingWindowedKStream[K, V]:
+        """`windowed_by(TimeWindows | SlidingWindows | SessionWindows)` -> a windowed stream."""
         if isinstance(windows, TimeWindows):
             return TimeWindowedKStream(self, windows)
-        from kappaflow.dsl.session_windowed import SessionWindowedKStream
-        from kappaflow.dsl.windows import SessionWindows
-
         if isinstance(windows, SessionWindows):
             return SessionWindowedKStream(self, windows)
-        from kappaflow.dsl.windows import SlidingWindows
-
         if isinstance(windows, SlidingWindows):
-            from kappaflow.dsl.sliding_windowed import SlidingWindowedKStream
-
             return SlidingWindowedKStream(self, windows)
         raise TypeError(f"windowed_by: unsupported windows {windows!r}")
 
 
-class KGroupedTable:
+class KGroupedTable(Generic[K, V]):
     def __init__(
         self,
         builder: InternalBuilder,
@@ -182,7 +187,7 @@ class KGroupedTable:
         materialized: Materialized | str | None,
         default_value_serde: Serde[Any] | None,
         make: Callable[[str, Callable[[], bool], str], Any],
-    ) -> KTable:
+    ) -> KTable[K, Any]:
         builder = self._builder
         mat = Materialized.of(materialized)
         store_name = mat.name or builder.new_name("KTABLE-AGGREGATE-STATE-STORE-")
@@ -206,7 +211,7 @@ class KGroupedTable:
             make,
         )
 
-    def count(self, materialized: Materialized | str | None = None) -> KTable:
+    def count(self, materialized: Materialized | str | None = None) -> KTable[K, int]:
         return self._aggregate(
             "KTABLE-AGGREGATE-",
             materialized,
@@ -218,10 +223,10 @@ class KGroupedTable:
 
     def reduce(
         self,
-        adder: Callable[[Any, Any], Any],
-        subtractor: Callable[[Any, Any], Any],
+        adder: Callable[[V, V], V],
+        subtractor: Callable[[V, V], V],
         materialized: Materialized | str | None = None,
-    ) -> KTable:
+    ) -> KTable[K, V]:
         return self._aggregate(
             "KTABLE-REDUCE-",
             materialized,
@@ -233,11 +238,11 @@ class KGroupedTable:
 
     def aggregate(
         self,
-        initializer: Callable[[], Any],
-        adder: Callable[[Any, Any, Any], Any],
-        subtractor: Callable[[Any, Any, Any], Any],
+        initializer: Callable[[], VA],
+        adder: Callable[[K, V, VA], VA],
+        subtractor: Callable[[K, V, VA], VA],
         materialized: Materialized | str | None = None,
-    ) -> KTable:
+    ) -> KTable[K, VA]:
         return self._aggregate(
             "KTABLE-AGGREGATE-",
             materialized,

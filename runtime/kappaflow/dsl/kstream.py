@@ -8,15 +8,14 @@ value serde (it must then come from the next operation's options or the config d
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, overload
 
 from kappaflow.api.errors import TopologyError
 from kappaflow.api.processor import Processor
 from kappaflow.api.serdes import Serde
 from kappaflow.dsl.builder import InternalBuilder
-from kappaflow.dsl.options import Grouped, Materialized, Produced, Repartitioned
+from kappaflow.dsl.options import Grouped, Joined, Materialized, Produced, Repartitioned
 from kappaflow.dsl.stream_processors import (
     BranchProcessor,
     CallableProcessorAdapter,
@@ -29,25 +28,20 @@ from kappaflow.dsl.stream_processors import (
     PassThroughProcessor,
     PeekProcessor,
     SelectKeyProcessor,
+    takes_key,
 )
 from kappaflow.dsl.table_processors import KTableSourceProcessor
+from kappaflow.dsl.typevars import KR, VR, K, V
 from kappaflow.topology.nodes import StreamPartitioner, TopicNameExtractor
 
-
-def takes_key(fn: Callable[..., Any]) -> bool:
-    """Value mappers may be `f(value)` or `f(key, value)` (Java's ValueMapperWithKey)."""
-    try:
-        params = [
-            p
-            for p in inspect.signature(fn).parameters.values()
-            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
-        ]
-    except (TypeError, ValueError):
-        return False
-    return len(params) >= 2
+if TYPE_CHECKING:
+    from kappaflow.dsl.grouped import KGroupedStream
+    from kappaflow.dsl.ktable import KTable
 
 
-class KStream:
+class KStream(Generic[K, V]):
+    """A record stream of keys `K` and values `V`."""
+
     def __init__(
         self,
         builder: InternalBuilder,
@@ -71,12 +65,12 @@ class KStream:
         value_serde: Serde[Any] | None,
         key_changed: bool,
         name: str | None = None,
-    ) -> KStream:
+    ) -> KStream[Any, Any]:
         node = self._builder.add_processor(prefix, supplier, self.node, name=name)
         return KStream(self._builder, node, key_serde, value_serde, self.repartition_required or key_changed)
 
     # ----------------------------------------------------------------- stateless
-    def filter(self, predicate: Callable[[Any, Any], bool], *, name: str | None = None) -> KStream:
+    def filter(self, predicate: Callable[[K, V], bool], *, name: str | None = None) -> KStream[K, V]:
         return self._derive(
             "KSTREAM-FILTER-",
             lambda: FilterProcessor(predicate, False),
@@ -86,7 +80,7 @@ class KStream:
             name=name,
         )
 
-    def filter_not(self, predicate: Callable[[Any, Any], bool], *, name: str | None = None) -> KStream:
+    def filter_not(self, predicate: Callable[[K, V], bool], *, name: str | None = None) -> KStream[K, V]:
         return self._derive(
             "KSTREAM-FILTER-",
             lambda: FilterProcessor(predicate, True),
@@ -96,7 +90,7 @@ class KStream:
             name=name,
         )
 
-    def map(self, mapper: Callable[[Any, Any], tuple[Any, Any]], *, name: str | None = None) -> KStream:
+    def map(self, mapper: Callable[[K, V], tuple[KR, VR]], *, name: str | None = None) -> KStream[KR, VR]:
         return self._derive(
             "KSTREAM-MAP-",
             lambda: MapProcessor(mapper),
@@ -106,7 +100,14 @@ class KStream:
             name=name,
         )
 
-    def map_values(self, mapper: Callable[..., Any], *, name: str | None = None) -> KStream:
+    @overload
+    def map_values(self, mapper: Callable[[V], VR], *, name: str | None = None) -> KStream[K, VR]: ...
+
+    @overload
+    def map_values(self, mapper: Callable[[K, V], VR], *, name: str | None = None) -> KStream[K, VR]: ...
+
+    def map_values(self, mapper: Callable[..., VR], *, name: str | None = None) -> KStream[K, VR]:
+        """`mapper(value)` or `mapper(key, value)` (Java's ValueMapperWithKey)."""
         with_key = takes_key(mapper)
         return self._derive(
             "KSTREAM-MAPVALUES-",
@@ -118,8 +119,8 @@ class KStream:
         )
 
     def flat_map(
-        self, mapper: Callable[[Any, Any], Iterable[tuple[Any, Any]]], *, name: str | None = None
-    ) -> KStream:
+        self, mapper: Callable[[K, V], Iterable[tuple[KR, VR]]], *, name: str | None = None
+    ) -> KStream[KR, VR]:
         return self._derive(
             "KSTREAM-FLATMAP-",
             lambda: FlatMapProcessor(mapper),
@@ -129,7 +130,19 @@ class KStream:
             name=name,
         )
 
-    def flat_map_values(self, mapper: Callable[..., Iterable[Any]], *, name: str | None = None) -> KStream:
+    @overload
+    def flat_map_values(
+        self, mapper: Callable[[V], Iterable[VR]], *, name: str | None = None
+    ) -> KStream[K, VR]: ...
+
+    @overload
+    def flat_map_values(
+        self, mapper: Callable[[K, V], Iterable[VR]], *, name: str | None = None
+    ) -> KStream[K, VR]: ...
+
+    def flat_map_values(
+        self, mapper: Callable[..., Iterable[VR]], *, name: str | None = None
+    ) -> KStream[K, VR]:
         with_key = takes_key(mapper)
         return self._derive(
             "KSTREAM-FLATMAPVALUES-",
@@ -140,7 +153,7 @@ class KStream:
             name=name,
         )
 
-    def select_key(self, selector: Callable[[Any, Any], Any], *, name: str | None = None) -> KStream:
+    def select_key(self, selector: Callable[[K, V], KR], *, name: str | None = None) -> KStream[KR, V]:
         return self._derive(
             "KSTREAM-KEY-SELECT-",
             lambda: SelectKeyProcessor(selector),
@@ -150,7 +163,7 @@ class KStream:
             name=name,
         )
 
-    def peek(self, action: Callable[[Any, Any], None], *, name: str | None = None) -> KStream:
+    def peek(self, action: Callable[[K, V], None], *, name: str | None = None) -> KStream[K, V]:
         return self._derive(
             "KSTREAM-PEEK-",
             lambda: PeekProcessor(action, True),
@@ -160,16 +173,16 @@ class KStream:
             name=name,
         )
 
-    def foreach(self, action: Callable[[Any, Any], None], *, name: str | None = None) -> None:
+    def foreach(self, action: Callable[[K, V], None], *, name: str | None = None) -> None:
         self._builder.add_processor(
             "KSTREAM-FOREACH-", lambda: PeekProcessor(action, False), self.node, name=name
         )
 
-    def split(self, prefix: str | None = None) -> BranchedKStream:
+    def split(self, prefix: str | None = None) -> BranchedKStream[K, V]:
         node = self._builder.new_name("KSTREAM-BRANCH-")
         return BranchedKStream(self, node, prefix if prefix is not None else f"{node}-")
 
-    def merge(self, other: KStream, *, name: str | None = None) -> KStream:
+    def merge(self, other: KStream[K, V], *, name: str | None = None) -> KStream[K, V]:
         if other._builder is not self._builder:
             raise TopologyError("cannot merge streams from different StreamsBuilders")
         node = name or self._builder.new_name("KSTREAM-MERGE-")
@@ -189,11 +202,11 @@ class KStream:
         self,
         repartitioned: Repartitioned | None = None,
         *,
-        key_serde: Serde[Any] | None = None,
-        value_serde: Serde[Any] | None = None,
+        key_serde: Serde[K] | None = None,
+        value_serde: Serde[V] | None = None,
         number_of_partitions: int | None = None,
         name: str | None = None,
-    ) -> KStream:
+    ) -> KStream[K, V]:
         opts = repartitioned or Repartitioned()
         key_serde = key_serde or opts.key_serde or self.key_serde
         value_serde = value_serde or opts.value_serde or self.value_serde
@@ -231,7 +244,9 @@ class KStream:
             partitioner=partitioner or opts.partitioner,
         )
 
-    def to_table(self, materialized: Materialized | str | None = None, *, name: str | None = None) -> Any:
+    def to_table(
+        self, materialized: Materialized | str | None = None, *, name: str | None = None
+    ) -> KTable[K, V]:
         from kappaflow.dsl.ktable import KTable
 
         builder = self._builder
@@ -246,7 +261,7 @@ class KStream:
             )
         node = name or builder.new_name("KSTREAM-TOTABLE-")
         store_name = mat.name or builder.new_name("KSTREAM-TOTABLE-STATE-STORE-")
-        table = KTable(builder, node, key_serde, value_serde, store_name, parent=None)
+        table: KTable[K, V] = KTable(builder, node, key_serde, value_serde, store_name, parent=None)
         builder.topology.add_processor(
             node, lambda: KTableSourceProcessor(store_name, table.send_old_values_enabled, node), parent
         )
@@ -259,10 +274,10 @@ class KStream:
     def group_by_key(
         self,
         *,
-        key_serde: Serde[Any] | None = None,
-        value_serde: Serde[Any] | None = None,
+        key_serde: Serde[K] | None = None,
+        value_serde: Serde[V] | None = None,
         grouped: Grouped | None = None,
-    ) -> Any:
+    ) -> KGroupedStream[K, V]:
         from kappaflow.dsl.grouped import KGroupedStream
 
         opts = grouped or Grouped()
@@ -277,12 +292,12 @@ class KStream:
 
     def group_by(
         self,
-        selector: Callable[[Any, Any], Any],
+        selector: Callable[[K, V], KR],
         *,
-        key_serde: Serde[Any] | None = None,
-        value_serde: Serde[Any] | None = None,
+        key_serde: Serde[KR] | None = None,
+        value_serde: Serde[V] | None = None,
         grouped: Grouped | None = None,
-    ) -> Any:
+    ) -> KGroupedStream[KR, V]:
         """Re-key by `selector(key, value)` and group; the next aggregation repartitions."""
         opts = grouped or Grouped()
         rekeyed = self.select_key(selector)
@@ -302,7 +317,7 @@ class KStream:
         value_serde: Serde[Any] | None,
         other_value_serde: Serde[Any] | None,
         store_type: str,
-    ) -> KStream:
+    ) -> KStream[Any, Any]:
         from kappaflow.dsl.joins import stream_stream_join
         from kappaflow.dsl.ktable import GlobalKTable, KTable
         from kappaflow.dsl.table_joins import stream_global_table_join, stream_table_join
@@ -315,7 +330,8 @@ class KStream:
         if kind == "outer":
             raise TopologyError("outer_join is defined for two streams or two tables only")
         if isinstance(other, KTable):
-            return stream_table_join(self, other, second, kind == "left")  # type: ignore[no-any-return]
+            joined = third if isinstance(third, Joined) else None
+            return stream_table_join(self, other, second, kind == "left", joined)  # type: ignore[no-any-return]
         if isinstance(other, GlobalKTable):
             if third is None:
                 raise TopologyError("a GlobalKTable join needs a key mapper and a joiner")
@@ -333,7 +349,7 @@ class KStream:
         value_serde: Serde[Any] | None = None,
         other_value_serde: Serde[Any] | None = None,
         store_type: str = "rocksdb",
-    ) -> KStream:
+    ) -> KStream[K, Any]:
         """`join(stream, joiner, JoinWindows)`, `join(table, joiner)` or `join(global_table, key_mapper,
         joiner)`; joiners are `(v1, v2)` or `(key, v1, v2)`."""
         return self._join("inner", other, joiner_or_key_mapper, windows_or_joiner, name, key_serde,
@@ -350,13 +366,13 @@ class KStream:
         value_serde: Serde[Any] | None = None,
         other_value_serde: Serde[Any] | None = None,
         store_type: str = "rocksdb",
-    ) -> KStream:
+    ) -> KStream[K, Any]:
         return self._join("left", other, joiner_or_key_mapper, windows_or_joiner, name, key_serde,
                           value_serde, other_value_serde, store_type)  # fmt: skip
 
     def outer_join(
         self,
-        other: KStream,
+        other: KStream[K, Any],
         joiner: Callable[..., Any],
         windows: Any,
         *,
@@ -365,12 +381,14 @@ class KStream:
         value_serde: Serde[Any] | None = None,
         other_value_serde: Serde[Any] | None = None,
         store_type: str = "rocksdb",
-    ) -> KStream:
+    ) -> KStream[K, Any]:
         return self._join("outer", other, joiner, windows, name, key_serde, value_serde, other_value_serde,
                           store_type)  # fmt: skip
 
     # ----------------------------------------------------------------- Processor API inside the DSL
-    def process(self, supplier: Callable[[], Any], *store_names: str, name: str | None = None) -> KStream:
+    def process(
+        self, supplier: Callable[..., Any], *store_names: str, name: str | None = None
+    ) -> KStream[Any, Any]:
         """Run a Processor (or a function `(record, context)`) that may change keys and forward freely."""
         node = self._builder.add_processor("KSTREAM-PROCESSOR-", _adapt(supplier), self.node, name=name)
         if store_names:
@@ -378,8 +396,8 @@ class KStream:
         return KStream(self._builder, node, None, None, repartition_required=True)
 
     def process_values(
-        self, supplier: Callable[[], Any], *store_names: str, name: str | None = None
-    ) -> KStream:
+        self, supplier: Callable[..., Any], *store_names: str, name: str | None = None
+    ) -> KStream[K, Any]:
         """Like `process`, but forwarded records keep the input key (no repartition needed)."""
         adapted = _adapt(supplier)
         node = self._builder.add_processor(
@@ -407,35 +425,35 @@ def _adapt(supplier: Callable[..., Any]) -> Callable[[], Processor[Any, Any]]:
     return make
 
 
-class BranchedKStream:
+class BranchedKStream(Generic[K, V]):
     """`split(prefix).branch(predicate, name=...)...default_branch(name=...)` -> dict of streams."""
 
-    def __init__(self, parent: KStream, node: str, prefix: str) -> None:
+    def __init__(self, parent: KStream[K, V], node: str, prefix: str) -> None:
         self._parent = parent
         self._node = node
         self._prefix = prefix
-        self._predicates: list[Callable[[Any, Any], bool]] = []
+        self._predicates: list[Callable[[K, V], bool]] = []
         self._children: list[str] = []
         self._default: list[str] = []
-        self._result: dict[str, KStream] = {}
+        self._result: dict[str, KStream[K, V]] = {}
         predicates, children, default = self._predicates, self._children, self._default
         parent._builder.topology.add_processor(
             node, lambda: BranchProcessor(predicates, children, default[0] if default else None), parent.node
         )
 
-    def _child(self, name: str) -> KStream:
+    def _child(self, name: str) -> KStream[K, V]:
         full = self._prefix + name
         if full in self._result:
             raise TopologyError(f"split(): branch '{full}' is defined twice")
         builder = self._parent._builder
         builder.topology.add_processor(full, PassThroughProcessor, self._node)
-        stream = KStream(
+        stream: KStream[K, V] = KStream(
             builder, full, self._parent.key_serde, self._parent.value_serde, self._parent.repartition_required
         )
         self._result[full] = stream
         return stream
 
-    def branch(self, predicate: Callable[[Any, Any], bool], *, name: str | None = None) -> BranchedKStream:
+    def branch(self, predicate: Callable[[K, V], bool], *, name: str | None = None) -> BranchedKStream[K, V]:
         if self._default:
             raise TopologyError("split(): branch() after default_branch()")
         label = name if name is not None else str(len(self._predicates) + 1)
@@ -444,10 +462,10 @@ class BranchedKStream:
         self._children.append(stream.node)
         return self
 
-    def default_branch(self, *, name: str | None = None) -> dict[str, KStream]:
+    def default_branch(self, *, name: str | None = None) -> dict[str, KStream[K, V]]:
         stream = self._child(name if name is not None else "0")
         self._default.append(stream.node)
         return dict(self._result)
 
-    def no_default_branch(self) -> dict[str, KStream]:
+    def no_default_branch(self) -> dict[str, KStream[K, V]]:
         return dict(self._result)

@@ -11,22 +11,35 @@ value of a key - which joins use; derived tables without a store compute it from
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, overload
 
+from kappaflow.api.errors import TopologyError
 from kappaflow.api.processor import ProcessorContext
 from kappaflow.api.serdes import Serde
 from kappaflow.dsl.builder import InternalBuilder
 from kappaflow.dsl.options import Grouped, Materialized
+from kappaflow.dsl.stream_processors import takes_key
+from kappaflow.dsl.suppress import KTableSuppressProcessor, Suppressed, change_codec, suppressed_getter
 from kappaflow.dsl.table_processors import (
     KTableFilterProcessor,
     KTableMapValuesProcessor,
     KTableRepartitionMapProcessor,
     KTableToStreamProcessor,
 )
+from kappaflow.dsl.table_transform import KTableTransformValuesProcessor, transformed_lookup
+from kappaflow.dsl.typevars import KR, VR, K, V
+from kappaflow.state.time_ordered_buffer import BufferStoreBuilder
 from kappaflow.state.timestamped import ValueAndTimestamp
+
+if TYPE_CHECKING:
+    from kappaflow.api.processor import ValueTransformerWithKey
+    from kappaflow.dsl.grouped import KGroupedTable
+    from kappaflow.dsl.kstream import KStream
 
 # A value getter looks up a key's current (value, timestamp) from inside a processor of the same task.
 ValueGetter = Callable[[Any], ValueAndTimestamp[Any] | None]
+# A versioned table's lookup as of a timestamp.
+AsOfGetter = Callable[[Any, int], ValueAndTimestamp[Any] | None]
 
 
 class ValueGetterSupplier:
@@ -37,9 +50,26 @@ class ValueGetterSupplier:
         self,
         store_names: list[str],
         bind: Callable[[ProcessorContext], ValueGetter],
+        materialize: Callable[[], None] | None = None,
+        bind_as_of: Callable[[ProcessorContext], AsOfGetter] | None = None,
     ) -> None:
-        self.store_names = store_names
+        self._store_names = store_names
         self._bind = bind
+        self._materialize = materialize
+        self._bind_as_of = bind_as_of
+
+    def get_as_of(self, context: ProcessorContext) -> AsOfGetter | None:
+        """For a versioned table: a lookup of the value valid at a given time (KIP-914)."""
+        return None if self._bind_as_of is None else self._bind_as_of(context)
+
+    @property
+    def store_names(self) -> list[str]:
+        """The stores to connect; asking for them materializes a table that has its store only on
+        demand (a foreign-key join's result, as Java's `KTableSource.materialize()`)."""
+        if self._materialize is not None:
+            materialize, self._materialize = self._materialize, None
+            materialize()
+        return self._store_names
 
     def get(self, context: ProcessorContext) -> ValueGetter:
         return self._bind(context)
@@ -53,7 +83,9 @@ def _store_getter(store_name: str) -> ValueGetterSupplier:
     return ValueGetterSupplier([store_name], bind)
 
 
-class KTable:
+class KTable(Generic[K, V]):
+    """A changelog stream: the latest value `V` per key `K`."""
+
     def __init__(
         self,
         builder: InternalBuilder,
@@ -61,7 +93,7 @@ class KTable:
         key_serde: Serde[Any] | None,
         value_serde: Serde[Any] | None,
         store_name: str | None,
-        parent: KTable | None,
+        parent: KTable[Any, Any] | None,
         getter: ValueGetterSupplier | None = None,
     ) -> None:
         self._builder = builder
@@ -73,6 +105,8 @@ class KTable:
         self._send_old = False
         # set on windowed aggregation results: suppress(until_window_closes) needs the grace period
         self.window_grace_ms: int | None = None
+        # set on tables materialized in a versioned store (KIP-914): joins may look values up as of a time
+        self.versioned = False
         if getter is None:
             assert store_name is not None, "a table without a store needs a value getter"
             getter = _store_getter(store_name)
@@ -97,7 +131,7 @@ class KTable:
         materialized: Materialized | str | None,
         value_serde: Serde[Any] | None,
         derive_value: Callable[[Any, Any], Any],
-    ) -> KTable:
+    ) -> KTable[Any, Any]:
         builder = self._builder
         mat = Materialized.of(materialized) if materialized is not None else None
         node = builder.new_name(prefix)
@@ -119,7 +153,9 @@ class KTable:
             return get
 
         getter = None if store_name else ValueGetterSupplier(parent_getter.store_names, bind)
-        table = KTable(builder, node, self.key_serde, value_serde, store_name, parent=self, getter=getter)
+        table: KTable[Any, Any] = KTable(
+            builder, node, self.key_serde, value_serde, store_name, parent=self, getter=getter
+        )
         send_old = table.send_old_values_enabled
         builder.topology.add_processor(node, lambda: make(store_name, send_old, node), self.node)
         if mat is not None and store_name is not None:
@@ -130,18 +166,18 @@ class KTable:
         return table
 
     def filter(
-        self, predicate: Callable[[Any, Any], bool], materialized: Materialized | str | None = None
-    ) -> KTable:
+        self, predicate: Callable[[K, V], bool], materialized: Materialized | str | None = None
+    ) -> KTable[K, V]:
         return self._filter(predicate, False, materialized)
 
     def filter_not(
-        self, predicate: Callable[[Any, Any], bool], materialized: Materialized | str | None = None
-    ) -> KTable:
+        self, predicate: Callable[[K, V], bool], materialized: Materialized | str | None = None
+    ) -> KTable[K, V]:
         return self._filter(predicate, True, materialized)
 
     def _filter(
-        self, predicate: Callable[[Any, Any], bool], negate: bool, materialized: Materialized | str | None
-    ) -> KTable:
+        self, predicate: Callable[[K, V], bool], negate: bool, materialized: Materialized | str | None
+    ) -> KTable[K, V]:
         def keep(key: Any, value: Any) -> Any:
             return value if bool(predicate(key, value)) != negate else None
 
@@ -153,11 +189,19 @@ class KTable:
             keep,
         )
 
+    @overload
     def map_values(
-        self, mapper: Callable[..., Any], materialized: Materialized | str | None = None
-    ) -> KTable:
-        from kappaflow.dsl.kstream import takes_key
+        self, mapper: Callable[[V], VR], materialized: Materialized | str | None = None
+    ) -> KTable[K, VR]: ...
 
+    @overload
+    def map_values(
+        self, mapper: Callable[[K, V], VR], materialized: Materialized | str | None = None
+    ) -> KTable[K, VR]: ...
+
+    def map_values(
+        self, mapper: Callable[..., VR], materialized: Materialized | str | None = None
+    ) -> KTable[K, VR]:
         with_key = takes_key(mapper)
 
         def derive(key: Any, value: Any) -> Any:
@@ -171,7 +215,46 @@ class KTable:
             derive,
         )
 
-    def to_stream(self, *, name: str | None = None) -> Any:
+    def transform_values(
+        self,
+        supplier: Callable[[], ValueTransformerWithKey[K, V, VR]],
+        *store_names: str,
+        materialized: Materialized | str | None = None,
+        name: str | None = None,
+    ) -> KTable[K, VR]:
+        """Java's `transformValues`: `supplier()` makes a `ValueTransformerWithKey` (init/transform/close)
+        per task; `store_names` are connected so `init` can fetch them from its context."""
+        builder = self._builder
+        mat = Materialized.of(materialized) if materialized is not None else None
+        node = name or builder.new_name("KTABLE-TRANSFORMVALUES-")
+        store_name = (
+            None if mat is None else mat.name or builder.new_name("KTABLE-TRANSFORMVALUES-STATE-STORE-")
+        )
+        parent_getter = self.value_getter_supplier
+
+        def bind(context: ProcessorContext) -> ValueGetter:
+            return transformed_lookup(supplier, context, parent_getter.get(context))
+
+        getter = None
+        if store_name is None:
+            getter = ValueGetterSupplier([*parent_getter.store_names, *store_names], bind)
+        value_serde = None if mat is None else mat.value_serde
+        table: KTable[K, VR] = KTable(
+            builder, node, self.key_serde, value_serde, store_name, parent=self, getter=getter
+        )
+        send_old = table.send_old_values_enabled
+        builder.topology.add_processor(
+            node, lambda: KTableTransformValuesProcessor(supplier(), store_name, send_old, node), self.node
+        )
+        if store_names:
+            builder.topology.connect_processor_and_state_stores(node, *store_names)
+        if mat is not None and store_name is not None:
+            builder.topology.add_state_store(
+                builder.kv_store_builder(mat, store_name, mat.key_serde or self.key_serde, value_serde), node
+            )
+        return table
+
+    def to_stream(self, *, name: str | None = None) -> KStream[K, V]:
         from kappaflow.dsl.kstream import KStream
 
         node = self._builder.add_processor("KTABLE-TOSTREAM-", KTableToStreamProcessor, self.node, name=name)
@@ -179,12 +262,12 @@ class KTable:
 
     def group_by(
         self,
-        selector: Callable[[Any, Any], tuple[Any, Any]],
+        selector: Callable[[K, V], tuple[KR, VR]],
         *,
-        key_serde: Serde[Any] | None = None,
-        value_serde: Serde[Any] | None = None,
+        key_serde: Serde[KR] | None = None,
+        value_serde: Serde[VR] | None = None,
         grouped: Grouped | None = None,
-    ) -> Any:
+    ) -> KGroupedTable[KR, VR]:
         """Re-group the table by `selector(key, value) -> (new_key, new_value)`."""
         from kappaflow.dsl.grouped import KGroupedTable
 
@@ -203,8 +286,8 @@ class KTable:
 
     # ----------------------------------------------------------------- joins and suppression
     def _join(
-        self, kind: str, other: KTable, second: Callable[..., Any], third: Any, materialized: Any
-    ) -> KTable:
+        self, kind: str, other: KTable[Any, Any], second: Callable[..., Any], third: Any, materialized: Any
+    ) -> KTable[K, Any]:
         from kappaflow.dsl.table_joins import table_table_join
 
         if callable(third):  # (other, foreign_key_extractor, joiner[, materialized])
@@ -215,38 +298,37 @@ class KTable:
 
     def join(
         self,
-        other: KTable,
+        other: KTable[Any, Any],
         joiner_or_fk_extractor: Callable[..., Any],
         joiner_or_materialized: Any = None,
         materialized: Materialized | str | None = None,
-    ) -> KTable:
+    ) -> KTable[K, Any]:
         """`join(other, joiner[, materialized])` on the primary key, or `join(other, fk_extractor, joiner
         [, materialized])`: a foreign-key join where `fk_extractor(left_value)` is the other table's key."""
         return self._join("inner", other, joiner_or_fk_extractor, joiner_or_materialized, materialized)
 
     def left_join(
         self,
-        other: KTable,
+        other: KTable[Any, Any],
         joiner_or_fk_extractor: Callable[..., Any],
         joiner_or_materialized: Any = None,
         materialized: Materialized | str | None = None,
-    ) -> KTable:
+    ) -> KTable[K, Any]:
         return self._join("left", other, joiner_or_fk_extractor, joiner_or_materialized, materialized)
 
     def outer_join(
-        self, other: KTable, joiner: Callable[..., Any], materialized: Materialized | str | None = None
-    ) -> KTable:
+        self,
+        other: KTable[K, Any],
+        joiner: Callable[..., Any],
+        materialized: Materialized | str | None = None,
+    ) -> KTable[K, Any]:
         from kappaflow.dsl.table_joins import table_table_join
 
         return table_table_join(self, other, joiner, "outer", materialized)
 
-    def suppress(self, suppressed: Any) -> KTable:
+    def suppress(self, suppressed: Suppressed) -> KTable[K, V]:
         """Hold back updates: `Suppressed.until_window_closes(...)` (final windowed results) or
         `Suppressed.until_time_limit(...)`; the buffer is changelogged."""
-        from kappaflow.api.errors import TopologyError
-        from kappaflow.dsl.suppress import KTableSuppressProcessor, change_codec, suppressed_getter
-        from kappaflow.state.time_ordered_buffer import BufferStoreBuilder
-
         builder = self._builder
         grace = 0
         if suppressed.final_results:
@@ -279,10 +361,10 @@ class KTable:
         )
 
 
-class GlobalKTable:
+class GlobalKTable(Generic[K, V]):
     """A table replicated in full to every instance; joined with streams by a key mapper."""
 
-    def __init__(self, store_name: str, key_serde: Serde[Any] | None, value_serde: Serde[Any] | None) -> None:
+    def __init__(self, store_name: str, key_serde: Serde[K] | None, value_serde: Serde[V] | None) -> None:
         self.store_name = store_name
         self.key_serde = key_serde
         self.value_serde = value_serde

@@ -4,10 +4,13 @@ Repartitioned, Named. Each is a plain dataclass with the `with_*`/`as_` construc
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from typing import Any, Literal
 
+from kappaflow.api.processor import to_millis
 from kappaflow.api.serdes import Serde
 from kappaflow.api.time import TimestampExtractor
+from kappaflow.state.versioned import VersionedBytesStoreSupplier
 from kappaflow.topology.nodes import StreamPartitioner
 
 StoreType = Literal["rocksdb", "memory"]
@@ -25,10 +28,15 @@ class Materialized:
     store_type: StoreType = "rocksdb"
     log_config: dict[str, str] = field(default_factory=dict)
     retention_ms: int | None = None
+    versioned: VersionedBytesStoreSupplier | None = None
 
     @staticmethod
-    def as_(name: str) -> Materialized:
-        return Materialized(name=name)
+    def as_(name_or_supplier: str | VersionedBytesStoreSupplier) -> Materialized:
+        """`as_("name")`, or `as_(Stores.persistent_versioned_key_value_store(name, retention))` for a
+        versioned table (KIP-914; `builder.table` only)."""
+        if isinstance(name_or_supplier, VersionedBytesStoreSupplier):
+            return Materialized(name=name_or_supplier.name, caching=False, versioned=name_or_supplier)
+        return Materialized(name=name_or_supplier)
 
     @staticmethod
     def with_(key_serde: Serde[Any] | None, value_serde: Serde[Any] | None) -> Materialized:
@@ -67,6 +75,47 @@ class Materialized:
         if not isinstance(value, Materialized):
             raise TypeError(f"materialized must be a store name or Materialized, got {value!r}")
         return value
+
+
+@dataclass(frozen=True)
+class Joined:
+    """Options of a stream-table join; `grace_period_ms` (KIP-923) buffers stream records that long so
+    late table updates are seen (the table must be versioned)."""
+
+    key_serde: Serde[Any] | None = None
+    value_serde: Serde[Any] | None = None
+    other_value_serde: Serde[Any] | None = None
+    name: str | None = None
+    grace_period_ms: int | None = None
+
+    @staticmethod
+    def with_(
+        key_serde: Serde[Any] | None,
+        value_serde: Serde[Any] | None,
+        other_value_serde: Serde[Any] | None = None,
+        *,
+        grace_period: timedelta | int | None = None,
+    ) -> Joined:
+        grace = None if grace_period is None else _grace(grace_period)
+        return Joined(key_serde, value_serde, other_value_serde, grace_period_ms=grace)
+
+    @staticmethod
+    def as_(name: str) -> Joined:
+        return Joined(name=name)
+
+    @staticmethod
+    def with_grace_period(grace_period: timedelta | int) -> Joined:
+        return Joined(grace_period_ms=_grace(grace_period))
+
+    def with_name(self, name: str) -> Joined:
+        return replace(self, name=name)
+
+
+def _grace(grace_period: timedelta | int) -> int:
+    millis = to_millis(grace_period, "grace period")
+    if millis < 0:
+        raise ValueError(f"Joined: the grace period must not be negative, got {millis} ms")
+    return millis
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic
 
 from kappaflow.api.processor import ProcessorContext
 from kappaflow.api.record import Record
@@ -27,6 +27,7 @@ from kappaflow.dsl.ktable import KTable
 from kappaflow.dsl.options import Materialized
 from kappaflow.dsl.stream_processors import drop_record
 from kappaflow.dsl.table_processors import TupleForwarder, _Stateful
+from kappaflow.dsl.typevars import VA, K, V
 from kappaflow.dsl.windows import SessionWindows
 from kappaflow.state.session_store import SessionStoreBuilder
 from kappaflow.state.window_store import window_bytes_supplier
@@ -98,7 +99,7 @@ def _count_merge(key: Any, left: int, right: int) -> int:
     return left + right
 
 
-class SessionWindowedKStream:
+class SessionWindowedKStream(Generic[K, V]):
     def __init__(self, grouped: Any, windows: SessionWindows) -> None:
         self._grouped = grouped
         self._builder: InternalBuilder = grouped._builder
@@ -112,7 +113,7 @@ class SessionWindowedKStream:
         initializer: Callable[[], Any],
         aggregator: Callable[[Any, Any, Any], Any],
         merger: Callable[[Any, Any, Any], Any],
-    ) -> KTable:
+    ) -> KTable[Windowed[K], Any]:
         grouped, builder, windows = self._grouped, self._builder, self.windows
         mat = Materialized.of(materialized)
         node = builder.new_name(prefix)
@@ -125,7 +126,9 @@ class SessionWindowedKStream:
             )  # fmt: skip
         key_serde = mat.key_serde or grouped.key_serde
         value_serde = mat.value_serde or default_value_serde
-        table = KTable(builder, node, SessionWindowedSerde(key_serde), value_serde, store_name, parent=None)
+        table: KTable[Windowed[K], Any] = KTable(
+            builder, node, SessionWindowedSerde(key_serde), value_serde, store_name, parent=None
+        )
         # suppress(until_window_closes) waits gap + grace past a session's end (Java's GraphGraceSearchUtil):
         # until then a record may still extend the session
         table.window_grace_ms = windows.grace_ms + windows.gap_ms
@@ -149,14 +152,14 @@ class SessionWindowedKStream:
         builder.topology.add_state_store(store, node)
         return table
 
-    def count(self, materialized: Materialized | str | None = None) -> KTable:
+    def count(self, materialized: Materialized | str | None = None) -> KTable[Windowed[K], int]:
         return self._aggregate(
             "KSTREAM-AGGREGATE-", materialized, Long(), lambda: 0, _count_add, _count_merge
         )
 
     def reduce(
-        self, reducer: Callable[[Any, Any], Any], materialized: Materialized | str | None = None
-    ) -> KTable:
+        self, reducer: Callable[[V, V], V], materialized: Materialized | str | None = None
+    ) -> KTable[Windowed[K], V]:
         def add(key: Any, value: Any, aggregate: Any) -> Any:
             return value if aggregate is None else reducer(aggregate, value)
 
@@ -169,9 +172,9 @@ class SessionWindowedKStream:
 
     def aggregate(
         self,
-        initializer: Callable[[], Any],
-        aggregator: Callable[[Any, Any, Any], Any],
-        merger: Callable[[Any, Any, Any], Any],
+        initializer: Callable[[], VA],
+        aggregator: Callable[[K, V, VA], VA],
+        merger: Callable[[K, VA, VA], VA],
         materialized: Materialized | str | None = None,
-    ) -> KTable:
+    ) -> KTable[Windowed[K], VA]:
         return self._aggregate("KSTREAM-AGGREGATE-", materialized, None, initializer, aggregator, merger)

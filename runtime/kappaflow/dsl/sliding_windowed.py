@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic
 
 from kappaflow.api.record import Record
 from kappaflow.api.serdes import Long, Serde
@@ -23,10 +23,12 @@ from kappaflow.api.windowed_serdes import TimeWindowedSerde
 from kappaflow.api.windows import Window, Windowed
 from kappaflow.dsl.builder import InternalBuilder
 from kappaflow.dsl.change import Change
+from kappaflow.dsl.emit import EmitStrategy, WindowEmitMixin, sliding_window_emitter, with_emitter
 from kappaflow.dsl.ktable import KTable
 from kappaflow.dsl.options import Materialized
 from kappaflow.dsl.stream_processors import drop_record
 from kappaflow.dsl.table_processors import _Stateful
+from kappaflow.dsl.typevars import VA, K, V
 from kappaflow.dsl.windowed import window_store_builder
 from kappaflow.dsl.windows import SlidingWindows
 from kappaflow.state.timestamped import ValueAndTimestamp
@@ -35,7 +37,7 @@ log = logging.getLogger(__name__)
 VAT = ValueAndTimestamp[Any]
 
 
-class KStreamSlidingWindowAggregateProcessor(_Stateful):
+class KStreamSlidingWindowAggregateProcessor(WindowEmitMixin, _Stateful):
     def __init__(
         self,
         windows: SlidingWindows,
@@ -67,6 +69,7 @@ class KStreamSlidingWindowAggregateProcessor(_Stateful):
             self._process_early(record, close_time)
         else:
             self._process_in_order(record, close_time)
+        self._emit_closed(record, close_time)
 
     # ----------------------------------------------------------------- window updates
     def _update(self, record: Record[Any, Any], start: int, current: VAT | None, close_time: int) -> None:
@@ -82,7 +85,7 @@ class KStreamSlidingWindowAggregateProcessor(_Stateful):
         self.store.put(record.key, ValueAndTimestamp(new, timestamp), start)
         change = Change(new, old if self.send_old() else None)
         windowed = Windowed(record.key, Window(start, end))
-        self.forwarder.maybe_forward(Record(windowed, change, timestamp, record.headers))
+        self._forward_update(Record(windowed, change, timestamp, record.headers))
 
     def _fresh(self, ts: int) -> VAT | None:
         return ValueAndTimestamp.make(self.initializer(), ts)
@@ -92,9 +95,7 @@ class KStreamSlidingWindowAggregateProcessor(_Stateful):
         start = record.timestamp + 1
         self.store.put(record.key, ValueAndTimestamp(right.value, right.timestamp), start)
         windowed = Windowed(record.key, Window(start, start + self.diff))
-        self.forwarder.maybe_forward(
-            Record(windowed, Change(right.value, None), right.timestamp, record.headers)
-        )
+        self._forward_update(Record(windowed, Change(right.value, None), right.timestamp, record.headers))
 
     def _process_in_order(self, record: Record[Any, Any], close_time: int) -> None:
         """Java's processReverse: the key's windows newest first, so existing windows are updated (and
@@ -187,11 +188,17 @@ def _count_add(key: Any, value: Any, aggregate: int | None) -> int:
     return (aggregate or 0) + 1
 
 
-class SlidingWindowedKStream:
+class SlidingWindowedKStream(Generic[K, V]):
     def __init__(self, grouped: Any, windows: SlidingWindows) -> None:
         self._grouped = grouped
         self._builder: InternalBuilder = grouped._builder
         self.windows = windows
+        self._emit = EmitStrategy.on_window_update()
+
+    def emit_strategy(self, strategy: EmitStrategy) -> SlidingWindowedKStream[K, V]:
+        """KIP-825: `EmitStrategy.on_window_close()` forwards each window once, when it closes."""
+        self._emit = strategy
+        return self
 
     def _aggregate(
         self,
@@ -200,7 +207,7 @@ class SlidingWindowedKStream:
         default_value_serde: Serde[Any] | None,
         initializer: Callable[[], Any],
         aggregator: Callable[[Any, Any, Any], Any],
-    ) -> KTable:
+    ) -> KTable[Windowed[K], Any]:
         grouped, builder, windows = self._grouped, self._builder, self.windows
         mat = Materialized.of(materialized)
         node = builder.new_name(prefix)
@@ -215,15 +222,19 @@ class SlidingWindowedKStream:
         key_serde = mat.key_serde or grouped.key_serde
         value_serde = mat.value_serde or default_value_serde
         diff = windows.time_difference_ms
-        table = KTable(
+        table: KTable[Windowed[K], Any] = KTable(
             builder, node, TimeWindowedSerde(key_serde, diff), value_serde, store_name, parent=None
         )
         table.window_grace_ms = windows.grace_ms
         send_old = table.send_old_values_enabled
+        emitter = (lambda: sliding_window_emitter(diff)) if self._emit.on_close else None
         builder.topology.add_processor(
             node,
-            lambda: KStreamSlidingWindowAggregateProcessor(
-                windows, store_name, send_old, node, initializer, aggregator
+            lambda: with_emitter(
+                KStreamSlidingWindowAggregateProcessor(
+                    windows, store_name, send_old, node, initializer, aggregator
+                ),
+                emitter,
             ),
             parent,
         )
@@ -231,15 +242,16 @@ class SlidingWindowedKStream:
         store = window_store_builder(
             mat, store_name, key_serde, value_serde, diff, 2 * diff + windows.grace_ms
         )
+        store.caching_enabled = store.caching_enabled and emitter is None  # nothing flushes forward
         builder.topology.add_state_store(store, node)
         return table
 
-    def count(self, materialized: Materialized | str | None = None) -> KTable:
+    def count(self, materialized: Materialized | str | None = None) -> KTable[Windowed[K], int]:
         return self._aggregate("KSTREAM-AGGREGATE-", materialized, Long(), lambda: 0, _count_add)
 
     def reduce(
-        self, reducer: Callable[[Any, Any], Any], materialized: Materialized | str | None = None
-    ) -> KTable:
+        self, reducer: Callable[[V, V], V], materialized: Materialized | str | None = None
+    ) -> KTable[Windowed[K], V]:
         def add(key: Any, value: Any, aggregate: Any) -> Any:
             return value if aggregate is None else reducer(aggregate, value)
 
@@ -247,8 +259,8 @@ class SlidingWindowedKStream:
 
     def aggregate(
         self,
-        initializer: Callable[[], Any],
-        aggregator: Callable[[Any, Any, Any], Any],
+        initializer: Callable[[], VA],
+        aggregator: Callable[[K, V, VA], VA],
         materialized: Materialized | str | None = None,
-    ) -> KTable:
+    ) -> KTable[Windowed[K], VA]:
         return self._aggregate("KSTREAM-AGGREGATE-", materialized, None, initializer, aggregator)

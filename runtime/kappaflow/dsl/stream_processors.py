@@ -6,6 +6,7 @@ call for the function and one for `forward`. Key-changing mappers return `(key, 
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -132,11 +133,12 @@ class NullKeyFilter(_Base):
     """Before a repartition topic: records with a null key cannot be partitioned, so Kafka Streams
     drops them (counted in dropped-records)."""
 
-    def __init__(self, label: str) -> None:
+    def __init__(self, label: str, *, enabled: bool = True) -> None:
         self.label = label
+        self.enabled = enabled
 
     def process(self, record: AnyRecord) -> None:
-        if record.key is None:
+        if record.key is None and self.enabled:
             drop_record(self.context, "null-key", self.label)
             return
         self.context.forward(record)
@@ -186,3 +188,16 @@ class CallableProcessorAdapter(_Base):
 
     def process(self, record: AnyRecord) -> None:
         self.fn(record, self.context)
+
+
+def takes_key(fn: Callable[..., Any]) -> bool:
+    """Value mappers may be `f(value)` or `f(key, value)` (Java's ValueMapperWithKey)."""
+    try:
+        params = [
+            p
+            for p in inspect.signature(fn).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+        ]
+    except (TypeError, ValueError):
+        return False
+    return len(params) >= 2

@@ -24,9 +24,10 @@ from kappaflow.dsl.builder import InternalBuilder
 from kappaflow.dsl.change import Change
 from kappaflow.dsl.joins import adapt_joiner, copartition
 from kappaflow.dsl.ktable import KTable, ValueGetter, ValueGetterSupplier
-from kappaflow.dsl.options import Materialized
+from kappaflow.dsl.options import Joined, Materialized
 from kappaflow.dsl.stream_processors import drop_record
 from kappaflow.dsl.table_processors import _Stateful
+from kappaflow.state.join_buffer import StreamJoinBuffer, StreamJoinBufferBuilder
 from kappaflow.state.timestamped import ValueAndTimestamp
 
 log = logging.getLogger(__name__)
@@ -43,18 +44,41 @@ class KStreamKTableJoinProcessor:
         left: bool,
         label: str,
         key_mapper: Callable[[Any, Any], Any] | None = None,
+        buffer_name: str | None = None,
     ) -> None:
         self.getter_supplier = getter
         self.joiner = joiner
         self.left = left
         self.label = label
         self.key_mapper = key_mapper
+        self.buffer_name = buffer_name  # with a grace period (KIP-923): stream records wait here
+        self.observed_stream_time = -1
 
     def init(self, context: ProcessorContext) -> None:
         self.context = context
         self.lookup: ValueGetter = self.getter_supplier.get(context)
+        self.lookup_as_of = self.getter_supplier.get_as_of(context)
+        if self.buffer_name is not None:
+            self.buffer: StreamJoinBuffer = context.get_state_store(self.buffer_name)
 
     def process(self, record: Record[Any, Any]) -> None:
+        """Join now, or with a grace period buffer the record and join every record whose grace passed,
+        oldest first (Java: records too late for the buffer, or with a null key or value, join now)."""
+        if self.buffer_name is None or record.key is None or record.value is None:
+            self._join(record)
+            return
+        self.observed_stream_time = max(self.observed_stream_time, record.timestamp)
+        buffered = self.buffer.put(
+            self.observed_stream_time, record.key, record.value, record.timestamp, record.headers
+        )
+        if not buffered:
+            self._join(record)
+            return
+        self.buffer.evict(
+            self.observed_stream_time, lambda r: self._join(Record(r.key, r.value, r.timestamp, r.headers))
+        )
+
+    def _join(self, record: Record[Any, Any]) -> None:
         key, value = record.key, record.value
         if self.left and self.key_mapper is None and key is None and value is not None:
             # KIP-962 (Kafka Streams 3.7): a left join emits a null-key record with no table value
@@ -68,7 +92,12 @@ class KStreamKTableJoinProcessor:
             drop_record(self.context, "null-value", self.label)
             return
         table_key = key if self.key_mapper is None else self.key_mapper(key, value)
-        found = None if table_key is None else self.lookup(table_key)
+        if table_key is None:
+            found = None
+        elif self.lookup_as_of is not None:  # a versioned table: the value as of the record's time
+            found = self.lookup_as_of(table_key, record.timestamp)
+        else:
+            found = self.lookup(table_key)
         other = None if found is None else found.value
         if other is None and not self.left:
             return
@@ -78,7 +107,9 @@ class KStreamKTableJoinProcessor:
         return None
 
 
-def stream_table_join(stream: Any, table: KTable, joiner: Callable[..., Any], left: bool) -> Any:
+def stream_table_join(
+    stream: Any, table: KTable[Any, Any], joiner: Callable[..., Any], left: bool, joined: Joined | None = None
+) -> Any:
     from kappaflow.dsl.kstream import KStream
 
     builder: InternalBuilder = stream._builder
@@ -87,13 +118,22 @@ def stream_table_join(stream: Any, table: KTable, joiner: Callable[..., Any], le
         node = builder.add_repartition(node, node, stream.key_serde or table.key_serde, stream.value_serde,
                                        user_named=False)  # fmt: skip
     copartition(builder, node, table.node)
-    name = builder.new_name("KSTREAM-LEFTJOIN-" if left else "KSTREAM-JOIN-")
+    opts = joined or Joined()
+    name = opts.name or builder.new_name("KSTREAM-LEFTJOIN-" if left else "KSTREAM-JOIN-")
     getter = table.value_getter_supplier
     adapted = adapt_joiner(joiner)
+    buffer = None if opts.grace_period_ms is None else f"{name}-Buffer"
     builder.topology.add_processor(
-        name, lambda: KStreamKTableJoinProcessor(getter, adapted, left, name), node
+        name, lambda: KStreamKTableJoinProcessor(getter, adapted, left, name, buffer_name=buffer), node
     )
     builder.topology.connect_processor_and_state_stores(name, *getter.store_names)
+    if buffer is not None and opts.grace_period_ms is not None:
+        if not table.versioned:
+            raise TopologyError("KTable must be versioned to use a grace period in a stream table join.")
+        key_serde = opts.key_serde or stream.key_serde or table.key_serde
+        value_serde = opts.value_serde or stream.value_serde
+        store = StreamJoinBufferBuilder(buffer, key_serde, value_serde, opts.grace_period_ms)
+        builder.topology.add_state_store(store, name)
     return KStream(builder, name, stream.key_serde, None, repartition_required=False)
 
 
@@ -183,10 +223,10 @@ class KTableKTableMergeProcessor(_Stateful):
         self._emit(record, change.new_value, old, record.timestamp)
 
 
-class JoinedKTable(KTable):
+class JoinedKTable(KTable[Any, Any]):
     """A join result: asking it for old values asks both parents (when it has no store of its own)."""
 
-    def __init__(self, *args: Any, parents: tuple[KTable, KTable], **kwargs: Any) -> None:
+    def __init__(self, *args: Any, parents: tuple[KTable[Any, Any], KTable[Any, Any]], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._join_parents = parents
 
@@ -197,8 +237,8 @@ class JoinedKTable(KTable):
 
 
 def table_table_join(
-    left: KTable, right: KTable, joiner: Callable[..., Any], kind: str, materialized: Any
-) -> KTable:
+    left: KTable[Any, Any], right: KTable[Any, Any], joiner: Callable[..., Any], kind: str, materialized: Any
+) -> KTable[Any, Any]:
     builder: InternalBuilder = left._builder
     if right._builder is not builder:
         raise TopologyError("cannot join tables from different StreamsBuilders")

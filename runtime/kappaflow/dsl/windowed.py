@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic
 
 from kappaflow.api.errors import TopologyError
 from kappaflow.api.record import Record
@@ -20,10 +20,12 @@ from kappaflow.api.windowed_serdes import TimeWindowedSerde
 from kappaflow.api.windows import Windowed
 from kappaflow.dsl.builder import InternalBuilder
 from kappaflow.dsl.change import Change
+from kappaflow.dsl.emit import EmitStrategy, WindowEmitMixin, time_window_emitter, with_emitter
 from kappaflow.dsl.ktable import KTable
 from kappaflow.dsl.options import Materialized
 from kappaflow.dsl.stream_processors import drop_record
 from kappaflow.dsl.table_processors import _Stateful
+from kappaflow.dsl.typevars import VA, K, V
 from kappaflow.dsl.windows import TimeWindows
 from kappaflow.state.timestamped import ValueAndTimestamp
 from kappaflow.state.window_store import WindowStoreBuilder, window_bytes_supplier
@@ -65,7 +67,7 @@ def window_store_builder(
     return builder
 
 
-class KStreamWindowAggregateProcessor(_Stateful):
+class KStreamWindowAggregateProcessor(WindowEmitMixin, _Stateful):
     def __init__(
         self,
         windows: TimeWindows,
@@ -118,7 +120,8 @@ class KStreamWindowAggregateProcessor(_Stateful):
                     new = self.aggregator(key, value, old)  # type: ignore[misc]
             self.store.put(key, ValueAndTimestamp(new, timestamp), start)
             change = Change(new, old if self.send_old() else None)
-            self.forwarder.maybe_forward(Record(Windowed(key, window), change, timestamp, record.headers))
+            self._forward_update(Record(Windowed(key, window), change, timestamp, record.headers))
+        self._emit_closed(record, close_time)
 
 
 def _count_add(key: Any, value: Any, aggregate: int) -> int:
@@ -129,13 +132,19 @@ def _zero() -> int:
     return 0
 
 
-class TimeWindowedKStream:
+class TimeWindowedKStream(Generic[K, V]):
     """A grouped stream cut into time windows; aggregations return a windowed KTable."""
 
     def __init__(self, grouped: Any, windows: TimeWindows) -> None:
         self._grouped = grouped
         self._builder: InternalBuilder = grouped._builder
         self.windows = windows
+        self._emit = EmitStrategy.on_window_update()
+
+    def emit_strategy(self, strategy: EmitStrategy) -> TimeWindowedKStream[K, V]:
+        """KIP-825: `EmitStrategy.on_window_close()` forwards each window once, when it closes."""
+        self._emit = strategy
+        return self
 
     def _aggregate(
         self,
@@ -143,7 +152,7 @@ class TimeWindowedKStream:
         materialized: Materialized | str | None,
         default_value_serde: Serde[Any] | None,
         make: Callable[[str, Callable[[], bool], str], Any],
-    ) -> KTable:
+    ) -> KTable[Windowed[K], Any]:
         grouped = self._grouped
         builder = self._builder
         mat = Materialized.of(materialized)
@@ -161,19 +170,23 @@ class TimeWindowedKStream:
         key_serde = mat.key_serde or grouped.key_serde
         value_serde = mat.value_serde or default_value_serde
         size = self.windows.size_ms
-        table = KTable(
+        table: KTable[Windowed[K], Any] = KTable(
             builder, node, TimeWindowedSerde(key_serde, size), value_serde, store_name, parent=None
         )
         table.window_grace_ms = self.windows.grace_ms
         send_old = table.send_old_values_enabled
-        builder.topology.add_processor(node, lambda: make(store_name, send_old, node), parent)
+        emitter = (lambda: time_window_emitter(size)) if self._emit.on_close else None
+        builder.topology.add_processor(
+            node, lambda: with_emitter(make(store_name, send_old, node), emitter), parent
+        )
         store = window_store_builder(
             mat, store_name, key_serde, value_serde, size, size + self.windows.grace_ms
         )
+        store.caching_enabled = store.caching_enabled and emitter is None  # nothing flushes forward
         builder.topology.add_state_store(store, node)
         return table
 
-    def count(self, materialized: Materialized | str | None = None) -> KTable:
+    def count(self, materialized: Materialized | str | None = None) -> KTable[Windowed[K], int]:
         windows = self.windows
         return self._aggregate(
             "KSTREAM-AGGREGATE-",
@@ -185,8 +198,8 @@ class TimeWindowedKStream:
         )
 
     def reduce(
-        self, reducer: Callable[[Any, Any], Any], materialized: Materialized | str | None = None
-    ) -> KTable:
+        self, reducer: Callable[[V, V], V], materialized: Materialized | str | None = None
+    ) -> KTable[Windowed[K], V]:
         windows = self.windows
         return self._aggregate(
             "KSTREAM-REDUCE-",
@@ -199,10 +212,10 @@ class TimeWindowedKStream:
 
     def aggregate(
         self,
-        initializer: Callable[[], Any],
-        aggregator: Callable[[Any, Any, Any], Any],
+        initializer: Callable[[], VA],
+        aggregator: Callable[[K, V, VA], VA],
         materialized: Materialized | str | None = None,
-    ) -> KTable:
+    ) -> KTable[Windowed[K], VA]:
         windows = self.windows
         return self._aggregate(
             "KSTREAM-AGGREGATE-",

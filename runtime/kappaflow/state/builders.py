@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, Generic, Protocol, TypeVar
 
 from kappaflow.api.serdes import Serde
@@ -20,6 +21,11 @@ from kappaflow.state.kv_layers import (
     MeteredKeyValueStore,
 )
 from kappaflow.state.timestamped import ValueAndTimestamp, ValueAndTimestampSerde
+from kappaflow.state.versioned import (
+    VersionedBytesStoreSupplier,
+    VersionedKeyValueStoreBuilder,
+    versioned_supplier,
+)
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -131,6 +137,25 @@ class Stores:
     @staticmethod
     def persistent_timestamped_key_value_store(name: str) -> KeyValueBytesStoreSupplier:
         return KeyValueBytesStoreSupplier(name, True, RocksDBKeyValueBytesStore)
+
+    @staticmethod
+    def persistent_versioned_key_value_store(
+        name: str, history_retention: timedelta | int
+    ) -> VersionedBytesStoreSupplier:
+        """A RocksDB versioned store keeping `history_retention` of old values (KIP-889)."""
+        return versioned_supplier(name, history_retention, persistent=True)
+
+    @staticmethod
+    def in_memory_versioned_key_value_store(
+        name: str, history_retention: timedelta | int
+    ) -> VersionedBytesStoreSupplier:
+        return versioned_supplier(name, history_retention, persistent=False)
+
+    @staticmethod
+    def versioned_key_value_store_builder(
+        supplier: VersionedBytesStoreSupplier, key_serde: Serde[Any] | None, value_serde: Serde[Any] | None
+    ) -> VersionedKeyValueStoreBuilder:
+        return VersionedKeyValueStoreBuilder(supplier, key_serde, value_serde)
 
     @staticmethod
     def in_memory_key_value_store(name: str) -> KeyValueBytesStoreSupplier:

@@ -1,0 +1,120 @@
+"""Versioned key-value stores (KIP-889/914): a table keeps its history, and a stream-table join reads the
+table's value as of the stream record's time (Java's KStreamKTableJoin over a versioned table)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kappaflow import Joined, Materialized, Stores, StreamsBuilder
+from kappaflow.api.errors import TopologyError
+from kappaflow.testing import TopologyTestDriver
+
+CFG = {"default.key.serde": "String", "default.value.serde": "String"}
+
+
+def topology(persistent: bool, left: bool) -> Any:
+    builder = StreamsBuilder()
+    make = (
+        Stores.persistent_versioned_key_value_store
+        if persistent
+        else Stores.in_memory_versioned_key_value_store
+    )
+    table = builder.table("table", materialized=Materialized.as_(make("versioned", 100)))
+    table.to_stream().to("table-out")
+    stream = builder.stream("stream")
+    join = stream.left_join if left else stream.join
+    join(table, lambda s, t: f"{s}-{t}").to("out")
+    return builder.build()
+
+
+@pytest.mark.parametrize("persistent", [True, False])
+@pytest.mark.parametrize("left", [False, True])
+def test_stream_join_reads_the_table_as_of_the_record_time(persistent: bool, left: bool) -> None:
+    with TopologyTestDriver(topology(persistent, left), CFG) as driver:
+        table, stream = driver.create_input_topic("table"), driver.create_input_topic("stream")
+        out = driver.create_output_topic("out")
+
+        def joined(ts: int) -> list[tuple[Any, Any, int]]:
+            stream.pipe_input("a", "s", ts)
+            return [(r.key, r.value, r.timestamp) for r in out.read_records_to_list()]
+
+        table.pipe_input("a", "A1", 10)
+        table.pipe_input("a", "A2", 20)
+        assert joined(15) == [("a", "s-A1", 15)]
+        assert joined(25) == [("a", "s-A2", 25)]
+        assert joined(5) == ([("a", "s-None", 5)] if left else [])  # no version yet at 5
+        table.pipe_input("a", "A0", 8)  # out of order: becomes history, not the latest
+        assert joined(9) == [("a", "s-A0", 9)]
+        assert joined(30) == [("a", "s-A2", 30)]
+        table.pipe_input("a", None, 40)  # a tombstone is a version too
+        assert joined(45) == ([("a", "s-None", 45)] if left else [])
+        assert joined(22) == [("a", "s-A2", 22)]
+        table.pipe_input("b", "B", 200)  # stream time 200: history before 100 is gone
+        assert joined(50) == ([("a", "s-None", 50)] if left else [])
+        table_out = driver.create_output_topic("table-out").read_key_values_to_list()
+        # every stored update is forwarded, the out-of-order one too (Java: with isLatest=false)
+        assert table_out == [("a", "A1"), ("a", "A2"), ("a", "A0"), ("a", None), ("b", "B")]
+
+
+def test_update_older_than_history_retention_is_dropped() -> None:
+    with TopologyTestDriver(topology(True, False), CFG) as driver:
+        table = driver.create_input_topic("table")
+        table.pipe_input("a", "A1", 500)
+        table.pipe_input("a", "old", 300)  # 300 < 500 - 100: not stored, not forwarded
+        assert driver.create_output_topic("table-out").read_key_values_to_list() == [("a", "A1")]
+
+
+def test_history_is_restored_from_the_changelog() -> None:
+    topo = topology(True, False)
+    first = TopologyTestDriver(topo, CFG)
+    table = first.create_input_topic("table")
+    table.pipe_input("a", "A1", 10)
+    table.pipe_input("a", "A2", 20)
+    first.close()
+    second = TopologyTestDriver(topo, CFG, restore_from=first)
+    try:
+        second.create_input_topic("stream").pipe_input("a", "s", 15)
+        assert second.create_output_topic("out").read_key_values_to_list() == [("a", "s-A1")]
+    finally:
+        second.close()
+
+
+def grace_topology(left: bool) -> Any:
+    builder = StreamsBuilder()
+    table = builder.table(
+        "table", materialized=Materialized.as_(Stores.persistent_versioned_key_value_store("versioned", 100))
+    )
+    stream = builder.stream("stream")
+    join = stream.left_join if left else stream.join
+    join(table, lambda s, t: f"{s}-{t}", Joined.with_grace_period(10)).to("out")
+    return builder.build()
+
+
+@pytest.mark.parametrize("left", [False, True])
+def test_grace_period_waits_for_late_table_updates(left: bool) -> None:
+    """KIP-923: a stream record joins once stream time passes its time + grace, so the table update at 15
+    arriving after the stream record at 20 is still seen; a record already past the grace joins at once."""
+    with TopologyTestDriver(grace_topology(left), CFG) as driver:
+        table, stream = driver.create_input_topic("table"), driver.create_input_topic("stream")
+        out = driver.create_output_topic("out")
+
+        def piped(value: str, ts: int) -> list[tuple[Any, Any, int]]:
+            stream.pipe_input("a", value, ts)
+            return [(r.key, r.value, r.timestamp) for r in out.read_records_to_list()]
+
+        table.pipe_input("a", "A1", 10)
+        assert piped("s20", 20) == []  # buffered until stream time 30
+        table.pipe_input("a", "A2", 15)  # late table update
+        assert piped("s25", 25) == []
+        assert piped("s31", 31) == [("a", "s20-A2", 20)]  # without the grace it would be s20-A1
+        assert piped("s5", 5) == ([("a", "s5-None", 5)] if left else [])  # too late to wait: joins now
+        assert piped("s40", 40) == [("a", "s25-A2", 25)]  # s31 waits until stream time 41
+
+
+def test_grace_period_needs_a_versioned_table() -> None:
+    builder = StreamsBuilder()
+    table = builder.table("table")
+    with pytest.raises(TopologyError, match="KTable must be versioned to use a grace period"):
+        builder.stream("stream").join(table, lambda s, t: s, Joined.with_grace_period(10))
