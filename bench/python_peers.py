@@ -100,6 +100,10 @@ def run_quix(bootstrap: str, source: str, sink: str, lines: int, words: int, gua
     return run_peer(QUIX, [bootstrap, source, sink, str(lines), str(words), guarantee, state_dir])
 
 
-def run_faust(bootstrap: str, source: str, sink: str, lines: int, words: int, partitions: int) -> float:
-    """Faust-streaming's word count at at-least-once over the first `lines` lines it reads."""
-    return run_peer(FAUST, [bootstrap, source, sink, str(lines), str(words), str(partitions)])
+def run_faust(
+    bootstrap: str, source: str, sink: str, words_topic: str, lines: int, words: int, partitions: int
+) -> float:
+    """Faust-streaming's word count at at-least-once over the first `lines` lines it reads; `words_topic`
+    (already created) is its repartition topic."""
+    args = [bootstrap, source, sink, str(lines), str(words), str(partitions), words_topic]
+    return run_peer(FAUST, args)

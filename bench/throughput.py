@@ -316,8 +316,12 @@ def run_one(name: str, args: argparse.Namespace, bootstrap: str, source: str, cl
         guarantee = name.removeprefix("quix_")
         return python_peers.run_quix(bootstrap, source, sink, args.lines, args.words, guarantee)
     if name == "faust_at_least_once":
+        words_topic = f"bench-faust-words-{uuid.uuid4().hex[:6]}"
+        create_topic(admin, words_topic, args.partitions)
         faust_lines = min(args.faust_lines, args.lines)
-        return python_peers.run_faust(bootstrap, source, sink, faust_lines, args.words, args.partitions)
+        return python_peers.run_faust(
+            bootstrap, source, sink, words_topic, faust_lines, args.words, args.partitions
+        )
     return kappaflow_run(bootstrap, source, sink, args.lines, args.words, name)
 
 

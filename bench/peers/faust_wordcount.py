@@ -8,7 +8,10 @@ the changelog is still written, as with kappaflow. Measured at at-least-once onl
 line processed until the counting agent has seen every word; prints ``LINES_PER_SECOND <n>`` and
 ends the process (the worker has no programmatic stop that returns to the caller).
 
-    python faust_wordcount.py BOOTSTRAP SOURCE SINK LINES WORDS PARTITIONS
+    python faust_wordcount.py BOOTSTRAP SOURCE SINK LINES WORDS PARTITIONS WORDS_TOPIC
+
+WORDS_TOPIC is created by the caller with the source's partition count, as Kafka Streams creates its
+repartition topic up front (Faust creates only its tables' changelogs by itself).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import uuid
 
 import faust
 
-bootstrap, source, sink, lines, words, partitions = sys.argv[1:7]
+bootstrap, source, sink, lines, words, partitions, words_topic_name = sys.argv[1:8]
 expected = int(lines) * int(words)
 app_id = f"bench-faust-{uuid.uuid4().hex[:6]}"
 app = faust.App(
@@ -37,7 +40,7 @@ lines_topic = app.topic(
     source, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
 )
 words_topic = app.topic(
-    f"{app_id}-words",
+    words_topic_name,
     key_type=bytes,
     value_type=bytes,
     key_serializer="raw",
@@ -69,11 +72,11 @@ async def count(stream):  # type: ignore[no-untyped-def]
         timing["counted"] += 1
         if timing["counted"] == expected:
             elapsed = time.perf_counter() - timing["started"]
-            print(f"LINES_PER_SECOND {int(lines) / elapsed:.1f}", flush=True)
+            print(f"LINES_PER_SECOND {int(lines) / elapsed:.1f}", file=sys.__stdout__, flush=True)
             os._exit(0)
 
 
 if __name__ == "__main__":
     logging.disable(logging.WARNING)
-    worker = faust.Worker(app, loglevel="ERROR", quiet=True)
+    worker = faust.Worker(app, loglevel="ERROR", quiet=True, redirect_stdouts=False)
     worker.execute_from_commandline()
