@@ -56,7 +56,7 @@ class MeteredSessionStore(MeteredStoreBase):
         self.key_serde, self.value_serde = self.resolve_serdes(context)
         self._topic = context.changelog_topic(self.name)
         self.inner.init(context, root or self)
-        caching = _find_layer(self.inner, CachingKeyValueStore)
+        caching = find_layer(self.inner, CachingKeyValueStore)
         self._caching = caching if caching is not None and caching.caching else None
         if self._caching is not None:
             self._caching.underlying_live = self._live

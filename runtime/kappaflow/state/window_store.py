@@ -98,7 +98,7 @@ class MeteredWindowStore(MeteredStoreBase):
         self._topic = context.changelog_topic(self.name)
         self._context = context
         self.inner.init(context, root or self)
-        caching = _find_layer(self.inner, CachingKeyValueStore)
+        caching = find_layer(self.inner, CachingKeyValueStore)
         self._caching = caching if caching is not None and caching.caching else None
         if self._caching is not None:
             self._caching.underlying_live = self._live
