@@ -161,14 +161,6 @@ class Kube:
         path = object_path(API_VERSION, "StreamApp", namespace, name) + "/status"
         self._call("PATCH", path, {"status": dict(status)}, content_type=MERGE)
 
-    def read_secret_key(self, namespace: str, name: str, key: str) -> str:
-        import base64
-
-        secret = self.get("v1", "Secret", namespace, name)
-        if secret is None or key not in (secret.get("data") or {}):
-            raise KubeError(404, f"secret {namespace}/{name} has no key {key!r}")
-        return base64.b64decode(secret["data"][key]).decode()
-
     # ---- the describe Job --------------------------------------------------------------------------------
     def job_outcome(self, namespace: str, job_name: str) -> TerminatedContainer | None:
         """The terminated container of the Job's newest finished pod, or None while none has finished.
