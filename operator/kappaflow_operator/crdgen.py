@@ -20,8 +20,8 @@ from typing import Any
 
 import yaml
 
-from .status import MAX_NAME_LENGTH
 from .models import GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION, StreamAppSpec, StreamAppStatus
+from .status import MAX_NAME_LENGTH
 
 CRD_NAME = f"{PLURAL}.{GROUP}"
 CRD_FILE = f"{CRD_NAME}.yaml"

@@ -132,11 +132,13 @@ class Kube:
                 return None
             raise
 
-    def list(self, api_version: str, kind: str, namespace: str, selector: str) -> list[dict[str, Any]]:
+    def list(
+        self, api_version: str, kind: str, namespace: str, selector: str = "", *, fields: str = ""
+    ) -> list[dict[str, Any]]:
+        """Objects by label selector and/or field selector (e.g. events of one involved object)."""
         path = object_path(api_version, kind, namespace)
-        items: list[dict[str, Any]] = self._call("GET", path, query={"labelSelector": selector}).get(
-            "items", []
-        )
+        query = {k: v for k, v in (("labelSelector", selector), ("fieldSelector", fields)) if v}
+        items: list[dict[str, Any]] = self._call("GET", path, query=query).get("items", [])
         return items
 
     def delete(

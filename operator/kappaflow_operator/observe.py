@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import status
 from .desired.common import APP_LABEL
 from .desired.jobs import DESCRIBE_JOB_LABEL
 from .k8s import Kube
@@ -54,3 +55,25 @@ def observe(kube: Kube, namespace: str, name: str) -> Snapshot:
     sts = kube.get("apps/v1", "StatefulSet", namespace, name)
     pods = kube.list("v1", "Pod", namespace, f"{APP_LABEL}={name},!{DESCRIBE_JOB_LABEL}") if sts else []
     return Snapshot(app, sts, pods)
+
+
+def job_problem(kube: Kube, namespace: str, job_name: str) -> status.Problem | None:
+    """Why a Job that has not printed anything will not: failed (deadline, backoff), pods it cannot
+    create (admission, PodSecurity, quota), pods that cannot start (image pull); None while it runs."""
+    job = kube.get("batch/v1", "Job", namespace, job_name) or {}
+    for cond in (job.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Failed" and cond.get("status") == "True":
+            return status.Problem(
+                "JobFailed", f"Job {job_name} failed ({cond.get('reason')}): {cond.get('message', '')}"
+            )
+    stuck = status.pod_problems(kube.list("v1", "Pod", namespace, f"job-name={job_name}"))
+    if stuck:
+        return status.Problem(stuck[0].reason, f"Job {job_name}: {stuck[0].message}")
+    fields = f"involvedObject.kind=Job,involvedObject.name={job_name},reason=FailedCreate"
+    refused = kube.list("v1", "Event", namespace, fields=fields)
+    if refused:
+        newest = max(refused, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+        return status.Problem(
+            "JobFailed", f"Job {job_name} cannot create its pod: {newest.get('message', '')}"
+        )
+    return None

@@ -35,12 +35,13 @@ from .desired.common import AppRef, object_meta, spec_hash
 from .diff import Action, SpecDiff, classify
 from .k8s import Kube, KubeError
 from .kafka import KafkaAdmin, KafkaError
-from .models import StableSpec, StreamAppSpec, StreamAppStatus, TopologyDescription, TopologyStatus
-from .observe import APPLICATION_ID_ANNOTATION, Snapshot, observe
+from .models import Rollback, StableSpec, StreamAppSpec, StreamAppStatus, TopologyDescription, TopologyStatus
+from .observe import APPLICATION_ID_ANNOTATION, Snapshot, job_problem, observe
 from .topics import internal_topic_names, plan_internal_topics
 
 APPLIED_SPEC_ANNOTATION = "kappaflow.io/applied-spec"
 TOPOLOGY_ANNOTATION = "kappaflow.io/topology-hash"
+UPGRADED_AT_ANNOTATION = "kappaflow.io/upgraded-at"
 DESCRIBE_KEY = "kappaflow.io/describe-key"
 TOPOLOGY_FILE = "topology.json"
 #: How soon to look again while waiting for something outside our control (a Job, a topic).
@@ -117,7 +118,7 @@ def ensure_topology(
         ctx.kube.event(body, "Normal", "DescribingTopology", f"started Job {job_name} for image {spec.image}")
     outcome = ctx.kube.job_outcome(ref.namespace, job_name)
     if outcome is None:
-        return None
+        return job_problem(ctx.kube, ref.namespace, job_name)
     if outcome.exit_code != 0:
         return status.Problem(
             "DescribeFailed", f"Job {job_name} exited {outcome.exit_code}: {outcome.message[-512:]}"
@@ -173,7 +174,11 @@ class Pass:
         new = status.compute_status(prev, obs, name=meta["name"], now=self.now)
         if self.extra:
             new = new.model_copy(update=self.extra)
-        self.ctx.kube.patch_status(meta["namespace"], meta["name"], new.to_wire())
+        wire = new.to_wire()
+        for key, value in self.extra.items():
+            if value is None:  # a merge patch removes a field only when told so
+                wire[StreamAppStatus.model_fields[key].alias or key] = None
+        self.ctx.kube.patch_status(meta["namespace"], meta["name"], wire)
         return new
 
     def observation(self, replicas: int, **kw: Any) -> status.Observation:
@@ -248,6 +253,12 @@ def reconcile(p: Pass) -> StreamAppStatus:
     if spec.suspend:
         return p.write(prev, p.observation(snap_replicas(snap), suspended=True))
 
+    try:  # the Secrets the spec names are checked first: a describe Job could not start without them
+        admin = _admin(p, spec, ref)
+    except SecretReferenceError as err:
+        problem = status.Problem("SecretReferenceInvalid", str(err))
+        p.problem(prev, problem)
+        return p.write(prev, p.observation(spec.replicas, problems=[problem]))
     found = ensure_topology(ctx, spec, ref, body)
     if found is None:
         p.write(prev, p.observation(spec.replicas, topology_known=False))
@@ -264,16 +275,11 @@ def reconcile(p: Pass) -> StreamAppStatus:
         or spec.application_id
     )
     try:
-        admin = _admin(p, spec, ref)
         plan = plan_internal_topics(description, app_id, admin.topic_partitions())
         created: list[str] = []
         if plan.ready and plan.to_create:
             created = admin.create_topics(plan.to_create, spec.kafka.replication_factor)
             ctx.event(body, "Normal", "TopicsCreated", "created " + ", ".join(created))
-    except SecretReferenceError as err:
-        problem = status.Problem("SecretReferenceInvalid", str(err))
-        p.problem(prev, problem)
-        return p.write(prev, p.observation(spec.replicas, problems=[problem]))
     except KafkaError as err:
         problem = status.Problem("KafkaUnavailable", str(err))
         p.problem(prev, problem)
@@ -326,6 +332,17 @@ def reconcile(p: Pass) -> StreamAppStatus:
         ctx.event(body, "Normal", "TopicsCreated", "created " + (", ".join(sorted(set(made))) or "no topics"))
 
     common: dict[str, Any] = {"topic_plan": plan, "cap": cap, "scale_ignored": ignored}
+    rolled = _rollback(p, spec, prev, cap.replicas)
+    if rolled is not None:
+        stable_spec, stable, rollback = rolled
+        failure = _apply(p, stable_spec, ref, description, cap, stable.application_id, prev, recreate_topics)
+        problem = status.Problem(
+            "UpgradeRolledBack",
+            f"{rollback.reason}; rolled back to the last stable spec (image {stable.image}); fix the spec "
+            "and apply it again",
+        )
+        problems = [problem, *([failure] if failure is not None else [])]
+        return p.write(prev, p.observation(cap.replicas, problems=problems, **common))
     if spec.upgrade.mode == "reprocess":
         change = _pending_change(spec, description, snap.statefulset)
         outcome = reprocess.step(ctx, body, spec, ref, description, change.action, app_id, prev, p.now)
@@ -350,10 +367,54 @@ def reconcile(p: Pass) -> StreamAppStatus:
     obs = p.observation(
         cap.replicas,
         created_topics=frozenset(created),
-        applied=StableSpec(hash=spec_hash(spec), image=spec.image, application_id=app_id),
+        applied=StableSpec(
+            hash=spec_hash(spec), image=spec.image, application_id=app_id, spec=spec.to_wire()
+        ),
         **common,
     )
     return p.write(prev, obs)
+
+
+def _upgraded_at(sts: Mapping[str, Any] | None) -> datetime | None:
+    value = ((sts or {}).get("metadata", {}).get("annotations") or {}).get(UPGRADED_AT_ANNOTATION)
+    try:
+        return datetime.fromisoformat(value) if value else None
+    except ValueError:
+        return None
+
+
+def _rollback(
+    p: Pass, spec: StreamAppSpec, prev: StreamAppStatus | None, desired_replicas: int
+) -> tuple[StreamAppSpec, StableSpec, Rollback] | None:
+    """The stable spec to run instead of `spec` when `spec` is an upgrade that missed its deadline.
+
+    The decision is `status.rollback_due`; once taken it is kept in status.rollback for as long as the
+    spec stays the failed one, so later passes do not try the failed upgrade again. A new spec clears it.
+    """
+    digest = spec_hash(spec)
+    stable = prev.last_stable_spec if prev is not None else None
+    current = prev.rollback if prev is not None else None
+    if current is not None and current.failed_spec_hash != digest:
+        p.extra["rollback"] = None
+        current = None
+    if stable is None or stable.spec is None:
+        return None
+    if current is None:
+        sts = p.snap.statefulset
+        reason = status.rollback_due(
+            spec=spec,
+            stable=stable,
+            upgraded_at=_upgraded_at(sts),
+            now=p.now,
+            statefulset=sts,
+            desired=desired_replicas,
+        )
+        if reason is None:
+            return None
+        current = Rollback(failed_spec_hash=digest, to_spec_hash=stable.hash, time=p.now, reason=reason)
+        p.ctx.event(p.body, "Warning", "UpgradeRolledBack", f"{reason}; rolling back to image {stable.image}")
+    p.extra["rollback"] = current
+    return StreamAppSpec.model_validate(stable.spec), stable, current
 
 
 def snap_replicas(snap: Snapshot) -> int:
@@ -454,6 +515,10 @@ def _apply(
         ctx.event(
             body, "Normal", "RollingOntoReprocessedState", f"rolling the pods onto application id '{app_id}'"
         )
+    # When the pods last got a new template: the start of the progress deadline (a scale is no upgrade).
+    before = ((sts or {}).get("metadata", {}).get("annotations") or {}).get(UPGRADED_AT_ANNOTATION)
+    upgraded = change.action in (Action.ROLL, Action.REPROCESS, Action.RESET) or not before
+    upgraded_at = p.now.isoformat() if upgraded else str(before)
     for obj in desired.desired_resources(spec, ref, desired.Facts(cap.replicas, app_id)):
         if obj["kind"] == "StatefulSet":
             obj["metadata"].setdefault("annotations", {}).update(
@@ -461,6 +526,7 @@ def _apply(
                     APPLIED_SPEC_ANNOTATION: json.dumps(spec.to_wire(), sort_keys=True),
                     TOPOLOGY_ANNOTATION: fingerprint,
                     APPLICATION_ID_ANNOTATION: app_id,
+                    UPGRADED_AT_ANNOTATION: upgraded_at,
                 }
             )
         ctx.kube.apply(obj)

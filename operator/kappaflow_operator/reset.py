@@ -12,6 +12,7 @@ from .desired.common import APP_LABEL, AppRef
 from .desired.jobs import DESCRIBE_JOB_LABEL
 from .kafka import KafkaError
 from .models import StreamAppSpec
+from .observe import job_problem
 
 if TYPE_CHECKING:
     from .reconcile import Context
@@ -64,6 +65,9 @@ def run_reset(
         raise kopf.TemporaryError("reset: waiting for the reset Job", delay=RETRY_S)
     outcome = ctx.kube.job_outcome(ref.namespace, job_name)
     if outcome is None:
+        stuck = job_problem(ctx.kube, ref.namespace, job_name)
+        if stuck is not None:
+            return status.Problem("ResetFailed", stuck.message)
         raise kopf.TemporaryError("reset: waiting for the reset Job", delay=RETRY_S)
     if outcome.exit_code != 0:
         return status.Problem(

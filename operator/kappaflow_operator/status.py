@@ -10,11 +10,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from .desired.common import selector_string
-from .models import Condition, StableSpec, StreamAppStatus
+from .diff import Action, classify
+from .models import Condition, StableSpec, StreamAppSpec, StreamAppStatus
 from .models.status import Phase
 from .scaling import CapResult
 from .topics import TopicPlan
@@ -29,6 +30,8 @@ STALLED = "Stalled"
 SCALE_OVERRIDDEN = "ScaleOverridden"
 #: Longest StreamApp name: `<name>-<10-char revision hash>` labels the pods and must fit 63 characters.
 MAX_NAME_LENGTH = 52
+#: Restarts after which a container that is not ready counts as crash-looping.
+CRASH_RESTARTS = 3
 #: Container waiting reasons that will not resolve by waiting, and the Problem reason they map to.
 _STUCK_WAITING = {
     "CrashLoopBackOff": "CrashLoopBackOff",
@@ -99,6 +102,8 @@ def pod_problems(pods: Sequence[Mapping[str, Any]]) -> list[Problem]:
         for cs in (pod.get("status") or {}).get("containerStatuses") or []:
             waiting = (cs.get("state") or {}).get("waiting") or {}
             reason = _STUCK_WAITING.get(str(waiting.get("reason") or ""))
+            if reason is None and not cs.get("ready") and int(cs.get("restartCount") or 0) >= CRASH_RESTARTS:
+                reason = "CrashLoopBackOff"  # between crashes a kubelet reports Running, not waiting
             if reason is None:
                 continue
             detail = str(waiting.get("message") or "")
@@ -268,3 +273,38 @@ def compute_status(
 def condition(status: StreamAppStatus, type_: str) -> Condition | None:
     """The condition of `type_`, if present."""
     return next((c for c in status.conditions if c.type == type_), None)
+
+
+def rollback_due(
+    *,
+    spec: StreamAppSpec,
+    stable: StableSpec | None,
+    upgraded_at: datetime | None,
+    now: datetime,
+    statefulset: Mapping[str, Any] | None,
+    desired: int,
+) -> str | None:
+    """Why the running upgrade must be rolled back to `stable`, or None.
+
+    Due when the pods have not all become ready on the new template within
+    `spec.upgrade.progressDeadlineSeconds` of when it was applied (`upgraded_at`), and the stable spec
+    differs from `spec` in what the pods run (a replicas-only difference is a scale, never rolled back).
+    """
+    if stable is None or stable.spec is None or upgraded_at is None or statefulset is None:
+        return None
+    deadline = spec.upgrade.progress_deadline_seconds
+    if now - upgraded_at < timedelta(seconds=deadline):
+        return None
+    try:
+        stable_spec = StreamAppSpec.model_validate(stable.spec)
+    except ValueError:
+        return None
+    if classify(stable_spec, spec).action in (Action.NONE, Action.SCALE):
+        return None
+    roll = _rollout(statefulset, desired)
+    if not roll.rolling and roll.ready == desired and roll.settled:
+        return None
+    return (
+        f"the upgrade did not complete within upgrade.progressDeadlineSeconds ({deadline}s): "
+        f"{roll.ready}/{desired} pods ready"
+    )
