@@ -30,6 +30,9 @@ STALLED = "Stalled"
 SCALE_OVERRIDDEN = "ScaleOverridden"
 #: Longest StreamApp name: `<name>-<10-char revision hash>` labels the pods and must fit 63 characters.
 MAX_NAME_LENGTH = 52
+#: A spec is stable once all replicas stayed ready this long (seen by two passes, not one lucky probe
+#: of a crash-looping pod between restarts).
+STABLE_AFTER_S = 5
 #: Restarts after which a container that is not ready counts as crash-looping.
 CRASH_RESTARTS = 3
 #: Container waiting reasons that will not resolve by waiting, and the Problem reason they map to.
@@ -264,9 +267,16 @@ def compute_status(
     if obs.consumer_lag is not None:
         updates["consumer_lag"] = obs.consumer_lag
     if phase == "Running" and obs.applied is not None:
-        # Every replica is ready on this spec: a later failed upgrade can fall back to it.
-        updates["last_stable_spec"] = obs.applied
         updates["application_id"] = obs.applied.application_id
+        was_ready = condition(base, READY)
+        steady = timedelta(seconds=STABLE_AFTER_S)
+        if (
+            was_ready is not None
+            and was_ready.status == "True"
+            and now - was_ready.last_transition_time >= steady
+        ):
+            # Every replica stayed ready on this spec: a later failed upgrade can fall back to it.
+            updates["last_stable_spec"] = obs.applied
     return base.model_copy(update=updates)
 
 

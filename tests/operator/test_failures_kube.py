@@ -29,12 +29,15 @@ def crd_installed(kube_cluster: Any) -> Any:
 
 
 def crashing_launcher(input_topic: str, output_topic: str) -> Any:
-    """Pods of an image tagged `:crash` exit 1 at once; everything else as in the other tests."""
+    """Pods of an image tagged `:crash` exit 1 at once, `:hang` never end; others as in the other tests."""
     normal = make_launcher(input_topic, output_topic)
 
     def launch(pod: Any) -> Any:
-        if pod.spec.containers[0].image.endswith(":crash") and "job-name" not in (pod.metadata.labels or {}):
+        image = pod.spec.containers[0].image
+        if image.endswith(":crash") and "job-name" not in (pod.metadata.labels or {}):
             return subprocess.Popen([sys.executable, "-c", "raise SystemExit(1)"])
+        if image.endswith(":hang"):
+            return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
         return normal(pod)
 
     return launch
@@ -52,7 +55,7 @@ def env(crd_installed: Any, kafka_bootstrap: str, kafka_topics: Any) -> Iterator
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     with crd_installed.api_client() as api:
         launcher = crashing_launcher(input_topic, output_topic)
-        kubelet = FakeKubelet(api, namespace, launcher, max_grace_seconds=2)
+        kubelet = FakeKubelet(api, namespace, launcher, max_grace_seconds=2, crash_backoff_seconds=1)
         with kubelet, running_operator(crd_installed.kubeconfig, namespace):
             yield Env(api, namespace, kafka_bootstrap, input_topic, output_topic, admin)
 
@@ -128,17 +131,21 @@ def test_names_that_cannot_name_a_service_are_refused_at_apply(env: Env, name: s
     assert refused.value.status == 422 and says in str(refused.value.body)
 
 
-def test_describe_job_that_cannot_create_its_pod_is_in_status(env: Env) -> None:
+def test_describe_job_past_its_deadline_is_in_status(env: Env) -> None:
     from kubernetes import client
 
-    quota = client.V1ResourceQuota(
-        metadata=client.V1ObjectMeta(name="no-pods"), spec=client.V1ResourceQuotaSpec(hard={"pods": "0"})
+    env.create("hang", env.spec(_app_id(), image="registry.example/wordcount:hang"))
+    job = wait_for(
+        "the describe Job",
+        lambda: next(iter(client.BatchV1Api(env.api).list_namespaced_job(env.namespace).items), None),
     )
-    env.core.create_namespaced_resource_quota(env.namespace, quota)
-    env.create("quota", env.spec(_app_id()))
-    cond = _degraded(env, "quota", "JobFailed", timeout=90)
-    assert "cannot create its pod" in cond["message"] and "quota" in cond["message"]
-    assert env.status("quota")["phase"] == "Degraded"
+    # Its pod hangs; the deadline the Job carries is what ends it (shortened here, it is mutable).
+    client.BatchV1Api(env.api).patch_namespaced_job(
+        job.metadata.name, env.namespace, {"spec": {"activeDeadlineSeconds": 2}}
+    )
+    cond = _degraded(env, "hang", "JobFailed", timeout=90)
+    assert job.metadata.name in cond["message"] and "DeadlineExceeded" in cond["message"]
+    assert env.status("hang")["phase"] == "Degraded"
 
 
 def test_crash_looping_upgrade_is_reported_then_rolled_back(env: Env) -> None:
