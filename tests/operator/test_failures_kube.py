@@ -151,6 +151,7 @@ def test_describe_job_past_its_deadline_is_in_status(env: Env) -> None:
 def test_crash_looping_upgrade_is_reported_then_rolled_back(env: Env) -> None:
     env.create("crash", env.spec(_app_id(), replicas=1, upgrade={"progressDeadlineSeconds": 30}))
     env.wait_running("crash", 1)
+    wait_for("1.0.0 recorded as stable", lambda: env.status("crash").get("lastStableSpec"))
     env.patch_spec("crash", {"image": "registry.example/wordcount:crash"})
 
     crashing = _degraded(env, "crash", "CrashLoopBackOff", timeout=90)
