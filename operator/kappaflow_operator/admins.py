@@ -10,6 +10,7 @@ client no owner uses any more is dropped (librdkafka closes it when the last ref
 from __future__ import annotations
 
 import base64
+import gc
 import json
 import threading
 
@@ -91,3 +92,11 @@ class KafkaAdmins:
             key = self.owners.pop(owner, None)
             if key is not None and key not in self.owners.values():
                 self.clients.pop(key, None)
+
+    def close(self) -> None:
+        """Drop every client now (operator shutdown), not during interpreter finalization: librdkafka
+        handles destroyed while Python tears down its threads can crash the process."""
+        with self._lock:
+            self.clients.clear()
+            self.owners.clear()
+        gc.collect()

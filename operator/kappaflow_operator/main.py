@@ -62,7 +62,8 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 
 @kopf.on.cleanup()
 def close(memo: kopf.Memo, **_: Any) -> None:
-    memo["ctx"].kube.close()
+    ctx = memo["ctx"]
+    ctx.close()
 
 
 @kopf.on.create(*RESOURCE)

@@ -62,6 +62,12 @@ class Context:
     posted: dict[tuple[str, str, str, str], float] = field(default_factory=dict)
     """Events posted recently, for deduplication: a pass every few seconds must not repeat them."""
 
+    def close(self) -> None:
+        """Release the Kafka clients and the API client (kopf's cleanup)."""
+        if isinstance(self.kafka_factory, KafkaAdmins):
+            self.kafka_factory.close()
+        self.kube.close()
+
     def lock(self, namespace: str, name: str) -> threading.Lock:
         """kopf runs timers beside event handlers: one pass per object at a time keeps status coherent."""
         return self.locks.setdefault(f"{namespace}/{name}", threading.Lock())

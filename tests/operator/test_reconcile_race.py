@@ -134,6 +134,7 @@ def harness(crds: Any, kafka_bootstrap: str, topology_json: str) -> Iterator[Har
         kube = Kube(api)
         ctx = reconcile.Context(kube, reconcile.default_kafka_factory(kube))
         yield Harness(ctx, client.CustomObjectsApi(api), namespace, kafka_bootstrap, topology_json)
+        ctx.kafka_factory.close()
 
 
 def _spec(h: Harness, app_id: str, **extra: Any) -> dict[str, Any]:
