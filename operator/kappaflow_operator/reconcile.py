@@ -169,9 +169,8 @@ class Pass:
     def generation(self) -> int:
         return int(self.body["metadata"].get("generation") or 0)
 
-    def problem(self, prev: StreamAppStatus | None, p: status.Problem) -> None:
-        """Warn with an event (deduplicated by the Context)."""
-        del prev
+    def problem(self, p: status.Problem) -> None:
+        """Warn with an event (deduplicated by the Context: a pass every few seconds repeats none)."""
         self.ctx.event(self.body, "Warning", p.reason, p.message)
 
     def write(self, prev: StreamAppStatus | None, obs: status.Observation) -> StreamAppStatus:
@@ -209,7 +208,7 @@ def run_pass(ctx: Context, namespace: str, name: str, *, now: datetime, tick: bo
             # Any API refusal (a name the apiserver rejects, RBAC, admission) ends in status.
             outcome.set("error")
             problem = status.Problem("KubernetesApiError", str(err)[:2048])
-            p.problem(None, problem)
+            p.problem(problem)
             prev = _status_of(snap.app)
             p.write(prev, p.observation(prev.replicas or 0 if prev else 0, problems=[problem]))
             raise kopf.TemporaryError(str(err)[:512], delay=RETRY_S * 5) from err
@@ -250,11 +249,11 @@ def reconcile(p: Pass) -> StreamAppStatus:
     except ValidationError as err:
         msg = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
         problem = status.Problem("InvalidSpec", msg)
-        p.problem(prev, problem)
+        p.problem(problem)
         return p.write(prev, p.observation(0, problems=[problem]))
     bad_name = status.name_problem(ref.name)
     if bad_name is not None:
-        p.problem(prev, bad_name)
+        p.problem(bad_name)
         return p.write(prev, p.observation(0, problems=[bad_name]))
     if spec.suspend:
         return p.write(prev, p.observation(snap_replicas(snap), suspended=True))
@@ -263,14 +262,14 @@ def reconcile(p: Pass) -> StreamAppStatus:
         admin = _admin(p, spec, ref)
     except SecretReferenceError as err:
         problem = status.Problem("SecretReferenceInvalid", str(err))
-        p.problem(prev, problem)
+        p.problem(problem)
         return p.write(prev, p.observation(spec.replicas, problems=[problem]))
     found = ensure_topology(ctx, spec, ref, body)
     if found is None:
         p.write(prev, p.observation(spec.replicas, topology_known=False))
         raise kopf.TemporaryError("waiting for the describe Job", delay=RETRY_S)
     if isinstance(found, status.Problem):
-        p.problem(prev, found)
+        p.problem(found)
         return p.write(prev, p.observation(spec.replicas, topology_known=False, problems=[found]))
     description = found
 
@@ -288,7 +287,7 @@ def reconcile(p: Pass) -> StreamAppStatus:
             ctx.event(body, "Normal", "TopicsCreated", "created " + ", ".join(created))
     except KafkaError as err:
         problem = status.Problem("KafkaUnavailable", str(err))
-        p.problem(prev, problem)
+        p.problem(problem)
         p.write(prev, p.observation(spec.replicas, problems=[problem]))
         raise kopf.TemporaryError(str(err), delay=RETRY_S * 5) from err
     p.extra["topology"] = TopologyStatus(
@@ -301,9 +300,8 @@ def reconcile(p: Pass) -> StreamAppStatus:
     if not plan.ready:
         obs = p.observation(spec.replicas, topic_plan=plan)
         if plan.mismatches:
-            p.problem(
-                prev, status.Problem("TopicPartitionMismatch", "; ".join(m.message for m in plan.mismatches))
-            )
+            mismatch = "; ".join(m.message for m in plan.mismatches)
+            p.problem(status.Problem("TopicPartitionMismatch", mismatch))
         written = p.write(prev, obs)
         if plan.missing_sources and not plan.mismatches:
             raise kopf.TemporaryError("waiting for source topics", delay=RETRY_S * 2)
@@ -357,7 +355,7 @@ def reconcile(p: Pass) -> StreamAppStatus:
             # The running version stays as it is while Spark works, and when Spark failed.
             problems = [outcome.problem] if outcome.problem is not None else []
             for problem in problems:
-                p.problem(prev, problem)
+                p.problem(problem)
             obs = p.observation(
                 cap.replicas, problems=problems, reprocessing_active=bool(outcome.waiting), **common
             )
@@ -368,7 +366,7 @@ def reconcile(p: Pass) -> StreamAppStatus:
         app_id = outcome.application_id
     failure = _apply(p, spec, ref, description, cap, app_id, prev, recreate_topics)
     if failure is not None:
-        p.problem(prev, failure)
+        p.problem(failure)
         return p.write(prev, p.observation(cap.replicas, problems=[failure], **common))
     obs = p.observation(
         cap.replicas,
