@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from .models import GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION, StreamAppSpec, StreamAppStatus
+from .status import MAX_NAME_LENGTH
 
 CRD_NAME = f"{PLURAL}.{GROUP}"
 CRD_FILE = f"{CRD_NAME}.yaml"
@@ -130,6 +131,21 @@ def build_crd() -> dict[str, Any]:
             "spec": spec_schema,
             "status": status_schema,
         },
+        # Owned objects are named after the StreamApp: Services need DNS-1035 labels, and the pods'
+        # controller-revision-hash label `<name>-<hash>` must fit 63 characters. Refused at apply time
+        # rather than reported later (the operator reports the same as InvalidName for older CRDs).
+        "x-kubernetes-validations": [
+            {
+                "rule": "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
+                "message": "metadata.name must be a DNS-1035 label (lowercase letters, digits and '-', "
+                "starting with a letter, no dots): it names the app's Services",
+            },
+            {
+                "rule": f"self.metadata.name.size() <= {MAX_NAME_LENGTH}",
+                "message": f"metadata.name must be at most {MAX_NAME_LENGTH} characters: the pods' "
+                "revision label `<name>-<hash>` must fit 63",
+            },
+        ],
     }
     columns = [
         {"name": "Replicas", "type": "integer", "jsonPath": ".spec.replicas"},

@@ -39,7 +39,7 @@ class Action(StrEnum):
 
 
 #: Top-level spec fields (camelCase) that never touch the pods.
-OPERATOR_ONLY = frozenset({"autoscaling", "topicCleanupPolicy", "upgrade"})
+OPERATOR_ONLY = frozenset({"autoscaling", "topicCleanupPolicy", "upgrade", "suspend"})
 #: Fields that change what the application *is*.
 IDENTITY = frozenset({"entryPoint", "applicationId"})
 #: Fields the StatefulSet cannot change in place (volumeClaimTemplates are immutable).

@@ -132,11 +132,13 @@ class Kube:
                 return None
             raise
 
-    def list(self, api_version: str, kind: str, namespace: str, selector: str) -> list[dict[str, Any]]:
+    def list(
+        self, api_version: str, kind: str, namespace: str, selector: str = "", *, fields: str = ""
+    ) -> list[dict[str, Any]]:
+        """Objects by label selector and/or field selector (e.g. events of one involved object)."""
         path = object_path(api_version, kind, namespace)
-        items: list[dict[str, Any]] = self._call("GET", path, query={"labelSelector": selector}).get(
-            "items", []
-        )
+        query = {k: v for k, v in (("labelSelector", selector), ("fieldSelector", fields)) if v}
+        items: list[dict[str, Any]] = self._call("GET", path, query=query).get("items", [])
         return items
 
     def delete(
@@ -160,14 +162,6 @@ class Kube:
         """Merge-patch the StreamApp's /status subresource (never its spec or metadata)."""
         path = object_path(API_VERSION, "StreamApp", namespace, name) + "/status"
         self._call("PATCH", path, {"status": dict(status)}, content_type=MERGE)
-
-    def read_secret_key(self, namespace: str, name: str, key: str) -> str:
-        import base64
-
-        secret = self.get("v1", "Secret", namespace, name)
-        if secret is None or key not in (secret.get("data") or {}):
-            raise KubeError(404, f"secret {namespace}/{name} has no key {key!r}")
-        return base64.b64decode(secret["data"][key]).decode()
 
     # ---- the describe Job --------------------------------------------------------------------------------
     def job_outcome(self, namespace: str, job_name: str) -> TerminatedContainer | None:

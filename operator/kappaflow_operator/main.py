@@ -9,18 +9,31 @@ status subresource holds only what `status.py` computes. The finalizer is the on
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import os
 from typing import Any
 
 import kopf
 
-from . import reconcile
+from . import metrics, reconcile
 from .k8s import Kube
 from .models import FINALIZER, GROUP, PLURAL, VERSION
 
 RESOURCE = (GROUP, VERSION, PLURAL)
 #: Seconds between periodic passes (status refresh, autoscaler ticks); tests make it short.
 RESYNC_S = float(os.environ.get("KAPPAFLOW_OPERATOR_RESYNC_SECONDS", "15"))
+#: Port of the operator's own Prometheus metrics (0: off).
+METRICS_PORT = int(os.environ.get("KAPPAFLOW_OPERATOR_METRICS_PORT", "0"))
+
+
+def peering_priority(identity: str) -> int:
+    """A priority unique per replica, so kopf peering elects one leader.
+
+    kopf pauses every operator of a peering while a live peer has a higher priority, and pauses *all*
+    of them when priorities tie; distinct priorities (from the pod name) make exactly one replica work
+    and the next one take over when its peer record expires.
+    """
+    return int.from_bytes(hashlib.sha256(identity.encode()).digest()[:3], "big") + 1
 
 
 def _now() -> dt.datetime:
@@ -35,6 +48,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     # kopf would post its handler log lines as events, e.g. every "waiting for the describe Job" retry
     # as an Error; the reconciler posts one event per real step instead.
     settings.posting.enabled = False
+    settings.peering.priority = peering_priority(os.environ.get("HOSTNAME", "kappaflow-operator"))
+    metrics.start(METRICS_PORT)
     kube = Kube.from_environment()
     memo["ctx"] = reconcile.Context(kube, reconcile.default_kafka_factory(kube))
 
@@ -47,7 +62,8 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 
 @kopf.on.cleanup()
 def close(memo: kopf.Memo, **_: Any) -> None:
-    memo["ctx"].kube.close()
+    ctx = memo["ctx"]
+    ctx.close()
 
 
 @kopf.on.create(*RESOURCE)

@@ -1,12 +1,17 @@
-"""Orchestration: one reconcile pass = pure decisions (models, desired, topics, scaling, diff, status)
-followed by the I/O they call for (k8s.py, kafka.py). kopf handlers in main.py only delegate here.
+"""Orchestration: one reconcile pass = observe once, decide with the pure modules (models, desired, topics,
+scaling, diff, status), act (k8s.py, kafka.py), and write status once. main.py's handlers only delegate.
+
+One writer, fresh state: the update handler and the periodic timer both call `run_pass`, which takes the
+per-app lock and only then reads the StreamApp (`observe`), so a pass never acts on a copy older than
+what the previous pass wrote. The application id the pods run under is read from the StatefulSet. The
+autoscaler's decision is part of the pass and lands in the same single status write.
 
 Where the operator keeps its memory, and why:
 - the topology (`kappaflow describe` output) in a ConfigMap `<name>-topology` owned by the StreamApp,
   keyed by `describe_key(spec)`: a new image or entry point is described again, nothing else is;
-- the last applied spec and topology hash as annotations on the StatefulSet it applied, so the change
-  classification compares against what really runs (not against kopf's diff base, which records what
-  kopf saw, including specs that failed to apply);
+- the last applied spec, topology hash and application id as annotations on the StatefulSet it applied,
+  so the change classification compares against what really runs (not against kopf's diff base, which
+  records what kopf saw, including specs that failed to apply);
 - the autoscaler's memory in status.autoscaler (it is observed state, and users should see it).
 """
 
@@ -18,37 +23,33 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import kopf
 from pydantic import ValidationError
 
-from . import desired, reprocess, scaling, status
-from .desired.common import APP_LABEL, AppRef, object_meta, spec_hash
-from .desired.jobs import DESCRIBE_JOB_LABEL
+from . import desired, metrics, reprocess, reset, scaling, status
+from .admins import KafkaAdmins, SecretReferenceError
+from .desired.common import AppRef, object_meta, spec_hash
 from .diff import Action, SpecDiff, classify
-from .k8s import Kube
-from .kafka import KafkaAdmin, KafkaError, client_config
-from .models import (
-    AutoscalerDecision,
-    AutoscalerStatus,
-    StableSpec,
-    StreamAppSpec,
-    StreamAppStatus,
-    TopologyDescription,
-    TopologyStatus,
-)
+from .k8s import Kube, KubeError
+from .kafka import KafkaAdmin, KafkaError
+from .models import Rollback, StableSpec, StreamAppSpec, StreamAppStatus, TopologyDescription, TopologyStatus
+from .observe import APPLICATION_ID_ANNOTATION, Snapshot, job_problem, observe
 from .topics import internal_topic_names, plan_internal_topics
 
 APPLIED_SPEC_ANNOTATION = "kappaflow.io/applied-spec"
 TOPOLOGY_ANNOTATION = "kappaflow.io/topology-hash"
+UPGRADED_AT_ANNOTATION = "kappaflow.io/upgraded-at"
 DESCRIBE_KEY = "kappaflow.io/describe-key"
 TOPOLOGY_FILE = "topology.json"
 #: How soon to look again while waiting for something outside our control (a Job, a topic).
 RETRY_S = 3.0
+#: The same event (app, type, reason, message) is posted at most once in this many seconds.
+EVENT_REPEAT_S = 600.0
 
-KafkaFactory = Callable[[StreamAppSpec, str], KafkaAdmin]
+KafkaFactory = Callable[..., KafkaAdmin]
 
 
 @dataclass
@@ -58,10 +59,31 @@ class Context:
     kube: Kube
     kafka_factory: KafkaFactory
     locks: dict[str, threading.Lock] = field(default_factory=dict)
+    posted: dict[tuple[str, str, str, str], float] = field(default_factory=dict)
+    """Events posted recently, for deduplication: a pass every few seconds must not repeat them."""
 
-    def lock(self, body: Mapping[str, Any]) -> threading.Lock:
+    def close(self) -> None:
+        """Release the Kafka clients and the API client (kopf's cleanup)."""
+        if isinstance(self.kafka_factory, KafkaAdmins):
+            self.kafka_factory.close()
+        self.kube.close()
+
+    def lock(self, namespace: str, name: str) -> threading.Lock:
         """kopf runs timers beside event handlers: one pass per object at a time keeps status coherent."""
-        return self.locks.setdefault(str(body["metadata"]["uid"]), threading.Lock())
+        return self.locks.setdefault(f"{namespace}/{name}", threading.Lock())
+
+    def event(self, body: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+        """Post an event on the StreamApp unless the same one was posted within EVENT_REPEAT_S."""
+        key = (str(body["metadata"].get("uid")), type_, reason, message)
+        last = self.posted.get(key)
+        clock = time.monotonic()
+        if last is not None and clock - last < EVENT_REPEAT_S:
+            return
+        self.posted[key] = clock
+        if len(self.posted) > 4096:  # forget the oldest half; a repeat after that is harmless
+            for old in sorted(self.posted, key=self.posted.__getitem__)[:2048]:
+                del self.posted[old]
+        self.kube.event(body, type_, reason, message)
 
 
 def topology_configmap_name(name: str) -> str:
@@ -82,33 +104,8 @@ def _status_of(body: Mapping[str, Any]) -> StreamAppStatus | None:
 
 
 def default_kafka_factory(kube: Kube) -> KafkaFactory:
-    """Admin clients per connection, credentials read from the Secrets the spec names."""
-    cache: dict[str, KafkaAdmin] = {}
-
-    def make(spec: StreamAppSpec, namespace: str) -> KafkaAdmin:
-        k = spec.kafka
-        secrets: dict[str, str] = {}
-        if k.sasl is not None:
-            secrets["sasl.mechanism"] = k.sasl.mechanism
-            for key, ref in (
-                ("sasl.username", k.sasl.username_secret_ref),
-                ("sasl.password", k.sasl.password_secret_ref),
-            ):
-                secrets[key] = kube.read_secret_key(namespace, ref.name, ref.key)
-        if k.tls is not None:
-            for key, tls_ref in (
-                ("ssl.ca.location", k.tls.ca_secret_ref),
-                ("ssl.certificate.location", k.tls.certificate_secret_ref),
-                ("ssl.key.location", k.tls.key_secret_ref),
-            ):
-                if tls_ref is not None:
-                    secrets[key] = kube.read_secret_key(namespace, tls_ref.name, tls_ref.key)
-        cache_key = json.dumps([k.bootstrap_servers, k.security_protocol, secrets], sort_keys=True)
-        if cache_key not in cache:
-            cache[cache_key] = KafkaAdmin(client_config(k.bootstrap_servers, k.security_protocol, secrets))
-        return cache[cache_key]
-
-    return make
+    """Admin clients per connection and app (see admins.py), credentials from the referenced Secrets."""
+    return KafkaAdmins(kube)
 
 
 # ---- topology ------------------------------------------------------------------------------------------
@@ -127,7 +124,7 @@ def ensure_topology(
         ctx.kube.event(body, "Normal", "DescribingTopology", f"started Job {job_name} for image {spec.image}")
     outcome = ctx.kube.job_outcome(ref.namespace, job_name)
     if outcome is None:
-        return None
+        return job_problem(ctx.kube, ref.namespace, job_name)
     if outcome.exit_code != 0:
         return status.Problem(
             "DescribeFailed", f"Job {job_name} exited {outcome.exit_code}: {outcome.message[-512:]}"
@@ -151,92 +148,149 @@ def ensure_topology(
 
 
 # ---- the pass ------------------------------------------------------------------------------------------
-def _write_status(
-    ctx: Context,
-    body: Mapping[str, Any],
-    prev: StreamAppStatus | None,
-    obs: status.Observation,
-    now: datetime,
-    **extra: Any,
-) -> StreamAppStatus:
+@dataclass
+class Pass:
+    """One pass over one StreamApp: the snapshot it decides from and what it will write to status."""
+
+    ctx: Context
+    snap: Snapshot
+    now: datetime
+    tick: bool
+    """A timer pass: the autoscaler may decide (handler passes only apply)."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Status fields beyond compute_status's (topology, reprocessing, autoscaler, consumerLag)."""
+
+    @property
+    def body(self) -> Mapping[str, Any]:
+        assert self.snap.app is not None
+        return self.snap.app
+
+    @property
+    def generation(self) -> int:
+        return int(self.body["metadata"].get("generation") or 0)
+
+    def problem(self, p: status.Problem) -> None:
+        """Warn with an event (deduplicated by the Context: a pass every few seconds repeats none)."""
+        self.ctx.event(self.body, "Warning", p.reason, p.message)
+
+    def write(self, prev: StreamAppStatus | None, obs: status.Observation) -> StreamAppStatus:
+        """The pass's single status write."""
+        meta = self.body["metadata"]
+        new = status.compute_status(prev, obs, name=meta["name"], now=self.now)
+        if self.extra:
+            new = new.model_copy(update=self.extra)
+        wire = new.to_wire()
+        for key, value in self.extra.items():
+            if value is None:  # a merge patch removes a field only when told so
+                wire[StreamAppStatus.model_fields[key].alias or key] = None
+        self.ctx.kube.patch_status(meta["namespace"], meta["name"], wire)
+        return new
+
+    def observation(self, replicas: int, **kw: Any) -> status.Observation:
+        problems = [*kw.pop("problems", []), *status.pod_problems(self.snap.pods)]
+        return status.Observation(self.generation, replicas, self.snap.statefulset, problems=problems, **kw)
+
+
+def run_pass(ctx: Context, namespace: str, name: str, *, now: datetime, tick: bool = False) -> None:
+    """Observe, decide, act, write status: serialized per app, from state read under the lock."""
+    with ctx.lock(namespace, name), metrics.timed() as outcome:
+        snap = observe(ctx.kube, namespace, name)
+        if snap.app is None or snap.deleting:
+            outcome.set("skipped")
+            return
+        p = Pass(ctx, snap, now, tick)
+        try:
+            reconcile(p)
+        except kopf.TemporaryError:
+            outcome.set("waiting")
+            raise
+        except KubeError as err:
+            # Any API refusal (a name the apiserver rejects, RBAC, admission) ends in status.
+            outcome.set("error")
+            problem = status.Problem("KubernetesApiError", str(err)[:2048])
+            p.problem(problem)
+            prev = _status_of(snap.app)
+            p.write(prev, p.observation(prev.replicas or 0 if prev else 0, problems=[problem]))
+            raise kopf.TemporaryError(str(err)[:512], delay=RETRY_S * 5) from err
+
+
+def on_change(ctx: Context, body: Mapping[str, Any], *, now: datetime) -> None:
+    """Create/update/resume: a full pass (the body only names the app; the pass reads it afresh)."""
     meta = body["metadata"]
-    new = status.compute_status(prev, obs, name=meta["name"], now=now)
-    if extra:
-        new = new.model_copy(update=extra)
-    ctx.kube.patch_status(meta["namespace"], meta["name"], new.to_wire())
-    return new
+    run_pass(ctx, meta["namespace"], meta["name"], now=now)
 
 
-def _sts(ctx: Context, ref: AppRef) -> dict[str, Any] | None:
-    return ctx.kube.get("apps/v1", "StatefulSet", ref.namespace, ref.name)
+def resync(ctx: Context, body: Mapping[str, Any], *, now: datetime) -> None:
+    """The periodic pass: refreshes status from the pods and Kafka, and lets the autoscaler decide."""
+    meta = body["metadata"]
+    if meta.get("deletionTimestamp"):
+        return
+    run_pass(ctx, meta["namespace"], meta["name"], now=now, tick=True)
 
 
-def _problem_once(
-    ctx: Context, body: Mapping[str, Any], prev: StreamAppStatus | None, p: status.Problem
-) -> None:
-    """Warn with an event only when the Degraded reason is new (the timer must not spam events)."""
-    old = status.condition(prev, status.DEGRADED) if prev is not None else None
-    if old is None or old.status != "True" or old.reason != p.reason or old.message != p.message:
-        ctx.kube.event(body, "Warning", p.reason, p.message)
+def _admin(p: Pass, spec: StreamAppSpec, ref: AppRef) -> KafkaAdmin:
+    factory = p.ctx.kafka_factory
+    if isinstance(factory, KafkaAdmins):
+        return factory(spec, ref.namespace, owner=f"{ref.namespace}/{ref.name}")
+    return factory(spec, ref.namespace)
 
 
-def reconcile(
-    ctx: Context, body: Mapping[str, Any], *, now: datetime, prev: StreamAppStatus | None = None
-) -> StreamAppStatus:
+def reconcile(p: Pass) -> StreamAppStatus:
     """Bring the cluster and Kafka to the spec, then write status. Idempotent: every pass applies all.
 
     Raises kopf.TemporaryError while waiting on something (the describe Job, source topics), so kopf
     calls again after a short delay.
     """
+    ctx, body, snap = p.ctx, p.body, p.snap
     ref = _ref(body)
-    prev = prev if prev is not None else _status_of(body)
-    generation = int(body["metadata"].get("generation") or 0)
+    prev = _status_of(body)
     try:
         spec = StreamAppSpec.model_validate(body.get("spec") or {})
     except ValidationError as err:
         msg = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
         problem = status.Problem("InvalidSpec", msg)
-        _problem_once(ctx, body, prev, problem)
-        obs = status.Observation(generation, 0, _sts(ctx, ref), problems=[problem])
-        return _write_status(ctx, body, prev, obs, now)
+        p.problem(problem)
+        return p.write(prev, p.observation(0, problems=[problem]))
+    bad_name = status.name_problem(ref.name)
+    if bad_name is not None:
+        p.problem(bad_name)
+        return p.write(prev, p.observation(0, problems=[bad_name]))
+    if spec.suspend:
+        return p.write(prev, p.observation(snap_replicas(snap), suspended=True))
 
+    try:  # the Secrets the spec names are checked first: a describe Job could not start without them
+        admin = _admin(p, spec, ref)
+    except SecretReferenceError as err:
+        problem = status.Problem("SecretReferenceInvalid", str(err))
+        p.problem(problem)
+        return p.write(prev, p.observation(spec.replicas, problems=[problem]))
     found = ensure_topology(ctx, spec, ref, body)
     if found is None:
-        obs = status.Observation(generation, spec.replicas, _sts(ctx, ref), topology_known=False)
-        _write_status(ctx, body, prev, obs, now)
+        p.write(prev, p.observation(spec.replicas, topology_known=False))
         raise kopf.TemporaryError("waiting for the describe Job", delay=RETRY_S)
     if isinstance(found, status.Problem):
-        _problem_once(ctx, body, prev, found)
-        obs = status.Observation(
-            generation, spec.replicas, _sts(ctx, ref), topology_known=False, problems=[found]
-        )
-        return _write_status(ctx, body, prev, obs, now)
+        p.problem(found)
+        return p.write(prev, p.observation(spec.replicas, topology_known=False, problems=[found]))
     description = found
 
     app_id = (
         reprocess.reprocessed_application_id(spec, prev)
+        or snap.running_application_id
         or (prev.application_id if prev is not None else None)
         or spec.application_id
     )
     try:
-        admin = ctx.kafka_factory(spec, ref.namespace)
         plan = plan_internal_topics(description, app_id, admin.topic_partitions())
         created: list[str] = []
         if plan.ready and plan.to_create:
             created = admin.create_topics(plan.to_create, spec.kafka.replication_factor)
-            ctx.kube.event(body, "Normal", "TopicsCreated", "created " + ", ".join(created))
+            ctx.event(body, "Normal", "TopicsCreated", "created " + ", ".join(created))
     except KafkaError as err:
         problem = status.Problem("KafkaUnavailable", str(err))
-        _problem_once(ctx, body, prev, problem)
-        _write_status(
-            ctx,
-            body,
-            prev,
-            status.Observation(generation, spec.replicas, _sts(ctx, ref), problems=[problem]),
-            now,
-        )
+        p.problem(problem)
+        p.write(prev, p.observation(spec.replicas, problems=[problem]))
         raise kopf.TemporaryError(str(err), delay=RETRY_S * 5) from err
-    topo_status = TopologyStatus(
+    p.extra["topology"] = TopologyStatus(
         hash=description.fingerprint(),
         described_image=spec.image,
         described_entry_point=spec.entry_point,
@@ -244,15 +298,20 @@ def reconcile(
         max_parallelism=plan.max_parallelism,
     )
     if not plan.ready:
-        obs = status.Observation(generation, spec.replicas, _sts(ctx, ref), topic_plan=plan)
-        for m in plan.mismatches:
-            _problem_once(ctx, body, prev, status.Problem("TopicPartitionMismatch", m.message))
-        written = _write_status(ctx, body, prev, obs, now, topology=topo_status)
+        obs = p.observation(spec.replicas, topic_plan=plan)
+        if plan.mismatches:
+            mismatch = "; ".join(m.message for m in plan.mismatches)
+            p.problem(status.Problem("TopicPartitionMismatch", mismatch))
+        written = p.write(prev, obs)
         if plan.missing_sources and not plan.mismatches:
             raise kopf.TemporaryError("waiting for source topics", delay=RETRY_S * 2)
         return written
 
+    prev = _measure(p, spec, prev, admin, app_id, sorted(description.source_topics), plan.max_parallelism)
     cap = scaling.effective_replicas(spec, prev, plan.max_parallelism)
+    ignored = scaling.ignored_scale_request(spec, cap.replicas)
+    if ignored is not None:
+        ctx.event(body, "Warning", "ScaleIgnored", ignored)
 
     def recreate_topics() -> None:
         """After `kappaflow reset` deleted the internal topics, create them again.
@@ -274,51 +333,129 @@ def reconcile(
             elif time.monotonic() - stable_since >= 3:
                 break
             time.sleep(0.5)
-        ctx.kube.event(
-            body, "Normal", "TopicsCreated", "created " + (", ".join(sorted(set(made))) or "no topics")
-        )
+        ctx.event(body, "Normal", "TopicsCreated", "created " + (", ".join(sorted(set(made))) or "no topics"))
 
-    extra: dict[str, Any] = {"topology": topo_status}
+    common: dict[str, Any] = {"topic_plan": plan, "cap": cap, "scale_ignored": ignored}
+    rolled = _rollback(p, spec, prev, cap.replicas)
+    if rolled is not None:
+        stable_spec, stable, rollback = rolled
+        failure = _apply(p, stable_spec, ref, description, cap, stable.application_id, prev, recreate_topics)
+        problem = status.Problem(
+            "UpgradeRolledBack",
+            f"{rollback.reason}; rolled back to the last stable spec (image {stable.image}); fix the spec "
+            "and apply it again",
+        )
+        problems = [problem, *([failure] if failure is not None else [])]
+        return p.write(prev, p.observation(cap.replicas, problems=problems, **common))
     if spec.upgrade.mode == "reprocess":
-        change = _pending_change(ctx, ref, spec, description)
-        outcome = reprocess.step(ctx, body, spec, ref, description, change.action, app_id, prev, now)
-        extra["reprocessing"] = outcome.run
+        change = _pending_change(spec, description, snap.statefulset)
+        outcome = reprocess.step(ctx, body, spec, ref, description, change.action, app_id, prev, p.now)
+        p.extra["reprocessing"] = outcome.run
         if outcome.problem is not None or outcome.waiting:
             # The running version stays as it is while Spark works, and when Spark failed.
             problems = [outcome.problem] if outcome.problem is not None else []
             for problem in problems:
-                _problem_once(ctx, body, prev, problem)
-            obs = status.Observation(
-                generation,
-                cap.replicas,
-                _sts(ctx, ref),
-                topic_plan=plan,
-                cap=cap,
-                problems=problems,
-                reprocessing_active=bool(outcome.waiting),
+                p.problem(problem)
+            obs = p.observation(
+                cap.replicas, problems=problems, reprocessing_active=bool(outcome.waiting), **common
             )
-            written = _write_status(ctx, body, prev, obs, now, **extra)
+            written = p.write(prev, obs)
             if outcome.waiting:
                 raise reprocess.wait(outcome.waiting)
             return written
         app_id = outcome.application_id
-    failure = _apply(ctx, body, spec, ref, description, cap, app_id, prev, recreate_topics)
+    failure = _apply(p, spec, ref, description, cap, app_id, prev, recreate_topics)
     if failure is not None:
-        _problem_once(ctx, body, prev, failure)
-        obs = status.Observation(
-            generation, cap.replicas, _sts(ctx, ref), topic_plan=plan, problems=[failure]
-        )
-        return _write_status(ctx, body, prev, obs, now, **extra)
-    obs = status.Observation(
-        generation,
+        p.problem(failure)
+        return p.write(prev, p.observation(cap.replicas, problems=[failure], **common))
+    obs = p.observation(
         cap.replicas,
-        _sts(ctx, ref),
-        topic_plan=plan,
         created_topics=frozenset(created),
-        cap=cap,
-        applied=StableSpec(hash=spec_hash(spec), image=spec.image, application_id=app_id),
+        applied=StableSpec(
+            hash=spec_hash(spec), image=spec.image, application_id=app_id, spec=spec.to_wire()
+        ),
+        **common,
     )
-    return _write_status(ctx, body, prev, obs, now, **extra)
+    return p.write(prev, obs)
+
+
+def _upgraded_at(sts: Mapping[str, Any] | None) -> datetime | None:
+    value = ((sts or {}).get("metadata", {}).get("annotations") or {}).get(UPGRADED_AT_ANNOTATION)
+    try:
+        return datetime.fromisoformat(value) if value else None
+    except ValueError:
+        return None
+
+
+def _rollback(
+    p: Pass, spec: StreamAppSpec, prev: StreamAppStatus | None, desired_replicas: int
+) -> tuple[StreamAppSpec, StableSpec, Rollback] | None:
+    """The stable spec to run instead of `spec` when `spec` is an upgrade that missed its deadline.
+
+    The decision is `status.rollback_due`; once taken it is kept in status.rollback for as long as the
+    spec stays the failed one, so later passes do not try the failed upgrade again. A new spec clears it.
+    """
+    digest = spec_hash(spec)
+    stable = prev.last_stable_spec if prev is not None else None
+    current = prev.rollback if prev is not None else None
+    if current is not None and current.failed_spec_hash != digest:
+        p.extra["rollback"] = None
+        current = None
+    if stable is None or stable.spec is None:
+        return None
+    if current is None:
+        sts = p.snap.statefulset
+        reason = status.rollback_due(
+            spec=spec,
+            stable=stable,
+            upgraded_at=_upgraded_at(sts),
+            now=p.now,
+            statefulset=sts,
+            desired=desired_replicas,
+        )
+        if reason is None:
+            return None
+        current = Rollback(failed_spec_hash=digest, to_spec_hash=stable.hash, time=p.now, reason=reason)
+        p.ctx.event(p.body, "Warning", "UpgradeRolledBack", f"{reason}; rolling back to image {stable.image}")
+    p.extra["rollback"] = current
+    return StreamAppSpec.model_validate(stable.spec), stable, current
+
+
+def snap_replicas(snap: Snapshot) -> int:
+    """Replicas the StatefulSet is set to now (a suspended app is left exactly as it is)."""
+    return int(((snap.statefulset or {}).get("spec") or {}).get("replicas") or 0)
+
+
+def _measure(
+    p: Pass,
+    spec: StreamAppSpec,
+    prev: StreamAppStatus | None,
+    admin: KafkaAdmin,
+    app_id: str,
+    sources: list[str],
+    max_parallelism: int | None,
+) -> StreamAppStatus | None:
+    """Lag on every timer pass (the LAG column, with or without autoscaling) and the autoscaler's tick.
+
+    Returns the status to decide replicas from: `prev` with the autoscaler's new memory, which the
+    pass's single status write then records.
+    """
+    if not p.tick:
+        return prev
+    try:
+        lag = admin.consumer_lag(app_id, sources)
+    except KafkaError as err:
+        p.ctx.event(p.body, "Warning", "LagUnavailable", str(err))
+        return prev
+    p.extra["consumer_lag"] = lag
+    ticked = scaling.tick(spec, prev, lag=lag, max_parallelism=max_parallelism, now=p.now)
+    if ticked is None:
+        return prev
+    p.extra["autoscaler"] = ticked.memory
+    if ticked.scaled is not None:
+        p.ctx.event(p.body, "Normal", "Autoscaled", ticked.scaled)
+    base = prev or StreamAppStatus()
+    return base.model_copy(update={"autoscaler": ticked.memory, "consumer_lag": lag})
 
 
 def _applied_spec(sts: Mapping[str, Any] | None) -> StreamAppSpec | None:
@@ -333,14 +470,9 @@ def _applied_spec(sts: Mapping[str, Any] | None) -> StreamAppSpec | None:
 
 
 def _pending_change(
-    ctx: Context,
-    ref: AppRef,
-    spec: StreamAppSpec,
-    description: TopologyDescription,
-    sts: Mapping[str, Any] | None = None,
+    spec: StreamAppSpec, description: TopologyDescription, sts: Mapping[str, Any] | None
 ) -> SpecDiff:
     """How `spec` differs from what the StatefulSet runs (compared with its annotations)."""
-    sts = sts if sts is not None else _sts(ctx, ref)
     annotations = (sts or {}).get("metadata", {}).get("annotations") or {}
     return classify(
         _applied_spec(sts),
@@ -351,8 +483,7 @@ def _pending_change(
 
 
 def _apply(
-    ctx: Context,
-    body: Mapping[str, Any],
+    p: Pass,
     spec: StreamAppSpec,
     ref: AppRef,
     description: TopologyDescription,
@@ -362,184 +493,59 @@ def _apply(
     recreate_topics: Callable[[], None],
 ) -> status.Problem | None:
     """Apply the desired state for `spec`; returns a Problem when an upgrade step failed."""
-    sts = _sts(ctx, ref)
+    ctx, body, sts = p.ctx, p.body, p.snap.statefulset
     old_spec = _applied_spec(sts)
     fingerprint = description.fingerprint()
-    change = _pending_change(ctx, ref, spec, description, sts)
+    change = _pending_change(spec, description, sts)
     if change.recreate_statefulset and sts is not None:
         # volumeClaimTemplates are immutable: replace the StatefulSet, leaving pods and claims in place.
         ctx.kube.delete("apps/v1", "StatefulSet", ref.namespace, ref.name, propagation="Orphan")
         deadline = time.monotonic() + 30
-        while _sts(ctx, ref) is not None and time.monotonic() < deadline:
+        while ctx.kube.get("apps/v1", "StatefulSet", ref.namespace, ref.name) and time.monotonic() < deadline:
             time.sleep(0.2)
-        ctx.kube.event(
+        ctx.event(
             body,
             "Normal",
             "RecreatingStatefulSet",
             "state volume settings changed: " + ", ".join(change.changed),
         )
     if change.action == Action.RESET and sts is not None:
-        failed = _reset(ctx, body, spec, ref, sts, app_id)
+        failed = reset.run_reset(ctx, body, spec, ref, sts, app_id)
         if failed is not None:
             return failed
         recreate_topics()
     elif change.action == Action.REPROCESS:
         # reconcile() got here only once the SparkApplication COMPLETED: app_id is the rebuilt one.
-        ctx.kube.event(
+        ctx.event(
             body, "Normal", "RollingOntoReprocessedState", f"rolling the pods onto application id '{app_id}'"
         )
+    # When the pods last got a new template: the start of the progress deadline (a scale is no upgrade).
+    before = ((sts or {}).get("metadata", {}).get("annotations") or {}).get(UPGRADED_AT_ANNOTATION)
+    upgraded = change.action in (Action.ROLL, Action.REPROCESS, Action.RESET) or not before
+    upgraded_at = p.now.isoformat() if upgraded else str(before)
     for obj in desired.desired_resources(spec, ref, desired.Facts(cap.replicas, app_id)):
         if obj["kind"] == "StatefulSet":
             obj["metadata"].setdefault("annotations", {}).update(
                 {
                     APPLIED_SPEC_ANNOTATION: json.dumps(spec.to_wire(), sort_keys=True),
                     TOPOLOGY_ANNOTATION: fingerprint,
+                    APPLICATION_ID_ANNOTATION: app_id,
+                    UPGRADED_AT_ANNOTATION: upgraded_at,
                 }
             )
         ctx.kube.apply(obj)
     for api_version, kind, name in desired.obsolete_resources(spec, ref):
         if ctx.kube.delete(api_version, kind, ref.namespace, name):
-            ctx.kube.event(body, "Normal", "Deleted", f"deleted {kind} {name}")
+            ctx.event(body, "Normal", "Deleted", f"deleted {kind} {name}")
     if change.action == Action.SCALE:
-        ctx.kube.event(body, "Normal", "Scaled", f"StatefulSet {ref.name} runs {cap.replicas} replicas")
+        ctx.event(body, "Normal", "Scaled", f"StatefulSet {ref.name} runs {cap.replicas} replicas")
     elif change.action != Action.NONE:
         verb = "Created" if old_spec is None else "RollingUpdate"
-        ctx.kube.event(
-            body, "Normal", verb, f"applied StatefulSet {ref.name} ({', '.join(change.changed)[:400]})"
-        )
+        ctx.event(body, "Normal", verb, f"applied StatefulSet {ref.name} ({', '.join(change.changed)[:400]})")
     old_cap = status.condition(prev, status.REPLICAS_CAPPED) if prev is not None else None
     if cap.reason and (old_cap is None or old_cap.message != cap.reason):
-        ctx.kube.event(body, "Warning", "ReplicasCapped", cap.reason)
+        ctx.event(body, "Warning", "ReplicasCapped", cap.reason)
     return None
-
-
-def _reset(
-    ctx: Context,
-    body: Mapping[str, Any],
-    spec: StreamAppSpec,
-    ref: AppRef,
-    sts: Mapping[str, Any],
-    app_id: str,
-) -> status.Problem | None:
-    """`upgrade.mode: reset`: stop every pod, wait for an empty group, drop the state volumes, run
-    `kappaflow reset`.
-
-    Returns None once the reset Job succeeded (the caller then recreates the internal topics and applies
-    the new spec); raises kopf.TemporaryError while a step is under way. Each step is recognisable from
-    the cluster alone (StatefulSet scaled to 0, no pods, the generation's Job), so a restarted operator
-    resumes where it stopped. A reset with live members would be refused by the broker, and a pod that
-    kept its volume would restore state the reset just invalidated: hence the order.
-    """
-    generation = int(body["metadata"].get("generation") or 0)
-    job = desired.build_reset_job(spec, ref, generation)
-    job_name = job["metadata"]["name"]
-    if ctx.kube.get("batch/v1", "Job", ref.namespace, job_name) is None:
-        if (sts.get("spec") or {}).get("replicas") != 0:
-            ctx.kube.patch("apps/v1", "StatefulSet", ref.namespace, ref.name, {"spec": {"replicas": 0}})
-            ctx.kube.event(body, "Normal", "ResetStopping", "upgrade mode reset: stopping all pods")
-        selector = f"{APP_LABEL}={ref.name},!{DESCRIBE_JOB_LABEL}"
-        if ctx.kube.list("v1", "Pod", ref.namespace, selector):
-            raise kopf.TemporaryError("reset: waiting for the pods to stop", delay=RETRY_S)
-        try:
-            members = ctx.kafka_factory(spec, ref.namespace).group_members(app_id)
-        except KafkaError as err:
-            raise kopf.TemporaryError(f"reset: {err}", delay=RETRY_S * 5) from err
-        if members:
-            # Static members linger until session.timeout.ms; `kappaflow reset` needs an empty group.
-            raise kopf.TemporaryError(f"reset: {members} group member(s) not expired yet", delay=RETRY_S)
-        claims = ctx.kube.list("v1", "PersistentVolumeClaim", ref.namespace, f"{APP_LABEL}={ref.name}")
-        for claim in claims:
-            ctx.kube.delete("v1", "PersistentVolumeClaim", ref.namespace, claim["metadata"]["name"])
-        if claims:
-            ctx.kube.event(
-                body, "Normal", "StateVolumesDeleted", f"deleted {len(claims)} state volume claims"
-            )
-        ctx.kube.apply(desired.build_configmap(spec, ref, app_id))
-        ctx.kube.apply(job)
-        ctx.kube.event(body, "Normal", "ResetStarted", f"started Job {job_name} (kappaflow reset)")
-        raise kopf.TemporaryError("reset: waiting for the reset Job", delay=RETRY_S)
-    outcome = ctx.kube.job_outcome(ref.namespace, job_name)
-    if outcome is None:
-        raise kopf.TemporaryError("reset: waiting for the reset Job", delay=RETRY_S)
-    if outcome.exit_code != 0:
-        return status.Problem(
-            "ResetFailed", f"Job {job_name} exited {outcome.exit_code}: {outcome.message[-512:]}"
-        )
-    ctx.kube.event(
-        body, "Normal", "ResetCompleted", "group offsets rewound, internal topics and state dropped"
-    )
-    return None
-
-
-# ---- autoscaler ----------------------------------------------------------------------------------------
-def autoscale(ctx: Context, body: Mapping[str, Any], *, now: datetime) -> StreamAppStatus | None:
-    """One autoscaler tick: measure lag, decide, record the decision. Returns the new status when it
-    changed the replica target (the caller then reconciles to apply it), else None."""
-    prev = _status_of(body)
-    try:
-        spec = StreamAppSpec.model_validate(body.get("spec") or {})
-    except ValidationError:
-        return None
-    auto = spec.autoscaling
-    if not auto.enabled or spec.replicas == 0 or prev is None or prev.topology is None:
-        return None
-    last = prev.autoscaler.last_decision if prev.autoscaler is not None else None
-    if last is not None and now - last.time < timedelta(seconds=auto.interval_seconds):
-        return None
-    ref = _ref(body)
-    app_id = prev.application_id or spec.application_id
-    try:
-        lag = ctx.kafka_factory(spec, ref.namespace).consumer_lag(app_id, prev.topology.source_topics)
-    except KafkaError as err:
-        ctx.kube.event(body, "Warning", "LagUnavailable", str(err))
-        return None
-    current = scaling.effective_replicas(spec, prev, prev.topology.max_parallelism).replicas
-    decision = scaling.autoscale(
-        current=current,
-        total_lag=lag,
-        lag_per_replica=auto.lag_per_replica,
-        min_replicas=auto.min_replicas,
-        max_replicas=auto.max_replicas,
-        scale_up_cooldown_s=auto.scale_up_cooldown_seconds,
-        scale_down_cooldown_s=auto.scale_down_cooldown_seconds,
-        last_scale_time=prev.autoscaler.last_scale_time if prev.autoscaler is not None else None,
-        now=now,
-        max_parallelism=prev.topology.max_parallelism,
-    )
-    record = AutoscalerDecision(
-        time=now, from_replicas=current, to_replicas=decision.replicas, lag=lag, reason=decision.reason
-    )
-    auto_status = AutoscalerStatus(
-        desired_replicas=decision.replicas,
-        last_scale_time=now
-        if decision.changed
-        else (prev.autoscaler.last_scale_time if prev.autoscaler else None),
-        last_decision=record,
-    )
-    new = prev.model_copy(update={"autoscaler": auto_status, "consumer_lag": lag})
-    meta = body["metadata"]
-    ctx.kube.patch_status(
-        meta["namespace"], meta["name"], {"autoscaler": auto_status.to_wire(), "consumerLag": lag}
-    )
-    if not decision.changed:
-        return None
-    ctx.kube.event(body, "Normal", "Autoscaled", decision.reason)
-    return new
-
-
-def on_change(ctx: Context, body: Mapping[str, Any], *, now: datetime) -> None:
-    """Create/update/resume: a full pass, serialized with the timer's."""
-    with ctx.lock(body):
-        reconcile(ctx, body, now=now)
-
-
-def resync(ctx: Context, body: Mapping[str, Any], *, now: datetime) -> None:
-    """The periodic pass: autoscaler tick, then a full reconcile (refreshes status from the pods)."""
-    if body["metadata"].get("deletionTimestamp"):
-        return
-    with ctx.lock(body):
-        scaled = autoscale(ctx, body, now=now)
-        reconcile(ctx, body, now=now, prev=scaled)
 
 
 # ---- deletion ------------------------------------------------------------------------------------------
@@ -561,6 +567,9 @@ def cleanup(ctx: Context, body: Mapping[str, Any]) -> None:
         names |= set(internal_topic_names(TopologyDescription.parse(cm["data"][TOPOLOGY_FILE]), app_id))
     try:
         deleted = ctx.kafka_factory(spec, ref.namespace).delete_topics(sorted(names))
-    except KafkaError as err:
+    except (KafkaError, SecretReferenceError) as err:
         raise kopf.TemporaryError(str(err), delay=RETRY_S * 5) from err
+    factory = ctx.kafka_factory
+    if isinstance(factory, KafkaAdmins):
+        factory.release(f"{ref.namespace}/{ref.name}")
     ctx.kube.event(body, "Normal", "TopicsDeleted", "deleted " + (", ".join(deleted) or "no topics"))

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from .models import StreamAppSpec, StreamAppStatus
+from .models import AutoscalerDecision, AutoscalerStatus, StreamAppSpec, StreamAppStatus
 
 
 @dataclass(frozen=True)
@@ -110,3 +110,67 @@ def effective_replicas(
 ) -> CapResult:
     """What the StatefulSet runs: requested replicas capped at the topology's parallelism."""
     return cap_replicas(requested_replicas(spec, status), max_parallelism)
+
+
+@dataclass(frozen=True)
+class Tick:
+    """One autoscaler tick's outcome: the new memory for status, and the reason when it scaled."""
+
+    memory: AutoscalerStatus
+    scaled: str | None
+
+
+def tick(
+    spec: StreamAppSpec,
+    status: StreamAppStatus | None,
+    *,
+    lag: int,
+    max_parallelism: int | None,
+    now: datetime,
+) -> Tick | None:
+    """Decide once per `autoscaling.intervalSeconds` from the measured lag; None when it is not time.
+
+    Pure: the caller measured `lag` in the same pass, from the same fresh status it passes here, and
+    writes the returned memory with that pass's single status write (never a write of its own, which a
+    pass holding an older copy would undo).
+    """
+    auto = spec.autoscaling
+    if not auto.enabled or spec.replicas == 0:
+        return None
+    memory = status.autoscaler if status is not None else None
+    last = memory.last_decision if memory is not None else None
+    if last is not None and now - last.time < timedelta(seconds=auto.interval_seconds):
+        return None
+    current = effective_replicas(spec, status, max_parallelism).replicas
+    decision = autoscale(
+        current=current,
+        total_lag=lag,
+        lag_per_replica=auto.lag_per_replica,
+        min_replicas=auto.min_replicas,
+        max_replicas=auto.max_replicas,
+        scale_up_cooldown_s=auto.scale_up_cooldown_seconds,
+        scale_down_cooldown_s=auto.scale_down_cooldown_seconds,
+        last_scale_time=memory.last_scale_time if memory is not None else None,
+        now=now,
+        max_parallelism=max_parallelism,
+    )
+    record = AutoscalerDecision(
+        time=now, from_replicas=current, to_replicas=decision.replicas, lag=lag, reason=decision.reason
+    )
+    last_scale = now if decision.changed else (memory.last_scale_time if memory is not None else None)
+    new = AutoscalerStatus(
+        desired_replicas=decision.replicas, last_scale_time=last_scale, last_decision=record
+    )
+    return Tick(new, decision.reason if decision.changed else None)
+
+
+def ignored_scale_request(spec: StreamAppSpec, running: int) -> str | None:
+    """Why spec.replicas (e.g. from `kubectl scale`) is not what runs while the autoscaler is on."""
+    if not spec.autoscaling.enabled or spec.replicas == 0 or spec.replicas == running:
+        return None
+    auto = spec.autoscaling
+    return (
+        f"spec.replicas is {spec.replicas} but autoscaling is enabled and runs {running} "
+        f"(bounds {auto.min_replicas}..{auto.max_replicas}); to pin a count, set autoscaling.minReplicas "
+        "and maxReplicas, or disable autoscaling (replicas: 0 still pauses)"
+    )

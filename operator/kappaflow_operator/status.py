@@ -7,13 +7,15 @@ per type, `lastTransitionTime` changes only when `status` flips (not when a mess
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from .desired.common import selector_string
-from .models import Condition, StableSpec, StreamAppStatus
+from .diff import Action, classify
+from .models import Condition, StableSpec, StreamAppSpec, StreamAppStatus
 from .models.status import Phase
 from .scaling import CapResult
 from .topics import TopicPlan
@@ -22,6 +24,26 @@ READY = "Ready"
 PROGRESSING = "Progressing"
 DEGRADED = "Degraded"
 REPLICAS_CAPPED = "ReplicasCapped"
+#: kstatus' abnormal-true conditions: Reconciling (work under way) and Stalled (stuck until a user acts).
+RECONCILING = "Reconciling"
+STALLED = "Stalled"
+SCALE_OVERRIDDEN = "ScaleOverridden"
+#: Longest StreamApp name: `<name>-<10-char revision hash>` labels the pods and must fit 63 characters.
+MAX_NAME_LENGTH = 52
+#: A spec is stable once all replicas stayed ready this long (seen by two passes, not one lucky probe
+#: of a crash-looping pod between restarts).
+STABLE_AFTER_S = 5
+#: Restarts after which a container that is not ready counts as crash-looping.
+CRASH_RESTARTS = 3
+#: Container waiting reasons that will not resolve by waiting, and the Problem reason they map to.
+_STUCK_WAITING = {
+    "CrashLoopBackOff": "CrashLoopBackOff",
+    "ErrImagePull": "ImagePullFailed",
+    "ImagePullBackOff": "ImagePullFailed",
+    "InvalidImageName": "ImagePullFailed",
+    "CreateContainerConfigError": "ContainerConfigError",
+    "CreateContainerError": "ContainerConfigError",
+}
 
 
 @dataclass(frozen=True)
@@ -50,6 +72,54 @@ class Observation:
     consumer_lag: int | None = None
     applied: StableSpec | None = None
     """The spec this pass applied; it becomes status.lastStableSpec once the app is Running."""
+    suspended: bool = False
+    """spec.suspend: the operator leaves everything as it is."""
+    scale_ignored: str | None = None
+    """Why spec.replicas is not what runs (autoscaling on), for the ScaleOverridden condition."""
+
+
+def name_problem(name: str) -> Problem | None:
+    """A StreamApp name the owned objects cannot carry (the CRD's CEL rule refuses it too)."""
+    if "." in name:
+        return Problem(
+            "InvalidName",
+            f"name {name!r} contains dots; it names Services (<name>-headless), which must be DNS-1035 "
+            "labels: recreate the StreamApp under a name without dots",
+        )
+    if len(name) > MAX_NAME_LENGTH:
+        return Problem(
+            "InvalidName",
+            f"name {name!r} has {len(name)} characters; at most {MAX_NAME_LENGTH} fit the pods' revision "
+            "label and the Services: recreate the StreamApp under a shorter name",
+        )
+    if not re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", name):
+        return Problem("InvalidName", f"name {name!r} must start with a letter (a Service name, DNS-1035)")
+    return None
+
+
+def pod_problems(pods: Sequence[Mapping[str, Any]]) -> list[Problem]:
+    """Pods that will not get better by waiting: crash loops, image pulls, missing config; one per reason."""
+    found: dict[str, list[str]] = {}
+    for pod in pods:
+        pod_name = (pod.get("metadata") or {}).get("name", "?")
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            waiting = (cs.get("state") or {}).get("waiting") or {}
+            reason = _STUCK_WAITING.get(str(waiting.get("reason") or ""))
+            if reason is None and not cs.get("ready") and int(cs.get("restartCount") or 0) >= CRASH_RESTARTS:
+                reason = "CrashLoopBackOff"  # between crashes a kubelet reports Running, not waiting
+            if reason is None:
+                continue
+            detail = str(waiting.get("message") or "")
+            if reason == "CrashLoopBackOff":
+                last = (cs.get("lastState") or {}).get("terminated") or {}
+                detail = (
+                    f"restarted {cs.get('restartCount', 0)} times, last exit code {last.get('exitCode', '?')}"
+                    f" ({last.get('reason') or 'Error'}); see `kubectl logs {pod_name} --previous`"
+                )
+            elif reason == "ImagePullFailed":
+                detail = f"cannot pull image {cs.get('image', '?')}: {detail or waiting.get('reason')}"
+            found.setdefault(reason, []).append(f"pod {pod_name} container {cs.get('name', '?')}: {detail}")
+    return [Problem(reason, "; ".join(msgs)[:2048]) for reason, msgs in found.items()]
 
 
 @dataclass(frozen=True)
@@ -78,6 +148,8 @@ def _phase(obs: Observation, roll: _Rollout | None) -> tuple[Phase, str, str]:
     """(phase, Progressing reason, message), in priority order."""
     if obs.problems or (obs.topic_plan is not None and obs.topic_plan.mismatches):
         return "Degraded", "Degraded", "see the Degraded condition"
+    if obs.suspended:
+        return "Paused", "Suspended", "spec.suspend is true: the operator leaves the app as it is"
     if obs.reprocessing_active:
         return "Reprocessing", "Reprocessing", "rebuilding state on Spark before rolling the new version"
     if not obs.topology_known:
@@ -125,10 +197,22 @@ def desired_conditions(obs: Observation) -> list[tuple[str, str, str, str]]:
         (PROGRESSING, *progressing),
         (DEGRADED, *degraded),
     ]
+    # kstatus: Reconciling while work is under way, Stalled when only a user can unblock it.
+    conditions.append(
+        (RECONCILING, *progressing) if progressing[0] == "True" else (RECONCILING, "False", reason, "")
+    )
+    if problems:
+        conditions.append((STALLED, "True", degraded[1], degraded[2]))
+    else:
+        conditions.append((STALLED, "False", "AsExpected", ""))
     if obs.cap is not None and obs.cap.reason:
         conditions.append((REPLICAS_CAPPED, "True", "ExceedsPartitionCount", obs.cap.reason))
     else:
         conditions.append((REPLICAS_CAPPED, "False", "WithinPartitionCount", ""))
+    if obs.scale_ignored:
+        conditions.append((SCALE_OVERRIDDEN, "True", "AutoscalingEnabled", obs.scale_ignored))
+    else:
+        conditions.append((SCALE_OVERRIDDEN, "False", "AsRequested", ""))
     return conditions
 
 
@@ -183,12 +267,54 @@ def compute_status(
     if obs.consumer_lag is not None:
         updates["consumer_lag"] = obs.consumer_lag
     if phase == "Running" and obs.applied is not None:
-        # Every replica is ready on this spec: a later failed upgrade can fall back to it.
-        updates["last_stable_spec"] = obs.applied
         updates["application_id"] = obs.applied.application_id
+        was_ready = condition(base, READY)
+        steady = timedelta(seconds=STABLE_AFTER_S)
+        if (
+            was_ready is not None
+            and was_ready.status == "True"
+            and now - was_ready.last_transition_time >= steady
+        ):
+            # Every replica stayed ready on this spec: a later failed upgrade can fall back to it.
+            updates["last_stable_spec"] = obs.applied
     return base.model_copy(update=updates)
 
 
 def condition(status: StreamAppStatus, type_: str) -> Condition | None:
     """The condition of `type_`, if present."""
     return next((c for c in status.conditions if c.type == type_), None)
+
+
+def rollback_due(
+    *,
+    spec: StreamAppSpec,
+    stable: StableSpec | None,
+    upgraded_at: datetime | None,
+    now: datetime,
+    statefulset: Mapping[str, Any] | None,
+    desired: int,
+) -> str | None:
+    """Why the running upgrade must be rolled back to `stable`, or None.
+
+    Due when the pods have not all become ready on the new template within
+    `spec.upgrade.progressDeadlineSeconds` of when it was applied (`upgraded_at`), and the stable spec
+    differs from `spec` in what the pods run (a replicas-only difference is a scale, never rolled back).
+    """
+    if stable is None or stable.spec is None or upgraded_at is None or statefulset is None:
+        return None
+    deadline = spec.upgrade.progress_deadline_seconds
+    if now - upgraded_at < timedelta(seconds=deadline):
+        return None
+    try:
+        stable_spec = StreamAppSpec.model_validate(stable.spec)
+    except ValueError:
+        return None
+    if classify(stable_spec, spec).action in (Action.NONE, Action.SCALE):
+        return None
+    roll = _rollout(statefulset, desired)
+    if not roll.rolling and roll.ready == desired and roll.settled:
+        return None
+    return (
+        f"the upgrade did not complete within upgrade.progressDeadlineSeconds ({deadline}s): "
+        f"{roll.ready}/{desired} pods ready"
+    )

@@ -37,8 +37,10 @@ class TopicMismatch:
     def message(self) -> str:
         return (
             f"topic {self.name} has {self.actual_partitions} partitions but the topology needs "
-            f"{self.expected_partitions}; the operator never resizes internal topics (delete it, or use "
-            "upgrade mode reset)"
+            f"{self.expected_partitions}; the operator never resizes internal topics and deploys nothing "
+            f"while they mismatch: delete {self.name} (the operator recreates it with "
+            f"{self.expected_partitions} partitions; its {self.type} data is lost), or set a new "
+            "spec.applicationId to start on fresh internal topics"
         )
 
 

@@ -168,6 +168,9 @@ class _Running:
     restarts: int = 0
     reported: dict[str, Any] = field(default_factory=dict)
     stopping: bool = False
+    backoff_until: dt.datetime | None = None
+    """Set after a crash: until then the container waits in CrashLoopBackOff, as a kubelet reports it."""
+    last_exit: int | None = None
 
 
 class FakeKubelet:
@@ -183,6 +186,7 @@ class FakeKubelet:
         max_grace_seconds: float = 10.0,
         resync: float = 0.5,
         pod_ip: str | PodIP = POD_IP,
+        crash_backoff_seconds: float = 0.0,
     ) -> None:
         self.core = client.CoreV1Api(api_client)
         self.namespace = namespace
@@ -192,6 +196,8 @@ class FakeKubelet:
         self.max_grace_seconds = max_grace_seconds
         self.resync = resync
         self.pod_ip = pod_ip
+        self.crash_backoff_seconds = crash_backoff_seconds
+        """Like the kubelet's 10s doubling back-off (capped at 5 minutes); 0 restarts at once."""
         self.running: dict[str, _Running] = {}  # pod uid -> process
         self.errors: list[BaseException] = []
         self._lock = threading.Lock()
@@ -354,17 +360,28 @@ class FakeKubelet:
             proc = _Running(self.launcher(pod), _now_dt())
             with self._lock:
                 self.running[uid] = proc
-        code = proc.handle.poll()
+        code = None if proc.backoff_until is not None else proc.handle.poll()
         phase = "Running"
-        if code is not None:
+        if proc.backoff_until is not None and _now_dt() >= proc.backoff_until:
+            proc.backoff_until = None
+            proc.handle = self.launcher(pod)
+            proc.restarts += 1
+            proc.started = _now_dt()
+        elif code is not None:
             policy = pod.spec.restart_policy or "Always"
             if policy == "Always" or (policy == "OnFailure" and code != 0):
-                proc.handle = self.launcher(pod)
-                proc.restarts += 1
-                proc.started = _now_dt()
+                proc.last_exit = code
+                if self.crash_backoff_seconds > 0:
+                    delay = min(self.crash_backoff_seconds * 2 ** min(proc.restarts, 10), 300.0)
+                    proc.backoff_until = _now_dt() + dt.timedelta(seconds=delay)
+                else:
+                    proc.handle = self.launcher(pod)
+                    proc.restarts += 1
+                    proc.started = _now_dt()
             else:
                 phase = "Succeeded" if code == 0 else "Failed"
-        ready = phase == "Running" and bool(self.readiness(pod, proc.handle))
+        waiting = proc.backoff_until is not None
+        ready = phase == "Running" and not waiting and bool(self.readiness(pod, proc.handle))
         ip = self.pod_ip(pod) if callable(self.pod_ip) else self.pod_ip
         status = _pod_status(pod, phase, ready, proc, code, ip)
         if status != proc.reported:
@@ -434,8 +451,11 @@ def _pod_status(
 ) -> dict[str, Any]:
     """The status a kubelet would report, without timestamps (so unchanged status is not re-sent)."""
     started = proc.started.strftime("%Y-%m-%dT%H:%M:%SZ")
-    if phase == "Running":
-        state: dict[str, Any] = {"running": {"startedAt": started}}
+    if phase == "Running" and proc.backoff_until is not None:
+        message = f"back-off restarting failed container {pod.spec.containers[0].name}"
+        state: dict[str, Any] = {"waiting": {"reason": "CrashLoopBackOff", "message": message}}
+    elif phase == "Running":
+        state = {"running": {"startedAt": started}}
     else:
         terminated = {"exitCode": code, "startedAt": started, "finishedAt": _now(), "reason": phase}
         # A real kubelet reads terminationMessagePath; a launcher handle may offer the text instead.
@@ -450,9 +470,14 @@ def _pod_status(
             "imageID": "",
             "containerID": f"fake://{pod.metadata.uid}/{c.name}",
             "ready": ready,
-            "started": phase == "Running",
+            "started": phase == "Running" and proc.backoff_until is None,
             "restartCount": proc.restarts,
             "state": state,
+            **(
+                {"lastState": {"terminated": {"exitCode": proc.last_exit, "reason": "Error"}}}
+                if proc.last_exit
+                else {}
+            ),
         }
         for c in pod.spec.containers
     ]

@@ -58,7 +58,7 @@ def test_schema_is_structural(crd):
         assert node.get("additionalProperties") is not False, path
         assert not ("properties" in node and "additionalProperties" in node), path
     preserved = [p for p, n in _walk(schema) if n.get("x-kubernetes-preserve-unknown-fields")]
-    assert preserved == ["$.spec.podTemplate.affinity", "$.status.kopf"]
+    assert preserved == ["$.spec.podTemplate.affinity", "$.status.lastStableSpec.spec", "$.status.kopf"]
 
 
 def test_schema_carries_validation(crd):

@@ -169,7 +169,8 @@ def test_create_yields_objects_topics_status_and_events(env: Env) -> None:
     assert env.condition("wc", "Ready")["status"] == "True"
     assert env.condition("wc", "Progressing")["status"] == "False"
     assert env.condition("wc", "Degraded")["status"] == "False"
-    assert status["lastStableSpec"]["applicationId"] == app_id
+    stable = wait_for("the spec recorded as stable", lambda: env.status("wc").get("lastStableSpec"))
+    assert stable["applicationId"] == app_id and stable["spec"]["applicationId"] == app_id
     assert {"DescribingTopology", "TopologyDescribed", "TopicsCreated", "Created"} <= env.event_reasons("wc")
 
 

@@ -63,3 +63,30 @@ def test_job_outcome_is_the_newest_finished_pod() -> None:
     outcome = _Pods([failed, ok, running]).job_outcome("ns", "j")
     assert outcome is not None and (outcome.exit_code, outcome.message) == (0, "{}")
     assert _Pods([running]).job_outcome("ns", "j") is None
+
+
+def test_an_apps_admin_client_for_an_old_bootstrap_is_dropped() -> None:
+    """A changed bootstrap address must not leave a client reconnecting to the old one forever."""
+    from kappaflow_operator.admins import KafkaAdmins
+    from kappaflow_operator.models import StreamAppSpec
+
+    def spec(bootstrap: str) -> StreamAppSpec:
+        wire = {
+            "image": "r/i:1",
+            "entryPoint": "m:f",
+            "applicationId": "wc",
+            "kafka": {"bootstrapServers": bootstrap},
+        }
+        return StreamAppSpec.model_validate(wire)
+
+    admins = KafkaAdmins(kube=None)  # type: ignore[arg-type]  # PLAINTEXT: no Secret to read
+    old = admins(spec("old-kafka:9092"), "ns", owner="ns/a")
+    shared = admins(spec("old-kafka:9092"), "ns", owner="ns/b")
+    assert shared is old, "apps on one connection share a client"
+    new = admins(spec("new-kafka:9092"), "ns", owner="ns/a")
+    assert new is not old and len(admins.clients) == 2, "ns/b still uses the old connection"
+    admins(spec("new-kafka:9092"), "ns", owner="ns/b")
+    assert list(admins.clients.values()) == [new], "no app uses the old address: its client is gone"
+    admins.release("ns/a")
+    admins.release("ns/b")
+    assert admins.clients == {}

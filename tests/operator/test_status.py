@@ -4,9 +4,18 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from kappaflow_operator.models import StableSpec, TopologyDescription
+from kappaflow_operator.models import StableSpec, StreamAppSpec, TopologyDescription
 from kappaflow_operator.scaling import cap_replicas
-from kappaflow_operator.status import Observation, Problem, compute_status, condition
+from kappaflow_operator.status import (
+    STABLE_AFTER_S,
+    Observation,
+    Problem,
+    compute_status,
+    condition,
+    name_problem,
+    pod_problems,
+    rollback_due,
+)
 from kappaflow_operator.topics import plan_internal_topics
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -45,7 +54,15 @@ def test_running_when_all_ready():
     assert _cond(s, "Ready") == ("True", "AllReplicasReady")
     assert _cond(s, "Progressing") == ("False", "RolloutComplete")
     assert _cond(s, "Degraded") == ("False", "AsExpected")
-    assert s.last_stable_spec == applied
+    assert _cond(s, "Reconciling") == ("False", "RolloutComplete")
+    assert _cond(s, "Stalled") == ("False", "AsExpected")
+    assert s.last_stable_spec is None, "one ready observation is not stable yet"
+    later = _status(
+        Observation(generation=2, desired_replicas=3, statefulset=_sts(3, 3), applied=applied),
+        previous=s,
+        now=T0 + timedelta(seconds=STABLE_AFTER_S),
+    )
+    assert later.last_stable_spec == applied
 
 
 def test_progress_phases():
@@ -118,3 +135,63 @@ def test_foreign_conditions_and_fields_are_kept():
     assert s.consumer_lag == 42 and s.autoscaler.desired_replicas == 4
     wire = s.to_wire()
     assert wire["conditions"][0]["lastTransitionTime"] == "2026-01-01T00:00:00Z"
+
+
+def test_problems_are_stalled_for_kstatus():
+    s = _status(Observation(3, 1, _sts(1, 1), problems=[Problem("SecretReferenceInvalid", "no key")]))
+    stalled = condition(s, "Stalled")
+    assert stalled is not None and (stalled.status, stalled.reason) == ("True", "SecretReferenceInvalid")
+    assert stalled.observed_generation == 3 and stalled.message == "no key"
+    rolling = _status(Observation(1, 3, _sts(3, 2, update="r2")))
+    assert _cond(rolling, "Reconciling") == ("True", "RollingUpdate")
+    assert _cond(_status(Observation(1, 3, _sts(3, 3), suspended=True)), "Ready") == ("False", "Suspended")
+
+
+def test_names_that_cannot_name_services():
+    assert name_problem("word-count") is None
+    assert "dots" in name_problem("a.b").message
+    assert "52" in name_problem("w" * 53).message
+    assert name_problem("9lives") is not None
+
+
+def _pod(name, **container):
+    return {"metadata": {"name": name}, "status": {"containerStatuses": [{"name": "app", **container}]}}
+
+
+def test_pod_problems_name_the_pod_and_what_to_do():
+    crash = _pod(
+        "wc-1",
+        restartCount=94,
+        state={"waiting": {"reason": "CrashLoopBackOff"}},
+        lastState={"terminated": {"exitCode": 2, "reason": "Error"}},
+    )
+    pull = _pod(
+        "wc-0", image="r/x:nope", state={"waiting": {"reason": "ErrImagePull", "message": "not found"}}
+    )
+    fine = _pod("wc-2", ready=True, restartCount=0, state={"running": {}})
+    found = {p.reason: p.message for p in pod_problems([crash, pull, fine])}
+    assert set(found) == {"CrashLoopBackOff", "ImagePullFailed"}
+    assert "wc-1" in found["CrashLoopBackOff"] and "94 times" in found["CrashLoopBackOff"]
+    assert "kubectl logs wc-1 --previous" in found["CrashLoopBackOff"]
+    assert "r/x:nope" in found["ImagePullFailed"] and "not found" in found["ImagePullFailed"]
+
+
+def test_rollback_is_due_only_after_the_deadline_of_a_pod_change():
+    base = {
+        "image": "r/wc:1",
+        "entryPoint": "m:f",
+        "applicationId": "wc",
+        "kafka": {"bootstrapServers": "k:9092"},
+        "upgrade": {"progressDeadlineSeconds": 60},
+    }
+    stable = StableSpec(hash="h1", image="r/wc:1", application_id="wc", spec=base)
+    broken = StreamAppSpec.model_validate({**base, "image": "r/wc:2"})
+    stuck = _sts(1, 0, update="r2")
+    kw = {"stable": stable, "statefulset": stuck, "desired": 1, "upgraded_at": T0}
+    assert rollback_due(spec=broken, now=T0 + timedelta(seconds=59), **kw) is None
+    reason = rollback_due(spec=broken, now=T0 + timedelta(seconds=61), **kw)
+    assert reason is not None and "60s" in reason and "0/1 pods ready" in reason
+    scaled = StreamAppSpec.model_validate({**base, "replicas": 3})
+    assert rollback_due(spec=scaled, now=T0 + timedelta(seconds=600), **kw) is None, "a scale is no upgrade"
+    done = {**kw, "statefulset": _sts(1, 1)}
+    assert rollback_due(spec=broken, now=T0 + timedelta(seconds=600), **done) is None

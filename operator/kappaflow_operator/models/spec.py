@@ -207,6 +207,8 @@ class Upgrade(CamelModel):
 
     mode: Literal["rolling", "reprocess", "reset"] = "rolling"
     spark: SparkSettings = Field(default_factory=SparkSettings)
+    progress_deadline_seconds: Annotated[int, Field(ge=30)] = 600
+    """An upgrade whose pods are not all ready after this long is rolled back to status.lastStableSpec."""
 
 
 def _config_schema_extra(schema: dict[str, Any]) -> None:
@@ -248,6 +250,8 @@ class StreamAppSpec(CamelModel):
     topic_cleanup_policy: Literal["Retain", "Delete"] = "Retain"
     """On deletion: keep (Retain) or delete (Delete) the internal topics."""
     pod_template: PodTemplateOverrides = Field(default_factory=PodTemplateOverrides)
+    suspend: bool = False
+    """Stop reconciling: the operator changes nothing (pods keep running as they are) until false again."""
 
     @field_validator("config")
     @classmethod

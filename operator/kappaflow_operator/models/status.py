@@ -42,12 +42,36 @@ class InternalTopicStatus(CamelModel):
     state: Literal["Ready", "Created", "Missing", "Mismatch"]
 
 
+def _spec_schema(schema: dict[str, Any]) -> None:
+    schema.clear()
+    schema.update(
+        {
+            "type": "object",
+            "description": "The spec itself, as applied (what a rollback applies again).",
+            "x-kubernetes-preserve-unknown-fields": True,
+        }
+    )
+
+
 class StableSpec(CamelModel):
     """The last spec that ran with every replica ready; a failed upgrade falls back to it."""
 
     hash: str
     image: str
     application_id: str
+    spec: dict[str, Any] | None = Field(default=None, json_schema_extra=_spec_schema)
+
+
+class Rollback(CamelModel):
+    """An upgrade that missed spec.upgrade.progressDeadlineSeconds and was rolled back.
+
+    Kept while spec stays the failed one (the stable spec keeps running); a new spec clears it.
+    """
+
+    failed_spec_hash: str
+    to_spec_hash: str
+    time: datetime
+    reason: str
 
 
 class TopologyStatus(CamelModel):
@@ -128,3 +152,5 @@ class StreamAppStatus(CamelModel):
     autoscaler: AutoscalerStatus | None = None
     reprocessing: ReprocessingRun | None = None
     kopf: dict[str, Any] | None = Field(default=None, json_schema_extra=_kopf_schema)
+    rollback: Rollback | None = None
+    """Set while the current spec is a failed upgrade that was rolled back to lastStableSpec."""
