@@ -13,6 +13,7 @@ from typing import Any
 
 from ..models import StreamAppSpec
 from .common import CONFIG_DIR, CONFIG_FILE, CONTAINER_NAME, AppRef, configmap_name, object_meta, stable_hash
+from .security import container_security_context, pod_security_context
 from .statefulset import TLS_MOUNT, sasl_env, tls_volume
 
 DESCRIBE_JOB_LABEL = "kappaflow.io/job"
@@ -43,11 +44,15 @@ def _job(
         "command": ["/bin/sh", "-c", script],
         "env": [{"name": "KAPPAFLOW_ENTRY_POINT", "value": spec.entry_point}],
         "terminationMessagePolicy": "File",
-        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+        "securityContext": container_security_context(spec),
     }
     if spec.image_pull_policy is not None:
         container["imagePullPolicy"] = spec.image_pull_policy
-    pod: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
+    pod: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "containers": [container],
+        "securityContext": pod_security_context(spec),
+    }
     if mount_config:
         # The job talks to Kafka: same config file and credentials as the pods.
         container["volumeMounts"] = [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}]
@@ -75,7 +80,13 @@ def _job(
             "backoffLimit": 1,
             "activeDeadlineSeconds": 600,
             "ttlSecondsAfterFinished": 3600,
-            "template": {"metadata": {"labels": {**labels, **object_meta(ref, name)["labels"]}}, "spec": pod},
+            "template": {
+                "metadata": {
+                    "labels": {**tmpl.labels, **labels, **object_meta(ref, name)["labels"]},
+                    "annotations": dict(tmpl.annotations),
+                },
+                "spec": pod,
+            },
         },
     }
 
