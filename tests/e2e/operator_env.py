@@ -27,6 +27,7 @@ from tests.e2e.apps import INPUT_ENV, OUTPUT_ENV
 ROOT = Path(__file__).resolve().parents[2]
 KAPPAFLOW = str(ROOT / ".venv" / "bin" / "kappaflow")
 ENTRY = "tests.e2e.apps:wordcount"
+QUERY_PORT = -1  # `RuntimePods.port(pod, QUERY_PORT)`: the pod's query port, not metrics
 
 
 class JobProcess:
@@ -159,10 +160,13 @@ class RuntimePods:
         """Pod names whose state directory is dropped before their next start (a lost volume)."""
         self.describe = make_launcher(api, input_topic, output_topic)
 
-    def port(self, pod: Any, _container_port: int = 0) -> int:
+    def port(self, pod: Any, container_port: int = 0) -> int:
+        """The local port of `pod`'s metrics port (any container port) or, with QUERY_PORT, its
+        query port: all pods share 127.0.0.1, so each gets its own."""
         from tests.harness.kafka_fixtures import free_port
 
-        return self.ports.setdefault(pod.metadata.name, free_port())
+        key = f"{pod.metadata.name}/query" if container_port == QUERY_PORT else pod.metadata.name
+        return self.ports.setdefault(key, free_port())
 
     def launch(self, pod: Any) -> Any:
         from tests.harness.fake_kubelet import container_env
@@ -190,6 +194,10 @@ class RuntimePods:
         env["KAPPAFLOW_STATE_DIR"] = str(state)
         env["PATH"] = f"{ROOT / '.venv' / 'bin'}{os.pathsep}{env.get('PATH', '')}"
         env["KAPPAFLOW_METRICS_PORT"] = str(self.port(pod))
+        if "KAPPAFLOW_APPLICATION_SERVER" in env:  # the query server's port, also shared: one per pod
+            host = env["KAPPAFLOW_APPLICATION_SERVER"].rsplit(":", 1)[0]
+            env["KAPPAFLOW_APPLICATION_SERVER"] = f"{host}:{self.port(pod, QUERY_PORT)}"
+            env["KAPPAFLOW_QUERY_HTTP_HOST"] = "127.0.0.1"
         # A run pod: `kappaflow run ...` as args; a reset Job: `/bin/sh -c "exec kappaflow reset ..."`.
         argv = [*(container.command or []), *(container.args or [])]
         for volume in pod.spec.volumes or []:

@@ -216,6 +216,9 @@ class SparkSettings(CamelModel):
     executor: SparkExecutor = Field(default_factory=SparkExecutor)
     timeout_seconds: Annotated[int, Field(ge=60)] = 6 * 3600
     """A run longer than this is treated as failed and the old version keeps running."""
+    cleanup_policy: Literal["Delete", "Retain"] = "Delete"
+    """Once the pods run ready on the rebuilt application id: Delete removes the replaced id's internal
+    topics and the earlier runs' SparkApplications; Retain keeps them (to roll back by hand)."""
 
 
 class Upgrade(CamelModel):
