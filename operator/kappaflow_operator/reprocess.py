@@ -79,8 +79,13 @@ def step(
     name = desired.spark_application_name(ref, digest)
     run = previous_run if previous_run is not None and previous_run.spark_application == name else None
     found = ctx.kube.get(SPARK_API_VERSION, "SparkApplication", ref.namespace, name)
-    if found is None and run is not None and run.state == "Failed":
-        # Timed out (and stopped): stay on the old id until the spec changes again.
+    if (
+        found is None
+        and run is not None
+        and run.state == "Failed"
+        and desired.reprocess_timed_out(spec, run.started_at, run.finished_at or now)
+    ):
+        # Timed out and stopped: stay on the old id until the spec changes again (no resubmission).
         return Outcome(app_id, run, status.Problem("ReprocessTimedOut", run.message))
     if found is None:
         try:
