@@ -142,8 +142,15 @@ def test_reprocess_upgrade_fails_safely_then_rolls_onto_spark_state(
                 from confluent_kafka.admin import AdminClient
 
                 names = AdminClient({"bootstrap.servers": kafka_bootstrap}).list_topics(timeout=10).topics
-                assert not [t for t in names if t.startswith(f"{original_id}-") and t.endswith("-changelog")]
-                assert f"{run['applicationId']}-counts-changelog" in names
+                new_id = run["applicationId"]  # starts with the original id: `<id>-r<hash>`
+                assert not [
+                    t
+                    for t in names
+                    if t.startswith(f"{original_id}-")
+                    and not t.startswith(f"{new_id}-")
+                    and t.endswith("-changelog")
+                ]
+                assert f"{new_id}-counts-changelog" in names
                 assert spark.reported and all(r["driverInfo"]["podName"] for r in spark.reported)
                 # The new id's pods start from Spark's changelogs and committed offsets: new input is
                 # counted on top of the rebuilt totals (a replay from offset 0 would double them).
