@@ -72,7 +72,8 @@ def make_launcher(api: Any, input_topic: str, output_topic: str) -> Callable[[An
     """
     from kubernetes import client
 
-    from tests.harness.fake_kubelet import container_env, materialize_volumes, rewrite_mount_paths
+    from tests.harness.fake_kubelet import container_env
+    from tests.harness.pod_volumes import materialize_volumes, rewrite_mount_paths
 
     core = client.CoreV1Api(api)
     base = {k: v for k, v in os.environ.items() if not k.startswith("KAPPAFLOW_")}
