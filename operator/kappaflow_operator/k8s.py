@@ -37,6 +37,10 @@ PLURALS: dict[str, str] = {
     "PodDisruptionBudget": "poddisruptionbudgets",
     "Job": "jobs",
     "SparkApplication": "sparkapplications",
+    # the describe Job's identity and its right to publish the topology (desired.describe)
+    "ServiceAccount": "serviceaccounts",
+    "Role": "roles",
+    "RoleBinding": "rolebindings",
     "StreamApp": PLURAL,
 }
 

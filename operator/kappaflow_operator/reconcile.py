@@ -31,7 +31,13 @@ from pydantic import ValidationError
 
 from . import desired, metrics, reprocess, reset, scaling, status
 from .admins import KafkaAdmins, SecretReferenceError
-from .desired.common import AppRef, object_meta, spec_hash
+from .desired.common import (
+    ACCEPTED_DESCRIBE_KEY,
+    TOPOLOGY_KEY,
+    AppRef,
+    spec_hash,
+    topology_configmap_name,
+)
 from .diff import Action, SpecDiff, classify
 from .k8s import Kube, KubeError
 from .kafka import KafkaAdmin, KafkaError
@@ -42,8 +48,8 @@ from .topics import internal_topic_names, plan_internal_topics
 APPLIED_SPEC_ANNOTATION = "kappaflow.io/applied-spec"
 TOPOLOGY_ANNOTATION = "kappaflow.io/topology-hash"
 UPGRADED_AT_ANNOTATION = "kappaflow.io/upgraded-at"
-DESCRIBE_KEY = "kappaflow.io/describe-key"
-TOPOLOGY_FILE = "topology.json"
+DESCRIBE_KEY = ACCEPTED_DESCRIBE_KEY
+TOPOLOGY_FILE = TOPOLOGY_KEY
 #: How soon to look again while waiting for something outside our control (a Job, a topic).
 RETRY_S = 3.0
 #: The same event (app, type, reason, message) is posted at most once in this many seconds.
@@ -86,10 +92,6 @@ class Context:
         self.kube.event(body, type_, reason, message)
 
 
-def topology_configmap_name(name: str) -> str:
-    return f"{name}-topology"
-
-
 def _ref(body: Mapping[str, Any]) -> AppRef:
     meta = body["metadata"]
     return AppRef(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"])
@@ -112,14 +114,16 @@ def default_kafka_factory(kube: Kube) -> KafkaFactory:
 def ensure_topology(
     ctx: Context, spec: StreamAppSpec, ref: AppRef, body: Mapping[str, Any]
 ) -> TopologyDescription | status.Problem | None:
-    """The topology for this image + entry point: cached, or described by a Job (None while it runs)."""
-    key = desired.describe_key(spec)
-    cm = ctx.kube.get("v1", "ConfigMap", ref.namespace, topology_configmap_name(ref.name))
-    if cm is not None and (cm.get("metadata", {}).get("annotations") or {}).get(DESCRIBE_KEY) == key:
-        return TopologyDescription.parse((cm.get("data") or {})[TOPOLOGY_FILE])
+    """The topology for this image + entry point, as the describe Job published it into the topology
+    ConfigMap (`desired.describe`); starts that Job when needed; None while it runs."""
+    found = _published_topology(ctx, spec, ref, body)
+    if found is not None:
+        return found
     job = desired.build_describe_job(spec, ref)
     job_name = job["metadata"]["name"]
     if ctx.kube.get("batch/v1", "Job", ref.namespace, job_name) is None:
+        for obj in desired.describe_access(spec, ref):  # the Job's service account, Role, ConfigMap
+            ctx.kube.apply(obj)
         ctx.kube.apply(job)
         ctx.kube.event(body, "Normal", "DescribingTopology", f"started Job {job_name} for image {spec.image}")
     outcome = ctx.kube.job_outcome(ref.namespace, job_name)
@@ -129,14 +133,33 @@ def ensure_topology(
         return status.Problem(
             "DescribeFailed", f"Job {job_name} exited {outcome.exit_code}: {outcome.message[-512:]}"
         )
+    # The Job published before it exited: read again.
+    found = _published_topology(ctx, spec, ref, body)
+    if found is None:
+        cm_name = topology_configmap_name(ref.name)
+        return status.Problem(
+            "DescribeFailed", f"Job {job_name} succeeded but published no topology to ConfigMap {cm_name}"
+        )
+    return found
+
+
+def _published_topology(
+    ctx: Context, spec: StreamAppSpec, ref: AppRef, body: Mapping[str, Any]
+) -> TopologyDescription | status.Problem | None:
+    """Read the topology ConfigMap; the first time a description is accepted, say so (event + mark)."""
+    name = topology_configmap_name(ref.name)
+    cm = ctx.kube.get("v1", "ConfigMap", ref.namespace, name)
     try:
-        description = TopologyDescription.parse(outcome.message)
+        description = desired.published_topology(spec, cm)
     except (ValueError, ValidationError) as err:
-        return status.Problem("DescribeFailed", f"Job {job_name} printed no valid topology: {err}")
-    data = description.model_dump_json(exclude_none=True)
-    meta = object_meta(ref, topology_configmap_name(ref.name))
-    meta["annotations"] = {DESCRIBE_KEY: key}
-    ctx.kube.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {TOPOLOGY_FILE: data}})
+        return status.Problem("DescribeFailed", f"ConfigMap {name} holds no valid topology: {err}")
+    key = desired.describe_key(spec)
+    if (
+        description is None
+        or ((cm or {}).get("metadata", {}).get("annotations") or {}).get(DESCRIBE_KEY) == key
+    ):
+        return description
+    ctx.kube.patch("v1", "ConfigMap", ref.namespace, name, {"metadata": {"annotations": {DESCRIBE_KEY: key}}})
     ctx.kube.event(
         body,
         "Normal",

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import kopf
 
 from . import desired, status
-from .desired.common import AppRef, spec_hash
+from .desired.common import APP_LABEL, AppRef, spec_hash
 from .desired.spark import SPARK_API_VERSION
 from .diff import Action
 from .kafka import KafkaError
@@ -73,12 +73,20 @@ def step(
     """Advance the reprocessing of this spec by one pass (see the module docstring)."""
     previous_run = prev.reprocessing if prev is not None else None
     if action != Action.REPROCESS:
-        return Outcome(app_id, previous_run)
+        return Outcome(app_id, _clean_up_replaced_id(ctx, body, spec, ref, prev))
     digest = spec_hash(spec)
     new_id = desired.reprocess_application_id(spec, digest)
     name = desired.spark_application_name(ref, digest)
     run = previous_run if previous_run is not None and previous_run.spark_application == name else None
     found = ctx.kube.get(SPARK_API_VERSION, "SparkApplication", ref.namespace, name)
+    if (
+        found is None
+        and run is not None
+        and run.state == "Failed"
+        and desired.reprocess_timed_out(spec, run.started_at, run.finished_at or now)
+    ):
+        # Timed out and stopped: stay on the old id until the spec changes again (no resubmission).
+        return Outcome(app_id, run, status.Problem("ReprocessTimedOut", run.message))
     if found is None:
         try:
             admin = ctx.kafka_factory(spec, ref.namespace)
@@ -87,9 +95,8 @@ def step(
                 admin.create_topics(plan.to_create, spec.kafka.replication_factor)
         except KafkaError as err:
             return Outcome(app_id, run, status.Problem("KafkaUnavailable", str(err)))
-        ctx.kube.apply(
-            desired.build_spark_application(spec, ref, spec_digest=digest, new_application_id=new_id)
-        )
+        for obj in desired.reprocess_resources(spec, ref, spec_digest=digest, new_application_id=new_id):
+            ctx.kube.apply(obj)  # the run's config, rendered from the new spec, then the application
         ctx.kube.event(
             body, "Normal", "ReprocessStarted", f"SparkApplication {name} rebuilds state into '{new_id}'"
         )
@@ -100,6 +107,7 @@ def step(
             spec_hash=digest,
             state="Pending",
             started_at=now,
+            previous_application_id=app_id,
         )
         return Outcome(app_id, run, waiting="SparkApplication submitted")
     spark_state = desired.spark_state(found) or ""
@@ -111,8 +119,11 @@ def step(
             image=spec.image,
             spec_hash=digest,
             state="Pending",
-            started_at=now,
+            started_at=_created_at(found) or now,
+            previous_application_id=app_id,
         )
+    if state in ("Pending", "Running") and desired.reprocess_timed_out(spec, run.started_at, now):
+        return _stop_timed_out(ctx, body, spec, ref, run, app_id, now)
     if state in ("Pending", "Running"):
         return Outcome(app_id, run.model_copy(update={"state": state}), waiting=f"Spark state {spark_state}")
     if run.state != state:
@@ -132,6 +143,68 @@ def step(
     if previous_run is None or previous_run.state != "Completed":
         ctx.kube.event(body, "Normal", "ReprocessCompleted", f"rolling onto application id '{new_id}'")
     return Outcome(new_id, run)
+
+
+def _created_at(obj: Mapping[str, Any]) -> datetime | None:
+    stamp = (obj.get("metadata") or {}).get("creationTimestamp")
+    return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")) if stamp else None
+
+
+def _stop_timed_out(
+    ctx: Context,
+    body: Mapping[str, Any],
+    spec: StreamAppSpec,
+    ref: AppRef,
+    run: ReprocessingRun,
+    app_id: str,
+    now: datetime,
+) -> Outcome:
+    """`upgrade.spark.timeoutSeconds` passed: stop the SparkApplication, keep the old application id."""
+    ctx.kube.delete(SPARK_API_VERSION, "SparkApplication", ref.namespace, run.spark_application)
+    message = (
+        f"SparkApplication {run.spark_application} ran longer than upgrade.spark.timeoutSeconds "
+        f"({spec.upgrade.spark.timeout_seconds}s) and was stopped; application id '{app_id}' keeps running"
+    )
+    ctx.kube.event(body, "Warning", "ReprocessTimedOut", message)
+    failed = run.model_copy(update={"state": "Failed", "finished_at": now, "message": message})
+    return Outcome(app_id, failed, status.Problem("ReprocessTimedOut", message))
+
+
+def _clean_up_replaced_id(
+    ctx: Context, body: Mapping[str, Any], spec: StreamAppSpec, ref: AppRef, prev: StreamAppStatus | None
+) -> ReprocessingRun | None:
+    """After a completed reprocess, once every pod runs ready on the new id: apply `cleanupPolicy`.
+
+    Delete: the replaced id's internal topics (`desired.previous_id_topics`) and the SparkApplications
+    (with their config) of earlier runs; the completed run's own application stays as the record.
+    """
+    run = prev.reprocessing if prev is not None else None
+    if prev is None or run is None or run.state != "Completed" or run.cleaned_up:
+        return run
+    settled = prev.application_id == run.application_id and (prev.ready_replicas or 0) == (prev.replicas or 0)
+    if spec.upgrade.spark.cleanup_policy != "Delete" or not settled or not run.previous_application_id:
+        return run
+    try:
+        admin = ctx.kafka_factory(spec, ref.namespace)
+        topics = desired.previous_id_topics(
+            run.previous_application_id, run.application_id, list(admin.topic_partitions())
+        )
+        deleted = admin.delete_topics(topics) if topics else []
+    except KafkaError:
+        return run  # try again on a later pass
+    apps = ctx.kube.list(SPARK_API_VERSION, "SparkApplication", ref.namespace, f"{APP_LABEL}={ref.name}")
+    removed = [a["metadata"]["name"] for a in apps if a["metadata"]["name"] != run.spark_application]
+    for name in removed:
+        ctx.kube.delete(SPARK_API_VERSION, "SparkApplication", ref.namespace, name)
+        ctx.kube.delete("v1", "ConfigMap", ref.namespace, f"{name}-config")
+    ctx.kube.event(
+        body,
+        "Normal",
+        "ReplacedIdCleanedUp",
+        f"application id '{run.previous_application_id}': deleted topics {', '.join(deleted) or 'none'}; "
+        f"SparkApplications {', '.join(removed) or 'none'}",
+    )
+    return run.model_copy(update={"cleaned_up": True})
 
 
 def wait(reason: str) -> kopf.TemporaryError:

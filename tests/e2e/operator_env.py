@@ -1,9 +1,9 @@
 """The operator under test, for real: kopf in-process against the local control plane, a fake kubelet
 running each Pod as a local process, and the local Kafka broker.
 
-- Describe Job pods run `kappaflow describe <entry> --json` locally (the entry point and input topic come
-  from the pod's env and the test); the output becomes the container's termination message, as the
-  real kubelet would report it from /dev/termination-log.
+- Describe Job pods run the Job's script locally (`kappaflow describe` then `topology_publish`, which
+  patches the topology ConfigMap with the pod's own service-account token); the entry point and input
+  topic come from the pod's env and the test.
 - StatefulSet pods run an idle process (`RUNTIME_POD = "idle"`) unless a test asks for `kappaflow run`.
 """
 
@@ -27,21 +27,17 @@ from tests.e2e.apps import INPUT_ENV, OUTPUT_ENV
 ROOT = Path(__file__).resolve().parents[2]
 KAPPAFLOW = str(ROOT / ".venv" / "bin" / "kappaflow")
 ENTRY = "tests.e2e.apps:wordcount"
+QUERY_PORT = -1  # `RuntimePods.port(pod, QUERY_PORT)`: the pod's query port, not metrics
 
 
-class DescribeProcess:
-    """A Popen whose stdout (the topology JSON) is the termination message once it has exited."""
+class JobProcess:
+    """A Job container run as `/bin/sh -c <script>`; with `FallbackToLogsOnError`, the tail of its output
+    becomes the termination message when it fails (what a kubelet reports)."""
 
-    def __init__(self, entry: str, env: dict[str, str]) -> None:
-        fd, self._path = tempfile.mkstemp(prefix="kf-describe-", suffix=".json")
+    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+        fd, self._path = tempfile.mkstemp(prefix="kf-job-", suffix=".log")
         try:
-            self.proc = subprocess.Popen(
-                [KAPPAFLOW, "describe", entry, "--json"],
-                cwd=ROOT,
-                env=env,
-                stdout=fd,
-                stderr=subprocess.STDOUT,
-            )
+            self.proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=fd, stderr=subprocess.STDOUT)
         finally:
             os.close(fd)
         self._message: str | None = None
@@ -50,7 +46,7 @@ class DescribeProcess:
     def termination_message(self) -> str | None:
         if self._message is None and self.proc.poll() is not None:
             path = Path(self._path)
-            self._message = path.read_text()
+            self._message = path.read_text()[-4096:] if self.proc.returncode else ""
             path.unlink()
         return self._message
 
@@ -67,17 +63,34 @@ class DescribeProcess:
         return self.proc.wait(timeout)
 
 
-def make_launcher(input_topic: str, output_topic: str) -> Callable[[Any], Any]:
-    """Runs describe Job pods for real; StatefulSet pods idle (they are not what these tests check)."""
+def make_launcher(api: Any, input_topic: str, output_topic: str) -> Callable[[Any], Any]:
+    """Runs describe Job pods for real; StatefulSet pods idle (they are not what these tests check).
+
+    A describe pod runs the Job's own script with its volumes materialized locally (the scratch
+    emptyDir, the projected service-account token) and its env from the API, so `kappaflow describe`
+    and `kappaflow_operator.topology_publish` publish the topology to the API server for real.
+    """
+    from kubernetes import client
+
+    from tests.harness.fake_kubelet import container_env
+    from tests.harness.pod_volumes import materialize_volumes, rewrite_mount_paths
+
+    core = client.CoreV1Api(api)
+    base = {k: v for k, v in os.environ.items() if not k.startswith("KAPPAFLOW_")}
+    topics = {INPUT_ENV: input_topic, OUTPUT_ENV: output_topic}
 
     def launch(pod: Any) -> Any:
         labels = pod.metadata.labels or {}
-        env = {**os.environ, INPUT_ENV: input_topic, OUTPUT_ENV: output_topic}
         if labels.get("kappaflow.io/job") == "describe":
             container = pod.spec.containers[0]
-            entry = next(e.value for e in container.env if e.name == "KAPPAFLOW_ENTRY_POINT")
-            return DescribeProcess(entry, env)
-        return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"], env=env)
+            mounts = materialize_volumes(core, pod, Path(tempfile.mkdtemp(prefix="kf-pod-")))
+            argv = [rewrite_mount_paths(a, mounts) for a in [*container.command, *(container.args or [])]]
+            env = {**base, **topics, **container_env(core, pod)}
+            env["PATH"] = f"{ROOT / '.venv' / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+            return JobProcess(argv, env)
+        return subprocess.Popen(
+            [sys.executable, "-c", "import time; time.sleep(3600)"], env={**base, **topics}
+        )
 
     return launch
 
@@ -146,12 +159,15 @@ class RuntimePods:
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self.wipe_next: set[str] = set()
         """Pod names whose state directory is dropped before their next start (a lost volume)."""
-        self.describe = make_launcher(input_topic, output_topic)
+        self.describe = make_launcher(api, input_topic, output_topic)
 
-    def port(self, pod: Any, _container_port: int = 0) -> int:
+    def port(self, pod: Any, container_port: int = 0) -> int:
+        """The local port of `pod`'s metrics port (any container port) or, with QUERY_PORT, its
+        query port: all pods share 127.0.0.1, so each gets its own."""
         from tests.harness.kafka_fixtures import free_port
 
-        return self.ports.setdefault(pod.metadata.name, free_port())
+        key = f"{pod.metadata.name}/query" if container_port == QUERY_PORT else pod.metadata.name
+        return self.ports.setdefault(key, free_port())
 
     def launch(self, pod: Any) -> Any:
         from tests.harness.fake_kubelet import container_env
@@ -179,6 +195,10 @@ class RuntimePods:
         env["KAPPAFLOW_STATE_DIR"] = str(state)
         env["PATH"] = f"{ROOT / '.venv' / 'bin'}{os.pathsep}{env.get('PATH', '')}"
         env["KAPPAFLOW_METRICS_PORT"] = str(self.port(pod))
+        if "KAPPAFLOW_APPLICATION_SERVER" in env:  # the query server's port, also shared: one per pod
+            host = env["KAPPAFLOW_APPLICATION_SERVER"].rsplit(":", 1)[0]
+            env["KAPPAFLOW_APPLICATION_SERVER"] = f"{host}:{self.port(pod, QUERY_PORT)}"
+            env["KAPPAFLOW_QUERY_HTTP_HOST"] = "127.0.0.1"
         # A run pod: `kappaflow run ...` as args; a reset Job: `/bin/sh -c "exec kappaflow reset ..."`.
         argv = [*(container.command or []), *(container.args or [])]
         for volume in pod.spec.volumes or []:

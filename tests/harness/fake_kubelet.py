@@ -23,6 +23,7 @@ import datetime as dt
 import ipaddress
 import re
 import threading
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -119,7 +120,13 @@ def container_env(
     """
     spec = next(c for c in pod.spec.containers if container is None or c.name == container)
     ns = pod.metadata.namespace
-    env: dict[str, str] = {}
+    # A kubelet gives every container the `kubernetes` Service's address; with no kube-proxy here, that
+    # is the API server's own address (pods reach it like the test does).
+    server = urllib.parse.urlsplit(core.api_client.configuration.host)
+    env: dict[str, str] = {
+        "KUBERNETES_SERVICE_HOST": server.hostname or POD_IP,
+        "KUBERNETES_SERVICE_PORT": str(server.port or 443),
+    }
 
     def config_map(name: str) -> dict[str, str]:
         return dict(core.read_namespaced_config_map(name, ns).data or {})
@@ -491,10 +498,56 @@ def _pod_status(
         "podIP": pod_ip,
         "podIPs": [{"ip": pod_ip}],
         "startTime": started,
-        "qosClass": "BestEffort",
+        "qosClass": qos_class(pod),
         "conditions": [{"type": t, "status": s} for t, s in conditions.items()],
         "containerStatuses": containers,
     }
+
+
+_QOS_RESOURCES = ("cpu", "memory")
+
+
+def qos_class(pod: Any) -> str:
+    """The pod's QoS class by the kubelet's rules (`GetPodQOS`): the API server fixes it at creation and
+    refuses a status update that changes it, so a kubelet must report exactly this.
+
+    Guaranteed: every container (init containers included) has cpu and memory limits equal to its
+    requests (a request left out defaults to the limit); BestEffort: no container requests or limits
+    cpu or memory; Burstable otherwise. Pod-level `spec.resources`, when set, decides alone.
+    """
+    pod_level = getattr(pod.spec, "resources", None)
+    holders = (
+        [pod_level]
+        if pod_level is not None
+        else [c.resources for c in [*(pod.spec.init_containers or []), *pod.spec.containers]]
+    )
+    any_set = False
+    guaranteed = True
+    for res in holders:
+        requests = {k: v for k, v in ((res.requests if res else None) or {}).items() if k in _QOS_RESOURCES}
+        limits = {k: v for k, v in ((res.limits if res else None) or {}).items() if k in _QOS_RESOURCES}
+        any_set = any_set or bool(requests) or bool(limits)
+        for name in _QOS_RESOURCES:
+            limit = limits.get(name)
+            if limit is None or _quantity(requests.get(name, limit)) != _quantity(limit):
+                guaranteed = False
+    if not any_set:
+        return "BestEffort"
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
+_SUFFIXES = {
+    "n": 1e-9, "u": 1e-6, "m": 1e-3, "": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+}  # fmt: skip
+
+
+def _quantity(text: str) -> float:
+    """A resource quantity as a number, enough to compare a request with a limit ("1" == "1000m")."""
+    match = re.fullmatch(r"([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)", str(text).strip())
+    if match is None or match.group(2) not in _SUFFIXES:
+        raise ValueError(f"not a resource quantity: {text!r}")
+    return float(match.group(1)) * _SUFFIXES[match.group(2)]
 
 
 def _stamp(status: dict[str, Any], previous: dict[str, Any]) -> dict[str, Any]:

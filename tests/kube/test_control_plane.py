@@ -327,3 +327,31 @@ def _env_from(name: str, **source: Any) -> client.V1EnvVar:
 
 def _read(path: Path) -> str | None:
     return path.read_text() if path.exists() else None
+
+
+@pytest.mark.parametrize(
+    ("resources", "expected"),
+    [
+        (None, "BestEffort"),
+        (client.V1ResourceRequirements(requests={"cpu": "250m"}, limits={"memory": "64Mi"}), "Burstable"),
+        (client.V1ResourceRequirements(limits={"cpu": "1", "memory": "64Mi"}), "Guaranteed"),
+    ],
+)
+def test_fake_kubelet_reports_the_qos_class_the_api_server_assigned(
+    api: client.ApiClient, namespace: str, resources: client.V1ResourceRequirements | None, expected: str
+) -> None:
+    """The API server fixes status.qosClass at creation and refuses a status update that changes it."""
+    core = client.CoreV1Api(api)
+    container = client.V1Container(name="main", image="kappaflow:test", resources=resources)
+    pod = client.V1Pod(metadata=client.V1ObjectMeta(name="q"), spec=client.V1PodSpec(containers=[container]))
+    assert core.create_namespaced_pod(namespace, pod).status.qos_class == expected
+    node = f"node-{namespace}"
+
+    def launch(_pod: client.V1Pod) -> ProcessHandle:
+        return subprocess.Popen(["sleep", "3600"])
+
+    with FakeKubelet(api, namespace, launch, node_name=node, max_grace_seconds=2) as kubelet:
+        eventually(lambda: core.read_namespaced_pod("q", namespace).status.phase == "Running", what="Running")
+        assert core.read_namespaced_pod("q", namespace).status.qos_class == expected
+        assert kubelet.errors == []
+    core.delete_node(node)

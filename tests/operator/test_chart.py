@@ -17,6 +17,7 @@ from kappaflow_operator.desired import (
     build_describe_job,
     build_reset_job,
     build_spark_application,
+    describe_access,
     desired_resources,
 )
 from tests.harness.helm import helm_binary
@@ -33,6 +34,9 @@ RESOURCES = {
     "StatefulSet": ("apps", "statefulsets"),
     "Job": ("batch", "jobs"),
     "SparkApplication": ("sparkoperator.k8s.io", "sparkapplications"),
+    "ServiceAccount": ("", "serviceaccounts"),
+    "Role": ("rbac.authorization.k8s.io", "roles"),
+    "RoleBinding": ("rbac.authorization.k8s.io", "rolebindings"),
 }
 
 
@@ -102,6 +106,14 @@ def test_rbac_covers_every_manifest_the_operator_builds(helm):
         group, resource = RESOURCES[manifest["kind"]]
         for verb in ("create", "patch", "get", "list", "watch", "delete"):
             assert _allowed(rules, group, resource, verb), f"{verb} {resource}"
+    for manifest in describe_access(s, REF):
+        group, resource = RESOURCES[manifest["kind"]]
+        for verb in ("create", "patch", "get", "delete"):
+            assert _allowed(rules, group, resource, verb), f"{verb} {resource}"
+        # RBAC refuses to create a Role granting more than its creator holds (no escalate verb needed).
+        for rule in manifest.get("rules", []):
+            for verb in rule["verbs"]:
+                assert _allowed(rules, rule["apiGroups"][0], rule["resources"][0], verb), f"{verb} in Role"
     for group, resource, verb in [
         ("kappaflow.io", "streamapps", "watch"),
         ("kappaflow.io", "streamapps", "patch"),

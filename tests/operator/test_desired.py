@@ -194,7 +194,9 @@ def test_describe_job_is_named_by_image_and_entry_point():
     container = job["spec"]["template"]["spec"]["containers"][0]
     assert container["image"] == "registry.example/wordcount:1.0.0"
     assert "kappaflow describe" in container["command"][2] and "--json" in container["command"][2]
-    assert "/dev/termination-log" in container["command"][2]
+    assert "kappaflow_operator.topology_publish" in container["command"][2]  # not the 4 KiB message
+    assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"  # failures still reported
+    assert job["spec"]["template"]["spec"]["serviceAccountName"] == "wordcount-describe"
     assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
     same = build_describe_job(spec(replicas=9, config={"x.y": "z"}), REF)
     other = build_describe_job(spec(image="registry.example/wordcount:2.0.0"), REF)

@@ -26,3 +26,33 @@ def test_wordcount_streamapp_is_valid():
     ref = AppRef(doc["metadata"]["name"], "kappaflow-examples", "uid")
     sts = desired_resources(spec, ref, Facts(replicas=spec.replicas))[-1]
     assert sts["spec"]["template"]["spec"]["containers"][0]["image"] == "kappaflow-examples:0.1.0"
+
+
+def test_kustomize_images_reach_the_streamapp_image(tmp_path):
+    """An overlay's `images:` rewrites StreamApp.spec.image, through the base's kustomizeconfig.yaml."""
+    import os
+    import subprocess
+
+    import pytest
+
+    from tests.harness.kustomize import kustomize_binary
+
+    binary = kustomize_binary(build=True)
+    if binary is None:
+        pytest.fail("kustomize is not cached and could not be built (needs Go and the Go module proxy)")
+    (tmp_path / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "resources": [os.path.relpath(EXAMPLES, tmp_path)],  # kustomize wants a relative base
+                "images": [
+                    {"name": "kappaflow-examples", "newName": "registry.example/team/wc", "newTag": "9.9"}
+                ],
+            }
+        )
+    )
+    out = subprocess.run(
+        [str(binary), "build", str(tmp_path)], capture_output=True, text=True, check=True
+    ).stdout
+    app = next(d for d in yaml.safe_load_all(out) if d and d["kind"] == KIND)
+    assert app["spec"]["image"] == "registry.example/team/wc:9.9"
+    assert app["metadata"]["namespace"] == "kappaflow-examples"

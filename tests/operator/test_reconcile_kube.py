@@ -120,7 +120,8 @@ def env(crd_installed, kafka_bootstrap, kafka_topics) -> Iterator[Env]:
     output_topic = kafka_topics("counts", partitions=PARTITIONS)
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     with kube_cluster.api_client() as api:
-        kubelet = FakeKubelet(api, namespace, make_launcher(input_topic, output_topic), max_grace_seconds=2)
+        launcher = make_launcher(api, input_topic, output_topic)
+        kubelet = FakeKubelet(api, namespace, launcher, max_grace_seconds=2)
         with kubelet, running_operator(kube_cluster.kubeconfig, namespace):
             yield Env(api, namespace, kafka_bootstrap, input_topic, output_topic, admin)
         assert not kubelet.errors, kubelet.errors
@@ -390,3 +391,25 @@ def test_failed_describe_is_degraded_with_the_jobs_message(env: Env) -> None:
     assert "no_such_module" in cond["message"]
     assert env.status("broken")["phase"] == "Degraded"
     assert "DescribeFailed" in env.event_reasons("broken")
+
+
+def test_a_20_kb_topology_deploys_through_the_topology_configmap(env: Env) -> None:
+    """The description travels in a ConfigMap, not the 4 KiB termination message; the Job publishes it
+    with its own service account, which may touch that ConfigMap only."""
+    app_id = _app_id()
+    env.create("wide", env.spec(app_id, entryPoint="tests.e2e.apps:wide"))
+    st = env.wait_running("wide", 1, timeout=120)
+    cm = env.core.read_namespaced_config_map("wide-topology", env.namespace)
+    assert len(cm.data["topology.json"].encode()) > 20_000
+    assert st["topology"]["sourceTopics"] == [env.input_topic]
+    assert f"{app_id}-counts-changelog" in env.topics()
+    assert "TopologyDescribed" in env.event_reasons("wide")
+    from kubernetes import client
+
+    rbac = client.RbacAuthorizationV1Api(env.api)
+    rules = rbac.read_namespaced_role("wide-describe", env.namespace).rules
+    assert [(r.resources, r.resource_names, sorted(r.verbs)) for r in rules] == [
+        (["configmaps"], ["wide-topology"], ["get", "patch"])
+    ]
+    job = next(j for j in client.BatchV1Api(env.api).list_namespaced_job(env.namespace).items)
+    assert job.spec.template.spec.service_account_name == "wide-describe"

@@ -131,6 +131,27 @@ def test_reprocess_upgrade_fails_safely_then_rolls_onto_spark_state(
                 assert spark_app["spec"]["image"] == "registry.example/wordcount:2"
                 assert {"ReprocessStarted", "ReprocessCompleted", "RollingOntoReprocessedState"} <= reasons()
                 assert sts_image() == "registry.example/wordcount:2"
+                # cleanupPolicy Delete (the default): the replaced id's internal topics and the failed
+                # run's SparkApplication go once the pods run ready on the new id.
+                wait_for("cleanup", lambda: status()["reprocessing"].get("cleanedUp"), timeout=60)
+                assert "ReplacedIdCleanedUp" in reasons()
+                left = custom.list_namespaced_custom_object(
+                    SPARK_GROUP, SPARK_VERSION, namespace, SPARK_PLURAL
+                )
+                assert [a["metadata"]["name"] for a in left["items"]] == [run["sparkApplication"]]
+                from confluent_kafka.admin import AdminClient
+
+                names = AdminClient({"bootstrap.servers": kafka_bootstrap}).list_topics(timeout=10).topics
+                new_id = run["applicationId"]  # starts with the original id: `<id>-r<hash>`
+                assert not [
+                    t
+                    for t in names
+                    if t.startswith(f"{original_id}-")
+                    and not t.startswith(f"{new_id}-")
+                    and t.endswith("-changelog")
+                ]
+                assert f"{new_id}-counts-changelog" in names
+                assert spark.reported and all(r["driverInfo"]["podName"] for r in spark.reported)
                 # The new id's pods start from Spark's changelogs and committed offsets: new input is
                 # counted on top of the rebuilt totals (a replay from offset 0 would double them).
                 _produce(kafka_bootstrap, input_topic, 2, expected)

@@ -12,9 +12,18 @@ from typing import Any
 from ..models import StreamAppSpec
 from .common import AppRef, query_service_name, selector_string, spec_hash
 from .config import build_configmap, config_hash, render_properties, runtime_config
+from .describe import describe_access, published_topology
 from .jobs import build_describe_job, build_reset_job, describe_job_name, describe_key
 from .services import build_headless_service, build_pdb, build_query_service
-from .spark import build_spark_application, reprocess_application_id, spark_application_name, spark_state
+from .spark import (
+    build_spark_application,
+    previous_id_topics,
+    reprocess_application_id,
+    reprocess_resources,
+    reprocess_timed_out,
+    spark_application_name,
+    spark_state,
+)
 from .statefulset import build_statefulset
 
 
@@ -61,12 +70,17 @@ __all__ = [
     "build_spark_application",
     "build_statefulset",
     "config_hash",
+    "describe_access",
     "describe_job_name",
     "describe_key",
     "desired_resources",
     "obsolete_resources",
+    "previous_id_topics",
+    "published_topology",
     "render_properties",
     "reprocess_application_id",
+    "reprocess_resources",
+    "reprocess_timed_out",
     "runtime_config",
     "selector_string",
     "spark_application_name",

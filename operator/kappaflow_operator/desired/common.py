@@ -22,6 +22,11 @@ CONFIG_DIR = "/etc/kappaflow"
 CONFIG_FILE = "streams.properties"
 TLS_DIR = "/etc/kappaflow/tls"
 CONTAINER_NAME = "kappaflow"
+#: Keys of the topology ConfigMap: the describe JSON, and which image + entry point it describes.
+TOPOLOGY_KEY = "topology.json"
+DESCRIBE_KEY_FIELD = "describe-key"
+#: Annotation on the topology ConfigMap: the describe key whose description the operator accepted.
+ACCEPTED_DESCRIBE_KEY = "kappaflow.io/describe-key"
 
 
 @dataclass(frozen=True)
@@ -43,6 +48,16 @@ def query_service_name(name: str) -> str:
 
 def configmap_name(name: str) -> str:
     return f"{name}-config"
+
+
+def topology_configmap_name(name: str) -> str:
+    """The ConfigMap the describe Job publishes the topology into (and the operator caches it in)."""
+    return f"{name}-topology"
+
+
+def describe_service_account_name(name: str) -> str:
+    """The describe Job's own service account: it may patch the topology ConfigMap and nothing else."""
+    return f"{name}-describe"
 
 
 def selector_labels(name: str) -> dict[str, str]:

@@ -1,10 +1,11 @@
 """One-shot Jobs the operator runs with the application's own image: `describe` and `reset`.
 
-`describe` is how the operator learns the topology without importing user code: the Job prints
-`kappaflow describe <entry> --json` into the container's termination message, which the operator reads
-from the Pod's status (`state.terminated.message`). The termination message, rather than pod logs,
-because it is part of the Pod object (no log access, no kubelet proxy needed, works with a stand-in
-kubelet in tests); it is capped at 4 KiB, so the describe output is written compact.
+`describe` is how the operator learns the topology without importing user code: the Job runs
+`kappaflow describe <entry> --json` and publishes the JSON into the ConfigMap `<app>-topology`
+(`kappaflow_operator.topology_publish`, through a service account that may patch only that ConfigMap;
+see `desired.describe`). Not the container's termination message, which the kubelet caps at 4 KiB: real
+topologies describe to tens of kilobytes. The termination message still carries failures: with
+`FallbackToLogsOnError` a failed describe leaves the tail of its output there for the operator to report.
 """
 
 from __future__ import annotations
@@ -12,11 +13,23 @@ from __future__ import annotations
 from typing import Any
 
 from ..models import StreamAppSpec
-from .common import CONFIG_DIR, CONFIG_FILE, CONTAINER_NAME, AppRef, configmap_name, object_meta, stable_hash
+from .common import (
+    CONFIG_DIR,
+    CONFIG_FILE,
+    CONTAINER_NAME,
+    AppRef,
+    configmap_name,
+    describe_service_account_name,
+    object_meta,
+    stable_hash,
+    topology_configmap_name,
+)
+from .security import container_security_context, pod_security_context
 from .statefulset import TLS_MOUNT, sasl_env, tls_volume
 
 DESCRIBE_JOB_LABEL = "kappaflow.io/job"
-TERMINATION_LOG = "/dev/termination-log"
+SCRATCH_DIR = "/tmp"
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"  # where the kubelet mounts the token
 _MAX_NAME = 63  # Job names become a pod label value
 
 
@@ -42,12 +55,16 @@ def _job(
         "image": spec.image,
         "command": ["/bin/sh", "-c", script],
         "env": [{"name": "KAPPAFLOW_ENTRY_POINT", "value": spec.entry_point}],
-        "terminationMessagePolicy": "File",
-        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": container_security_context(spec),
     }
     if spec.image_pull_policy is not None:
         container["imagePullPolicy"] = spec.image_pull_policy
-    pod: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
+    pod: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "containers": [container],
+        "securityContext": pod_security_context(spec),
+    }
     if mount_config:
         # The job talks to Kafka: same config file and credentials as the pods.
         container["volumeMounts"] = [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}]
@@ -75,18 +92,41 @@ def _job(
             "backoffLimit": 1,
             "activeDeadlineSeconds": 600,
             "ttlSecondsAfterFinished": 3600,
-            "template": {"metadata": {"labels": {**labels, **object_meta(ref, name)["labels"]}}, "spec": pod},
+            "template": {
+                "metadata": {
+                    "labels": {**tmpl.labels, **labels, **object_meta(ref, name)["labels"]},
+                    "annotations": dict(tmpl.annotations),
+                },
+                "spec": pod,
+            },
         },
     }
 
 
 def build_describe_job(spec: StreamAppSpec, ref: AppRef) -> dict[str, Any]:
-    """The Job printing the topology JSON for this spec's image and entry point."""
-    # Written to the termination log (read back by the operator) and echoed to stdout (for humans).
+    """The Job describing this spec's image and entry point into the topology ConfigMap.
+
+    The JSON goes through a scratch emptyDir (so a read-only root filesystem works) and is published by
+    the Job's own service account, which the operator creates with `desired.describe.describe_access`.
+    """
+    out = f"{SCRATCH_DIR}/topology.json"
     script = (
-        f'kappaflow describe "$KAPPAFLOW_ENTRY_POINT" --json > {TERMINATION_LOG} && cat {TERMINATION_LOG}'
+        f'kappaflow describe "$KAPPAFLOW_ENTRY_POINT" --json > {out} && '
+        f"exec python -m kappaflow_operator.topology_publish {out} "
+        f"--service-account-dir {SERVICE_ACCOUNT_DIR}"
     )
-    return _job(spec, ref, describe_job_name(spec, ref), "describe", script, mount_config=False)
+    job = _job(spec, ref, describe_job_name(spec, ref), "describe", script, mount_config=False)
+    pod = job["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    container["env"] += [
+        {"name": "KAPPAFLOW_TOPOLOGY_CONFIGMAP", "value": topology_configmap_name(ref.name)},
+        {"name": "KAPPAFLOW_DESCRIBE_KEY", "value": describe_key(spec)},
+    ]
+    container["volumeMounts"] = [{"name": "scratch", "mountPath": SCRATCH_DIR}]
+    pod["volumes"] = [{"name": "scratch", "emptyDir": {"sizeLimit": "64Mi"}}]
+    pod["serviceAccountName"] = describe_service_account_name(ref.name)
+    pod["automountServiceAccountToken"] = True
+    return job
 
 
 def build_reset_job(spec: StreamAppSpec, ref: AppRef, generation: int) -> dict[str, Any]:

@@ -1,18 +1,23 @@
 """The SparkApplication for `upgrade: reprocess` (Spark operator, `sparkoperator.k8s.io/v1beta2`).
 
 It runs `kappaflow reprocess <entry> --application-id <new id>` through spark-submit in cluster mode:
-the image's launcher `/opt/kappaflow/reprocess.py` (installed by runtime/Dockerfile) calls the kappaflow
-CLI, so the Spark job executes exactly the topology the pods will run. Outputs and state are written for
-a *new* application id; the reconciler rolls the pods onto that id once the run is COMPLETED, and a
-FAILED run leaves the old version untouched.
+the image's launcher `/opt/kappaflow/reprocess.py` (runtime/kappaflow/spark_driver.py, copied there by
+runtime/Dockerfile) calls the kappaflow CLI, so the Spark job executes exactly the topology the pods
+will run. Its config file is rendered from the NEW spec under the new id, in a ConfigMap of its own
+(`reprocess_configmap`): the app's ConfigMap still carries the running version's config. Outputs and
+state are written for a *new* application id; the reconciler rolls the pods onto that id once the run
+is COMPLETED, and a FAILED (or timed-out) run leaves the old version untouched.
 """
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Any
 
 from ..models import StreamAppSpec, config_env_name
-from .common import CONFIG_DIR, CONFIG_FILE, AppRef, configmap_name, object_meta, stable_hash
+from .common import CONFIG_DIR, CONFIG_FILE, AppRef, object_meta, stable_hash
+from .config import render_properties, runtime_config
+from .security import container_security_context, pod_security_context
 
 SPARK_API_VERSION = "sparkoperator.k8s.io/v1beta2"
 LAUNCHER = "local:///opt/kappaflow/reprocess.py"
@@ -30,6 +35,22 @@ def reprocess_application_id(spec: StreamAppSpec, spec_digest: str) -> str:
 def spark_application_name(ref: AppRef, spec_digest: str) -> str:
     suffix = f"-reprocess-{spec_digest[:8]}"
     return ref.name[: 63 - len(suffix)].rstrip("-.") + suffix
+
+
+def reprocess_configmap_name(ref: AppRef, spec_digest: str) -> str:
+    return f"{spark_application_name(ref, spec_digest)}-config"
+
+
+def reprocess_configmap(
+    spec: StreamAppSpec, ref: AppRef, *, spec_digest: str, new_application_id: str
+) -> dict[str, Any]:
+    """streams.properties for the Spark run: the new spec's config under the new application id."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": object_meta(ref, reprocess_configmap_name(ref, spec_digest)),
+        "data": {CONFIG_FILE: render_properties(runtime_config(spec, new_application_id))},
+    }
 
 
 def _credentials(spec: StreamAppSpec) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, str]]:
@@ -75,7 +96,10 @@ def build_spark_application(
             "cores": cores,
             "memory": memory,
             "labels": dict(labels),
-            "configMaps": [{"name": configmap_name(ref.name), "path": CONFIG_DIR}],
+            "configMaps": [{"name": reprocess_configmap_name(ref, spec_digest), "path": CONFIG_DIR}],
+            # PodSecurity `restricted`, as for the app's own pods (the Spark image runs as uid 1000 too).
+            "podSecurityContext": pod_security_context(spec),
+            "securityContext": container_security_context(spec),
         }
         if env_refs:
             body["envSecretKeyRefs"] = dict(env_refs)
@@ -124,3 +148,39 @@ def spark_state(spark_application: dict[str, Any]) -> str | None:
     """`status.applicationState.state` (e.g. SUBMITTED, RUNNING, COMPLETED, FAILED), if reported yet."""
     state = (spark_application.get("status") or {}).get("applicationState", {}).get("state")
     return str(state) if state else None
+
+
+def reprocess_resources(
+    spec: StreamAppSpec, ref: AppRef, *, spec_digest: str, new_application_id: str
+) -> list[dict[str, Any]]:
+    """What a reprocess run needs, in apply order: its config (from the new spec), then the application."""
+    return [
+        reprocess_configmap(spec, ref, spec_digest=spec_digest, new_application_id=new_application_id),
+        build_spark_application(spec, ref, spec_digest=spec_digest, new_application_id=new_application_id),
+    ]
+
+
+def reprocess_timed_out(spec: StreamAppSpec, started_at: datetime, now: datetime) -> bool:
+    """Whether a run still Pending/Running at `now` exceeded `upgrade.spark.timeoutSeconds`.
+
+    The reconcile core calls this on every pass of an unfinished run; True means: stop the
+    SparkApplication, record the run Failed (reason ReprocessTimedOut) and keep the old application id,
+    exactly as after a failed run.
+    """
+    return now - started_at >= timedelta(seconds=spec.upgrade.spark.timeout_seconds)
+
+
+def previous_id_topics(
+    previous_application_id: str, current_application_id: str, topics: list[str]
+) -> list[str]:
+    """The internal topics of the id a completed reprocess replaced, among `topics` (existing names).
+
+    Only `<previous id>-...-changelog` / `-repartition` names, and never one that also starts with the
+    current id (one id may be a prefix of the other: `wc` and `wc-r1234`).
+    """
+    prefix, current = f"{previous_application_id}-", f"{current_application_id}-"
+    return sorted(
+        t
+        for t in topics
+        if t.startswith(prefix) and not t.startswith(current) and t.endswith(("-changelog", "-repartition"))
+    )

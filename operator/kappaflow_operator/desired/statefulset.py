@@ -33,11 +33,11 @@ from .common import (
     spec_hash,
 )
 from .config import TLS_FILES
+from .security import container_security_context, pod_security_context, sidecar_containers, topology_spread
 
 STATE_VOLUME = "state"
 CONFIG_VOLUME = "config"
 TLS_VOLUME = "kafka-tls"
-RUNTIME_UID = 1000
 TLS_MOUNT = {"name": TLS_VOLUME, "mountPath": TLS_DIR, "readOnly": True}
 
 
@@ -141,7 +141,7 @@ def _container(spec: StreamAppSpec, ref: AppRef, has_tls: bool) -> dict[str, Any
             "timeoutSeconds": 5,
             "failureThreshold": 6,
         },
-        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+        "securityContext": container_security_context(spec),
     }
     if spec.image_pull_policy is not None:
         container["imagePullPolicy"] = spec.image_pull_policy
@@ -159,11 +159,14 @@ def _pod_spec(spec: StreamAppSpec, ref: AppRef) -> dict[str, Any]:
         volumes.append(tls)
     volumes += [_extra_volume(v) for v in tmpl.extra_volumes]
     pod: dict[str, Any] = {
-        "containers": [_container(spec, ref, tls is not None)],
+        "containers": [_container(spec, ref, tls is not None), *sidecar_containers(spec)],
         "volumes": volumes,
         "terminationGracePeriodSeconds": tmpl.termination_grace_period_seconds,
-        "securityContext": {"fsGroup": RUNTIME_UID, "fsGroupChangePolicy": "OnRootMismatch"},
+        "securityContext": pod_security_context(spec),
     }
+    spread = topology_spread(spec, ref.name)
+    if spread:
+        pod["topologySpreadConstraints"] = spread
     if tmpl.service_account_name:
         pod["serviceAccountName"] = tmpl.service_account_name
     if tmpl.node_selector:

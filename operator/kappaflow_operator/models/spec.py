@@ -60,6 +60,7 @@ class SaslConfig(CamelModel):
     """SASL authentication; both credentials come from Secrets, never from the StreamApp itself."""
 
     mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "SCRAM-SHA-512"
+    """SASL mechanism the brokers accept."""
     username_secret_ref: SecretKeySelector
     password_secret_ref: SecretKeySelector
 
@@ -87,6 +88,7 @@ class KafkaConnection(CamelModel):
     bootstrap_servers: Annotated[str, Field(min_length=3, pattern=BOOTSTRAP_PATTERN)]
     """Comma-separated host:port list."""
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    """Kafka security.protocol: SSL needs tls, SASL_* needs sasl."""
     tls: TlsConfig | None = None
     sasl: SaslConfig | None = None
     replication_factor: Annotated[int, Field(ge=-1, le=32)] = -1
@@ -111,26 +113,33 @@ class StateVolume(CamelModel):
     storage_class_name: str | None = None
     """Storage class of the claims; the cluster default when unset."""
     size: Quantity = "1Gi"
+    """Requested size of each pod's state volume; growing it expands the claims when the storage class
+    allows it."""
 
 
 class ResourceRequirements(CamelModel):
     """Container resources (the Kubernetes shape)."""
 
     requests: dict[str, Quantity] = Field(default_factory=dict)
+    """Resources the scheduler reserves for the runtime container (e.g. cpu: 250m, memory: 256Mi)."""
     limits: dict[str, Quantity] = Field(default_factory=dict)
+    """Upper bounds for the runtime container; memory over its limit gets the container killed."""
 
 
 class InteractiveQueries(CamelModel):
     """The runtime's interactive-query HTTP server, reachable per pod through the headless Service."""
 
     enabled: bool = False
+    """Serve interactive queries over HTTP from every pod."""
     port: Port = 8080
+    """Container port of the interactive-query server."""
 
 
 class Metrics(CamelModel):
     """The runtime's metrics and health endpoint (/metrics, /health/live, /health/ready)."""
 
     port: Port = 9464
+    """Container port of /metrics and the health endpoints (the probes use it)."""
 
 
 class Autoscaling(CamelModel):
@@ -148,12 +157,17 @@ class Autoscaling(CamelModel):
     )
 
     enabled: bool = False
+    """Let the operator set the replica count from consumer lag (spec.replicas is then the starting point)."""
     min_replicas: Annotated[int, Field(ge=1, le=1000)] = 1
+    """Fewest replicas the autoscaler keeps."""
     max_replicas: Annotated[int, Field(ge=1, le=1000)] = 10
+    """Most replicas the autoscaler sets (also capped at the topology's partition count)."""
     lag_per_replica: Annotated[int, Field(ge=1)] = 10000
     """Target consumer lag (records) per replica."""
     scale_up_cooldown_seconds: Annotated[int, Field(ge=0, le=86400)] = 60
+    """Least time between a scaling step and a following scale-up."""
     scale_down_cooldown_seconds: Annotated[int, Field(ge=0, le=86400)] = 300
+    """Least time between a scaling step and a following scale-down (longer: moving tasks costs restores)."""
     interval_seconds: Annotated[int, Field(ge=5, le=3600)] = 30
     """How often the operator measures lag and decides."""
 
@@ -173,15 +187,20 @@ class SparkDriver(CamelModel):
     """Resources of the Spark driver."""
 
     cores: Annotated[int, Field(ge=1, le=64)] = 1
+    """CPU cores of the driver."""
     memory: SparkMemory = "1g"
+    """Memory of the driver (Spark notation, e.g. 1g, 512m)."""
 
 
 class SparkExecutor(CamelModel):
     """Resources and count of the Spark executors."""
 
     instances: Annotated[int, Field(ge=1, le=1000)] = 2
+    """Number of executors."""
     cores: Annotated[int, Field(ge=1, le=64)] = 1
+    """CPU cores of each executor."""
     memory: SparkMemory = "2g"
+    """Memory of each executor (Spark notation, e.g. 2g)."""
 
 
 class SparkSettings(CamelModel):
@@ -190,12 +209,16 @@ class SparkSettings(CamelModel):
     image: str | None = None
     """Image with Spark and kappaflow[spark]; the app's image when unset."""
     spark_version: Annotated[str, Field(pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$")] = "4.0.0"
+    """Spark version of the image, as the Spark operator expects it."""
     service_account_name: str | None = None
     """Service account of the driver (it creates executor pods)."""
     driver: SparkDriver = Field(default_factory=SparkDriver)
     executor: SparkExecutor = Field(default_factory=SparkExecutor)
     timeout_seconds: Annotated[int, Field(ge=60)] = 6 * 3600
     """A run longer than this is treated as failed and the old version keeps running."""
+    cleanup_policy: Literal["Delete", "Retain"] = "Delete"
+    """Once the pods run ready on the rebuilt application id: Delete removes the replaced id's internal
+    topics and the earlier runs' SparkApplications; Retain keeps them (to roll back by hand)."""
 
 
 class Upgrade(CamelModel):
@@ -206,6 +229,7 @@ class Upgrade(CamelModel):
     """
 
     mode: Literal["rolling", "reprocess", "reset"] = "rolling"
+    """rolling keeps state; reprocess rebuilds it on Spark under a new application id; reset discards it."""
     spark: SparkSettings = Field(default_factory=SparkSettings)
     progress_deadline_seconds: Annotated[int, Field(ge=30)] = 600
     """An upgrade whose pods are not all ready after this long is rolled back to status.lastStableSpec."""
@@ -230,6 +254,8 @@ class StreamAppSpec(CamelModel):
     image: Annotated[str, Field(min_length=1, max_length=512)]
     """Container image with the application and kappaflow installed."""
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
+    """When the kubelet pulls the image (unset: the Kubernetes default, Always for `:latest`, else
+    IfNotPresent)."""
     entry_point: Annotated[str, Field(max_length=256, pattern=ENTRY_POINT_PATTERN)]
     """`module:attr` naming a Topology or a function returning one."""
     application_id: Annotated[str, Field(min_length=1, max_length=180, pattern=APPLICATION_ID_PATTERN)]
@@ -238,7 +264,11 @@ class StreamAppSpec(CamelModel):
     """Number of pods; 0 pauses the application (state volumes are kept)."""
     kafka: KafkaConnection
     processing_guarantee: Literal["at_least_once", "exactly_once_v2"] = "at_least_once"
+    """at_least_once (a crash may replay records since the last commit) or exactly_once_v2
+    (transactions: every record affects state and outputs exactly once)."""
     standby_replicas: Annotated[int, Field(ge=0, le=10)] = 0
+    """Warm copies of each state store kept on other pods, so a failed pod's tasks resume without a
+    full restore."""
     state: StateVolume = Field(default_factory=StateVolume)
     resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
     config: dict[str, str] = Field(default_factory=dict, json_schema_extra=_config_schema_extra)

@@ -117,6 +117,11 @@ class ReprocessingRun(CamelModel):
     started_at: datetime
     finished_at: datetime | None = None
     message: str = ""
+    previous_application_id: str | None = None
+    """The id the pods ran under when the run started: what a Completed run replaces."""
+    cleaned_up: bool = False
+    """Whether the replaced id's internal topics and older SparkApplications were deleted
+    (`upgrade.spark.cleanupPolicy: Delete`)."""
 
 
 def _kopf_schema(schema: dict[str, Any]) -> None:
