@@ -14,7 +14,7 @@ KAFKA_DIR ?= .run/kafka
 KUBE_DIR ?= .run/kube
 PYTEST_ARGS ?=
 
-.PHONY: docs docs-serve prometheus conformance-golden conformance-jars run bench bench-reprocess spark-jars test-spark setup test test-unit test-kafka test-kube lint typecheck crds crds-check chart-lint describe \
+.PHONY: docs docs-serve prometheus conformance-golden conformance-jars run bench bench-reprocess spark-jars test-spark setup test test-unit test-kafka chaos test-kube lint typecheck crds crds-check chart-lint describe \
 	kafka-up kafka-down kafka-status kafka-download kube-build kube-up kube-down kube-status operator-run test-operator kind-up kind-down clean
 
 # The main job: broker (downloaded and started if needed), topics, word count and a line generator;
@@ -75,6 +75,12 @@ test-unit: setup
 
 test-kafka: setup
 	$(PY) -m pytest -q -m kafka tests/kafka
+
+# A long kill loop (kill -9 and restart at random, broker restarts) per guarantee and membership mode,
+# against a broker of its own; audits the committed output. CHAOS_MINUTES per mode.
+CHAOS_MINUTES ?= 10
+chaos: setup kafka-download
+	$(PY) -m tests.kafka.chaos --minutes $(CHAOS_MINUTES)
 
 test-spark: spark-jars
 	$(PY) -m pytest -q tests/spark

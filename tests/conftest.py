@@ -14,7 +14,7 @@ pytest_plugins = [
     "tests.harness.registry_fixtures",
 ]
 
-_SERVER_TIERS = ("kafka", "kube", "spark")
+_SERVER_TIERS = ("kafka", "kube", "spark", "registry")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

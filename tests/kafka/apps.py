@@ -10,3 +10,15 @@ from tests.kafka.streams_support import wordcount_topology
 
 def wordcount() -> Any:
     return wordcount_topology(os.environ["WC_INPUT"], os.environ["WC_OUTPUT"])
+
+
+def keycount() -> Any:
+    """Counts per record key, with no repartition: one sub-topology whose only transactional writes are
+    its changelog and the output (tests/kafka/test_eos_restore.py holds a transaction open with it)."""
+    from kappaflow import Materialized, StreamsBuilder, serdes
+
+    builder = StreamsBuilder()
+    stream = builder.stream(os.environ["WC_INPUT"], key_serde=serdes.String(), value_serde=serdes.String())
+    counts = stream.group_by_key().count(Materialized.as_("counts").with_value_serde(serdes.Long()))
+    counts.to_stream().to(os.environ["WC_OUTPUT"], key_serde=serdes.String(), value_serde=serdes.Long())
+    return builder.build()

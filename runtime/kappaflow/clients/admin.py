@@ -174,6 +174,26 @@ class InternalTopicManager:
         members.sort(key=lambda m: m.sort_key)
         return str(description.state).rsplit(".", 1)[-1], members
 
+    def high_watermarks(
+        self, partitions: list[tuple[str, int]], timeout: float = 10
+    ) -> dict[tuple[str, int], int]:
+        """Each partition's high watermark, read_uncommitted: past transactions still open below it.
+
+        Restoration under exactly_once_v2 must read to here, not to the last stable offset a
+        read_committed consumer reports (see runner/tasks.py); the admin client asks with the isolation
+        level it is told, whatever the consumers use."""
+        if not partitions:
+            return {}
+        from confluent_kafka import IsolationLevel
+        from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
+
+        latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+        request = {TopicPartition(t, p): latest for t, p in partitions}
+        futures = self.admin.list_offsets(
+            request, isolation_level=IsolationLevel.READ_UNCOMMITTED, request_timeout=timeout
+        )
+        return {(tp.topic, tp.partition): int(f.result(timeout=timeout).offset) for tp, f in futures.items()}
+
     def purge(self, offsets: Mapping[tuple[str, int], int]) -> None:
         """Delete records below `offsets` (asynchronously: a failed purge is retried by the next one)."""
         if offsets:

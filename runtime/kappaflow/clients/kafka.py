@@ -22,7 +22,13 @@ from kappaflow.api.record import Headers
 log = logging.getLogger(__name__)
 
 # librdkafka settings passed through verbatim when present in the streams configuration.
-PASSTHROUGH = CLIENT_PASSTHROUGH
+# Group-membership settings: passed to the group consumer only (librdkafka's producer and admin client
+# warn about every consumer property on each start).
+GROUP_CONSUMER_ONLY = ("session.timeout.ms", "heartbeat.interval.ms", "max.poll.interval.ms")
+PASSTHROUGH = tuple(key for key in CLIENT_PASSTHROUGH if key not in GROUP_CONSUMER_ONLY)
+# Kafka Streams' exactly-once producer defaults. A 10 s transaction timeout (not the 60 s client default)
+# bounds how long a transaction a crashed instance left open can hold back read_committed readers.
+EOS_PRODUCER_DEFAULTS: dict[str, Any] = {"transaction.timeout.ms": 10000}
 
 
 def _base(config: StreamsConfig) -> dict[str, Any]:
@@ -33,8 +39,14 @@ def _base(config: StreamsConfig) -> dict[str, Any]:
     return base
 
 
-def client_configs(config: StreamsConfig, client_id: str) -> dict[str, dict[str, Any]]:
-    """librdkafka configs for the roles `consumer`, `restore`, `producer` and `admin`."""
+def client_configs(
+    config: StreamsConfig, client_id: str, process_id: str | None = None
+) -> dict[str, dict[str, Any]]:
+    """librdkafka configs for the roles `consumer`, `restore`, `producer` and `admin`.
+
+    Under exactly_once_v2 the transactional id is `<application.id>-<group.instance.id>`, else
+    `<application.id>-<process_id>` (the id persisted in state.dir, runner/process_id.py), so a restarted
+    instance fences its predecessor; a random one only when neither is known."""
     app_id = config.application_id
     base = _base(config)
     eos = config.exactly_once
@@ -56,6 +68,7 @@ def client_configs(config: StreamsConfig, client_id: str) -> dict[str, dict[str,
         # repartition topic ran 2.4x faster with 0 on the bench broker; 20 ms keeps most of that.
         "fetch.queue.backoff.ms": 20,
     }
+    consumer.update({key: config.get(key) for key in GROUP_CONSUMER_ONLY if key in config})
     instance = config.get_str("group.instance.id")
     if instance:
         consumer["group.instance.id"] = instance
@@ -86,8 +99,8 @@ def client_configs(config: StreamsConfig, client_id: str) -> dict[str, dict[str,
         "acks": "all",
     }
     if eos:
-        producer["transactional.id"] = f"{app_id}-{instance or uuid.uuid4().hex}"
-        producer["transaction.timeout.ms"] = 60000
+        producer["transactional.id"] = f"{app_id}-{instance or process_id or uuid.uuid4().hex}"
+        producer.update(EOS_PRODUCER_DEFAULTS)
     producer.update(config.prefixed("producer."))
     admin: dict[str, Any] = {**base, "client.id": f"{client_id}-admin"}
     admin.update(config.prefixed("admin."))

@@ -50,6 +50,7 @@ from kappaflow.runner.metadata import (
     key_metadata,
 )
 from kappaflow.runner.placement import standby_tasks_for
+from kappaflow.runner.process_id import ProcessId, acquire_process_id
 from kappaflow.runner.thread import StreamThread
 from kappaflow.topology.topology import Topology
 
@@ -121,6 +122,7 @@ class KafkaStreams:
         self._counts: dict[str, int] = {}
         self._shutdown_signal: ApplicationShutdownSignal | None = None
         self._shutdown_requested_by: str | None = None
+        self._process_id: ProcessId | None = None
 
     # ----------------------------------------------------------------- listeners
     def set_state_listener(self, listener: StateListener) -> None:
@@ -160,7 +162,10 @@ class KafkaStreams:
     def start(self) -> None:
         if self.state is not State.CREATED:
             raise StreamsError(f"start() is allowed once, in state CREATED (now {self.state.value})")
-        Path(self.config.get_str("state.dir")).mkdir(parents=True, exist_ok=True)
+        state_dir = Path(self.config.get_str("state.dir"))
+        state_dir.mkdir(parents=True, exist_ok=True)
+        if self.config.exactly_once and not self.config.get_str("group.instance.id"):
+            self._process_id = acquire_process_id(state_dir / self.application_id)
         port = self.config.get_int("metrics.port")
         if port >= 0:  # -1 disables the endpoint; 0 lets the OS choose (tests)
             host = self.config.get_str("metrics.host") or "0.0.0.0"
@@ -188,6 +193,7 @@ class KafkaStreams:
                 self._thread_state,
                 state_lock=self.state_lock,
                 application_server=str(self.host_info) if self.host_info else "",
+                process_id=self._process_id.value if self._process_id is not None else None,
             )
             try:
                 self.stream_thread.run(self._stop)
@@ -241,6 +247,9 @@ class KafkaStreams:
         if self._http is not None:
             self._http.stop()
             self._http = None
+        if self._process_id is not None:
+            self._process_id.release()
+            self._process_id = None
         self.stream_thread = None
         self._group = None
         self._group_admin = None

@@ -10,6 +10,15 @@ Each task directory is locked (flock on `.lock`) while a task uses it, so two pr
 volume by mistake fail loudly instead of corrupting RocksDB. Where each changelog's restoration starts is
 the task's state manager's decision (`restore_offsets`): under exactly_once_v2 its stores are
 transactional, so even after a kill -9 only the changelog tail past the last applied commit is restored.
+
+An active task is restored to its changelog's high watermark, read_uncommitted, as Kafka Streams does
+since KAFKA-10167, and not merely to the first end-of-partition: under exactly_once_v2 the restore
+consumer reads read_committed, and a transaction a crashed predecessor left open pins the last stable
+offset below changelog transactions the task's next owners committed later. Stopping at that LSO would
+give the task the state of before them while its input resumes at their committed offsets (issue 11:
+updates silently lost, aggregates going backwards). So restoration waits until the consumer's position
+passes the high watermark taken when the task opened, i.e. until every transaction below it has ended
+(committed, or aborted by fencing or by `transaction.timeout.ms`).
 """
 
 from __future__ import annotations
@@ -79,6 +88,7 @@ class TaskManager:
         restore_consumer: Consumer,
         clock: Callable[[], int],
         global_stores: dict[str, Any] | None = None,
+        high_watermarks: Callable[[list[tuple[str, int]]], dict[tuple[str, int], int]] | None = None,
     ) -> None:
         self.topology = topology
         self.config = config
@@ -99,6 +109,8 @@ class TaskManager:
             for t in s.source_topics
         }
         self._last_log = 0.0
+        self._high_watermarks = high_watermarks
+        self._last_wait_log = 0.0
 
     # ----------------------------------------------------------------- assignment -> tasks
     def task_ids_for(self, partitions: list[tuple[str, int]]) -> dict[TaskId, list[tuple[str, int]]]:
@@ -141,12 +153,15 @@ class TaskManager:
             raise
         managed = ManagedTask(task, lock, standby)
         assignments = []
-        for meta in task.state_manager.logged_stores():
-            tp = (meta.changelog_topic, task_id.partition)
+        logged = task.state_manager.logged_stores()
+        tps = [(meta.changelog_topic, task_id.partition) for meta in logged]
+        ends = self._high_watermarks(tps) if self._high_watermarks is not None and not standby else {}
+        for meta, tp in zip(logged, tps, strict=True):
             start = starts[meta.name]
             managed.changelogs[tp] = meta.name
             managed.positions[tp] = start if start is not None else 0
             low, high = self.restore_consumer.get_watermark_offsets(TopicPartition(*tp), timeout=10)
+            high = max(high, ends.get(tp, high))  # the consumer reports the LSO under read_committed
             managed.end_offsets[tp] = high
             if start is not None and start < low:
                 start = None  # the log was truncated or recreated below our checkpoint: read it all
@@ -262,9 +277,13 @@ class TaskManager:
                 self.metrics.increment("standby-updated-records-total", len(records), **labels)
             else:
                 self.metrics.increment("restored-records-total", len(records), **labels)
-        for tp in reached_end:
+        for tp in {*reached_end, *batches}:
             managed = self._changelog_index.get(tp)
-            if managed is None or managed.standby:
+            if managed is None or managed.standby or tp not in managed.pending:
+                continue
+            if managed.positions[tp] < managed.end_offsets[tp]:
+                if tp in reached_end:
+                    self._log_open_transaction(managed, tp)
                 continue
             managed.pending.discard(tp)
             if not managed.pending:
@@ -272,6 +291,20 @@ class TaskManager:
                 finished.append(managed)
         self._report()
         return finished
+
+    def _log_open_transaction(self, managed: ManagedTask, tp: tuple[str, int]) -> None:
+        """End of partition below the high watermark: a transaction is open there; wait for it to end."""
+        now = time.monotonic()
+        if now - self._last_wait_log >= RESTORE_LOG_INTERVAL_S:
+            self._last_wait_log = now
+            log.info(
+                "task %s: %s-%d is stable up to %d only: waiting for the transactions open below %d to end",
+                managed.task.id,
+                tp[0],
+                tp[1],
+                managed.positions[tp],
+                managed.end_offsets[tp],
+            )
 
     def _finish(self, managed: ManagedTask) -> None:
         self._unassign(managed, list(managed.changelogs))

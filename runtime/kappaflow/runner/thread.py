@@ -87,6 +87,7 @@ class StreamThread:
         on_state: Callable[[str], None],
         state_lock: threading.RLock | None = None,
         application_server: str = "",
+        process_id: str | None = None,
     ) -> None:
         self.topology = topology
         self.config = config
@@ -95,7 +96,7 @@ class StreamThread:
         self._on_state = on_state
         self.app_id = config.application_id
         self.eos = config.exactly_once
-        self.settings = client_configs(config, client_id)
+        self.settings = client_configs(config, client_id, process_id)
         consumer_settings = self.settings["consumer"]
         consumer_settings["client.id"] = consumer_client_id(
             consumer_settings["client.id"], application_server
@@ -204,6 +205,7 @@ class StreamThread:
             restore,
             now_ms,
             self.global_state.stores if self.global_state else None,
+            high_watermarks=self.admin.high_watermarks if self.eos else None,
         )
         consumer = self.consumer = new_consumer(self.settings["consumer"])
         self.fetched_lag = FetchedLag(consumer)

@@ -1,0 +1,341 @@
+"""A kill-loop harness: several `kappaflow run` instances, `kill -9` and restart at random, input produced
+concurrently, then an audit of the read_committed output.
+
+The application is the word count through a repartition topic (tests.kafka.apps:wordcount) with the
+record cache off, so every input line `kN` must show up in the output as the next count of `kN`: per key
+the committed output has to be exactly 1, 2, 3, ..., N. The audit counts, per key,
+  - lost updates: N minus the final count when it is short (state that went missing),
+  - duplicates: a count seen more than once (an input applied twice, or state that went backwards
+    and was counted up again),
+  - regressions: a count not greater than the one before it (aggregates going backwards).
+Under exactly_once_v2 all three must be 0; under at_least_once duplicates are allowed, losses are not.
+
+The CI tests (tests/kafka/test_chaos.py) run it for well under a minute per mode; `make chaos` runs
+`python -m tests.kafka.chaos --minutes N` against a broker of its own for as long as asked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import random
+import signal
+import struct
+import subprocess
+import threading
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+from tests.kafka.streams_support import fast_config, start_cli_app
+
+APP = "tests.kafka.apps:wordcount"
+CLOSE_TIMEOUT_S = 30.0
+
+
+@dataclass
+class Audit:
+    """What the committed output says about each key's sequence of counts."""
+
+    expected: dict[str, int]
+    final: dict[str, int] = field(default_factory=dict)
+    lost: int = 0
+    duplicates: int = 0
+    regressions: int = 0
+    wrong_keys: list[str] = field(default_factory=list)
+
+    @property
+    def total_expected(self) -> int:
+        return sum(self.expected.values())
+
+    def summary(self) -> str:
+        return (
+            f"{len(self.expected)} keys, {self.total_expected} inputs: lost={self.lost} "
+            f"duplicates={self.duplicates} regressions={self.regressions} wrong keys={len(self.wrong_keys)} "
+            f"(first: {self.wrong_keys[:5]})"
+        )
+
+
+def audit(expected: dict[str, int], sequences: dict[str, list[int]]) -> Audit:
+    """Compare each key's committed counts with 1..N (pure: unit-tested without a broker)."""
+    result = Audit(dict(expected))
+    for key, count in expected.items():
+        seen = sequences.get(key, [])
+        final = seen[-1] if seen else 0
+        result.final[key] = final
+        lost = max(0, count - max(seen, default=0))
+        duplicates = len(seen) - len(set(seen))
+        regressions = sum(1 for a, b in itertools.pairwise(seen) if b <= a)
+        result.lost += lost
+        result.duplicates += duplicates
+        result.regressions += regressions
+        if lost or duplicates or regressions or final != count:
+            result.wrong_keys.append(key)
+    return result
+
+
+class OutputReader:
+    """A read_committed reader of the output topic that keeps its position between reads."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"chaos-audit-{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+            }
+        )
+        self._consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        self.sequences: dict[str, list[int]] = defaultdict(list)
+
+    def read(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            for msg in self._consumer.consume(1000, 0.2):
+                if msg.error() is None and msg.key() is not None:
+                    self.sequences[msg.key().decode()].append(struct.unpack(">q", msg.value())[0])
+
+    def caught_up(self, expected: dict[str, int]) -> bool:
+        return all(self.sequences.get(k, [0])[-1] >= n for k, n in expected.items())
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+class Feeder(threading.Thread):
+    """Produces lines `k<i>` (one word each) at about `rate` per second until stopped.
+
+    Idempotent with a long delivery timeout, so a broker restart neither duplicates nor drops input; a
+    line counts as expected input once its delivery is acknowledged."""
+
+    def __init__(self, bootstrap: str, topic: str, keys: int, rate: float, seed: int) -> None:
+        super().__init__(name="chaos-feeder", daemon=True)
+        self._producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 5,
+                "message.timeout.ms": 600000,
+                "partitioner": "murmur2_random",
+            }
+        )
+        self._topic, self._keys, self._rate = topic, keys, rate
+        self._random = random.Random(seed)
+        self.stop = threading.Event()
+        self.acked: dict[str, int] = defaultdict(int)
+        self.failed = 0
+
+    def _on_delivery(self, err: Any, msg: Any) -> None:
+        if err is None:
+            self.acked[msg.value().decode()] += 1
+        else:
+            self.failed += 1
+
+    def run(self) -> None:
+        batch = max(1, int(self._rate / 10))
+        while not self.stop.is_set():
+            for _ in range(batch):
+                word = f"k{self._random.randrange(self._keys)}"
+                self._producer.produce(self._topic, value=word.encode(), on_delivery=self._on_delivery)
+            self._producer.poll(0)
+            time.sleep(0.1)
+        while self._producer.flush(5) > 0:
+            pass
+
+
+class Instance:
+    """One `kappaflow run` process with its own state directory (a pod with its volume)."""
+
+    def __init__(self, index: int, workdir: Path, props: dict[str, Any], env: dict[str, str]) -> None:
+        self.index = index
+        self.workdir = workdir / f"instance-{index}"
+        self.props = {**props, "state.dir": str(self.workdir / "state")}
+        self.env = env
+        self.process: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self) -> None:
+        self.starts += 1
+        self.process = start_cli_app(APP, self.props, self.workdir, self.env, name="run")
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(30)
+
+    def terminate(self) -> int | None:
+        """SIGTERM and wait past the close timeout; the exit code, or None if it had to be killed."""
+        if self.process is None or self.process.poll() is not None:
+            return self.process.returncode if self.process is not None else None
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(CLOSE_TIMEOUT_S + 15)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return None
+
+    def log(self) -> str:
+        path = self.workdir / "run.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+
+def create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics(
+        [NewTopic(n, num_partitions=partitions, replication_factor=1) for n in names]
+    )
+    for future in futures.values():
+        future.result(timeout=60)
+
+
+@dataclass
+class ChaosResult:
+    audit: Audit
+    kills: int
+    broker_restarts: int
+    exit_codes: list[int | None]
+    logs: list[str]
+
+
+def run_chaos(
+    bootstrap: str,
+    workdir: Path,
+    *,
+    guarantee: str = "exactly_once_v2",
+    static: bool = False,
+    instances: int = 3,
+    duration_s: float = 40.0,
+    kill_every: tuple[float, float] = (3.0, 7.0),
+    keys: int = 40,
+    rate: float = 150.0,
+    partitions: int = 4,
+    broker: Any = None,
+    broker_restarts: int = 0,
+    drain_timeout_s: float = 120.0,
+    seed: int | None = None,
+) -> ChaosResult:
+    """Run the kill loop for `duration_s`, then let every instance catch up and audit the output.
+
+    `broker` (a LocalKafkaBroker) with `broker_restarts` > 0 also stops and restarts the broker that
+    many times, spread over the run."""
+    seed = seed if seed is not None else random.randrange(1 << 30)
+    rng = random.Random(seed)
+    app_id = f"chaos-{uuid.uuid4().hex[:8]}"
+    source, sink = f"{app_id}-in", f"{app_id}-out"
+    create_topics(bootstrap, [source, sink], partitions)
+    props = fast_config(
+        bootstrap,
+        app_id,
+        "",
+        **{
+            "processing.guarantee": guarantee,
+            "commit.interval.ms": 100,
+            "statestore.cache.max.bytes": 0,
+            "metrics.port": -1,
+        },
+    )
+    env = {"WC_INPUT": source, "WC_OUTPUT": sink}
+    fleet = []
+    for i in range(instances):
+        extra = {"group.instance.id": f"{app_id}-{i}"} if static else {}
+        fleet.append(Instance(i, workdir, {**props, **extra}, env))
+    for instance in fleet:
+        instance.start()
+    feeder = Feeder(bootstrap, source, keys, rate, seed)
+    feeder.start()
+    kills = restarts = 0
+    broker_at = sorted(rng.uniform(0.2, 0.8) * duration_s for _ in range(broker_restarts if broker else 0))
+    started = time.monotonic()
+    next_kill = started + rng.uniform(*kill_every)
+    try:
+        while time.monotonic() - started < duration_s:
+            time.sleep(0.2)
+            if broker_at and time.monotonic() - started >= broker_at[0]:
+                broker_at.pop(0)
+                broker.stop()
+                time.sleep(rng.uniform(1.0, 5.0))
+                broker.start()
+                restarts += 1
+            if time.monotonic() >= next_kill:
+                victim = rng.choice(fleet)
+                victim.kill()
+                kills += 1
+                time.sleep(rng.uniform(0.0, 1.0))
+                victim.start()
+                next_kill = time.monotonic() + rng.uniform(*kill_every)
+        feeder.stop.set()
+        feeder.join(120)
+        expected = dict(feeder.acked)
+        reader = OutputReader(bootstrap, sink, partitions)
+        try:
+            deadline = time.monotonic() + drain_timeout_s
+            while time.monotonic() < deadline and not reader.caught_up(expected):
+                reader.read(1.0)
+            reader.read(3.0)  # anything after catching up would be a duplicate: read a little more
+            result = audit(expected, reader.sequences)
+        finally:
+            reader.close()
+        codes = [instance.terminate() for instance in fleet]
+    finally:
+        feeder.stop.set()
+        for instance in fleet:
+            instance.kill()
+    return ChaosResult(result, kills, restarts, codes, [instance.log() for instance in fleet])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`make chaos`: a long kill loop (each mode in turn) against a broker of its own."""
+    import tempfile
+
+    from tests.harness.kafka_broker import LocalKafkaBroker
+    from tests.harness.kafka_fixtures import free_port
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=10.0, help="kill-loop time per mode")
+    parser.add_argument("--broker-restarts", type=int, default=3, help="per mode")
+    parser.add_argument("--seed", type=int, default=None)
+    args = parser.parse_args(argv)
+    modes = [("exactly_once_v2", False), ("exactly_once_v2", True), ("at_least_once", False)]
+    failures = 0
+    with tempfile.TemporaryDirectory(prefix="kappaflow-chaos-") as tmp:
+        broker = LocalKafkaBroker(free_port(), Path(tmp) / "broker", controller_port=free_port())
+        broker.start()
+        try:
+            for guarantee, static in modes:
+                name = f"{guarantee}{' static' if static else ''}"
+                result = run_chaos(
+                    broker.bootstrap_servers,
+                    Path(tmp) / name.replace(" ", "-"),
+                    guarantee=guarantee,
+                    static=static,
+                    duration_s=args.minutes * 60,
+                    broker=broker,
+                    broker_restarts=args.broker_restarts,
+                    drain_timeout_s=300,
+                    seed=args.seed,
+                )
+                a = result.audit
+                ok = a.lost == 0 and (guarantee != "exactly_once_v2" or not (a.duplicates or a.regressions))
+                failures += not ok
+                print(
+                    f"{'ok  ' if ok else 'FAIL'} {name}: {result.kills} kills, "
+                    f"{result.broker_restarts} broker restarts; {a.summary()}; "
+                    f"exit codes {result.exit_codes}",
+                    flush=True,
+                )
+        finally:
+            broker.stop()
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,68 @@
+"""Chaos tests: instances killed with `kill -9` and restarted at random, and broker restarts, while input
+arrives; the read_committed output must hold every update exactly once (tests/kafka/chaos.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.harness.kafka_broker import LocalKafkaBroker
+from tests.harness.kafka_fixtures import free_port
+from tests.kafka.chaos import ChaosResult, audit, run_chaos
+
+
+def test_audit_counts_losses_duplicates_and_regressions():
+    result = audit(
+        {"a": 3, "b": 4, "c": 2, "d": 1},
+        {"a": [1, 2, 3], "b": [1, 2, 1, 2, 3, 4], "c": [1], "d": [1, 1]},
+    )
+    assert result.lost == 1  # c stopped at 1 of 2
+    assert result.duplicates == 3  # b counted 1 and 2 twice, d counted 1 twice
+    assert result.regressions == 2  # b went 2 -> 1, d went 1 -> 1
+    assert sorted(result.wrong_keys) == ["b", "c", "d"]
+    assert result.final == {"a": 3, "b": 4, "c": 1, "d": 1}
+
+
+def _assert_exactly_once(result: ChaosResult, clean_exits: bool = True) -> None:
+    a = result.audit
+    print(f"{result.kills} kills, {result.broker_restarts} broker restarts: {a.summary()}")
+    assert result.kills >= 3, "the loop must actually kill instances"
+    assert a.total_expected > 1000
+    assert (a.lost, a.duplicates, a.regressions) == (0, 0, 0), a.summary()
+    if clean_exits:
+        assert result.exit_codes == [0] * len(result.exit_codes), "every instance stops cleanly on SIGTERM"
+
+
+@pytest.mark.kafka
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static"])
+def test_kill_loop_exactly_once(kafka_bootstrap, tmp_path, static):
+    result = run_chaos(kafka_bootstrap, tmp_path, static=static, duration_s=40.0)
+    _assert_exactly_once(result)
+
+
+@pytest.mark.kafka
+@pytest.mark.timeout(300)
+def test_kill_loop_at_least_once_loses_nothing(kafka_bootstrap, tmp_path):
+    result = run_chaos(kafka_bootstrap, tmp_path, guarantee="at_least_once", duration_s=25.0)
+    assert result.kills >= 2
+    assert result.audit.lost == 0, result.audit.summary()
+
+
+@pytest.mark.kafka
+@pytest.mark.timeout(400)
+def test_broker_restarts_with_kills_exactly_once(tmp_path):
+    """A broker of its own, stopped and restarted twice while instances are killed (static members: the
+    case where librdkafka reports `Static consumer fenced` after the restart)."""
+    broker = LocalKafkaBroker(free_port(), tmp_path / "broker", controller_port=free_port())
+    broker.start()
+    try:
+        result = run_chaos(
+            broker.bootstrap_servers, tmp_path, static=True, duration_s=45.0, broker=broker, broker_restarts=2
+        )
+    finally:
+        broker.stop()
+    assert result.broker_restarts == 2
+    # Not yet asserted: a clean exit. Today a broker outage still ends the stream thread (FENCED_LEADER_EPOCH,
+    # "Failed to get metadata") instead of retrying up to default.api.timeout.ms (issue 11, item 1); the
+    # kill loop restarts such an instance, and the output must stay exactly-once regardless.
+    _assert_exactly_once(result, clean_exits=False)
