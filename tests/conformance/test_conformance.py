@@ -22,7 +22,6 @@ GOLDEN: dict[str, Any] = json.loads(java_golden.GOLDEN.read_text())
 
 # Scenarios that do not match Java yet, each listed by id with the reason, reported as xfail(strict): the
 # moment one matches it turns into a failure and must be removed from here. Nothing is skipped silently.
-_EMIT_FINAL = "needs emit_strategy(EmitStrategy.on_window_close()) (KIP-825), coming on h/dslapi"
 _FILTER_OLD = (
     "Java's KTable.filter asks a materialized parent for old values, so a row filtered out before and "
     "after an update forwards nothing (no tombstone); KTable is on h/dslapi"
@@ -33,7 +32,6 @@ _SOURCE_STORE = (
 )
 PENDING: dict[str, str] = {
     "table_filter-unmaterialized-source-cached": _SOURCE_STORE,
-    "session_emit_final-basic": _EMIT_FINAL,
     "table_filter-cached": _FILTER_OLD,
     "table_filter-uncached": _FILTER_OLD,
     "table_filter-materialized-uncached": _FILTER_OLD,
