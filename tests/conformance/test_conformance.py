@@ -22,21 +22,12 @@ GOLDEN: dict[str, Any] = json.loads(java_golden.GOLDEN.read_text())
 
 # Scenarios that do not match Java yet, each listed by id with the reason, reported as xfail(strict): the
 # moment one matches it turns into a failure and must be removed from here. Nothing is skipped silently.
-_FILTER_OLD = (
-    "Java's KTable.filter asks a materialized parent for old values, so a row filtered out before and "
-    "after an update forwards nothing (no tombstone); KTable is on h/dslapi"
-)
 _SOURCE_STORE = (
     "Java builds a KTable source without a store (so without a record cache) unless it is materialized "
     "or must be; kappaflow always stores it, and its cache skips a tombstone for an absent key"
 )
 PENDING: dict[str, str] = {
     "table_filter-unmaterialized-source-cached": _SOURCE_STORE,
-    "table_filter-cached": _FILTER_OLD,
-    "table_filter-uncached": _FILTER_OLD,
-    "table_filter-materialized-uncached": _FILTER_OLD,
-    "table_filter_not-cached": _FILTER_OLD,
-    "table_filter_not-uncached": _FILTER_OLD,
 }
 
 CACHE_BYTES = 10 * 1024 * 1024

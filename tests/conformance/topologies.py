@@ -219,7 +219,7 @@ def _tables(b: StreamsBuilder, family: str, p: Params) -> Outputs | None:
         return {"out": "string"}
     if not family.startswith("table_"):
         return None
-    table: KTable = b.table("in", materialized="store")
+    table: KTable = b.table("in", materialized=None if p.get("unmaterialized_source") else "store")
     if family == "table_source":
         table.to_stream().to("out")
     elif family == "table_filter":

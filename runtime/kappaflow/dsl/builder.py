@@ -210,6 +210,7 @@ class StreamsBuilder:
         if mat.versioned is not None:
             return _versioned_table(internal, processor, source, mat, key_serde, value_serde)
         table: KTable[Any, Any] = KTable(internal, processor, key_serde, value_serde, store_name, parent=None)
+        table.materialized = mat.name is not None
         internal.topology.add_processor(
             processor,
             lambda: KTableSourceProcessor(store_name, table.send_old_values_enabled, processor),

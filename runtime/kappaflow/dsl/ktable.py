@@ -4,8 +4,9 @@ Table processors exchange `Change(new, old)`. Old values are sent only when some
 them (a re-grouping, a join), as Kafka Streams does: `enable_send_old_values` walks up to the source, and
 the flag is read when tasks instantiate processors, after the topology is complete. That choice is
 visible: a filter that sees old values suppresses a tombstone for a key that never passed it, a filter
-that does not emits one. Each table can also hand out a *value getter* - a way to look up the current
-value of a key - which joins use; derived tables without a store compute it from their parent's getter.
+that does not emits one; a filter asks a materialized parent for them when built (Java's KTableFilter).
+Each table can also hand out a *value getter* - a way to look up the current value of a key - which
+joins use; derived tables without a store compute it from their parent's getter.
 """
 
 from __future__ import annotations
@@ -107,6 +108,9 @@ class KTable(Generic[K, V]):
         self.window_grace_ms: int | None = None
         # set on tables materialized in a versioned store (KIP-914): joins may look values up as of a time
         self.versioned = False
+        # whether the store counts as materialized for Java's enableSendingOldValues(false): a
+        # `builder.table` without a store name has no store in Java (kappaflow keeps one regardless)
+        self.materialized = store_name is not None
         if getter is None:
             assert store_name is not None, "a table without a store needs a value getter"
             getter = _store_getter(store_name)
@@ -123,6 +127,17 @@ class KTable(Generic[K, V]):
         self._send_old = True
         if self._parent is not None:
             self._parent.enable_send_old_values()
+
+    def try_enable_send_old_values(self) -> bool:
+        """Java's `enableSendingOldValues(forceMaterialization=false)`: a table with a store of its own
+        (materialized, or an aggregation) sends old values at no cost; one without asks its parent.
+        Returns whether this table now sends them."""
+        if not self._send_old:
+            if self.materialized:
+                self.enable_send_old_values()
+            elif self._parent is not None and self._parent.try_enable_send_old_values():
+                self._send_old = True
+        return self._send_old
 
     def _derived(
         self,
@@ -181,13 +196,19 @@ class KTable(Generic[K, V]):
         def keep(key: Any, value: Any) -> Any:
             return value if bool(predicate(key, value)) != negate else None
 
-        return self._derived(
+        # as Java's KTableFilter: over a parent that has old values without new state, send them, so a
+        # row filtered out before and after an update forwards nothing (no needless tombstone)
+        upstream_old = self.try_enable_send_old_values()
+        table = self._derived(
             "KTABLE-FILTER-",
             lambda store, send_old, label: KTableFilterProcessor(predicate, negate, store, send_old, label),
             materialized,
             self.value_serde,
             keep,
         )
+        if upstream_old:
+            table._send_old = True
+        return table
 
     @overload
     def map_values(
