@@ -22,13 +22,7 @@ GOLDEN: dict[str, Any] = json.loads(java_golden.GOLDEN.read_text())
 
 # Scenarios that do not match Java yet, each listed by id with the reason, reported as xfail(strict): the
 # moment one matches it turns into a failure and must be removed from here. Nothing is skipped silently.
-_SOURCE_STORE = (
-    "Java builds a KTable source without a store (so without a record cache) unless it is materialized "
-    "or must be; kappaflow always stores it, and its cache skips a tombstone for an absent key"
-)
-PENDING: dict[str, str] = {
-    "table_filter-unmaterialized-source-cached": _SOURCE_STORE,
-}
+PENDING: dict[str, str] = {}
 
 CACHE_BYTES = 10 * 1024 * 1024
 

@@ -29,6 +29,7 @@ from kappaflow.dsl.table_processors import (
 )
 from kappaflow.dsl.table_transform import KTableTransformValuesProcessor, transformed_lookup
 from kappaflow.dsl.typevars import KR, VR, K, V
+from kappaflow.state.builders import KeyValueStoreBuilder
 from kappaflow.state.time_ordered_buffer import BufferStoreBuilder
 from kappaflow.state.timestamped import ValueAndTimestamp
 
@@ -49,11 +50,13 @@ class ValueGetterSupplier:
 
     def __init__(
         self,
-        store_names: list[str],
+        store_names: list[str] | Callable[[], list[str]],
         bind: Callable[[ProcessorContext], ValueGetter],
         materialize: Callable[[], None] | None = None,
         bind_as_of: Callable[[ProcessorContext], AsOfGetter] | None = None,
     ) -> None:
+        # a callable defers asking a parent for its stores (and so materializing it) until a processor
+        # actually connects this getter, as Java resolves `valueGetterSupplier()` only on use
         self._store_names = store_names
         self._bind = bind
         self._materialize = materialize
@@ -67,10 +70,15 @@ class ValueGetterSupplier:
     def store_names(self) -> list[str]:
         """The stores to connect; asking for them materializes a table that has its store only on
         demand (a foreign-key join's result, as Java's `KTableSource.materialize()`)."""
+        self.materialize()
+        names = self._store_names
+        return names() if callable(names) else names
+
+    def materialize(self) -> None:
+        """Create the store of a table that has one only on demand (once)."""
         if self._materialize is not None:
             materialize, self._materialize = self._materialize, None
             materialize()
-        return self._store_names
 
     def get(self, context: ProcessorContext) -> ValueGetter:
         return self._bind(context)
@@ -82,6 +90,23 @@ def _store_getter(store_name: str) -> ValueGetterSupplier:
         return store.get  # type: ignore[no-any-return]
 
     return ValueGetterSupplier([store_name], bind)
+
+
+def on_demand_store_getter(store: KeyValueStoreBuilder[Any, Any]) -> ValueGetterSupplier:
+    """The getter of an unnamed `builder.table`, which has no store in Java until something needs its
+    values (a join, a re-grouping): until then it forwards every update as it comes, without a record
+    cache. kappaflow keeps the store (for old values) but caches it only once it is materialized."""
+    caching = store.caching_enabled
+    store.caching_enabled = False
+    name = store.name
+
+    def materialize() -> None:
+        store.caching_enabled = caching
+
+    def bind(context: ProcessorContext) -> ValueGetter:
+        return context.get_state_store(name).get  # type: ignore[no-any-return]
+
+    return ValueGetterSupplier([name], bind, materialize=materialize)
 
 
 class KTable(Generic[K, V]):
@@ -124,7 +149,10 @@ class KTable(Generic[K, V]):
         return self._send_old
 
     def enable_send_old_values(self) -> None:
+        """Java's `enableSendingOldValues(forceMaterialization=true)`: a source with its store only on
+        demand gets it now."""
         self._send_old = True
+        self.value_getter_supplier.materialize()
         if self._parent is not None:
             self._parent.enable_send_old_values()
 
@@ -167,7 +195,7 @@ class KTable(Generic[K, V]):
 
             return get
 
-        getter = None if store_name else ValueGetterSupplier(parent_getter.store_names, bind)
+        getter = None if store_name else ValueGetterSupplier(lambda: parent_getter.store_names, bind)
         table: KTable[Any, Any] = KTable(
             builder, node, self.key_serde, value_serde, store_name, parent=self, getter=getter
         )
@@ -258,7 +286,7 @@ class KTable(Generic[K, V]):
 
         getter = None
         if store_name is None:
-            getter = ValueGetterSupplier([*parent_getter.store_names, *store_names], bind)
+            getter = ValueGetterSupplier(lambda: [*parent_getter.store_names, *store_names], bind)
         value_serde = None if mat is None else mat.value_serde
         table: KTable[K, VR] = KTable(
             builder, node, self.key_serde, value_serde, store_name, parent=self, getter=getter
@@ -362,6 +390,7 @@ class KTable(Generic[K, V]):
             if suppressed.name
             else builder.new_name("KTABLE-SUPPRESS-STATE-STORE-")
         )
+        parent_getter = self.value_getter_supplier
         builder.topology.add_processor(
             node, lambda: KTableSuppressProcessor(suppressed, grace, store, node), self.node
         )
@@ -376,7 +405,7 @@ class KTable(Generic[K, V]):
             None,
             parent=self,
             getter=ValueGetterSupplier(
-                [*self.value_getter_supplier.store_names, store],
+                lambda: [*parent_getter.store_names, store],
                 suppressed_getter(self.value_getter_supplier, store),
             ),
         )
