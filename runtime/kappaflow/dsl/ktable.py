@@ -156,14 +156,14 @@ class KTable(Generic[K, V]):
         if self._parent is not None:
             self._parent.enable_send_old_values()
 
-    def try_enable_send_old_values(self) -> bool:
+    def _try_enable_send_old_values(self) -> bool:
         """Java's `enableSendingOldValues(forceMaterialization=false)`: a table with a store of its own
         (materialized, or an aggregation) sends old values at no cost; one without asks its parent.
         Returns whether this table now sends them."""
         if not self._send_old:
             if self.materialized:
                 self.enable_send_old_values()
-            elif self._parent is not None and self._parent.try_enable_send_old_values():
+            elif self._parent is not None and self._parent._try_enable_send_old_values():
                 self._send_old = True
         return self._send_old
 
@@ -226,7 +226,7 @@ class KTable(Generic[K, V]):
 
         # as Java's KTableFilter: over a parent that has old values without new state, send them, so a
         # row filtered out before and after an update forwards nothing (no needless tombstone)
-        upstream_old = self.try_enable_send_old_values()
+        upstream_old = self._try_enable_send_old_values()
         table = self._derived(
             "KTABLE-FILTER-",
             lambda store, send_old, label: KTableFilterProcessor(predicate, negate, store, send_old, label),
