@@ -15,47 +15,14 @@ import pytest
 from kappaflow.api.serdes import Long, String
 from kappaflow.testing import TopologyTestDriver
 from tests.conformance import java_golden
-from tests.conformance.topologies import PendingApi, build
+from tests.conformance.topologies import build
 
 SCENARIOS: list[dict[str, Any]] = json.loads(java_golden.SCENARIOS.read_text())["scenarios"]
 GOLDEN: dict[str, Any] = json.loads(java_golden.GOLDEN.read_text())
 
 # Scenarios that do not match Java yet, each listed by id with the reason, reported as xfail(strict): the
 # moment one matches it turns into a failure and must be removed from here. Nothing is skipped silently.
-_EMIT_FINAL = "needs emit_strategy(EmitStrategy.on_window_close()) (KIP-825), coming on h/dslapi"
-_COGROUP_WINDOWED = "needs CogroupedKStream.windowed_by, coming on h/dslapi"
-_VERSIONED = "needs versioned stores and the stream-table join grace period (KIP-889/923), coming on h/dslapi"
-_KIP_962 = "left FK join with a null foreign key must emit (left, null) (KIP-962); FK fixes on h/dslapi"
-_FILTER_OLD = (
-    "Java's KTable.filter asks a materialized parent for old values, so a row filtered out before and "
-    "after an update forwards nothing (no tombstone); KTable is on h/dslapi"
-)
-_SOURCE_STORE = (
-    "Java builds a KTable source without a store (so without a record cache) unless it is materialized "
-    "or must be; kappaflow always stores it, and its cache skips a tombstone for an absent key"
-)
-PENDING: dict[str, str] = {
-    "table_filter-unmaterialized-source-cached": _SOURCE_STORE,
-    "table_transform_values-basic": "needs KTable.transform_values, coming on h/dslapi",
-    "window_emit_final-tumbling": _EMIT_FINAL,
-    "window_emit_final-hopping": _EMIT_FINAL,
-    "sliding_emit_final-basic": _EMIT_FINAL,
-    "session_emit_final-basic": _EMIT_FINAL,
-    "cogroup_window-time": _COGROUP_WINDOWED,
-    "cogroup_window-sliding": _COGROUP_WINDOWED,
-    "cogroup_window-session": _COGROUP_WINDOWED,
-    "stream_table_join-inner-versioned-grace": _VERSIONED,
-    "stream_table_join-left-versioned-grace": _VERSIONED,
-    "fk_join-inner-cached": _KIP_962,
-    "fk_join-inner-uncached": _KIP_962,
-    "fk_join-left-cached": _KIP_962,
-    "fk_join-left-uncached": _KIP_962,
-    "table_filter-cached": _FILTER_OLD,
-    "table_filter-uncached": _FILTER_OLD,
-    "table_filter-materialized-uncached": _FILTER_OLD,
-    "table_filter_not-cached": _FILTER_OLD,
-    "table_filter_not-uncached": _FILTER_OLD,
-}
+PENDING: dict[str, str] = {}
 
 CACHE_BYTES = 10 * 1024 * 1024
 
@@ -130,10 +97,7 @@ def _params() -> list[Any]:
 @pytest.mark.parametrize("scenario", _params())
 def test_matches_kafka_streams(scenario: dict[str, Any]) -> None:
     expected = GOLDEN["scenarios"][scenario["id"]]
-    try:
-        actual = run_scenario(scenario)
-    except PendingApi as missing:
-        pytest.fail(f"needs API this branch lacks: {missing}")
+    actual = run_scenario(scenario)
     if actual["records"] != expected["records"]:
         pytest.fail(
             f"{scenario['id']}: output differs from Kafka Streams\n"

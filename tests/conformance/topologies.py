@@ -13,11 +13,14 @@ from typing import Any
 from kappaflow import (
     BaseProcessor,
     BufferConfig,
+    EmitStrategy,
+    Joined,
     KStream,
     KTable,
     Materialized,
     PunctuationType,
     Record,
+    Stores,
     StreamsBuilder,
     Suppressed,
     Topology,
@@ -29,10 +32,6 @@ from kappaflow.dsl.windows import JoinWindows, SessionWindows, SlidingWindows, T
 
 Params = dict[str, Any]
 Outputs = dict[str, str]
-
-
-class PendingApi(Exception):
-    """The family needs DSL API this branch does not have yet (listed in test_conformance.PENDING)."""
 
 
 def s(value: object) -> str:
@@ -127,6 +126,19 @@ class Twice(BaseProcessor):
         self.context.forward(Record(record.key, "again", record.timestamp + 1, record.headers))
 
 
+class KeyEquals:
+    """A ValueTransformerWithKey writing ``key=value``, a null value staying null."""
+
+    def init(self, context: ProcessorContext) -> None:
+        pass
+
+    def transform(self, key: str, value: str | None) -> str | None:
+        return None if value is None else f"{key}={value}"
+
+    def close(self) -> None:
+        pass
+
+
 def _stateless(b: StreamsBuilder, family: str, p: Params) -> Outputs | None:
     stream: KStream = b.stream("in")
     out: Outputs = {"out": "string"}
@@ -203,10 +215,11 @@ def _tables(b: StreamsBuilder, family: str, p: Params) -> Outputs | None:
         joined.to_stream().to("out")
         return {"out": "string"}
     if family == "table_transform_values":
-        raise PendingApi("KTable.transform_values")
+        b.table("in", materialized="store").transform_values(KeyEquals).to_stream().to("out")
+        return {"out": "string"}
     if not family.startswith("table_"):
         return None
-    table: KTable = b.table("in", materialized="store")
+    table: KTable = b.table("in", materialized=None if p.get("unmaterialized_source") else "store")
     if family == "table_source":
         table.to_stream().to("out")
     elif family == "table_filter":
@@ -301,14 +314,15 @@ def _windows(b: StreamsBuilder, family: str, p: Params) -> Outputs | None:
         "session": session_windows,
     }
     if kind == "cogroup" and op == "window":
-        raise PendingApi("CogroupedKStream.windowed_by")
+        _cogroup_windowed(b, p)
+        return {"out": "string"}
     if kind not in maker:
         return None
-    if op == "emit_final":
-        raise PendingApi("emit_strategy(EmitStrategy.on_window_close())")
     windowed_stream = b.stream("in").group_by_key().windowed_by(maker[kind](p))
+    if op == "emit_final":
+        windowed_stream = windowed_stream.emit_strategy(EmitStrategy.on_window_close())
     store = Materialized.as_("store")
-    if op in ("count", "suppress"):
+    if op in ("count", "suppress", "emit_final"):
         store = store.with_key_serde(String()).with_value_serde(Long())
         if "retention" in p:
             store = store.with_retention(p["retention"])
@@ -330,6 +344,22 @@ def _windows(b: StreamsBuilder, family: str, p: Params) -> Outputs | None:
     return {"out": "string"}
 
 
+def _cogroup_windowed(b: StreamsBuilder, p: Params) -> None:
+    cogrouped = (
+        b.stream("in")
+        .group_by_key()
+        .cogroup(lambda k, v, a: f"{a}L{v}")
+        .cogroup(b.stream("in2").group_by_key(), lambda k, v, a: f"{a}R{v}")
+    )
+    windows = p.get("windows", "time")
+    if windows == "session":
+        session = cogrouped.windowed_by(session_windows(p))
+        windowed_out(session.aggregate(lambda: "", lambda k, x, y: f"{x}|{y}", "store"))
+    else:
+        maker = time_windows if windows == "time" else sliding_windows
+        windowed_out(cogrouped.windowed_by(maker(p)).aggregate(lambda: "", "store"))
+
+
 def _joins(b: StreamsBuilder, family: str, p: Params) -> Outputs | None:
     kind = p.get("kind", "inner")
     method = {"inner": "join", "left": "left_join", "outer": "outer_join"}[kind]
@@ -347,10 +377,14 @@ def _joins(b: StreamsBuilder, family: str, p: Params) -> Outputs | None:
         stream: KStream = b.stream("in")
         stream.join(stream, join, join_windows(p)).to("out")
     elif family == "stream_table_join":
-        if "grace" in p:
-            raise PendingApi("versioned stores and the stream-table join grace period")
         left = b.stream("left")
-        getattr(left, method)(b.table("right", materialized="right-store"), join).to("out")
+        if "grace" in p:
+            versioned = Stores.persistent_versioned_key_value_store("right-store", p["history"])
+            right = b.table("right", materialized=Materialized.as_(versioned))
+            joined = Joined.with_grace_period(p["grace"]).with_name("j")
+            getattr(left, method)(right, join, joined).to("out")
+        else:
+            getattr(left, method)(b.table("right", materialized="right-store"), join).to("out")
     elif family == "stream_global_join":
         left = b.stream("left")
         right = b.global_table("right", materialized="right-store")

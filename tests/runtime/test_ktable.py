@@ -114,3 +114,24 @@ def test_global_table_is_readable_from_the_driver() -> None:
     with TopologyTestDriver(builder.build()) as driver:
         driver.create_input_topic("g", S, S).pipe_key_value_list([("a", "1"), ("b", "2"), ("a", None)])
         assert driver.get_key_value_store("gstore").to_dict() == {"b": "2"}
+
+
+def _unnamed_table_tombstones(joined: bool) -> list[tuple[str, str | None]]:
+    builder = StreamsBuilder()
+    table = builder.table("t")
+    table.to_stream().to("out")
+    if joined:
+        builder.stream("s").join(table, lambda a, b: f"{a}+{b}").to("joined")
+    config = {"default.key.serde": "String", "default.value.serde": "String"}
+    with TopologyTestDriver(builder.build(), config) as driver:
+        source = driver.create_input_topic("t")
+        source.pipe_input("x", None, 1)  # a delete of a key never seen
+        source.pipe_input("x", "1", 2)
+        return [(r.key, r.value) for r in driver.create_output_topic("out").read_records_to_list()]
+
+
+def test_an_unnamed_table_has_no_cache_until_something_needs_its_store() -> None:
+    """Java builds an unnamed builder.table without a store, so every update - also the delete of an
+    absent key - goes straight on; a join needs the store, which then caches and drops that delete."""
+    assert _unnamed_table_tombstones(joined=False) == [("x", None), ("x", "1")]
+    assert _unnamed_table_tombstones(joined=True) == [("x", "1")]

@@ -11,6 +11,7 @@ import pytest
 from kappaflow import (
     EmitStrategy,
     Materialized,
+    SessionWindows,
     SlidingWindows,
     StreamsBuilder,
     TimeWindows,
@@ -18,13 +19,13 @@ from kappaflow import (
     Windowed,
 )
 from kappaflow.api.serdes import Long, String
-from kappaflow.api.windowed_serdes import TimeWindowedSerde
+from kappaflow.api.windowed_serdes import SessionWindowedSerde, TimeWindowedSerde
 from kappaflow.testing import TopologyTestDriver
 
 CFG = {"default.key.serde": "String", "default.value.serde": "String"}
 
 
-def run(windows: Any, size: int, inputs: list[tuple[str, int]], caching: bool) -> list[list[Any]]:
+def run(windows: Any, size: int | None, inputs: list[tuple[str, int]], caching: bool) -> list[list[Any]]:
     """Pipe each (key, timestamp) and return what came out after each one."""
     builder = StreamsBuilder()
     mat = Materialized.as_("counts")
@@ -41,7 +42,8 @@ def run(windows: Any, size: int, inputs: list[tuple[str, int]], caching: bool) -
     out: list[list[Any]] = []
     with TopologyTestDriver(builder.build(), CFG) as driver:
         source = driver.create_input_topic("in")
-        topic = driver.create_output_topic("out", TimeWindowedSerde(String(), size), Long())
+        key_serde = SessionWindowedSerde(String()) if size is None else TimeWindowedSerde(String(), size)
+        topic = driver.create_output_topic("out", key_serde, Long())
         for key, ts in inputs:
             source.pipe_input(key, "v", ts)
             out.append([(r.key, r.value, r.timestamp) for r in topic.read_records_to_list()])
@@ -74,6 +76,22 @@ def test_sliding_windows_emit_once_when_closed() -> None:
         [],
         [(W("a", 0, 10), 1, 5)],
         [(W("a", 2, 12), 2, 12), (W("a", 6, 16), 1, 12)],
+    ]
+
+
+@pytest.mark.parametrize("caching", [True, False])
+def test_session_windows_emit_once_when_closed(caching: bool) -> None:
+    """A session closes once `end < stream time - grace - gap`; it goes out stamped with its end, by end
+    then key, merged sessions only as their final merge."""
+    windows = SessionWindows.of_inactivity_gap_and_grace(5, 2)
+    inputs = [("b", 3), ("a", 0), ("a", 3), ("a", 10), ("b", 11), ("a", 30)]
+    assert run(windows, None, inputs, caching) == [
+        [],
+        [],
+        [],  # a merges into [0,3]
+        [],  # close time 3: a session ending at 3 is still open
+        [(W("a", 0, 3), 2, 3), (W("b", 3, 3), 1, 3)],  # close time 4: both end at 3, by key
+        [(W("a", 10, 10), 1, 10), (W("b", 11, 11), 1, 11)],  # close time 23
     ]
 
 

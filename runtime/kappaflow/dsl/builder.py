@@ -193,7 +193,7 @@ class StreamsBuilder:
         timestamp_extractor: TimestampExtractor | None = None,
     ) -> KTable[Any, Any]:
         """A table of `topic`; with both serdes given, typed `KTable[K, V]` by them."""
-        from kappaflow.dsl.ktable import KTable
+        from kappaflow.dsl.ktable import KTable, on_demand_store_getter
 
         internal = self._internal
         mat = Materialized.of(materialized)
@@ -209,13 +209,17 @@ class StreamsBuilder:
         processor = internal.new_name("KTABLE-SOURCE-")
         if mat.versioned is not None:
             return _versioned_table(internal, processor, source, mat, key_serde, value_serde)
-        table: KTable[Any, Any] = KTable(internal, processor, key_serde, value_serde, store_name, parent=None)
+        builder = internal.kv_store_builder(mat, store_name, key_serde, value_serde)
+        getter = None if mat.name is not None else on_demand_store_getter(builder)
+        table: KTable[Any, Any] = KTable(
+            internal, processor, key_serde, value_serde, store_name, parent=None, getter=getter
+        )
+        table.materialized = mat.name is not None
         internal.topology.add_processor(
             processor,
             lambda: KTableSourceProcessor(store_name, table.send_old_values_enabled, processor),
             source,
         )
-        builder = internal.kv_store_builder(mat, store_name, key_serde, value_serde)
         internal.topology.add_state_store(builder, processor)
         return table
 

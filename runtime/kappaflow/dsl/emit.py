@@ -4,7 +4,8 @@
 one. `on_window_close()` forwards nothing while a window is open; after each record, windows that closed
 since the last emission (`window end <= stream time - grace`) are read back from the store and forwarded
 once, oldest window first and, within a window start, in key-byte order (Java reads them from a
-time-ordered store), each stamped with its aggregate's timestamp and carrying no old value.
+time-ordered store), each stamped with its aggregate's timestamp and carrying no old value. Session
+windows close at `end < stream time - grace - gap` and go out stamped with their end.
 
 Kafka Streams throttles that read to once per `emit interval` of wall-clock time (1 s; the
 TopologyTestDriver sets it to 0). kappaflow emits after every record, as the test driver does; the
@@ -20,6 +21,7 @@ from typing import Any, TypeVar
 
 from kappaflow.api.processor import ProcessorContext
 from kappaflow.api.record import Record
+from kappaflow.api.windows import Windowed
 from kappaflow.dsl.change import Change
 
 
@@ -64,16 +66,33 @@ class WindowCloseEmitter:
         due = self.due(close_time)
         if due is None:
             return
+        for windowed, aggregate, timestamp in self.closed(store, *due):
+            context.forward(Record(windowed, Change(aggregate, None), timestamp, record.headers))
+        self.last_emitted_close = close_time
+
+    def closed(self, store: Any, lower: int, upper: int) -> list[tuple[Windowed[Any], Any, int]]:
+        """The windows starting in [lower, upper] with their aggregates and result times, in Java's order."""
         key_serde = store.key_serde
         closed = sorted(
-            store.fetch_all(*due),
+            store.fetch_all(lower, upper),
             key=lambda item: (item[0].window.start, key_serde.serialize("", item[0].key)),
         )
-        for windowed, aggregate in closed:
-            context.forward(
-                Record(windowed, Change(aggregate.value, None), aggregate.timestamp, record.headers)
-            )
-        self.last_emitted_close = close_time
+        return [(windowed, aggregate.value, aggregate.timestamp) for windowed, aggregate in closed]
+
+
+class SessionCloseEmitter(WindowCloseEmitter):
+    """Session windows: the range is of session *ends*, inclusive, `[max(0, last), close - 1]`; a session
+    goes out stamped with its end, by end time, then key bytes, then start (Java reads a time-ordered
+    session store). Sessions closed but not yet purged are found, as Java finds them in a live segment."""
+
+    def __init__(self) -> None:
+        super().__init__(lambda last: max(0, last), lambda close: close - 1)
+
+    def closed(self, store: Any, lower: int, upper: int) -> list[tuple[Windowed[Any], Any, int]]:
+        return [
+            (session, aggregate, session.window.end)
+            for session, aggregate in store.find_sessions_ending(lower, upper)
+        ]
 
 
 def time_window_emitter(size_ms: int) -> WindowCloseEmitter:

@@ -87,41 +87,30 @@ def combined_prefix(fk: bytes) -> bytes:
 def subscription_instructions(
     extractor: Callable[[Any], Any], old: Any, new: Any, left: bool
 ) -> list[tuple[Any, int]]:
-    """The (foreign key, instruction) messages one left change sends, as Kafka Streams decides them.
+    """The (foreign key, instruction) messages one left change sends, as Kafka Streams 4.x decides them.
 
-    A left join subscribes even with a null foreign key (KIP-962, Kafka 3.7+): the row joins with null,
-    and a move to or from a null foreign key propagates. When the foreign key changes, a left join tells
-    the old one `DELETE_AND_PROPAGATE` (so Java emits `joiner(new, null)` once from the old side and
-    again from the new one); an inner join tells it `DELETE_NO_PROPAGATE`. An inner join skips a change
-    whose old or new foreign key is null (the old one first, even when the new one is set)."""
+    A left join always subscribes to the new foreign key with `PROPAGATE_NULL_IF_NO_FK_VALUE`, even a
+    null one (KIP-962: the row joins with null) or for a delete, so every change yields one result; a
+    changed foreign key first unsubscribes the old one silently. An inner join skips a new row whose
+    foreign key is null, but unsubscribes the old one with `DELETE_AND_PROPAGATE` so a previous result
+    is retracted; a changed foreign key unsubscribes silently and asks the new one for a result or a
+    tombstone; an insert or an unchanged foreign key only propagates an actual join."""
+    old_fk = None if old is None else extractor(old)
     new_fk = None if new is None else extractor(new)
     if left:
-        if old is not None:
-            old_fk = extractor(old)
-            sends: list[tuple[Any, int]] = []
-            if old_fk is not None and old_fk != new_fk:
-                sends.append((old_fk, DELETE_AND_PROPAGATE))
-            return [*sends, (new_fk, PROPAGATE_NULL_IF_NO_FK_VALUE)]
-        return [] if new is None else [(new_fk, PROPAGATE_NULL_IF_NO_FK_VALUE)]
-    if old is not None:
-        old_fk = extractor(old)
-        if old_fk is None:
+        if old is None and new is None:
             return []
-        if new is None:
-            return [(old_fk, DELETE_AND_PROPAGATE)]
-        if new_fk is None:
-            return []
-        moved = [(old_fk, DELETE_NO_PROPAGATE)] if old_fk != new_fk else []
+        moved = [(old_fk, DELETE_NO_PROPAGATE)] if old_fk is not None and old_fk != new_fk else []
         return [*moved, (new_fk, PROPAGATE_NULL_IF_NO_FK_VALUE)]
     if new is None or new_fk is None:
-        return []
+        return [] if old_fk is None else [(old_fk, DELETE_AND_PROPAGATE)]
+    if old_fk is not None and old_fk != new_fk:
+        return [(old_fk, DELETE_NO_PROPAGATE), (new_fk, PROPAGATE_NULL_IF_NO_FK_VALUE)]
     return [(new_fk, PROPAGATE_ONLY_IF_FK_VALUE)]
 
 
-def _skips_null_fk(extractor: Callable[[Any], Any], old: Any, new: Any) -> bool:
-    """An inner join's change dropped for a null foreign key (counted as a dropped record)."""
-    if old is not None:
-        return extractor(old) is None or (new is not None and extractor(new) is None)
+def _skips_null_fk(extractor: Callable[[Any], Any], new: Any) -> bool:
+    """An inner join's new row dropped for a null foreign key (counted as a dropped record)."""
     return new is not None and extractor(new) is None
 
 
@@ -160,7 +149,7 @@ class SubscriptionSendProcessor:
             self.extractor, change.old_value, change.new_value, self.left
         ):
             self._send(fk, instruction, digest, pk, record)
-        if not self.left and _skips_null_fk(self.extractor, change.old_value, change.new_value):
+        if not self.left and _skips_null_fk(self.extractor, change.new_value):
             drop_record(self.context, "null-foreign-key", self.label)
 
     def close(self) -> None:

@@ -262,6 +262,7 @@ class KStream(Generic[K, V]):
         node = name or builder.new_name("KSTREAM-TOTABLE-")
         store_name = mat.name or builder.new_name("KSTREAM-TOTABLE-STATE-STORE-")
         table: KTable[K, V] = KTable(builder, node, key_serde, value_serde, store_name, parent=None)
+        table.materialized = mat.name is not None
         builder.topology.add_processor(
             node, lambda: KTableSourceProcessor(store_name, table.send_old_values_enabled, node), parent
         )

@@ -4,8 +4,9 @@ Table processors exchange `Change(new, old)`. Old values are sent only when some
 them (a re-grouping, a join), as Kafka Streams does: `enable_send_old_values` walks up to the source, and
 the flag is read when tasks instantiate processors, after the topology is complete. That choice is
 visible: a filter that sees old values suppresses a tombstone for a key that never passed it, a filter
-that does not emits one. Each table can also hand out a *value getter* - a way to look up the current
-value of a key - which joins use; derived tables without a store compute it from their parent's getter.
+that does not emits one; a filter asks a materialized parent for them when built (Java's KTableFilter).
+Each table can also hand out a *value getter* - a way to look up the current value of a key - which
+joins use; derived tables without a store compute it from their parent's getter.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from kappaflow.dsl.table_processors import (
 )
 from kappaflow.dsl.table_transform import KTableTransformValuesProcessor, transformed_lookup
 from kappaflow.dsl.typevars import KR, VR, K, V
+from kappaflow.state.builders import KeyValueStoreBuilder
 from kappaflow.state.time_ordered_buffer import BufferStoreBuilder
 from kappaflow.state.timestamped import ValueAndTimestamp
 
@@ -48,11 +50,13 @@ class ValueGetterSupplier:
 
     def __init__(
         self,
-        store_names: list[str],
+        store_names: list[str] | Callable[[], list[str]],
         bind: Callable[[ProcessorContext], ValueGetter],
         materialize: Callable[[], None] | None = None,
         bind_as_of: Callable[[ProcessorContext], AsOfGetter] | None = None,
     ) -> None:
+        # a callable defers asking a parent for its stores (and so materializing it) until a processor
+        # actually connects this getter, as Java resolves `valueGetterSupplier()` only on use
         self._store_names = store_names
         self._bind = bind
         self._materialize = materialize
@@ -66,10 +70,15 @@ class ValueGetterSupplier:
     def store_names(self) -> list[str]:
         """The stores to connect; asking for them materializes a table that has its store only on
         demand (a foreign-key join's result, as Java's `KTableSource.materialize()`)."""
+        self.materialize()
+        names = self._store_names
+        return names() if callable(names) else names
+
+    def materialize(self) -> None:
+        """Create the store of a table that has one only on demand (once)."""
         if self._materialize is not None:
             materialize, self._materialize = self._materialize, None
             materialize()
-        return self._store_names
 
     def get(self, context: ProcessorContext) -> ValueGetter:
         return self._bind(context)
@@ -81,6 +90,23 @@ def _store_getter(store_name: str) -> ValueGetterSupplier:
         return store.get  # type: ignore[no-any-return]
 
     return ValueGetterSupplier([store_name], bind)
+
+
+def on_demand_store_getter(store: KeyValueStoreBuilder[Any, Any]) -> ValueGetterSupplier:
+    """The getter of an unnamed `builder.table`, which has no store in Java until something needs its
+    values (a join, a re-grouping): until then it forwards every update as it comes, without a record
+    cache. kappaflow keeps the store (for old values) but caches it only once it is materialized."""
+    caching = store.caching_enabled
+    store.caching_enabled = False
+    name = store.name
+
+    def materialize() -> None:
+        store.caching_enabled = caching
+
+    def bind(context: ProcessorContext) -> ValueGetter:
+        return context.get_state_store(name).get  # type: ignore[no-any-return]
+
+    return ValueGetterSupplier([name], bind, materialize=materialize)
 
 
 class KTable(Generic[K, V]):
@@ -107,6 +133,9 @@ class KTable(Generic[K, V]):
         self.window_grace_ms: int | None = None
         # set on tables materialized in a versioned store (KIP-914): joins may look values up as of a time
         self.versioned = False
+        # whether the store counts as materialized for Java's enableSendingOldValues(false): a
+        # `builder.table` without a store name has no store in Java (kappaflow keeps one regardless)
+        self.materialized = store_name is not None
         if getter is None:
             assert store_name is not None, "a table without a store needs a value getter"
             getter = _store_getter(store_name)
@@ -120,9 +149,23 @@ class KTable(Generic[K, V]):
         return self._send_old
 
     def enable_send_old_values(self) -> None:
+        """Java's `enableSendingOldValues(forceMaterialization=true)`: a source with its store only on
+        demand gets it now."""
         self._send_old = True
+        self.value_getter_supplier.materialize()
         if self._parent is not None:
             self._parent.enable_send_old_values()
+
+    def _try_enable_send_old_values(self) -> bool:
+        """Java's `enableSendingOldValues(forceMaterialization=false)`: a table with a store of its own
+        (materialized, or an aggregation) sends old values at no cost; one without asks its parent.
+        Returns whether this table now sends them."""
+        if not self._send_old:
+            if self.materialized:
+                self.enable_send_old_values()
+            elif self._parent is not None and self._parent._try_enable_send_old_values():
+                self._send_old = True
+        return self._send_old
 
     def _derived(
         self,
@@ -152,7 +195,7 @@ class KTable(Generic[K, V]):
 
             return get
 
-        getter = None if store_name else ValueGetterSupplier(parent_getter.store_names, bind)
+        getter = None if store_name else ValueGetterSupplier(lambda: parent_getter.store_names, bind)
         table: KTable[Any, Any] = KTable(
             builder, node, self.key_serde, value_serde, store_name, parent=self, getter=getter
         )
@@ -181,13 +224,19 @@ class KTable(Generic[K, V]):
         def keep(key: Any, value: Any) -> Any:
             return value if bool(predicate(key, value)) != negate else None
 
-        return self._derived(
+        # as Java's KTableFilter: over a parent that has old values without new state, send them, so a
+        # row filtered out before and after an update forwards nothing (no needless tombstone)
+        upstream_old = self._try_enable_send_old_values()
+        table = self._derived(
             "KTABLE-FILTER-",
             lambda store, send_old, label: KTableFilterProcessor(predicate, negate, store, send_old, label),
             materialized,
             self.value_serde,
             keep,
         )
+        if upstream_old:
+            table._send_old = True
+        return table
 
     @overload
     def map_values(
@@ -237,7 +286,7 @@ class KTable(Generic[K, V]):
 
         getter = None
         if store_name is None:
-            getter = ValueGetterSupplier([*parent_getter.store_names, *store_names], bind)
+            getter = ValueGetterSupplier(lambda: [*parent_getter.store_names, *store_names], bind)
         value_serde = None if mat is None else mat.value_serde
         table: KTable[K, VR] = KTable(
             builder, node, self.key_serde, value_serde, store_name, parent=self, getter=getter
@@ -341,6 +390,7 @@ class KTable(Generic[K, V]):
             if suppressed.name
             else builder.new_name("KTABLE-SUPPRESS-STATE-STORE-")
         )
+        parent_getter = self.value_getter_supplier
         builder.topology.add_processor(
             node, lambda: KTableSuppressProcessor(suppressed, grace, store, node), self.node
         )
@@ -355,7 +405,7 @@ class KTable(Generic[K, V]):
             None,
             parent=self,
             getter=ValueGetterSupplier(
-                [*self.value_getter_supplier.store_names, store],
+                lambda: [*parent_getter.store_names, store],
                 suppressed_getter(self.value_getter_supplier, store),
             ),
         )

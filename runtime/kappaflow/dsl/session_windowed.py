@@ -23,6 +23,7 @@ from kappaflow.api.windowed_serdes import SessionWindowedSerde
 from kappaflow.api.windows import Window, Windowed
 from kappaflow.dsl.builder import InternalBuilder
 from kappaflow.dsl.change import Change
+from kappaflow.dsl.emit import EmitStrategy, SessionCloseEmitter, WindowEmitMixin, with_emitter
 from kappaflow.dsl.ktable import KTable
 from kappaflow.dsl.options import Materialized
 from kappaflow.dsl.stream_processors import drop_record
@@ -35,7 +36,7 @@ from kappaflow.state.window_store import window_bytes_supplier
 log = logging.getLogger(__name__)
 
 
-class KStreamSessionWindowAggregateProcessor(_Stateful):
+class KStreamSessionWindowAggregateProcessor(WindowEmitMixin, _Stateful):
     def __init__(
         self,
         windows: SessionWindows,
@@ -74,17 +75,19 @@ class KStreamSessionWindowAggregateProcessor(_Stateful):
         if end < close_time:
             log.debug("skipping record for expired session: key=%r ts=%d in %s", key, ts, self.label)
             drop_record(self.context, "late", self.label)
+            self._emit_closed(record, close_time)
             return
         send_old = self.send_old()
         if (start, end) != (ts, ts):
             for session, session_value in merged:
                 self.store.remove(session)
                 change = Change(None, session_value if send_old else None)
-                self.forwarder.maybe_forward(Record(session, change, session.window.end, record.headers))
+                self._forward_update(Record(session, change, session.window.end, record.headers))
         aggregate = self.aggregator(key, value, aggregate)
         windowed = Windowed(key, Window(start, end))
         self.store.put(windowed, aggregate)
-        self.forwarder.maybe_forward(Record(windowed, Change(aggregate, None), end, record.headers))
+        self._forward_update(Record(windowed, Change(aggregate, None), end, record.headers))
+        self._emit_closed(record, close_time)
 
 
 def _session_end(key: Windowed[Any]) -> int:
@@ -104,6 +107,12 @@ class SessionWindowedKStream(Generic[K, V]):
         self._grouped = grouped
         self._builder: InternalBuilder = grouped._builder
         self.windows = windows
+        self._emit = EmitStrategy.on_window_update()
+
+    def emit_strategy(self, strategy: EmitStrategy) -> SessionWindowedKStream[K, V]:
+        """KIP-825: `EmitStrategy.on_window_close()` forwards each session once, when it closes."""
+        self._emit = strategy
+        return self
 
     def _aggregate(
         self,
@@ -133,10 +142,14 @@ class SessionWindowedKStream(Generic[K, V]):
         # until then a record may still extend the session
         table.window_grace_ms = windows.grace_ms + windows.gap_ms
         send_old = table.send_old_values_enabled
+        emitter = SessionCloseEmitter if self._emit.on_close else None
         builder.topology.add_processor(
             node,
-            lambda: KStreamSessionWindowAggregateProcessor(
-                windows, store_name, send_old, node, initializer, aggregator, merger
+            lambda: with_emitter(
+                KStreamSessionWindowAggregateProcessor(
+                    windows, store_name, send_old, node, initializer, aggregator, merger
+                ),
+                emitter,
             ),
             parent,
         )
@@ -146,7 +159,7 @@ class SessionWindowedKStream(Generic[K, V]):
         store = SessionStoreBuilder(
             window_bytes_supplier(store_name, mat.store_type != "memory"), key_serde, value_serde, retention
         )
-        store.caching_enabled = mat.caching
+        store.caching_enabled = mat.caching and emitter is None  # nothing flushes forward
         store.logging_enabled = mat.logging
         store.extra_log_config = dict(mat.log_config)
         builder.topology.add_state_store(store, node)

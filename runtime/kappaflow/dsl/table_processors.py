@@ -138,10 +138,18 @@ class KTableFilterProcessor(_Stateful):
     def process(self, record: AnyRecord) -> None:
         change: Change[Any] = record.value
         new = self._compute(record.key, change.new_value)
-        old = self._compute(record.key, change.old_value) if self.send_old() else None
+        old = self._old_value(record.key, change) if self.send_old() else None
         if self.send_old() and new is None and old is None:
             return
         self._emit(record, new, old, record.timestamp)
+
+    def _old_value(self, key: Any, change: Change[Any]) -> Any:
+        """A materialized filter's old value is what it stored (Java reads its own store); otherwise the
+        parent's old value, filtered."""
+        if self.store_name is not None:
+            stored = self.store.get(key)
+            return None if stored is None else stored.value
+        return self._compute(key, change.old_value)
 
 
 class KTableMapValuesProcessor(_Stateful):

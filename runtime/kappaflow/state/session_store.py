@@ -117,6 +117,18 @@ class MeteredSessionStore(MeteredStoreBase):
             if start <= latest_session_start and end >= lower_end and (end >= live_end or self._cached(raw)):
                 yield self._decode(raw, value)
 
+    def find_sessions_ending(self, earliest_end: int, latest_end: int) -> list[tuple[Windowed[Any], Any]]:
+        """Every key's sessions ending in [earliest_end, latest_end], by end, key bytes, then start (Java's
+        time-ordered session store, read by emit-on-window-close). Closed sessions not yet purged are
+        found, as Java finds them in a segment still live. A full scan: emit-final stores are uncached."""
+        found = []
+        for raw, value in self.inner.all():
+            key, start, end = split_session_key(raw)
+            if earliest_end <= end <= latest_end and value is not None:
+                found.append(((end, key, start), raw, value))
+        found.sort(key=lambda item: item[0])
+        return [self._decode(raw, value) for _, raw, value in found]
+
     def _live(self, raw: bytes) -> bool:
         return split_session_key(raw)[2] > self.observed_stream_time - self.retention_ms
 
