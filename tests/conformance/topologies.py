@@ -381,7 +381,7 @@ def _joins(b: StreamsBuilder, family: str, p: Params) -> Outputs | None:
         if "grace" in p:
             versioned = Stores.persistent_versioned_key_value_store("right-store", p["history"])
             right = b.table("right", materialized=Materialized.as_(versioned))
-            joined = Joined.with_grace_period(p["grace"]).with_name("j")
+            joined = Joined.as_("j").with_grace_period(p["grace"])
             getattr(left, method)(right, join, joined).to("out")
         else:
             getattr(left, method)(b.table("right", materialized="right-store"), join).to("out")

@@ -88,7 +88,7 @@ def grace_topology(left: bool) -> Any:
     )
     stream = builder.stream("stream")
     join = stream.left_join if left else stream.join
-    join(table, lambda s, t: f"{s}-{t}", Joined.with_grace_period(10)).to("out")
+    join(table, lambda s, t: f"{s}-{t}", Joined.grace_period(10)).to("out")
     return builder.build()
 
 
@@ -117,4 +117,13 @@ def test_grace_period_needs_a_versioned_table() -> None:
     builder = StreamsBuilder()
     table = builder.table("table")
     with pytest.raises(TopologyError, match="KTable must be versioned to use a grace period"):
-        builder.stream("stream").join(table, lambda s, t: s, Joined.with_grace_period(10))
+        builder.stream("stream").join(table, lambda s, t: s, Joined.grace_period(10))
+
+
+def test_joined_options_chain_like_java():
+    """`withGracePeriod` is an instance method in Java: chaining it keeps the other options."""
+    joined = Joined.as_("j").with_grace_period(10)
+    assert (joined.name, joined.grace_period_ms) == ("j", 10)
+    assert Joined.grace_period(5).grace_period_ms == 5
+    with pytest.raises(ValueError, match="grace period"):
+        Joined.as_("j").with_grace_period(-1)

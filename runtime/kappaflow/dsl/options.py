@@ -104,8 +104,14 @@ class Joined:
         return Joined(name=name)
 
     @staticmethod
-    def with_grace_period(grace_period: timedelta | int) -> Joined:
+    def grace_period(grace_period: timedelta | int) -> Joined:
+        """Java's static `Joined.gracePeriod(Duration)`: only a grace period."""
         return Joined(grace_period_ms=_grace(grace_period))
+
+    def with_grace_period(self, grace_period: timedelta | int) -> Joined:
+        """Java's `withGracePeriod`: these options with a grace period, so
+        `Joined.as_("j").with_grace_period(10)` keeps the name."""
+        return replace(self, grace_period_ms=_grace(grace_period))
 
     def with_name(self, name: str) -> Joined:
         return replace(self, name=name)
