@@ -22,8 +22,9 @@ from .models import FINALIZER, GROUP, PLURAL, VERSION
 RESOURCE = (GROUP, VERSION, PLURAL)
 #: Seconds between periodic passes (status refresh, autoscaler ticks); tests make it short.
 RESYNC_S = float(os.environ.get("KAPPAFLOW_OPERATOR_RESYNC_SECONDS", "15"))
-#: Port of the operator's own Prometheus metrics (0: off).
-METRICS_PORT = int(os.environ.get("KAPPAFLOW_OPERATOR_METRICS_PORT", "0"))
+#: Environment variable naming the port of the operator's own Prometheus metrics (0 or unset: off); read
+#: at start-up, so every start of the operator in one process honours the value of that moment.
+METRICS_PORT_ENV = "KAPPAFLOW_OPERATOR_METRICS_PORT"
 
 
 def peering_priority(identity: str) -> int:
@@ -49,7 +50,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     # as an Error; the reconciler posts one event per real step instead.
     settings.posting.enabled = False
     settings.peering.priority = peering_priority(os.environ.get("HOSTNAME", "kappaflow-operator"))
-    metrics.start(METRICS_PORT)
+    metrics.start(int(os.environ.get(METRICS_PORT_ENV, "0")))
     kube = Kube.from_environment()
     memo["ctx"] = reconcile.Context(kube, reconcile.default_kafka_factory(kube))
 

@@ -6,8 +6,8 @@ every second and also loads the chart's alert rules (a rule that does not parse 
 panel target's `expr` is read from the dashboard JSON, Grafana's `$__rate_interval` is replaced by a
 window that holds several 1 s scrapes, and the query must return at least one series.
 
-The operator's panels (`kappaflow_operator_*`) are run too, so a PromQL error fails the test, but they need
-a running operator to have data and are only required to parse here.
+The operator's panels (`kappaflow_operator_*`) must parse here; they are checked for data against a
+running operator in tests/operator/test_operator_dashboard.py.
 """
 
 from __future__ import annotations

@@ -28,9 +28,9 @@ def crd_installed(kube_cluster: Any) -> Any:
     return kube_cluster
 
 
-def crashing_launcher(input_topic: str, output_topic: str) -> Any:
+def crashing_launcher(api: Any, input_topic: str, output_topic: str) -> Any:
     """Pods of an image tagged `:crash` exit 1 at once, `:hang` never end; others as in the other tests."""
-    normal = make_launcher(input_topic, output_topic)
+    normal = make_launcher(api, input_topic, output_topic)
 
     def launch(pod: Any) -> Any:
         image = pod.spec.containers[0].image
@@ -54,7 +54,7 @@ def env(crd_installed: Any, kafka_bootstrap: str, kafka_topics: Any) -> Iterator
     output_topic = kafka_topics("counts", partitions=4)
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     with crd_installed.api_client() as api:
-        launcher = crashing_launcher(input_topic, output_topic)
+        launcher = crashing_launcher(api, input_topic, output_topic)
         kubelet = FakeKubelet(api, namespace, launcher, max_grace_seconds=2, crash_backoff_seconds=1)
         with kubelet, running_operator(crd_installed.kubeconfig, namespace):
             yield Env(api, namespace, kafka_bootstrap, input_topic, output_topic, admin)

@@ -110,6 +110,11 @@ class Env:
 
 @pytest.fixture
 def env(crd_installed, kafka_bootstrap, kafka_topics) -> Iterator[Env]:
+    yield from operator_env(crd_installed, kafka_bootstrap, kafka_topics)
+
+
+def operator_env(crd_installed, kafka_bootstrap, kafka_topics) -> Iterator[Env]:
+    """The operator (kopf in-process) and a fake kubelet on a fresh namespace, with two topics."""
     from confluent_kafka.admin import AdminClient
 
     from tests.harness.fake_kubelet import FakeKubelet
