@@ -12,7 +12,7 @@ import tempfile
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec  # type: ignore[attr-defined]
 
 from .topics import TopicSpec
@@ -125,14 +125,8 @@ class KafkaAdmin:
         partitions = [TopicPartition(t, p) for t in topics if t in existing for p in range(existing[t])]
         if not partitions:
             return 0
-        committed: dict[tuple[str, int], int] = {}
         try:
-            futures = self.admin.list_consumer_group_offsets(
-                [ConsumerGroupTopicPartitions(group, partitions)], request_timeout=TIMEOUT_S
-            )
-            result = futures[group].result(timeout=TIMEOUT_S * 2)
-            for tp in result.topic_partitions or []:
-                committed[(tp.topic, tp.partition)] = int(tp.offset)
+            committed = self._committed(group, partitions)
             ends = self._offsets(partitions, _LATEST)
             starts = self._offsets(partitions, _EARLIEST)
         except KafkaException as err:
@@ -142,6 +136,21 @@ class KafkaAdmin:
             done = committed.get(key, -1)
             lag += max(0, end - (done if done >= 0 else starts.get(key, 0)))
         return lag
+
+    def _committed(self, group: str, partitions: list[TopicPartition]) -> dict[tuple[str, int], int]:
+        """The group's committed offsets, read with a consumer that never joins the group.
+
+        Not AdminClient.list_consumer_group_offsets: with confluent-kafka 2.16.1 its response handler
+        crashes the process (SIGSEGV in rd_kafka_cgrp_op from rd_kafka_handle_OffsetFetch, seen in the
+        operator tests once the lag was read every pass); a consumer's committed() is the path the runtime
+        uses and does not."""
+        consumer = Consumer({**self.conf, "group.id": group, "enable.auto.commit": False})
+        try:
+            return {
+                (tp.topic, tp.partition): int(tp.offset) for tp in consumer.committed(partitions, TIMEOUT_S)
+            }
+        finally:
+            consumer.close()
 
     def group_members(self, group: str) -> int:
         """Members the broker still counts in `group` (0 for an empty or unknown group).
