@@ -23,7 +23,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-log = logging.getLogger("kappaflow.streams")
+log = logging.getLogger(__name__)
 
 WATCH_INTERVAL_S = 2.0
 REQUEST_TIMEOUT_S = 10.0

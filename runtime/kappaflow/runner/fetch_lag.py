@@ -12,7 +12,7 @@ import logging
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-log = logging.getLogger("kappaflow.thread")
+log = logging.getLogger(__name__)
 
 COMMITTED_TIMEOUT_S = 5.0
 

@@ -27,7 +27,7 @@ from kappaflow.tasks.global_task import GlobalTask
 from kappaflow.tasks.task import RawRecord
 from kappaflow.topology.topology import Topology
 
-log = logging.getLogger("kappaflow.global")
+log = logging.getLogger(__name__)
 
 BATCH = 1000
 

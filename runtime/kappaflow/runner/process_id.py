@@ -20,7 +20,7 @@ import os
 import uuid
 from pathlib import Path
 
-log = logging.getLogger("kappaflow.runner")
+log = logging.getLogger(__name__)
 
 PROCESS_ID_FILE = "kappaflow-process-id"
 

@@ -11,7 +11,7 @@ from confluent_kafka import KafkaException
 from kappaflow.api.record import Headers
 from kappaflow.tasks.task import RawRecord
 
-log = logging.getLogger("kappaflow.thread")
+log = logging.getLogger(__name__)
 
 
 def raw_records_by_partition(messages: list[Any]) -> Iterator[tuple[tuple[str, int], list[RawRecord]]]:

@@ -54,7 +54,7 @@ from kappaflow.runner.process_id import ProcessId, acquire_process_id
 from kappaflow.runner.thread import StreamThread
 from kappaflow.topology.topology import Topology
 
-log = logging.getLogger("kappaflow.streams")
+log = logging.getLogger(__name__)
 
 
 class State(enum.Enum):

@@ -41,7 +41,7 @@ from kappaflow.state.cache import ThreadCache
 from kappaflow.tasks.task import StreamTask, TaskState
 from kappaflow.topology.topology import Topology
 
-log = logging.getLogger("kappaflow.tasks")
+log = logging.getLogger(__name__)
 
 RESTORE_LOG_INTERVAL_S = 5.0
 

@@ -59,7 +59,7 @@ from kappaflow.tasks.handlers import FailedRecord, resolve_handler
 from kappaflow.tasks.task import TaskState
 from kappaflow.topology.topology import Topology
 
-log = logging.getLogger("kappaflow.runner")
+log = logging.getLogger(__name__)
 
 BATCH = 1000
 # Commit errors that mean "this member's generation is over": a rebalance, not a failure.
