@@ -1,8 +1,9 @@
 """Logging setup: readable text by default, one JSON object per line one switch away.
 
 Every kappaflow logger is named after its module (`kappaflow.runner.thread`, `kappaflow.tasks.task`,
-...), so levels can be tuned per package or module with the standard `logging` API. The format is chosen by `KAPPAFLOW_LOG_FORMAT`
-(`text` or `json`) or the `format` argument; JSON is what log shippers index without parsing text.
+...), so levels can be tuned per package or module with the standard `logging` API. The format is
+chosen by `KAPPAFLOW_LOG_FORMAT` (`text` or `json`) or the `format` argument; JSON is what log shippers
+index without parsing text.
 `file` sends the full log (at `level`) to a file while the console only gets `console_level` and above,
 which is how `make run` stays quiet and keeps the details under `.run/logs/`.
 """
