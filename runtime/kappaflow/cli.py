@@ -11,6 +11,7 @@ import dataclasses
 import importlib
 import json
 import logging
+import os
 import shutil
 import signal
 import sys
@@ -21,6 +22,10 @@ from typing import Any
 
 from kappaflow.api.errors import StreamsError
 from kappaflow.topology.topology import Topology
+
+# Beyond --close-timeout (which bounds the commit and close), the seconds left to stop the HTTP servers
+# and log the last line before the process exits regardless.
+CLOSE_GRACE_S = 10.0
 
 
 def load_topology(target: str) -> Topology:
@@ -91,11 +96,36 @@ def _run(args: argparse.Namespace) -> int:
         if streams.state is State.ERROR:
             break
     failed = streams.state is State.ERROR
+    _exit_if_stuck(args.close_timeout + CLOSE_GRACE_S, log)
     if queries is not None:
         queries.stop()
     closed = streams.close(args.close_timeout)
     log.info("stopped (%s)", "error" if failed else "clean" if closed else "close timed out")
-    return 1 if failed or not closed else 0
+    code = 1 if failed or not closed else 0
+    # Everything was committed and closed above (or the close timed out): leave now. librdkafka handles
+    # left to the interpreter's finalizer could otherwise hold the exit (e.g. on an unreachable broker).
+    _flush_logs()
+    os._exit(code)
+
+
+def _exit_if_stuck(seconds: float, log: logging.Logger) -> None:
+    """Shutdown is bounded always: if it has not ended after `seconds`, say so and exit (status 1)."""
+
+    def give_up() -> None:
+        log.error("shutdown did not end within %.0fs: exiting without a clean close", seconds)
+        _flush_logs()
+        os._exit(1)
+
+    timer = threading.Timer(seconds, give_up)
+    timer.daemon = True
+    timer.start()
+
+
+def _flush_logs() -> None:
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
 
 
 def _start_query_server(streams: Any) -> Any:

@@ -150,7 +150,7 @@ class TopologyTestDriver:
             start = task.state_manager.committed_offset(meta.name) or 0
             records = [(r.key or b"", r.value, r.timestamp) for r in log[start:]]
             if records:
-                task.state_manager.restore(meta.name, records)
+                task.state_manager.restore(meta.name, records, len(log))
             task.state_manager.checkpoint({meta.name: len(log)})
 
     # ----------------------------------------------------------------- routing

@@ -60,6 +60,8 @@ DEFAULTS: dict[str, Any] = {
     "metrics.host": None,
     "query.http.host": None,
     "repartition.purge.interval.ms": 30000,
+    # how long calls to an unreachable broker are retried before the stream thread fails (Kafka Streams')
+    "default.api.timeout.ms": 60000,
 }
 
 # librdkafka settings passed verbatim to every client when present in the streams configuration.
@@ -125,6 +127,7 @@ _INT_KEYS = {
     "replication.factor",
     "metrics.port",
     "repartition.purge.interval.ms",
+    "default.api.timeout.ms",
 }
 _BOOL_KEYS = {"query.http.enabled", "kappaflow.internal.topics.create"}
 ENV_PREFIX = "KAPPAFLOW_"

@@ -68,6 +68,18 @@ class TaskMigratedError(StreamsError):
     """This instance no longer owns a task (fenced or rebalanced); the task must be closed and rejoined."""
 
 
+class ProducerFencedError(TaskMigratedError):
+    """The producer was fenced (a newer instance took over its transactional.id) or failed fatally.
+
+    Nothing it has not committed will reach readers: the producer is replaced and the tasks redo their
+    work from the committed offsets."""
+
+
+class TransactionAbortedError(StreamsError):
+    """The open transaction hit an abortable error (a failed delivery, a timed-out commit): it is aborted
+    and the tasks redo their work from the committed offsets, under the same producer."""
+
+
 class TaskCorruptedError(StreamsError):
     """A task's local state cannot be trusted (e.g. an EOS crash); it is wiped and restored."""
 

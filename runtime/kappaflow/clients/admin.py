@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
 
 # NewTopic and ConsumerGroupDescription are re-exported without __all__: mypy needs the ignore.
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
@@ -193,6 +193,12 @@ class InternalTopicManager:
             request, isolation_level=IsolationLevel.READ_UNCOMMITTED, request_timeout=timeout
         )
         return {(tp.topic, tp.partition): int(f.result(timeout=timeout).offset) for tp, f in futures.items()}
+
+    def set_group_offsets(self, group_id: str, offsets: list[TopicPartition]) -> None:
+        """Set a (member-less) consumer group's committed offsets."""
+        futures = self.admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group_id, offsets)])
+        for future in futures.values():
+            future.result(timeout=30)
 
     def purge(self, offsets: Mapping[tuple[str, int], int]) -> None:
         """Delete records below `offsets` (asynchronously: a failed purge is retried by the next one)."""

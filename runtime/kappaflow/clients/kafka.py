@@ -16,7 +16,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
 from kappaflow.api.config import CLIENT_PASSTHROUGH, StreamsConfig
-from kappaflow.api.errors import StreamsError
+from kappaflow.api.errors import ProducerFencedError, StreamsError
 from kappaflow.api.record import Headers
 
 log = logging.getLogger(__name__)
@@ -124,6 +124,37 @@ class ProductionError(StreamsError):
     """A record could not be produced (reported by a delivery callback)."""
 
 
+# Errors after which a producer is unusable: librdkafka's fatal error (raised as _FATAL once it is in
+# that state) and the fencing codes of a transactional producer a newer instance took over.
+_PRODUCER_FATAL = {
+    KafkaError._FATAL,
+    KafkaError._FENCED,
+    KafkaError.PRODUCER_FENCED,
+    KafkaError.INVALID_PRODUCER_EPOCH,
+    KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+}
+
+
+def producer_failed_fatally(err: KafkaError) -> bool:
+    """True when `err` leaves the producer unusable: it must be replaced, not retried."""
+    return bool(err.fatal()) or err.code() in _PRODUCER_FATAL
+
+
+def production_failure(exc: BaseException, what: str) -> StreamsError:
+    """The typed error for a failed producer call: ProducerFencedError when the producer is done for.
+
+    confluent-kafka reports a fatal error raised around a delivery callback as a SystemError ("returned a
+    result with an exception set"), the KafkaException only as its cause: both mean the same."""
+    cause = exc if isinstance(exc, KafkaException) else exc.__cause__ or exc.__context__
+    if isinstance(exc, SystemError) and not isinstance(cause, KafkaException):
+        return ProducerFencedError(f"{what}: the producer failed fatally ({exc})")
+    if isinstance(cause, KafkaException):
+        err = cause.args[0]
+        if isinstance(err, KafkaError) and producer_failed_fatally(err):
+            return ProducerFencedError(f"{what}: {err}")
+    return ProductionError(f"{what}: {exc}")
+
+
 def produce_record(
     producer: Producer,
     topic: str,
@@ -156,8 +187,8 @@ def produce_record(
             return
         except BufferError:
             producer.poll(0.05)  # the local queue is full: serve delivery reports, retry
-        except KafkaException as exc:
-            raise ProductionError(f"cannot produce to '{topic}': {exc}") from exc
+        except (KafkaException, SystemError) as exc:
+            raise production_failure(exc, f"cannot produce to '{topic}'") from exc
 
 
 class KafkaRecordCollector:
@@ -210,9 +241,18 @@ class KafkaRecordCollector:
             count = self._partition_counts[topic] = len(found.partitions)
         return count
 
+    def use_producer(self, producer: Producer) -> None:
+        """Send through `producer` from now on (a fenced one was replaced); forget the old one's error."""
+        self.producer = producer
+        self.error = None
+
     def flush(self, timeout: float = 60.0) -> None:
-        """Wait for every record's delivery; raise the first production error."""
-        remaining = self.producer.flush(timeout)
+        """Wait for every record's delivery; raise the first production error (ProducerFencedError
+        when the producer itself failed)."""
+        try:
+            remaining = self.producer.flush(timeout)
+        except (KafkaException, SystemError) as exc:
+            raise production_failure(exc, "flushing the producer") from exc
         if remaining:
             raise ProductionError(f"{remaining} records not delivered within {timeout}s")
         self.raise_error()
@@ -221,4 +261,6 @@ class KafkaRecordCollector:
         if self.error is not None:
             err, topic = self.error, self.error_topic
             self.error = None
+            if producer_failed_fatally(err):
+                raise ProducerFencedError(f"producing to '{topic}' failed: {err}")
             raise ProductionError(f"producing to '{topic}' failed: {err}")

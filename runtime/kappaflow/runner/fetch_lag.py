@@ -12,9 +12,12 @@ import logging
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from kappaflow.api.metrics import Metrics
+
 log = logging.getLogger(__name__)
 
 COMMITTED_TIMEOUT_S = 5.0
+LAG_INTERVAL_S = 10.0
 
 
 class FetchedLag:
@@ -60,3 +63,16 @@ class FetchedLag:
                 return -1
             self._start[key] = start
         return start if start >= 0 else low
+
+
+def report_consumer_lag(consumer: Consumer, assigned: list[tuple[str, int]], metrics: Metrics) -> None:
+    """The `consumer-lag` gauge per assigned partition, from watermarks the fetches already carried."""
+    for tp in consumer.position([TopicPartition(t, p) for t, p in assigned]):
+        try:
+            _low, high = consumer.get_watermark_offsets(tp, cached=True)
+        except KafkaException:
+            continue
+        if tp.offset >= 0:
+            metrics.set_gauge(
+                "consumer-lag", max(0, high - tp.offset), topic=tp.topic, partition=str(tp.partition)
+            )

@@ -26,8 +26,9 @@ from kappaflow.clients.murmur2 import partition_for_key
 from kappaflow.tasks.task import TaskState
 
 if TYPE_CHECKING:
+    from kappaflow.runner.managed_task import ManagedTask
     from kappaflow.runner.streams import KafkaStreams
-    from kappaflow.runner.tasks import ManagedTask, TaskManager
+    from kappaflow.runner.tasks import TaskManager
 
 T = TypeVar("T")
 

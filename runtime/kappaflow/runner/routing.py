@@ -6,12 +6,18 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError
 
+from kappaflow.api.errors import StreamsError
 from kappaflow.api.record import Headers
 from kappaflow.tasks.task import RawRecord
 
 log = logging.getLogger(__name__)
+
+
+class ConsumerFailedError(StreamsError):
+    """The group consumer failed fatally (e.g. a static member fenced by another with its
+    group.instance.id after a broker restart): it must be replaced, and the group rejoined."""
 
 
 def raw_records_by_partition(messages: list[Any]) -> Iterator[tuple[tuple[str, int], list[RawRecord]]]:
@@ -19,15 +25,15 @@ def raw_records_by_partition(messages: list[Any]) -> Iterator[tuple[tuple[str, i
 
     librdkafka hands a batch over in runs of one partition, so grouping by runs keeps per-partition order
     and costs one queue lookup per run instead of one per message. Consumer errors are logged and
-    skipped, fatal ones raised."""
+    skipped, fatal ones raised as ConsumerFailedError."""
     current: tuple[str, int] = ("", -1)
     batch: list[RawRecord] = []
     append = batch.append
     for msg in messages:
         err = msg.error()
         if err is not None:
-            if err.fatal():
-                raise KafkaException(err)
+            if err.fatal() or err.code() == KafkaError._FATAL:
+                raise ConsumerFailedError(f"the consumer failed fatally: {err}")
             log.warning("consumer error: %s", err)
             continue
         tp = (msg.topic(), msg.partition())

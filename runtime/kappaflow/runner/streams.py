@@ -374,27 +374,7 @@ class KafkaStreams:
         result: dict[str, dict[int, LagInfo]] = {}
         with self.state_lock:
             thread = self.stream_thread
-            tm = thread.tm if thread is not None else None
-            if tm is None:
-                return result
-            for managed in [*tm.active.values(), *tm.standby.values()]:
-                running = not managed.standby and managed.task.state.value == "RUNNING"
-                for tp, store in managed.changelogs.items():
-                    position = managed.positions.get(tp, 0)
-                    end = managed.end_offsets.get(tp, position)
-                    if managed.standby:
-                        end = max(end, _cached_high(tm.restore_consumer, tp, end))
-                    if running:
-                        position = end = max(position, end)
-                    result.setdefault(store, {})[tp[1]] = LagInfo(position, end)
+            lags = thread.store_lags() if thread is not None else []
+        for store, partition, position, end in lags:
+            result.setdefault(store, {})[partition] = LagInfo(position, end)
         return result
-
-
-def _cached_high(consumer: Any, tp: tuple[str, int], default: int) -> int:
-    from confluent_kafka import KafkaException, TopicPartition
-
-    try:
-        _low, high = consumer.get_watermark_offsets(TopicPartition(*tp), cached=True)
-    except KafkaException:
-        return default
-    return int(high) if high is not None and high >= 0 else default

@@ -308,12 +308,9 @@ def run_task(job: StageJob, topology: Topology, partition: int, rows: list[Input
         task.prepare_commit()  # flush caches: forwards and logs what they still hold
         written = collector.write_changelogs()
         collector.flush()
-        offsets: dict[str, int] = {}
-        for meta in task.state_manager.logged_stores():
-            tp = (meta.changelog_topic, partition)
-            # A fresh changelog (the driver checked) starts at 0: its end is what we acknowledged.
-            offsets[meta.name] = collector.delivered.get(tp, -1) + 1
-        task.post_commit(offsets)
+        # A fresh changelog (the driver checked) starts at 0: its end is what we acknowledged.
+        task.post_commit(collector.delivered)
+        offsets = {meta.name: meta.offset or 0 for meta in task.state_manager.logged_stores()}
         task.close(clean=True)
     except BaseException:
         task.close(clean=False)

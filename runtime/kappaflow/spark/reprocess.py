@@ -42,9 +42,9 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from kappaflow.api.config import StreamsConfig
 from kappaflow.api.errors import StreamsError
-from kappaflow.api.metrics import Metrics
+from kappaflow.clients.admin import InternalTopicManager
 from kappaflow.clients.kafka import client_configs
-from kappaflow.runner.thread import StreamThread
+from kappaflow.runner.topics import prepare_topics
 from kappaflow.spark.executor import InputRow, OutputRow, RecordRow, StageJob, load_app, run_partitions
 from kappaflow.topology.nodes import SubTopology
 from kappaflow.topology.topology import Topology
@@ -272,15 +272,12 @@ class Reprocessor:
         if isinstance(app, Topology):
             _check_picklable(app)
         self.settings = client_configs(self.config, f"{self.app_id}-reprocess")
-        self.thread = StreamThread(
-            self.topology, self.config, Metrics(), f"{self.app_id}-reprocess", _ignore_state
-        )
+        self.admin = InternalTopicManager(self.settings["admin"])
 
     # ----------------------------------------------------------------- driver-side steps
     def prepare_topics(self) -> dict[str, int]:
         """Create/validate the new id's internal topics; refuse an id whose internal topics hold records."""
-        self.thread.prepare_topics()
-        counts = self.thread.partition_counts
+        counts = prepare_topics(self.topology, self.config, self.admin).partition_counts
         internal = [self.topology.resolve_topic(t, self.app_id) for t in self.topology.internal_topics]
         internal += [f"{self.app_id}-{spec.name}" for spec in self.topology.changelog_topics().values()]
         consumer = Consumer({**self.settings["restore"], "group.id": f"{self.app_id}-reprocess-check"})
@@ -295,7 +292,7 @@ class Reprocessor:
                         )
         finally:
             consumer.close()
-        sink_counts = self.thread.admin.partition_counts(
+        sink_counts = self.admin.partition_counts(
             [self.output_map.get(t, t) for t in self.topology.sink_topics()]
         )
         counts.update(
@@ -329,7 +326,6 @@ class Reprocessor:
 
     def commit_offsets(self, ends: Offsets, counts: Mapping[str, int]) -> None:
         """Commit the range's end on the input topics, and repartition topics' current ends, for the group."""
-        from confluent_kafka import ConsumerGroupTopicPartitions
 
         tps = [TopicPartition(t, p, o) for t, parts in ends.items() for p, o in parts.items()]
         consumer = Consumer({**self.settings["restore"], "group.id": f"{self.app_id}-reprocess-check"})
@@ -343,11 +339,7 @@ class Reprocessor:
                     tps.append(TopicPartition(topic, partition, high))
         finally:
             consumer.close()
-        futures = self.thread.admin.admin.alter_consumer_group_offsets(
-            [ConsumerGroupTopicPartitions(self.app_id, tps)]
-        )
-        for future in futures.values():
-            future.result(timeout=30)
+        self.admin.set_group_offsets(self.app_id, tps)
 
     # ----------------------------------------------------------------- the run
     def run(self, spark: Any) -> ReprocessResult:
@@ -504,7 +496,3 @@ def reprocess(
     finally:
         if own:
             session.stop()
-
-
-def _ignore_state(_state: str) -> None:
-    """The StreamThread is used only for its topic preparation; it never reports a state here."""

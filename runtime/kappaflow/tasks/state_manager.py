@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,9 @@ class StoreMetadata:
     changelog_topic: str
     partition: int
     restored_records: int = 0
+    # The next changelog offset the store's contents include (restored, or written and acknowledged);
+    # None until known. The state manager is this fact's one owner.
+    offset: int | None = None
 
 
 def innermost(store: Any) -> Any:
@@ -108,12 +112,41 @@ class ProcessorStateManager:
                 if meta.store.persistent and isinstance(bottom, TransactionalStore):
                     bottom.reset()
             marker.unlink()
-        return {meta.name: self.committed_offset(meta.name) for meta in self.logged_stores()}
+        starts = {meta.name: self.committed_offset(meta.name) for meta in self.logged_stores()}
+        for name, start in starts.items():
+            self.stores[name].offset = start
+        return starts
 
-    def restore(self, store_name: str, records: list[ChangelogRecord]) -> None:
+    def changelog_partitions(self) -> dict[tuple[str, int], str]:
+        """(changelog topic, partition) -> store, for every logged store."""
+        return {(meta.changelog_topic, meta.partition): meta.name for meta in self.logged_stores()}
+
+    def offset(self, store_name: str) -> int | None:
+        return self.stores[store_name].offset
+
+    def restore(self, store_name: str, records: list[ChangelogRecord], next_offset: int) -> None:
+        """Apply changelog records to a store; `next_offset` is the changelog offset after them."""
         meta = self.stores[store_name]
         meta.restore(records)
         meta.restored_records += len(records)
+        meta.offset = next_offset
+
+    def advance(self, store_name: str, next_offset: int) -> None:
+        """The changelog has nothing for the store below `next_offset` (transaction markers, the end)."""
+        meta = self.stores[store_name]
+        if meta.offset is None or next_offset > meta.offset:
+            meta.offset = next_offset
+
+    def record_written(self, written: Mapping[tuple[str, int], int]) -> None:
+        """Take the last acknowledged offset of each changelog partition this task wrote to."""
+        for meta in self.logged_stores():
+            last = written.get((meta.changelog_topic, meta.partition))
+            if last is not None:
+                meta.offset = last + 1
+
+    def checkpoint_offsets(self) -> None:
+        """Checkpoint every store at the changelog offset this manager holds for it."""
+        self.checkpoint({m.name: m.offset for m in self.logged_stores() if m.offset is not None})
 
     def flush(self) -> None:
         for meta in self.stores.values():

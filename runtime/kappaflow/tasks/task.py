@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -478,12 +478,16 @@ class StreamTask:
         offsets = {tp: offset + 1 for tp, offset in self.consumed_offsets.items()}
         return offsets
 
-    def post_commit(self, changelog_offsets: dict[str, int] | None = None) -> None:
+    def post_commit(self, written: Mapping[tuple[str, int], int] | None = None) -> None:
+        """The commit went through: `written` holds the last acknowledged offset per changelog partition
+        (the collector's), which the state manager takes as its stores' new changelog offsets."""
         self.committed_offsets.update({tp: o + 1 for tp, o in self.consumed_offsets.items()})
         self.consumed_offsets.clear()
         self.context.commit_requested = False
+        if written:
+            self.state_manager.record_written(written)
         # always: transactional stores (exactly_once_v2) apply the committed writes here, offsets or not
-        self.state_manager.checkpoint(changelog_offsets or {})
+        self.state_manager.checkpoint_offsets()
 
     def publish_metrics(self) -> None:
         if self._processed:

@@ -1,0 +1,99 @@
+"""Assembling a stream thread's parts: each is built once and handed what it works with, so no part
+reaches through another. Topic preparation retries a broker that is not reachable yet (start-up during a
+broker restart must not become a crash loop)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kappaflow.api.config import StreamsConfig
+from kappaflow.api.metrics import Metrics
+from kappaflow.clients.admin import InternalTopicManager
+from kappaflow.clients.kafka import is_consumer_protocol, new_consumer
+from kappaflow.runner.changelog_reader import ChangelogReader
+from kappaflow.runner.commit import Committer
+from kappaflow.runner.global_state import GlobalStateUpdater
+from kappaflow.runner.producer import StreamsProducer, production_handler
+from kappaflow.runner.rebalance import RebalanceHandler
+from kappaflow.runner.retry import retry_unreachable
+from kappaflow.runner.standbys import StandbyPlacer
+from kappaflow.runner.tasks import TaskManager
+from kappaflow.runner.topics import PreparedTopics, RepartitionPurger, prepare_topics
+from kappaflow.state.cache import ThreadCache
+from kappaflow.topology.topology import Topology
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class ThreadParts:
+    admin: InternalTopicManager
+    topics: PreparedTopics
+    purger: RepartitionPurger
+    producer: StreamsProducer
+    global_state: GlobalStateUpdater | None
+    tasks: TaskManager
+    committer: Committer
+    rebalance: RebalanceHandler
+    standbys: StandbyPlacer
+
+
+def assemble(
+    topology: Topology,
+    config: StreamsConfig,
+    settings: dict[str, dict[str, Any]],
+    metrics: Metrics,
+    state_lock: threading.RLock,
+    commit: Callable[[], None],
+    on_assignment: Callable[[bool], None],
+) -> ThreadParts:
+    """`commit` and `on_assignment` are the stream thread's, called back by the rebalance handler."""
+    api_timeout_s = config.get_int("default.api.timeout.ms") / 1000.0
+    admin = InternalTopicManager(settings["admin"])
+    topics = retry_unreachable(
+        "preparing topics", lambda: prepare_topics(topology, config, admin), api_timeout_s
+    )
+    purge_interval_s = config.get_int("repartition.purge.interval.ms") / 1000.0
+    purger = RepartitionPurger(admin, topics.repartition_topics, purge_interval_s)
+    handler = production_handler(config.get("production.exception.handler"))
+    producer = StreamsProducer(settings["producer"], config.exactly_once, admin, handler, api_timeout_s)
+    global_state = None
+    if topology.global_stores:
+        global_state = GlobalStateUpdater(
+            topology, config, producer.collector, metrics, settings["restore"], now_ms
+        )
+        global_state.bootstrap()
+    reader = ChangelogReader(
+        new_consumer(settings["restore"]), metrics, admin.high_watermarks if config.exactly_once else None
+    )
+    cache = ThreadCache(config.get_int("statestore.cache.max.bytes"))
+    tasks = TaskManager(
+        topology, config, producer.collector, cache, metrics, reader, now_ms,
+        global_state.stores if global_state is not None else None,
+    )  # fmt: skip
+    incremental = is_consumer_protocol(settings["consumer"])
+    rebalance = RebalanceHandler(tasks, producer, commit, on_assignment, state_lock, incremental)
+    app_id, subs = config.application_id, topology.sub_topologies()
+    standbys = StandbyPlacer(
+        tasks,
+        lambda: admin.group_members(app_id),
+        lambda task_id: bool(subs[task_id.subtopology].stores),
+        config.get_int("num.standby.replicas"),
+    )
+    return ThreadParts(
+        admin,
+        topics,
+        purger,
+        producer,
+        global_state,
+        tasks,
+        Committer(producer, metrics),
+        rebalance,
+        standbys,
+    )

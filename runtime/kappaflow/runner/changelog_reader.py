@@ -1,0 +1,199 @@
+"""The changelog reader: restores active tasks and keeps standby tasks current, from their changelogs.
+
+One assign()-only restore consumer serves every task of the process, incrementally, so the poll loop
+keeps serving the group while state is restored. Where each changelog's restoration starts is the task's
+state manager's decision (`restore_offsets`), and the state manager owns each store's changelog offset;
+this reader only moves data and decides when an active task has caught up.
+
+An active task is restored to its changelog's high watermark, read_uncommitted, as Kafka Streams does
+since KAFKA-10167, and not merely to the first end-of-partition: under exactly_once_v2 the restore
+consumer reads read_committed, and a transaction a crashed predecessor left open pins the last stable
+offset below changelog transactions the task's next owners committed later. Stopping at that LSO would
+give the task the state of before them while its input resumes at their committed offsets (issue 11:
+updates silently lost, aggregates going backwards). So restoration waits until the consumer's position
+passes the high watermark taken when the task opened, i.e. until every transaction below it has ended
+(committed, or aborted by fencing or by `transaction.timeout.ms`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+
+from kappaflow.api.errors import StreamsError
+from kappaflow.api.metrics import Metrics
+from kappaflow.runner.managed_task import ManagedTask
+
+log = logging.getLogger(__name__)
+
+RESTORE_LOG_INTERVAL_S = 5.0
+HighWatermarks = Callable[[list[tuple[str, int]]], dict[tuple[str, int], int]]
+
+
+class ChangelogReader:
+    """Reads the changelogs of registered tasks; `step()` applies a batch and names the tasks done."""
+
+    def __init__(
+        self, consumer: Consumer, metrics: Metrics, high_watermarks: HighWatermarks | None = None
+    ) -> None:
+        """`high_watermarks` (exactly_once_v2): the read_uncommitted end of changelog partitions, which
+        the consumer, reading read_committed, cannot report."""
+        self._consumer = consumer
+        self._metrics = metrics
+        self._high_watermarks = high_watermarks
+        self._index: dict[tuple[str, int], ManagedTask] = {}
+        self._last_log = 0.0
+        self._last_wait_log = 0.0
+
+    def register(self, managed: ManagedTask) -> None:
+        """Start reading the task's changelogs from where its stores' state ends; an active task that is
+        already at the end of all of them has nothing pending."""
+        manager = managed.task.state_manager
+        starts = manager.restore_offsets()
+        partitions = manager.changelog_partitions()
+        tps = list(partitions)
+        ends = self._high_watermarks(tps) if self._high_watermarks is not None and not managed.standby else {}
+        assignments = []
+        for tp, store in partitions.items():
+            start = starts[store]
+            low, high = self._consumer.get_watermark_offsets(TopicPartition(*tp), timeout=10)
+            high = max(high, ends.get(tp, high))  # the consumer reports the LSO under read_committed
+            managed.end_offsets[tp] = high
+            if start is not None and start < low:
+                start = None  # the log was truncated or recreated below our checkpoint: read it all
+            manager.advance(store, start if start is not None else 0)
+            if managed.standby or start is None or start < high:
+                managed.pending.add(tp)
+                assignments.append(TopicPartition(*tp, start if start is not None else OFFSET_BEGINNING))
+                self._index[tp] = managed
+        if assignments:
+            self._consumer.incremental_assign(assignments)
+
+    def unregister(self, managed: ManagedTask) -> None:
+        live = [tp for tp, owner in self._index.items() if owner is managed]
+        for tp in live:
+            del self._index[tp]
+        if live:
+            self._consumer.incremental_unassign([TopicPartition(t, p) for t, p in live])
+
+    def has_work(self) -> bool:
+        return bool(self._index)
+
+    def cached_end(self, tp: tuple[str, int], default: int) -> int:
+        """The changelog's end as the last fetch saw it (no request), or `default`."""
+        try:
+            _low, high = self._consumer.get_watermark_offsets(TopicPartition(*tp), cached=True)
+        except KafkaException:
+            return default
+        return int(high) if high is not None and high >= 0 else default
+
+    def step(self, max_records: int = 2000, timeout: float = 0.0) -> list[ManagedTask]:
+        """Apply a batch of changelog records; return the active tasks that finished restoring now."""
+        if not self._index:
+            return []
+        messages: list[Any] = self._consumer.consume(max_records, timeout)
+        batches: dict[tuple[str, int], list[tuple[bytes, bytes | None, int]]] = {}
+        next_offsets: dict[tuple[str, int], int] = {}
+        reached_end: list[tuple[str, int]] = []
+        for msg in messages:
+            tp = (msg.topic(), msg.partition())
+            err = msg.error()
+            if err is not None:
+                if err.code() != KafkaError._PARTITION_EOF:
+                    raise StreamsError(f"restoring from {tp[0]}-{tp[1]} failed: {err}")
+                reached_end.append(tp)
+                managed = self._index.get(tp)
+                if managed is not None:
+                    store = managed.task.state_manager.changelog_partitions()[tp]
+                    managed.task.state_manager.advance(store, msg.offset())
+                continue
+            batches.setdefault(tp, []).append((msg.key() or b"", msg.value(), msg.timestamp()[1]))
+            next_offsets[tp] = msg.offset() + 1
+        for tp, records in batches.items():
+            managed = self._index.get(tp)
+            if managed is None:
+                continue
+            store = managed.task.state_manager.changelog_partitions()[tp]
+            managed.task.state_manager.restore(store, records, next_offsets[tp])
+            labels = {"task": str(managed.task.id), "store": store}
+            kind = "standby-updated-records-total" if managed.standby else "restored-records-total"
+            self._metrics.increment(kind, len(records), **labels)
+        finished = self._caught_up({*reached_end, *batches}, set(reached_end))
+        self._report()
+        return finished
+
+    def _caught_up(self, touched: set[tuple[str, int]], at_end: set[tuple[str, int]]) -> list[ManagedTask]:
+        finished: list[ManagedTask] = []
+        for tp in touched:
+            managed = self._index.get(tp)
+            if managed is None or managed.standby or tp not in managed.pending:
+                continue
+            manager = managed.task.state_manager
+            position = manager.offset(manager.changelog_partitions()[tp]) or 0
+            if position < managed.end_offsets[tp]:
+                if tp in at_end:
+                    self._log_open_transaction(managed, tp, position)
+                continue
+            managed.pending.discard(tp)
+            if not managed.pending:
+                self._finish(managed)
+                finished.append(managed)
+        return finished
+
+    def _log_open_transaction(self, managed: ManagedTask, tp: tuple[str, int], position: int) -> None:
+        """End of partition below the high watermark: a transaction is open there; wait for it to end."""
+        now = time.monotonic()
+        if now - self._last_wait_log >= RESTORE_LOG_INTERVAL_S:
+            self._last_wait_log = now
+            log.info(
+                "task %s: %s-%d is stable up to %d only: waiting for the transactions open below %d to end",
+                managed.task.id,
+                tp[0],
+                tp[1],
+                position,
+                managed.end_offsets[tp],
+            )
+
+    def _finish(self, managed: ManagedTask) -> None:
+        self.unregister(managed)
+        manager = managed.task.state_manager
+        manager.checkpoint_offsets()
+        managed.task.complete_restoration()
+        self._metrics.set_gauge("restore-remaining-records", 0, task=str(managed.task.id))
+        restored = sum(m.restored_records for m in manager.stores.values())
+        log.info("task %s: restored %d records, running", managed.task.id, restored)
+
+    def remaining(self, managed: ManagedTask) -> int:
+        manager = managed.task.state_manager
+        partitions = manager.changelog_partitions()
+        return sum(
+            max(0, managed.end_offsets[tp] - (manager.offset(partitions[tp]) or 0)) for tp in managed.pending
+        )
+
+    def remaining_text(self, managed: ManagedTask) -> str:
+        manager = managed.task.state_manager
+        partitions = manager.changelog_partitions()
+        return ", ".join(
+            f"{t}-{p}: {manager.offset(partitions[(t, p)]) or 0}..{managed.end_offsets[(t, p)]}"
+            for t, p in managed.pending
+        )
+
+    def _report(self) -> None:
+        restoring = {id(m): m for m in self._index.values() if not m.standby}
+        remaining_total = 0
+        for managed in restoring.values():
+            remaining = self.remaining(managed)
+            remaining_total += remaining
+            self._metrics.set_gauge("restore-remaining-records", remaining, task=str(managed.task.id))
+        now = time.monotonic()
+        if remaining_total and now - self._last_log >= RESTORE_LOG_INTERVAL_S:
+            self._last_log = now
+            log.info("restoring: %d changelog records remaining", remaining_total)
+
+    def close(self) -> None:
+        self._index.clear()
+        self._consumer.close()

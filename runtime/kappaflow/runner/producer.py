@@ -1,0 +1,176 @@
+"""The stream thread's producer and, under exactly_once_v2, its transactions (Kafka Streams'
+StreamsProducer).
+
+It hands the tasks a record collector, begins a transaction lazily (on the first record or commit of a
+transaction), commits it together with the consumed offsets, aborts it, and replaces a producer that was
+fenced or failed fatally (a new producer's init_transactions takes over the epoch and fences the old
+one). Every failure leaves as a typed error the stream thread acts on:
+
+- ProducerFencedError: the producer is done for; `replace()` it and redo the work since the last commit.
+- TransactionAbortedError: the transaction cannot commit; `abort()` it and redo the work.
+- ProductionError (at_least_once): a record was not delivered and the production handler said fail.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+
+from kappaflow.api.errors import ProducerFencedError, StreamsError, TransactionAbortedError
+from kappaflow.api.record import Headers
+from kappaflow.clients.kafka import KafkaRecordCollector, ProductionError, production_failure
+from kappaflow.runner.retry import retry_unreachable
+from kappaflow.tasks.handlers import FailedRecord, resolve_handler
+
+log = logging.getLogger(__name__)
+
+ProducerFactory = Callable[[dict[str, Any]], Producer]
+
+
+def _retriable(exc: BaseException) -> bool:
+    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    return isinstance(err, KafkaError) and bool(err.retriable()) and not err.fatal()
+
+
+class StreamsProducer:
+    def __init__(
+        self,
+        settings: dict[str, Any],
+        exactly_once: bool,
+        metadata_source: Any,
+        production_handler: Callable[[Any, Any], bool] | None,
+        api_timeout_s: float,
+        factory: ProducerFactory = Producer,
+    ) -> None:
+        """`production_handler` decides, under at_least_once, whether a failed delivery is dropped;
+        under exactly_once_v2 a failed delivery always aborts the transaction."""
+        self._settings = settings
+        self.exactly_once = exactly_once
+        self._api_timeout_s = api_timeout_s
+        self._factory = factory
+        self._in_transaction = False
+        self.collector = KafkaRecordCollector(
+            self._create(), metadata_source, None if exactly_once else production_handler
+        )
+
+    def _create(self) -> Producer:
+        producer = self._factory(dict(self._settings))
+        if self.exactly_once:
+            retry_unreachable(
+                "initializing the transactional producer",
+                lambda: producer.init_transactions(self._api_timeout_s),
+                self._api_timeout_s,
+                _retriable,
+            )
+        return producer
+
+    @property
+    def acknowledged(self) -> dict[tuple[str, int], int]:
+        """The last offset Kafka acknowledged per partition written (changelogs included)."""
+        return self.collector.written
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._in_transaction
+
+    def begin(self) -> None:
+        """Open a transaction unless one is open (exactly_once_v2 only; a no-op otherwise)."""
+        if not self.exactly_once or self._in_transaction:
+            return
+        try:
+            self.collector.producer.begin_transaction()
+        except (KafkaException, SystemError) as exc:
+            raise self._typed(exc, "beginning a transaction") from exc
+        self._in_transaction = True
+
+    def flush(self) -> None:
+        """Wait until every record sent is acknowledged (or raise why one was not)."""
+        try:
+            self.collector.flush(self._api_timeout_s)
+        except ProductionError as exc:
+            if self.exactly_once:
+                raise TransactionAbortedError(str(exc)) from exc
+            raise
+
+    def commit(self, offsets: list[TopicPartition], group_metadata: Any) -> None:
+        """exactly_once_v2: flush, add `offsets` to the transaction and commit it. at_least_once: flush
+        only (the consumer commits the offsets)."""
+        if self.exactly_once and offsets:
+            self.begin()
+        self.flush()
+        if not self._in_transaction:
+            return
+        producer = self.collector.producer
+        try:
+            if offsets:
+                retry_unreachable(
+                    "adding offsets to the transaction",
+                    lambda: producer.send_offsets_to_transaction(offsets, group_metadata, 30),
+                    self._api_timeout_s,
+                    _retriable,
+                )
+            retry_unreachable(
+                "committing the transaction",
+                lambda: producer.commit_transaction(self._api_timeout_s),
+                self._api_timeout_s,
+                _retriable,
+            )
+        except (KafkaException, SystemError) as exc:
+            raise self._typed(exc, "committing the transaction") from exc
+        except StreamsError as exc:  # retried until the API timeout: the transaction cannot commit
+            raise TransactionAbortedError(str(exc)) from exc
+        self._in_transaction = False
+
+    def abort(self) -> None:
+        """Abort the open transaction, if any; ProducerFencedError when the producer cannot."""
+        if not self._in_transaction:
+            return
+        self._in_transaction = False
+        try:
+            self.collector.producer.abort_transaction(self._api_timeout_s)
+        except (KafkaException, SystemError) as exc:
+            raise ProducerFencedError(f"aborting the transaction: {exc}") from exc
+
+    def replace(self) -> None:
+        """A new producer in place of a fenced or failed one (same settings, so the same transactional
+        id: its init_transactions fences the old epoch). Records the old one still held are dropped."""
+        log.warning("replacing the producer")
+        self._in_transaction = False
+        old = self.collector.producer
+        self.collector.use_producer(self._create())
+        with contextlib.suppress(KafkaException, SystemError, RuntimeError):
+            old.purge()  # a fatally failed producer may refuse even this; it is dropped either way
+
+    def close(self) -> None:
+        """Abort an open transaction and deliver what at_least_once still holds (bounded)."""
+        try:
+            self.abort()
+            self.collector.producer.flush(10)
+        except (KafkaException, SystemError, StreamsError) as exc:
+            log.warning("closing the producer: %s", exc)
+
+    def _typed(self, exc: BaseException, what: str) -> StreamsError:
+        """A fatal or fencing error is ProducerFencedError; any other failure of a transaction call
+        leaves a transaction that cannot commit: TransactionAbortedError."""
+        typed = production_failure(exc, what)
+        if isinstance(typed, ProducerFencedError):
+            return typed
+        return TransactionAbortedError(f"{what}: {exc}")
+
+
+def production_handler(spec: Any) -> Callable[[Any, Any], bool]:
+    """The configured `production.exception.handler` as the collector's delivery-failure decision:
+    True drops the record (CONTINUE), False fails the commit."""
+    handler = resolve_handler(spec, "production.exception.handler")
+
+    def decide(err: Any, msg: Any) -> bool:
+        failed = FailedRecord(
+            msg.topic(), msg.partition(), -1, -1, msg.key(), msg.value(), Headers(msg.headers() or [])
+        )
+        return handler(ProductionError(str(err)), failed).name == "CONTINUE"
+
+    return decide

@@ -1,0 +1,165 @@
+"""Rebalance handling: what this member owns, and the tasks opened and closed as that changes.
+
+librdkafka calls back on assignment, revocation and loss from inside `consume()`, on the stream thread.
+An assignment opens the new partitions' tasks (pausing the input of those still restoring); a revocation
+commits and closes the tasks of the revoked partitions; a loss (session expired, fenced) closes them
+dirty, since this member may no longer commit for them. classic `range` rebalances are eager (everything
+revoked, then everything assigned); the KIP-848 protocol hands out and takes back partitions
+incrementally.
+
+An exception must not vanish inside librdkafka's callback: it is kept as `error`, which the stream thread
+raises after `consume()` returns.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from kappaflow.api.errors import StreamsError, TaskMigratedError, TransactionAbortedError
+from kappaflow.api.processor import TaskId
+from kappaflow.clients.kafka import ProductionError
+from kappaflow.runner.producer import StreamsProducer
+from kappaflow.runner.tasks import TaskManager
+from kappaflow.tasks.task import TaskState
+
+log = logging.getLogger(__name__)
+
+
+class RebalanceHandler:
+    def __init__(
+        self,
+        tasks: TaskManager,
+        producer: StreamsProducer,
+        commit: Callable[[], None],
+        on_change: Callable[[bool], None],
+        state_lock: threading.RLock,
+        incremental: bool,
+    ) -> None:
+        """`commit()` commits every running task; `on_change(assigned)` is told after each change,
+        with True once an assignment (possibly empty) is in force."""
+        self._tasks = tasks
+        self._producer = producer
+        self._commit = commit
+        self._on_change = on_change
+        self._lock = state_lock
+        self._incremental = incremental
+        self.partition_tasks: dict[tuple[str, int], TaskId] = {}
+        self.in_group = False
+        self.error: BaseException | None = None
+        # Set when this member must not commit any more (a failure is being handled, or the consumer
+        # failed fatally): revocations then close tasks dirty.
+        self.dirty = False
+
+    @property
+    def assigned(self) -> list[tuple[str, int]]:
+        return sorted(self.partition_tasks)
+
+    def partitions_of(self, task_id: TaskId) -> list[TopicPartition]:
+        return [TopicPartition(t, p) for (t, p), owner in self.partition_tasks.items() if owner == task_id]
+
+    def raise_error(self) -> None:
+        error, self.error = self.error, None
+        if error is not None:
+            raise error
+
+    # ----------------------------------------------------------------- librdkafka's callbacks
+    def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        with self._lock:
+            try:
+                self._assign(consumer, partitions)
+            except BaseException as exc:
+                self.error = exc
+
+    def on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        with self._lock:
+            self._revoke(consumer, partitions)
+
+    def on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        log.warning("partitions lost (session expired or fenced): closing tasks without committing")
+        with self._lock:
+            self.in_group = False
+            self._abort()
+            self._close({(tp.topic, tp.partition) for tp in partitions}, clean=False)
+            if self._incremental and partitions:
+                consumer.incremental_unassign(partitions)
+            self._on_change(False)
+
+    # ----------------------------------------------------------------- the work
+    def _assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.in_group = True
+        added = [(tp.topic, tp.partition) for tp in partitions]
+        owned = set(self.partition_tasks) | set(added) if self._incremental else set(added)
+        by_task = self._tasks.task_ids_for(sorted(owned))
+        self.partition_tasks = {tp: task_id for task_id, tps in by_task.items() for tp in tps}
+        restoring: list[TopicPartition] = []
+        for task_id in sorted(by_task, key=lambda t: (t.subtopology, t.partition)):
+            if task_id not in self._tasks.active:
+                managed = self._tasks.create_active(task_id)
+                if managed.task.state is TaskState.RESTORING:
+                    restoring.extend(self.partitions_of(task_id))
+        if self._incremental:
+            consumer.incremental_assign(partitions)
+        else:
+            consumer.assign(partitions)
+        if restoring:
+            consumer.pause(restoring)
+        log.info("assigned %d partitions: tasks %s", len(owned), sorted(str(t) for t in by_task))
+        self._on_change(True)
+
+    def _revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        revoked = {(tp.topic, tp.partition) for tp in partitions}
+        if not self._incremental:
+            self.in_group = False
+        clean = not self.dirty and self.error is None
+        try:
+            if clean and revoked:
+                self._commit()
+        except (TaskMigratedError, TransactionAbortedError, ProductionError, KafkaException) as exc:
+            # The tasks are handed over uncommitted: their new owner redoes the work (and, under
+            # exactly_once_v2, the open transaction is aborted), so this is no failure of the thread.
+            log.warning("commit on revocation failed, closing the tasks dirty: %s", exc)
+            clean = False
+            self._abort()
+        except BaseException as exc:
+            log.exception("commit on revocation failed")
+            clean = False
+            self.error = exc
+        self._close(revoked, clean)
+        if self._incremental and partitions:
+            consumer.incremental_unassign(partitions)
+        self._on_change(False)
+
+    def _abort(self) -> None:
+        try:
+            self._producer.abort()
+        except StreamsError as exc:  # fenced: the next transaction call replaces the producer
+            log.warning("%s", exc)
+
+    def _close(self, partitions: set[tuple[str, int]], clean: bool) -> None:
+        """Close the tasks owning `partitions` and forget those partitions."""
+        doomed = {self.partition_tasks[tp] for tp in partitions if tp in self.partition_tasks}
+        for task_id in doomed:
+            try:
+                self._tasks.close_active(task_id, clean)
+            except Exception:
+                log.exception("task %s: error closing", task_id)
+        self.partition_tasks = {tp: t for tp, t in self.partition_tasks.items() if t not in doomed}
+        if not self._incremental:
+            self.partition_tasks = {}
+
+    def close_all_dirty(self) -> None:
+        """Close every active task without committing (their partitions stay assigned)."""
+        for task_id in list(self._tasks.active):
+            try:
+                self._tasks.close_active(task_id, clean=False)
+            except Exception:
+                log.exception("task %s: error closing", task_id)
+
+    def forget(self) -> None:
+        """The consumer is gone: nothing is assigned any more."""
+        self.partition_tasks = {}
+        self.in_group = False

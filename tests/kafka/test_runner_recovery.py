@@ -1,0 +1,182 @@
+"""Recovery from client failures on the real broker: a fenced producer (whichever call sees it first), a
+static member fenced by another consumer with its group.instance.id, a broker unreachable at start-up."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import uuid
+from collections import Counter, defaultdict
+
+import pytest
+from confluent_kafka import Consumer, Producer
+
+from kappaflow.api.errors import ProducerFencedError
+from kappaflow.clients.admin import InternalTopicManager
+from kappaflow.runner import KafkaStreams, State
+from kappaflow.runner.producer import StreamsProducer
+from tests.kafka.streams_support import (
+    fast_config,
+    produce_lines,
+    read_topic,
+    wait_for,
+    wait_running,
+    wordcount_topology,
+)
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(150)]
+
+
+def _exact_counts(bootstrap: str, sink: str, lines: list[str]) -> None:
+    """Per word, the committed output counts 1, 2, ... n: nothing lost, doubled or going backwards."""
+    expected = Counter(w for line in lines for w in line.split())
+    sequences: dict[str, list[int]] = defaultdict(list)
+    total = sum(expected.values())
+    for msg in read_topic(bootstrap, sink, expected=total + 1, timeout=5, committed_only=True):
+        sequences[msg.key().decode()].append(struct.unpack(">q", msg.value())[0])
+    assert dict(sequences) == {w: list(range(1, n + 1)) for w, n in expected.items()}
+
+
+def test_a_producer_fenced_while_producing_is_replaced_and_its_records_never_seen(
+    kafka_bootstrap, kafka_topics
+):
+    topic = kafka_topics("fenced-out")
+    txn_id = f"fence-{uuid.uuid4().hex[:8]}"
+    settings = {"bootstrap.servers": kafka_bootstrap, "transactional.id": txn_id, "linger.ms": 5}
+    admin = InternalTopicManager({"bootstrap.servers": kafka_bootstrap})
+    producer = StreamsProducer(settings, True, admin, None, api_timeout_s=30)
+    producer.begin()
+    producer.collector.send(topic, b"k", b"before-fence", None, -1, None)
+    producer.flush()
+    zombie_killer = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": txn_id})
+    zombie_killer.init_transactions(30)  # bumps the epoch: `producer` is now a zombie
+    with pytest.raises(ProducerFencedError):
+        for _ in range(200):  # the fence surfaces on a send, a flush or the commit, whichever is first
+            producer.collector.send(topic, b"k", b"after-fence", None, -1, None)
+            producer.flush()
+        producer.commit([], None)
+    producer.replace()  # takes the epoch back from zombie_killer
+    producer.begin()
+    producer.collector.send(topic, b"k", b"committed", None, -1, None)
+    producer.commit([], None)
+    values = [
+        m.value() for m in read_topic(kafka_bootstrap, topic, expected=1, timeout=10, committed_only=True)
+    ]
+    assert values == [b"committed"]
+    producer.close()
+
+
+def test_a_static_member_fenced_by_its_namesake_rejoins_and_counts_stay_exact(
+    kafka_bootstrap, kafka_topics, tmp_path
+):
+    source = kafka_topics("static-in", partitions=2)
+    sink = kafka_topics("static-out", partitions=2)
+    app_id = f"static-{uuid.uuid4().hex[:8]}"
+    config = fast_config(
+        kafka_bootstrap,
+        app_id,
+        str(tmp_path),
+        **{
+            "processing.guarantee": "exactly_once_v2",
+            "group.instance.id": "pod-0",
+            "statestore.cache.max.bytes": 0,
+        },
+    )
+    first = [f"a{i % 7} b{i % 3}" for i in range(150)]
+    second = [f"a{i % 5}" for i in range(100)]
+    app = KafkaStreams(wordcount_topology(source, sink), config)
+    app.start()
+    try:
+        wait_running(app)
+        produce_lines(kafka_bootstrap, source, first)
+        wait_for(
+            lambda: len(read_topic(kafka_bootstrap, sink, timeout=2, committed_only=True)) >= 300, 60, "first"
+        )
+        # Another consumer joins with the app's group.instance.id, as a stale pod would after a broker
+        # restart: the coordinator fences the app's consumer, which librdkafka reports as fatal.
+        namesake = Consumer(
+            {"bootstrap.servers": kafka_bootstrap, "group.id": app_id, "group.instance.id": "pod-0",
+             "session.timeout.ms": 6000}
+        )  # fmt: skip
+        namesake.subscribe([source])
+        namesake.consume(1, 5)
+        namesake.close()
+        produce_lines(kafka_bootstrap, source, second)
+        wait_for(
+            lambda: len(read_topic(kafka_bootstrap, sink, timeout=2, committed_only=True)) >= 400,
+            90,
+            "second",
+        )
+        assert app.state is State.RUNNING
+        assert app.metrics.counter("consumer-rejoins-total") >= 1
+    finally:
+        app.close(30)
+    _exact_counts(kafka_bootstrap, sink, first + second)
+
+
+class DelayedPort:
+    """A TCP port that refuses connections until `open()`, then forwards to the broker: a broker that
+    cannot be reached when the instance starts."""
+
+    def __init__(self, target: str) -> None:
+        host, port = target.rsplit(":", 1)
+        self._target = (host, int(port))
+        probe = socket.socket()
+        probe.bind(("127.0.0.1", 0))
+        self.port = probe.getsockname()[1]
+        probe.close()
+        self._server: socket.socket | None = None
+
+    def open(self) -> None:
+        server = self._server = socket.socket()
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("127.0.0.1", self.port))
+        server.listen(16)
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        assert self._server is not None
+        while True:
+            try:
+                client, _ = self._server.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self._target)
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            dst.close()
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+
+
+def test_an_instance_started_while_the_broker_is_unreachable_waits_for_it(
+    kafka_bootstrap, kafka_topics, tmp_path
+):
+    source = kafka_topics("late-in")
+    sink = kafka_topics("late-out")
+    port = DelayedPort(kafka_bootstrap)
+    config = fast_config(f"127.0.0.1:{port.port}", f"late-{uuid.uuid4().hex[:8]}", str(tmp_path))
+    app = KafkaStreams(wordcount_topology(source, sink), config)
+    app.start()
+    try:
+        # librdkafka's own metadata wait is 15 s: unreachable for longer, the instance must still wait
+        opened = threading.Timer(20.0, port.open)
+        opened.start()
+        wait_for(lambda: app.state is State.RUNNING, 90, "running once the broker is reachable")
+        produce_lines(kafka_bootstrap, source, ["late but there"])
+        wait_for(lambda: len(read_topic(kafka_bootstrap, sink, timeout=2)) >= 3, 30, "output")
+    finally:
+        app.close(30)
+        port.close()

@@ -1,0 +1,338 @@
+"""The stream thread's parts, each alone, with its collaborators played by small in-test doubles:
+broker retries, repartition purging, standby placement, the commit protocol and rebalance handling.
+(The same parts against the real broker: tests/kafka/test_runner_recovery.py.)"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from kappaflow.api.errors import StreamsError, TaskMigratedError, TransactionAbortedError
+from kappaflow.api.metrics import Metrics
+from kappaflow.api.processor import TaskId
+from kappaflow.clients.admin import GroupMember
+from kappaflow.runner.commit import Committer
+from kappaflow.runner.rebalance import RebalanceHandler
+from kappaflow.runner.retry import is_unreachable, retry_unreachable
+from kappaflow.runner.standbys import StandbyPlacer
+from kappaflow.runner.topics import RepartitionPurger
+from kappaflow.tasks.task import TaskState
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+# ----------------------------------------------------------------- retries
+def test_unreachable_broker_is_retried_until_the_api_timeout_then_named():
+    clock, calls = FakeClock(), []
+
+    def down() -> None:
+        calls.append(clock.now)
+        raise KafkaException(KafkaError(KafkaError._TRANSPORT, "Connection refused"))
+
+    with pytest.raises(StreamsError, match="preparing topics: broker unreachable for 60s"):
+        retry_unreachable("preparing topics", down, 60.0, sleep=clock.sleep, clock=clock)
+    assert len(calls) > 5 and calls[-1] <= 60.0  # backed off, gave up at the deadline
+
+
+def test_a_broker_back_in_time_ends_the_retries():
+    clock, attempts = FakeClock(), iter([True, True, False])
+
+    def flaky() -> str:
+        if next(attempts):
+            raise KafkaException(KafkaError(KafkaError._ALL_BROKERS_DOWN, "down"))
+        return "ok"
+
+    assert retry_unreachable("x", flaky, 60.0, sleep=clock.sleep, clock=clock) == "ok"
+    assert clock.now == pytest.approx(0.5 + 1.0)
+
+
+def test_errors_that_are_not_about_reachability_are_not_retried():
+    assert not is_unreachable(KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)))
+    assert not is_unreachable(KafkaException(KafkaError(KafkaError._TRANSPORT, fatal=True)))
+    assert not is_unreachable(ValueError("no"))
+    with pytest.raises(KafkaException):
+        retry_unreachable(
+            "x",
+            lambda: (_ for _ in ()).throw(KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))),
+            60.0,
+        )
+
+
+# ----------------------------------------------------------------- purging
+class FakeAdmin:
+    def __init__(self) -> None:
+        self.purged: list[dict[tuple[str, int], int]] = []
+
+    def purge(self, offsets: dict[tuple[str, int], int]) -> None:
+        self.purged.append(dict(offsets))
+
+
+def test_repartition_records_are_purged_below_commits_once_per_interval():
+    clock, admin = FakeClock(), FakeAdmin()
+    purger = RepartitionPurger(admin, frozenset({"app-r"}), 30.0, clock)  # type: ignore[arg-type]
+    purger.committed({("app-r", 0): 5, ("input", 0): 9})
+    assert admin.purged == []  # within the interval
+    clock.now = 31
+    purger.committed({("app-r", 0): 7, ("app-r", 1): 2})
+    assert admin.purged == [{("app-r", 0): 7, ("app-r", 1): 2}]  # user topics never
+    clock.now = 40
+    purger.committed({("app-r", 0): 8})
+    assert len(admin.purged) == 1
+
+
+# ----------------------------------------------------------------- standbys
+class FakeTasks:
+    """The task manager as the standby placer and rebalance handler see it."""
+
+    def __init__(self, restoring: frozenset[TaskId] = frozenset()) -> None:
+        self.active: dict[TaskId, FakeManaged] = {}
+        self.standby: dict[TaskId, str] = {}
+        self.closed: list[tuple[TaskId, bool]] = []
+        self._restoring = restoring
+
+    def task_ids_for(self, partitions: list[tuple[str, int]]) -> dict[TaskId, list[tuple[str, int]]]:
+        result: dict[TaskId, list[tuple[str, int]]] = {}
+        for topic, partition in partitions:
+            result.setdefault(TaskId(0, partition), []).append((topic, partition))
+        return result
+
+    def create_standby(self, task_id: TaskId) -> None:
+        self.standby[task_id] = "standby"
+
+    def close_standby(self, task_id: TaskId) -> None:
+        del self.standby[task_id]
+
+    def create_active(self, task_id: TaskId) -> FakeManaged:
+        state = TaskState.RESTORING if task_id in self._restoring else TaskState.RUNNING
+        managed = self.active[task_id] = FakeManaged(FakeTask(task_id, state))
+        return managed
+
+    def close_active(self, task_id: TaskId, clean: bool) -> None:
+        if self.active.pop(task_id, None) is not None:
+            self.closed.append((task_id, clean))
+
+
+@dataclass
+class FakeTask:
+    id: TaskId
+    state: TaskState
+
+
+@dataclass
+class FakeManaged:
+    task: FakeTask
+
+
+def _member(member_id: str, *partitions: int) -> GroupMember:
+    return GroupMember(member_id, "c", "", tuple(("t", p) for p in partitions))
+
+
+def test_standbys_are_placed_once_the_group_is_stable_and_this_member_sees_its_own_assignment():
+    clock, tasks = FakeClock(), FakeTasks()
+    views = iter(
+        [
+            ("PreparingRebalance", [_member("a", 0), _member("b", 1)]),
+            ("Stable", [_member("a"), _member("b", 1)]),  # a stale view of this member
+            ("Stable", [_member("a", 0), _member("b", 1)]),
+        ]
+    )
+    placer = StandbyPlacer(tasks, lambda: next(views), lambda _t: True, 1, clock)  # type: ignore[arg-type]
+    placer.maybe_place("a", [("t", 0)])
+    assert tasks.standby == {}  # nothing scheduled yet
+    placer.schedule()
+    for _ in range(3):
+        placer.maybe_place("a", [("t", 0)])
+        clock.now += 1.0
+    assert set(tasks.standby) == {TaskId(0, 1)}  # b's task; never a's own
+
+
+def test_no_standby_for_tasks_without_stores_and_none_when_not_configured():
+    tasks = FakeTasks()
+    view = ("Stable", [_member("a", 0), _member("b", 1)])
+    StandbyPlacer(tasks, lambda: view, lambda _t: False, 1, FakeClock()).schedule()  # type: ignore[arg-type]
+    placer = StandbyPlacer(tasks, lambda: view, lambda _t: False, 1, FakeClock())  # type: ignore[arg-type]
+    placer.schedule()
+    placer.maybe_place("a", [("t", 0)])
+    assert tasks.standby == {}
+    unconfigured = StandbyPlacer(tasks, lambda: view, lambda _t: True, 0, FakeClock())  # type: ignore[arg-type]
+    unconfigured.schedule()
+    unconfigured.maybe_place("a", [("t", 0)])
+    assert tasks.standby == {}
+
+
+# ----------------------------------------------------------------- the commit protocol
+@dataclass
+class CommittingTask:
+    consumed: dict[tuple[str, int], int]
+    committed_with: list[dict[tuple[str, int], int]] = field(default_factory=list)
+
+    def prepare_commit(self) -> dict[tuple[str, int], int]:
+        return dict(self.consumed)
+
+    def post_commit(self, written: dict[tuple[str, int], int]) -> None:
+        self.committed_with.append(dict(written))
+
+
+class FakeStreamsProducer:
+    def __init__(self, exactly_once: bool, fail: BaseException | None = None) -> None:
+        self.exactly_once = exactly_once
+        self.acknowledged = {("app-counts-changelog", 0): 41}
+        self.calls: list[str] = []
+        self._fail = fail
+
+    def flush(self) -> None:
+        self.calls.append("flush")
+
+    def commit(self, offsets: list[TopicPartition], group_metadata: object) -> None:
+        self.calls.append(
+            f"commit {[(tp.topic, tp.partition, tp.offset) for tp in offsets]} {group_metadata}"
+        )
+        if self._fail is not None:
+            raise self._fail
+
+
+class FakeConsumer:
+    def __init__(self, commit_error: KafkaError | None = None) -> None:
+        self.committed: list[list[tuple[str, int, int]]] = []
+        self._commit_error = commit_error
+        self.assigned: list[TopicPartition] = []
+        self.paused: list[TopicPartition] = []
+
+    def consumer_group_metadata(self) -> str:
+        return "generation-7"
+
+    def commit(self, offsets: list[TopicPartition], asynchronous: bool) -> None:
+        if self._commit_error is not None:
+            raise KafkaException(self._commit_error)
+        self.committed.append([(tp.topic, tp.partition, tp.offset) for tp in offsets])
+
+    def assign(self, partitions: list[TopicPartition]) -> None:
+        self.assigned = list(partitions)
+
+    def pause(self, partitions: list[TopicPartition]) -> None:
+        self.paused.extend(partitions)
+
+
+def test_at_least_once_flushes_then_commits_offsets_then_checkpoints_at_what_kafka_acknowledged():
+    producer, consumer = FakeStreamsProducer(exactly_once=False), FakeConsumer()
+    task = CommittingTask({("in", 0): 10})
+    offsets = Committer(producer, Metrics()).commit([task], consumer)  # type: ignore[arg-type, list-item]
+    assert offsets == {("in", 0): 10}
+    assert producer.calls == ["flush"] and consumer.committed == [[("in", 0, 10)]]
+    assert task.committed_with == [{("app-counts-changelog", 0): 41}]
+
+
+def test_exactly_once_commits_the_offsets_in_the_transaction_with_the_group_metadata():
+    producer, consumer = FakeStreamsProducer(exactly_once=True), FakeConsumer()
+    task = CommittingTask({("in", 1): 3})
+    Committer(producer, Metrics()).commit([task], consumer)  # type: ignore[arg-type, list-item]
+    assert producer.calls == ["commit [('in', 1, 3)] generation-7"] and consumer.committed == []
+    assert len(task.committed_with) == 1
+
+
+def test_a_commit_that_fails_leaves_the_tasks_uncommitted():
+    for producer, consumer, error in [
+        (
+            FakeStreamsProducer(exactly_once=True, fail=TransactionAbortedError("timed out")),
+            FakeConsumer(),
+            TransactionAbortedError,
+        ),
+        (
+            FakeStreamsProducer(exactly_once=False),
+            FakeConsumer(KafkaError(KafkaError.ILLEGAL_GENERATION)),
+            TaskMigratedError,
+        ),
+    ]:
+        task = CommittingTask({("in", 0): 10})
+        with pytest.raises(error):
+            Committer(producer, Metrics()).commit([task], consumer)  # type: ignore[arg-type, list-item]
+        assert task.committed_with == []  # stores not checkpointed: their writes are not committed
+
+
+# ----------------------------------------------------------------- rebalances
+class AbortingProducer:
+    def __init__(self) -> None:
+        self.aborts = 0
+
+    def abort(self) -> None:
+        self.aborts += 1
+
+
+def _handler(tasks: FakeTasks, commit, changes: list[bool]) -> tuple[RebalanceHandler, AbortingProducer]:
+    producer = AbortingProducer()
+    handler = RebalanceHandler(tasks, producer, commit, changes.append, threading.RLock(), incremental=False)  # type: ignore[arg-type]
+    return handler, producer
+
+
+def test_assignment_opens_tasks_and_pauses_the_input_of_those_still_restoring():
+    tasks, changes = FakeTasks(restoring=frozenset({TaskId(0, 1)})), []
+    handler, _ = _handler(tasks, lambda: None, changes)
+    consumer = FakeConsumer()
+    handler.on_assign(consumer, [TopicPartition("t", 0), TopicPartition("t", 1)])  # type: ignore[arg-type]
+    assert set(tasks.active) == {TaskId(0, 0), TaskId(0, 1)} and handler.in_group and changes == [True]
+    assert [(tp.topic, tp.partition) for tp in consumer.paused] == [("t", 1)]
+    assert handler.assigned == [("t", 0), ("t", 1)]
+
+
+def test_revocation_commits_then_closes_clean():
+    tasks, changes, commits = FakeTasks(), [], []
+    handler, producer = _handler(tasks, lambda: commits.append(1), changes)
+    consumer = FakeConsumer()
+    handler.on_assign(consumer, [TopicPartition("t", 0)])  # type: ignore[arg-type]
+    handler.on_revoke(consumer, [TopicPartition("t", 0)])  # type: ignore[arg-type]
+    assert commits == [1] and tasks.closed == [(TaskId(0, 0), True)] and producer.aborts == 0
+    assert not handler.in_group and handler.assigned == []
+
+
+def test_a_failed_commit_on_revocation_hands_the_tasks_over_dirty_without_failing_the_thread():
+    tasks, changes = FakeTasks(), []
+
+    def fenced() -> None:
+        raise TaskMigratedError("the producer was fenced")
+
+    handler, producer = _handler(tasks, fenced, changes)
+    consumer = FakeConsumer()
+    handler.on_assign(consumer, [TopicPartition("t", 0)])  # type: ignore[arg-type]
+    handler.on_revoke(consumer, [TopicPartition("t", 0)])  # type: ignore[arg-type]
+    assert tasks.closed == [(TaskId(0, 0), False)] and producer.aborts == 1
+    handler.raise_error()  # nothing kept for the thread
+
+
+def test_a_bug_in_a_commit_on_revocation_reaches_the_thread():
+    tasks = FakeTasks()
+
+    def broken() -> None:
+        raise ZeroDivisionError("user code")
+
+    handler, _ = _handler(tasks, broken, [])
+    consumer = FakeConsumer()
+    handler.on_assign(consumer, [TopicPartition("t", 0)])  # type: ignore[arg-type]
+    handler.on_revoke(consumer, [TopicPartition("t", 0)])  # type: ignore[arg-type]
+    with pytest.raises(ZeroDivisionError):
+        handler.raise_error()
+
+
+def test_a_dirty_member_never_commits_on_revocation_and_lost_partitions_are_closed_dirty():
+    tasks, commits = FakeTasks(), []
+    handler, producer = _handler(tasks, lambda: commits.append(1), [])
+    consumer = FakeConsumer()
+    handler.on_assign(consumer, [TopicPartition("t", 0), TopicPartition("t", 1)])  # type: ignore[arg-type]
+    handler.dirty = True
+    handler.on_revoke(consumer, [TopicPartition("t", 0)])  # type: ignore[arg-type]
+    handler.dirty = False
+    handler.on_assign(consumer, [TopicPartition("t", 1)])  # type: ignore[arg-type]
+    handler.on_lost(consumer, [TopicPartition("t", 1)])  # type: ignore[arg-type]
+    assert commits == [] and producer.aborts == 1
+    assert tasks.closed == [(TaskId(0, 0), False), (TaskId(0, 1), False)]
