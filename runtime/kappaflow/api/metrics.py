@@ -30,6 +30,13 @@ class Metrics:
     def set_gauge(self, name: str, value: float, **labels: str) -> None:
         self._gauges[name][_labels_key(labels)] = value
 
+    def record_processing(self, records: int, seconds: float) -> None:
+        """One poll loop's processing: records, time spent and the average latency per record."""
+        self.increment("process-records-total", records)
+        self.increment("process-seconds-total", seconds)
+        self.set_gauge("process-latency-avg-ms", seconds * 1000.0 / records)
+        self.increment("poll-loops-total")
+
     def counter(self, name: str, **labels: str) -> float:
         """The counter's value summed over every series whose labels include the given ones."""
         wanted = set(labels.items())

@@ -135,6 +135,17 @@ class StreamsProducer:
         except (KafkaException, SystemError) as exc:
             raise ProducerFencedError(f"aborting the transaction: {exc}") from exc
 
+    def reset(self, fenced: bool) -> None:
+        """Drop the work since the last commit: abort the transaction, or replace the producer when it
+        was `fenced` or cannot abort."""
+        try:
+            if not fenced:
+                self.abort()
+                return
+        except ProducerFencedError as exc:
+            log.warning("%s", exc)
+        self.replace()
+
     def replace(self) -> None:
         """A new producer in place of a fenced or failed one (same settings, so the same transactional
         id: its init_transactions fences the old epoch). Records the old one still held are dropped."""

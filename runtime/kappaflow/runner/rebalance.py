@@ -17,12 +17,13 @@ import logging
 import threading
 from collections.abc import Callable
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
 from kappaflow.api.errors import StreamsError, TaskMigratedError, TransactionAbortedError
 from kappaflow.api.processor import TaskId
 from kappaflow.clients.kafka import ProductionError
 from kappaflow.runner.producer import StreamsProducer
+from kappaflow.runner.retry import retry_unreachable
 from kappaflow.runner.tasks import TaskManager
 from kappaflow.tasks.task import TaskState
 
@@ -158,6 +159,20 @@ class RebalanceHandler:
                 self._tasks.close_active(task_id, clean=False)
             except Exception:
                 log.exception("task %s: error closing", task_id)
+
+    def reopen_tasks(self, consumer: Consumer, api_timeout_s: float) -> None:
+        """After `close_all_dirty`: reopen the owned partitions' tasks (restoring what their stores lack)
+        and resume their input at the group's committed offsets."""
+        tps = [TopicPartition(t, p) for t, p in self.assigned]
+        if tps:
+            what = "reading the committed offsets"
+            committed = retry_unreachable(what, lambda: consumer.committed(tps, timeout=10), api_timeout_s)
+            for tp in committed:
+                start = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
+                consumer.seek(TopicPartition(tp.topic, tp.partition, start))
+        for task_id in set(self.partition_tasks.values()):
+            if self._tasks.create_active(task_id).task.state is TaskState.RESTORING:
+                consumer.pause(self.partitions_of(task_id))
 
     def forget(self) -> None:
         """The consumer is gone: nothing is assigned any more."""

@@ -19,7 +19,7 @@ from kappaflow.api.processor import TaskId
 from kappaflow.runner.changelog_reader import ChangelogReader
 from kappaflow.runner.managed_task import ManagedTask, TaskDirLock
 from kappaflow.state.cache import ThreadCache
-from kappaflow.tasks.task import StreamTask, TaskState
+from kappaflow.tasks.task import RawRecord, StreamTask, TaskState
 from kappaflow.topology.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -137,6 +137,18 @@ class TaskManager:
         if managed is not None:
             self._close(managed, clean=True)
 
+    def add_records(self, task_id: TaskId | None, tp: tuple[str, int], records: list[RawRecord]) -> None:
+        """Queue consumed records for the active task `task_id` (dropped if it is not open: the
+        partition is being handed over, and its new owner reads from the committed offset)."""
+        managed = self.active.get(task_id) if task_id is not None else None
+        if managed is not None:
+            managed.task.add_records(tp[0], tp[1], records)
+
+    def close(self, clean: bool) -> None:
+        """Close every task and stop reading changelogs: the thread is shutting down."""
+        self.close_all(clean)
+        self.reader.close()
+
     def close_all(self, clean: bool) -> None:
         for task_id in list(self.active):
             try:
@@ -152,6 +164,14 @@ class TaskManager:
     # ----------------------------------------------------------------- restoration
     def restoring(self) -> list[ManagedTask]:
         return [m for m in self.active.values() if m.task.state is TaskState.RESTORING]
+
+    def publish_task_counts(self) -> int:
+        """Set the task gauges; return how many active tasks are restoring."""
+        restoring = len(self.restoring())
+        self.metrics.set_gauge("active-tasks", len(self.active) - restoring, state="RUNNING")
+        self.metrics.set_gauge("active-tasks", restoring, state="RESTORING")
+        self.metrics.set_gauge("standby-tasks", len(self.standby))
+        return restoring
 
     def running(self) -> list[StreamTask]:
         return [m.task for m in self.active.values() if m.task.state is TaskState.RUNNING]

@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
+from confluent_kafka import KafkaError
 
 from kappaflow.api.config import StreamsConfig
 from kappaflow.api.errors import ProducerFencedError, TaskMigratedError, TransactionAbortedError
@@ -35,10 +35,8 @@ from kappaflow.runner.assembly import assemble, now_ms
 from kappaflow.runner.fetch_lag import LAG_INTERVAL_S, FetchedLag, report_consumer_lag
 from kappaflow.runner.global_state import GlobalStateUpdater
 from kappaflow.runner.metadata import consumer_client_id
-from kappaflow.runner.retry import retry_unreachable
 from kappaflow.runner.routing import ConsumerFailedError, raw_records_by_partition
 from kappaflow.runner.tasks import TaskManager
-from kappaflow.tasks.task import TaskState
 from kappaflow.topology.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -135,10 +133,7 @@ class StreamThread:
             if self.global_state is not None:
                 self.global_state.poll()
             for tp, records in raw_records_by_partition(messages):
-                task_id = self.rebalance.partition_tasks.get(tp)
-                managed = tm.active.get(task_id) if task_id is not None else None
-                if managed is not None:
-                    managed.task.add_records(tp[0], tp[1], records)
+                tm.add_records(self.rebalance.partition_tasks.get(tp), tp, records)
             for managed in tm.restore_step(timeout=0.02 if busy else 0.0):
                 consumer.resume(self.rebalance.partitions_of(managed.task.id))
             self.standbys.maybe_place(consumer.memberid(), self.rebalance.assigned)
@@ -166,11 +161,7 @@ class StreamThread:
                 self.producer.begin()
                 task.maybe_punctuate_system_time(now)
         if count:
-            elapsed = time.perf_counter() - started
-            self.metrics.increment("process-records-total", count)
-            self.metrics.increment("process-seconds-total", elapsed)
-            self.metrics.set_gauge("process-latency-avg-ms", elapsed * 1000.0 / count)
-            self.metrics.increment("poll-loops-total")
+            self.metrics.record_processing(count, time.perf_counter() - started)
 
     def commit(self) -> None:
         """Commit every running task with something to commit (runner/commit.py has the protocol)."""
@@ -186,52 +177,26 @@ class StreamThread:
 
     # ----------------------------------------------------------------- failures
     def _on_consumer_error(self, err: KafkaError) -> None:
+        """librdkafka's error callback: a fatal error is acted on by the loop, the rest it retries."""
+        log.log(logging.ERROR if err.fatal() else logging.DEBUG, "consumer error: %s", err)
         if err.fatal():
-            log.error("the consumer failed fatally: %s", err)
             self._consumer_failure = err
-        else:
-            log.debug("consumer error: %s", err)
 
     def _redo(self, exc: BaseException, rejoin: bool) -> None:
         """Drop everything since the last commit and redo it (see the module docstring)."""
-        tm = self.tm
-        assert tm is not None
         log.warning("redoing the work since the last commit after: %s", exc)
         self.metrics.increment(
             "transaction-aborts-total" if self.producer.exactly_once else "task-rewinds-total"
         )
         with self.state_lock:
-            try:
-                if isinstance(exc, ProducerFencedError):
-                    raise exc
-                self.producer.abort()
-            except ProducerFencedError:
-                self.producer.replace()
+            self.producer.reset(fenced=isinstance(exc, ProducerFencedError))
             self.rebalance.close_all_dirty()
             if rejoin:
                 self.metrics.increment("consumer-rejoins-total")
                 self._leave(clean=False)
                 self._join()
-                return
-            self._rewind()
-
-    def _rewind(self) -> None:
-        """Reopen the tasks (restoring what their stores lack) and seek to the committed offsets."""
-        tm, consumer = self.tm, self.consumer
-        assert tm is not None
-        tps = [TopicPartition(t, p) for t, p in self.rebalance.assigned]
-        if tps:
-            committed = retry_unreachable(
-                "reading the committed offsets",
-                lambda: consumer.committed(tps, timeout=10),
-                self.api_timeout_s,
-            )
-            for tp in committed:
-                start = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
-                consumer.seek(TopicPartition(tp.topic, tp.partition, start))
-        for task_id in set(self.rebalance.partition_tasks.values()):
-            if tm.create_active(task_id).task.state is TaskState.RESTORING:
-                consumer.pause(self.rebalance.partitions_of(task_id))
+            else:
+                self.rebalance.reopen_tasks(self.consumer, self.api_timeout_s)
 
     # ----------------------------------------------------------------- state and shutdown
     def _assignment_changed(self, assigned: bool) -> None:
@@ -243,10 +208,7 @@ class StreamThread:
     def _update_state(self) -> None:
         tm = self.tm
         assert tm is not None
-        restoring = len(tm.restoring())
-        self.metrics.set_gauge("active-tasks", len(tm.active) - restoring, state="RUNNING")
-        self.metrics.set_gauge("active-tasks", restoring, state="RESTORING")
-        self.metrics.set_gauge("standby-tasks", len(tm.standby))
+        restoring = tm.publish_task_counts()
         # An instance with nothing assigned (more instances than partitions) is RUNNING too: it is a
         # healthy, idle member, and readiness must not hold up a rollout because of it.
         self._on_state("RUNNING" if self.rebalance.in_group and not restoring else "REBALANCING")
@@ -276,12 +238,11 @@ class StreamThread:
                 clean = False
         self.producer.close()  # aborts a transaction still open
         with self.state_lock:
-            tm.close_all(clean)
+            tm.close(clean)
         if self.global_state is not None:
             self.global_state.close(clean)
             self.global_state = None  # it holds the collector: let the producer go with it
         self._leave(clean=False)  # committed above: nothing is left to commit on revocation
-        tm.reader.close()
         # confluent-kafka clients have no close(): dropping the last references destroys them now,
         # instead of leaving background threads that keep reconnecting until interpreter exit.
         del self.producer, self.committer, self.rebalance, self.admin
