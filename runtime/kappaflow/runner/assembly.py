@@ -69,9 +69,8 @@ def assemble(
             topology, config, producer.collector, metrics, settings["restore"], now_ms
         )
         global_state.bootstrap()
-    reader = ChangelogReader(
-        new_consumer(settings["restore"]), metrics, admin.high_watermarks if config.exactly_once else None
-    )
+    high_watermarks = admin.high_watermarks if config.exactly_once else None
+    reader = ChangelogReader(new_consumer(settings["restore"]), metrics, high_watermarks, api_timeout_s)
     cache = ThreadCache(config.get_int("statestore.cache.max.bytes"))
     tasks = TaskManager(
         topology, config, producer.collector, cache, metrics, reader, now_ms,
@@ -93,7 +92,7 @@ def assemble(
         producer,
         global_state,
         tasks,
-        Committer(producer, metrics),
+        Committer(producer, metrics, api_timeout_s),
         rebalance,
         standbys,
     )

@@ -17,6 +17,7 @@ passes the high watermark taken when the task opened, i.e. until every transacti
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from kappaflow.api.errors import StreamsError
 from kappaflow.api.metrics import Metrics
 from kappaflow.runner.managed_task import ManagedTask
+from kappaflow.runner.retry import retry_unreachable
 
 log = logging.getLogger(__name__)
 
@@ -38,10 +40,16 @@ class ChangelogReader:
     """Reads the changelogs of registered tasks; `step()` applies a batch and names the tasks done."""
 
     def __init__(
-        self, consumer: Consumer, metrics: Metrics, high_watermarks: HighWatermarks | None = None
+        self,
+        consumer: Consumer,
+        metrics: Metrics,
+        high_watermarks: HighWatermarks | None = None,
+        api_timeout_s: float = 60.0,
     ) -> None:
         """`high_watermarks` (exactly_once_v2): the read_uncommitted end of changelog partitions, which
-        the consumer, reading read_committed, cannot report."""
+        the consumer, reading read_committed, cannot report. Asking for ends is retried for up to
+        `api_timeout_s` while the broker cannot be reached."""
+        self._api_timeout_s = api_timeout_s
         self._consumer = consumer
         self._metrics = metrics
         self._high_watermarks = high_watermarks
@@ -56,11 +64,17 @@ class ChangelogReader:
         starts = manager.restore_offsets()
         partitions = manager.changelog_partitions()
         tps = list(partitions)
-        ends = self._high_watermarks(tps) if self._high_watermarks is not None and not managed.standby else {}
+        ends = {}
+        if self._high_watermarks is not None and not managed.standby:
+            ask = self._high_watermarks
+            ends = retry_unreachable("reading changelog ends", lambda: ask(tps), self._api_timeout_s)
         assignments = []
         for tp, store in partitions.items():
             start = starts[store]
-            low, high = self._consumer.get_watermark_offsets(TopicPartition(*tp), timeout=10)
+            ask_ends = functools.partial(
+                self._consumer.get_watermark_offsets, TopicPartition(*tp), timeout=10
+            )
+            low, high = retry_unreachable("reading changelog ends", ask_ends, self._api_timeout_s)
             high = max(high, ends.get(tp, high))  # the consumer reports the LSO under read_committed
             managed.end_offsets[tp] = high
             if start is not None and start < low:
@@ -104,7 +118,10 @@ class ChangelogReader:
             err = msg.error()
             if err is not None:
                 if err.code() != KafkaError._PARTITION_EOF:
-                    raise StreamsError(f"restoring from {tp[0]}-{tp[1]} failed: {err}")
+                    if err.fatal():
+                        raise StreamsError(f"restoring from {tp[0]}-{tp[1]} failed: {err}")
+                    log.warning("restore consumer: %s", err)  # librdkafka retries (e.g. broker down)
+                    continue
                 reached_end.append(tp)
                 managed = self._index.get(tp)
                 if managed is not None:

@@ -25,6 +25,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from kappaflow.api.errors import TaskMigratedError
 from kappaflow.api.metrics import Metrics
 from kappaflow.runner.producer import StreamsProducer
+from kappaflow.runner.retry import is_unreachable, retry_unreachable
 from kappaflow.tasks.task import StreamTask
 
 log = logging.getLogger(__name__)
@@ -39,12 +40,18 @@ GENERATION_OVER = {
 }
 
 
+def _unreachable_not_migrated(exc: BaseException) -> bool:
+    code = exc.args[0].code() if isinstance(exc, KafkaException) and exc.args else None
+    return code not in GENERATION_OVER and is_unreachable(exc)
+
+
 class Committer:
     """Commits a set of tasks through the producer it is handed and the group consumer of the moment."""
 
-    def __init__(self, producer: StreamsProducer, metrics: Metrics) -> None:
+    def __init__(self, producer: StreamsProducer, metrics: Metrics, api_timeout_s: float = 60.0) -> None:
         self._producer = producer
         self._metrics = metrics
+        self._api_timeout_s = api_timeout_s
 
     def commit(self, tasks: list[StreamTask], consumer: Consumer) -> dict[tuple[str, int], int]:
         """Commit `tasks` (those with something to commit); return the input offsets committed."""
@@ -69,10 +76,12 @@ class Committer:
             self._metrics.set_gauge("commit-latency-ms", elapsed_ms)
         return offsets
 
-    @staticmethod
-    def _commit_offsets(consumer: Consumer, tps: list[TopicPartition]) -> None:
-        try:
+    def _commit_offsets(self, consumer: Consumer, tps: list[TopicPartition]) -> None:
+        def commit() -> None:
             consumer.commit(offsets=tps, asynchronous=False)
+
+        try:
+            retry_unreachable("committing offsets", commit, self._api_timeout_s, _unreachable_not_migrated)
         except KafkaException as exc:
             if exc.args[0].code() in GENERATION_OVER:
                 raise TaskMigratedError(f"offset commit refused, the group moved on: {exc}") from exc
