@@ -17,7 +17,7 @@ from kappaflow.api.errors import TopologyError
 from kappaflow.api.serdes import Serde
 from kappaflow.api.windowed_serdes import SessionWindowedSerde, TimeWindowedSerde
 from kappaflow.api.windows import Windowed
-from kappaflow.dsl.builder import InternalBuilder
+from kappaflow.dsl.graph import InternalBuilder, window_store_builder
 from kappaflow.dsl.joins import _PassThrough, copartition
 from kappaflow.dsl.ktable import KTable
 from kappaflow.dsl.options import Materialized
@@ -25,7 +25,7 @@ from kappaflow.dsl.session_windowed import KStreamSessionWindowAggregateProcesso
 from kappaflow.dsl.sliding_windowed import KStreamSlidingWindowAggregateProcessor
 from kappaflow.dsl.table_processors import KStreamAggregateProcessor
 from kappaflow.dsl.typevars import VA, K
-from kappaflow.dsl.windowed import KStreamWindowAggregateProcessor, window_store_builder
+from kappaflow.dsl.windowed import KStreamWindowAggregateProcessor
 from kappaflow.dsl.windows import SessionWindows, SlidingWindows, TimeWindows
 from kappaflow.state.session_store import SessionStoreBuilder
 from kappaflow.state.window_store import window_bytes_supplier

@@ -1,9 +1,8 @@
-"""Grouped streams and tables: `count`, `reduce` and `aggregate` into a KTable.
+"""Grouped streams: `count`, `reduce` and `aggregate` into a KTable (`KGroupedTable` lives with `KTable`).
 
 The repartition decision is made here, when the aggregation is added: a stream re-keyed since its last
 repartition gets a `<name>-repartition` topic, named after the grouping or the store as Kafka Streams
-names it. A grouped *table* always repartitions, carrying (new, old) changes so the aggregate can
-subtract what a key's previous value contributed.
+names it.
 """
 
 from __future__ import annotations
@@ -12,47 +11,16 @@ from collections.abc import Callable
 from typing import Any, Generic, overload
 
 from kappaflow.api.serdes import Long, Serde
-from kappaflow.dsl.builder import InternalBuilder
-from kappaflow.dsl.change import ChangeSerde
 from kappaflow.dsl.cogroup import CogroupedKStream
-from kappaflow.dsl.ktable import KTable
+from kappaflow.dsl.graph import InternalBuilder
+from kappaflow.dsl.ktable import KTable, aggregate_table
 from kappaflow.dsl.options import Materialized
 from kappaflow.dsl.session_windowed import SessionWindowedKStream
 from kappaflow.dsl.sliding_windowed import SlidingWindowedKStream
-from kappaflow.dsl.table_processors import KStreamAggregateProcessor, KTableAggregateProcessor
+from kappaflow.dsl.table_processors import KStreamAggregateProcessor, count_add, count_initial
 from kappaflow.dsl.typevars import VA, K, V
 from kappaflow.dsl.windowed import TimeWindowedKStream
 from kappaflow.dsl.windows import SessionWindows, SlidingWindows, TimeWindows
-
-
-def _count_add(key: Any, value: Any, aggregate: int) -> int:
-    return aggregate + 1
-
-
-def _count_subtract(key: Any, value: Any, aggregate: int) -> int:
-    return aggregate - 1
-
-
-def _zero() -> int:
-    return 0
-
-
-def _add_aggregate(
-    builder: InternalBuilder,
-    node: str,
-    parent: str,
-    mat: Materialized,
-    store_name: str,
-    key_serde: Serde[Any] | None,
-    value_serde: Serde[Any] | None,
-    make: Callable[[str, Callable[[], bool], str], Any],
-) -> KTable[Any, Any]:
-    """The aggregation node, its timestamped store and the KTable over it (streams and tables alike)."""
-    table: KTable[Any, Any] = KTable(builder, node, key_serde, value_serde, store_name, parent=None)
-    send_old = table.send_old_values_enabled
-    builder.topology.add_processor(node, lambda: make(store_name, send_old, node), parent)
-    builder.topology.add_state_store(builder.kv_store_builder(mat, store_name, key_serde, value_serde), node)
-    return table
 
 
 class KGroupedStream(Generic[K, V]):
@@ -93,7 +61,7 @@ class KGroupedStream(Generic[K, V]):
                 self.value_serde,
                 user_named=self.grouped_name is not None or mat.name is not None,
             )
-        return _add_aggregate(
+        return aggregate_table(
             builder,
             node,
             parent,
@@ -111,7 +79,7 @@ class KGroupedStream(Generic[K, V]):
             materialized,
             Long(),
             lambda store, send_old, label: KStreamAggregateProcessor(
-                store, send_old, label, initializer=_zero, aggregator=_count_add
+                store, send_old, label, initializer=count_initial, aggregator=count_add
             ),
         )
 
@@ -164,90 +132,3 @@ class KGroupedStream(Generic[K, V]):
         if isinstance(windows, SlidingWindows):
             return SlidingWindowedKStream(self, windows)
         raise TypeError(f"windowed_by: unsupported windows {windows!r}")
-
-
-class KGroupedTable(Generic[K, V]):
-    def __init__(
-        self,
-        builder: InternalBuilder,
-        node: str,
-        key_serde: Serde[Any] | None,
-        value_serde: Serde[Any] | None,
-        grouped_name: str | None,
-    ) -> None:
-        self._builder = builder
-        self.node = node
-        self.key_serde = key_serde
-        self.value_serde = value_serde
-        self.grouped_name = grouped_name
-
-    def _aggregate(
-        self,
-        prefix: str,
-        materialized: Materialized | str | None,
-        default_value_serde: Serde[Any] | None,
-        make: Callable[[str, Callable[[], bool], str], Any],
-    ) -> KTable[K, Any]:
-        builder = self._builder
-        mat = Materialized.of(materialized)
-        store_name = mat.name or builder.new_name("KTABLE-AGGREGATE-STATE-STORE-")
-        base = self.grouped_name or store_name
-        parent = builder.add_repartition(
-            self.node,
-            base,
-            self.key_serde,
-            ChangeSerde(self.value_serde),
-            user_named=self.grouped_name is not None or mat.name is not None,
-        )
-        node = builder.new_name(prefix)
-        return _add_aggregate(
-            builder,
-            node,
-            parent,
-            mat,
-            store_name,
-            mat.key_serde or self.key_serde,
-            mat.value_serde or default_value_serde,
-            make,
-        )
-
-    def count(self, materialized: Materialized | str | None = None) -> KTable[K, int]:
-        return self._aggregate(
-            "KTABLE-AGGREGATE-",
-            materialized,
-            Long(),
-            lambda store, send_old, label: KTableAggregateProcessor(
-                store, send_old, label, adder=_count_add, subtractor=_count_subtract, initializer=_zero
-            ),
-        )
-
-    def reduce(
-        self,
-        adder: Callable[[V, V], V],
-        subtractor: Callable[[V, V], V],
-        materialized: Materialized | str | None = None,
-    ) -> KTable[K, V]:
-        return self._aggregate(
-            "KTABLE-REDUCE-",
-            materialized,
-            self.value_serde,
-            lambda store, send_old, label: KTableAggregateProcessor(
-                store, send_old, label, reduce_adder=adder, reduce_subtractor=subtractor
-            ),
-        )
-
-    def aggregate(
-        self,
-        initializer: Callable[[], VA],
-        adder: Callable[[K, V, VA], VA],
-        subtractor: Callable[[K, V, VA], VA],
-        materialized: Materialized | str | None = None,
-    ) -> KTable[K, VA]:
-        return self._aggregate(
-            "KTABLE-AGGREGATE-",
-            materialized,
-            None,
-            lambda store, send_old, label: KTableAggregateProcessor(
-                store, send_old, label, adder=adder, subtractor=subtractor, initializer=initializer
-            ),
-        )
