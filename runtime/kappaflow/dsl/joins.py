@@ -17,8 +17,8 @@ outer-store scan runs at most once per wall-clock interval (`__emit.interval.ms.
 spurious.results.fix__`, 1 s; the TopologyTestDriver sets 0): a scan costs a full store iteration, so
 unmatched results wait for the first record after the interval.
 
-`KStream` calls `stream_stream_join`, which returns the merge node for the stream to wrap: this module
-names `KStream` in annotations only.
+`KStream` calls `stream_stream_join`, which takes the streams as `StreamSide`s and returns the merge node
+for the stream to wrap.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import logging
 import struct
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kappaflow.api.config import EMIT_INTERVAL_OUTER_JOIN
 from kappaflow.api.errors import SerializationError, TopologyError
@@ -36,6 +36,7 @@ from kappaflow.api.processor import ProcessorContext
 from kappaflow.api.record import Record
 from kappaflow.api.serdes import Serde
 from kappaflow.dsl.graph import InternalBuilder, window_store_builder
+from kappaflow.dsl.join_sides import StreamSide
 from kappaflow.dsl.options import Materialized
 from kappaflow.dsl.stream_processors import drop_record
 from kappaflow.dsl.windows import JoinWindows
@@ -43,9 +44,6 @@ from kappaflow.state.api import KeyValueBytesStore, StateStore, StoreContext
 from kappaflow.state.builders import KeyValueStoreBuilder, Stores
 from kappaflow.state.kv_layers import ChangeLoggingKeyValueBytesStore, MeteredKeyValueStore
 from kappaflow.topology.nodes import SourceSpec
-
-if TYPE_CHECKING:
-    from kappaflow.dsl.kstream import KStream
 
 log = logging.getLogger(__name__)
 _TS = struct.Struct(">q")
@@ -337,8 +335,8 @@ class _PassThrough:
 
 
 def stream_stream_join(
-    left: KStream[Any, Any],
-    right: KStream[Any, Any],
+    left: StreamSide,
+    right: StreamSide,
     joiner: Callable[..., Any],
     windows: JoinWindows,
     kind: str,

@@ -12,20 +12,21 @@
 
 The helpers here wire the join's nodes and stores and return what the caller needs to build the result:
 the stream-side ones the node (the `KStream` makes the stream), the table-table one a table made by the
-left table. So this module names `KStream` and `KTable` in annotations only: both import it.
+left table. `KStream` and `KTable` call them, so they take the protocols of `dsl.join_sides`.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
 from kappaflow.api.errors import TopologyError
 from kappaflow.api.processor import ProcessorContext
 from kappaflow.api.record import Record
 from kappaflow.dsl.change import Change
 from kappaflow.dsl.graph import InternalBuilder
+from kappaflow.dsl.join_sides import GlobalTableSide, StreamSide, TableSide
 from kappaflow.dsl.joins import adapt_joiner, copartition
 from kappaflow.dsl.options import Joined, Materialized
 from kappaflow.dsl.stream_processors import drop_record
@@ -34,9 +35,7 @@ from kappaflow.dsl.value_getters import ValueGetter, ValueGetterSupplier
 from kappaflow.state.join_buffer import StreamJoinBuffer, StreamJoinBufferBuilder
 from kappaflow.state.timestamped import ValueAndTimestamp
 
-if TYPE_CHECKING:
-    from kappaflow.dsl.kstream import KStream
-    from kappaflow.dsl.ktable import GlobalKTable, KTable
+Table = TypeVar("Table", bound=TableSide)
 
 log = logging.getLogger(__name__)
 Joiner = Callable[[Any, Any, Any], Any]
@@ -116,8 +115,8 @@ class KStreamKTableJoinProcessor:
 
 
 def stream_table_join(
-    stream: KStream[Any, Any],
-    table: KTable[Any, Any],
+    stream: StreamSide,
+    table: TableSide,
     joiner: Callable[..., Any],
     left: bool,
     joined: Joined | None = None,
@@ -149,8 +148,8 @@ def stream_table_join(
 
 
 def stream_global_table_join(
-    stream: KStream[Any, Any],
-    table: GlobalKTable[Any, Any],
+    stream: StreamSide,
+    table: GlobalTableSide,
     key_mapper: Callable[[Any, Any], Any],
     joiner: Callable[..., Any],
     left: bool,
@@ -238,8 +237,8 @@ class KTableKTableMergeProcessor(_Stateful):
 
 
 def table_table_join(
-    left: KTable[Any, Any], right: KTable[Any, Any], joiner: Callable[..., Any], kind: str, materialized: Any
-) -> KTable[Any, Any]:
+    left: Table, right: Table, joiner: Callable[..., Any], kind: str, materialized: Any
+) -> Table:
     builder: InternalBuilder = left._builder
     if right._builder is not builder:
         raise TopologyError("cannot join tables from different StreamsBuilders")
