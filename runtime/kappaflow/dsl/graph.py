@@ -5,8 +5,9 @@ This module sits below every DSL type (`KStream`, `KTable`, grouped and windowed
 them depends on another through it. The one place a lower type must make a higher one - a table's
 `to_stream()` makes a `KStream`, and `dsl.kstream` imports `dsl.ktable` - goes through `new_stream`:
 `StreamsBuilder`, the module above both, hands in the `KStream` class when it creates the builder.
-That keeps the runtime import graph of `kappaflow.dsl` acyclic (an import-linter contract checks it);
-the types still name each other in annotations, under `TYPE_CHECKING`.
+So `kappaflow.dsl` imports nothing in a circle (an import-linter contract checks it). `KStream` is named
+here and in `dsl.ktable` in annotations only, under `TYPE_CHECKING`: the typed DSL's one back reference
+(a table's `to_stream()` returns a `KStream`), which the contract lists.
 """
 
 from __future__ import annotations
