@@ -30,6 +30,8 @@ from kappaflow.api.record import Headers, TestRecord, ensure_headers
 from kappaflow.api.serdes import Serde
 from kappaflow.state.builders import ReadOnlyKeyValueView
 from kappaflow.state.cache import ThreadCache
+from kappaflow.state.session_store import ReadOnlySessionView
+from kappaflow.state.window_store import ReadOnlyWindowView
 from kappaflow.tasks.global_task import GlobalTask
 from kappaflow.tasks.task import RawRecord, StreamTask
 from kappaflow.topology.topology import Topology
@@ -258,16 +260,12 @@ class TopologyTestDriver:
     def get_key_value_store(self, name: str) -> ReadOnlyKeyValueView:
         return ReadOnlyKeyValueView(self.get_state_store(name))
 
-    def get_window_store(self, name: str) -> Any:
+    def get_window_store(self, name: str) -> ReadOnlyWindowView:
         """A plain-value view of a window store: fetch(key, from, to), fetch_all, backward_fetch, ..."""
-        from kappaflow.state.window_store import ReadOnlyWindowView
-
         return ReadOnlyWindowView(self.get_state_store(name))
 
-    def get_session_store(self, name: str) -> Any:
+    def get_session_store(self, name: str) -> ReadOnlySessionView:
         """A view of a session store: fetch(key), find_sessions(key, earliest_end, latest_start), ..."""
-        from kappaflow.state.session_store import ReadOnlySessionView
-
         return ReadOnlySessionView(self.get_state_store(name))
 
     def get_timestamped_key_value_store(self, name: str) -> Any:

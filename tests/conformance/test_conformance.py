@@ -76,7 +76,7 @@ def dump_store(driver: TopologyTestDriver, kind: str, name: str, keys: set[str])
         return [[_windowed(key), value] for key, value in driver.get_window_store(name).all()]
     if kind == "session":
         view = driver.get_session_store(name)
-        return [[_windowed(key), value] for key in sorted(keys) for key, value in view.fetch(key)]
+        return [[_windowed(key), value] for wanted in sorted(keys) for key, value in view.fetch(wanted)]
     raise ValueError(f"unknown store kind {kind!r}")
 
 

@@ -2,9 +2,9 @@
 
 from kappaflow.dsl.builder import StreamsBuilder
 from kappaflow.dsl.change import Change
-from kappaflow.dsl.grouped import KGroupedStream, KGroupedTable
+from kappaflow.dsl.grouped import KGroupedStream
 from kappaflow.dsl.kstream import BranchedKStream, KStream
-from kappaflow.dsl.ktable import GlobalKTable, KTable
+from kappaflow.dsl.ktable import GlobalKTable, KGroupedTable, KTable
 from kappaflow.dsl.options import Consumed, Grouped, Joined, Materialized, Named, Produced, Repartitioned
 from kappaflow.dsl.suppress import BufferConfig, Suppressed
 from kappaflow.dsl.windowed import TimeWindowedKStream

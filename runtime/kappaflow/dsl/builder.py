@@ -4,113 +4,32 @@ Compilation is eager: each DSL call adds its nodes immediately, and decisions th
 next (a repartition topic is needed only when a key-changing operation is followed by a stateful one)
 are taken when the stateful operation is added, from a flag the stream carries. Node and store names
 follow Kafka Streams' `KSTREAM-<OP>-0000000001` scheme so descriptions read the same.
+
+`StreamsBuilder` is the top of the DSL's import graph: it imports `KStream` and `KTable` and hands the
+`KStream` class to the `InternalBuilder` (`dsl.graph`) the other DSL types share.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, overload
+from typing import Any, overload
 
-from kappaflow.api.errors import TopologyError
-from kappaflow.api.processor import ProcessorSupplier
 from kappaflow.api.serdes import Serde
 from kappaflow.api.time import TimestampExtractor
+from kappaflow.dsl.graph import InternalBuilder
+from kappaflow.dsl.kstream import KStream
+from kappaflow.dsl.ktable import GlobalKTable, KTable
 from kappaflow.dsl.options import Consumed, Materialized
-from kappaflow.dsl.stream_processors import NullKeyFilter
 from kappaflow.dsl.table_processors import KTableSourceProcessor
 from kappaflow.dsl.typevars import K, V
-from kappaflow.state.builders import KeyValueStoreBuilder, Stores
-from kappaflow.topology.nodes import InternalTopicSpec
+from kappaflow.dsl.value_getters import on_demand_store_getter
+from kappaflow.dsl.versioned_table import KTableVersionedSourceProcessor, versioned_getter
+from kappaflow.state.builders import Stores
 from kappaflow.topology.topology import Topology
-
-if TYPE_CHECKING:
-    from kappaflow.dsl.kstream import KStream
-    from kappaflow.dsl.ktable import GlobalKTable, KTable
-
-
-class InternalBuilder:
-    """Shared state of one StreamsBuilder: the topology under construction and the name counter."""
-
-    def __init__(self) -> None:
-        self.topology = Topology()
-        self._index = 0
-
-    def new_name(self, prefix: str) -> str:
-        name = f"{prefix}{self._index:010d}"
-        self._index += 1
-        return name
-
-    def add_processor(
-        self, prefix: str, supplier: ProcessorSupplier, *parents: str, name: str | None = None
-    ) -> str:
-        node = name or self.new_name(prefix)
-        self.topology.add_processor(node, supplier, *parents)
-        return node
-
-    def kv_store_builder(
-        self,
-        materialized: Materialized,
-        generated_name: str,
-        key_serde: Serde[Any] | None,
-        value_serde: Serde[Any] | None,
-    ) -> KeyValueStoreBuilder[Any, Any]:
-        name = materialized.name or generated_name
-        if materialized.store_type == "memory":
-            supplier = Stores.in_memory_key_value_store(name)
-        else:
-            supplier = Stores.persistent_timestamped_key_value_store(name)
-        builder = Stores.timestamped_key_value_store_builder(
-            supplier, materialized.key_serde or key_serde, materialized.value_serde or value_serde
-        )
-        builder.caching_enabled = materialized.caching
-        if materialized.logging:
-            builder.with_logging_enabled(materialized.log_config)
-        else:
-            builder.with_logging_disabled()
-        return builder
-
-    def add_repartition(
-        self,
-        parent: str,
-        base_name: str,
-        key_serde: Serde[Any] | None,
-        value_serde: Serde[Any] | None,
-        *,
-        user_named: bool,
-        partitions: int | None = None,
-        partitioner: Any = None,
-        drop_null_keys: bool = True,
-    ) -> str:
-        """Insert null-key filter -> sink -> `<base>-repartition` -> source; returns the source's name.
-        Nodes are named `<base>-repartition-filter/-sink/-source` when the user named the operation.
-        `drop_null_keys=False` keeps null keys (a left foreign-key join's subscription with a null
-        foreign key must travel on, KIP-962); the filter node is then a pass-through."""
-        topic = f"{base_name}-repartition"
-        if topic in self.topology.internal_topics:
-            raise TopologyError(
-                f"repartition topic '{topic}' already exists: name the grouping or store differently"
-            )
-        self.topology.add_internal_topic(
-            InternalTopicSpec(
-                topic, "repartition", partitions, {"cleanup.policy": "delete", "retention.ms": "-1"}
-            )
-        )
-        names = [self.new_name(p) for p in ("KSTREAM-FILTER-", "KSTREAM-SINK-", "KSTREAM-SOURCE-")]
-        if user_named:
-            names = [f"{topic}-filter", f"{topic}-sink", f"{topic}-source"]
-        filter_name, sink, source = names
-        self.topology.add_processor(
-            filter_name, lambda: NullKeyFilter(filter_name, enabled=drop_null_keys), parent
-        )
-        self.topology.add_sink(
-            sink, topic, filter_name, key_serde=key_serde, value_serde=value_serde, partitioner=partitioner
-        )
-        self.topology.add_source(source, topic, key_serde=key_serde, value_serde=value_serde)
-        return source
 
 
 class StreamsBuilder:
     def __init__(self) -> None:
-        self._internal = InternalBuilder()
+        self._internal = InternalBuilder(stream_factory=KStream)
 
     @overload
     def stream(
@@ -144,8 +63,6 @@ class StreamsBuilder:
         consumed: Consumed | None = None,
     ) -> KStream[Any, Any]:
         """A stream of `topics`; with both serdes given, typed `KStream[K, V]` by them."""
-        from kappaflow.dsl.kstream import KStream
-
         if consumed is not None:
             key_serde = key_serde or consumed.key_serde
             value_serde = value_serde or consumed.value_serde
@@ -193,8 +110,6 @@ class StreamsBuilder:
         timestamp_extractor: TimestampExtractor | None = None,
     ) -> KTable[Any, Any]:
         """A table of `topic`; with both serdes given, typed `KTable[K, V]` by them."""
-        from kappaflow.dsl.ktable import KTable, on_demand_store_getter
-
         internal = self._internal
         mat = Materialized.of(materialized)
         store_name = mat.name or internal.new_name(f"{topic}-STATE-STORE-")
@@ -231,8 +146,6 @@ class StreamsBuilder:
         value_serde: Serde[Any] | None = None,
         materialized: Materialized | str | None = None,
     ) -> GlobalKTable[Any, Any]:
-        from kappaflow.dsl.ktable import GlobalKTable
-
         internal = self._internal
         mat = Materialized.of(materialized)
         store_name = mat.name or internal.new_name(f"{topic}-STATE-STORE-")
@@ -270,9 +183,6 @@ def _versioned_table(
     value_serde: Serde[Any] | None,
 ) -> KTable[Any, Any]:
     """A source table in a versioned store (KIP-914): no cache, as-of lookups for stream joins."""
-    from kappaflow.dsl.ktable import KTable
-    from kappaflow.dsl.versioned_table import KTableVersionedSourceProcessor, versioned_getter
-
     assert mat.versioned is not None
     name = mat.versioned.name
     table: KTable[Any, Any] = KTable(

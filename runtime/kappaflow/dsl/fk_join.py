@@ -20,6 +20,9 @@ The internal topics' value formats are kappaflow's own (only kappaflow reads the
 rows with a null foreign key (they join with null, KIP-962, Kafka 3.7+); an inner join drops and counts
 them. Without `Materialized` the result has no store and needs no value serde, as in Java; a later
 operation that must look the result up (a join) materializes it then.
+
+`KTable.join` calls `foreign_key_join`, so it takes the tables as `TableSide`s and makes the result
+table through the left one (`_derive_table`).
 """
 
 from __future__ import annotations
@@ -27,20 +30,23 @@ from __future__ import annotations
 import hashlib
 import struct
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from kappaflow.api.errors import TopologyError
 from kappaflow.api.processor import ProcessorContext
 from kappaflow.api.record import Record
 from kappaflow.api.serdes import Bytes, Serde
-from kappaflow.dsl.builder import InternalBuilder
 from kappaflow.dsl.change import Change
+from kappaflow.dsl.graph import InternalBuilder
+from kappaflow.dsl.join_sides import TableSide
 from kappaflow.dsl.joins import _PassThrough, adapt_joiner, source_topics
-from kappaflow.dsl.ktable import KTable, ValueGetter, ValueGetterSupplier
 from kappaflow.dsl.options import Materialized
 from kappaflow.dsl.stream_processors import drop_record
 from kappaflow.dsl.table_joins import KTableKTableMergeProcessor
+from kappaflow.dsl.value_getters import ValueGetter, ValueGetterSupplier
 from kappaflow.state.builders import Stores
+
+Table = TypeVar("Table", bound=TableSide)
 
 _LEN = struct.Struct(">i")
 DELETE_NO_PROPAGATE, DELETE_AND_PROPAGATE, PROPAGATE_NULL_IF_NO_FK_VALUE, PROPAGATE_ONLY_IF_FK_VALUE = range(
@@ -271,14 +277,14 @@ class ResponseResolverProcessor:
 
 
 def foreign_key_join(
-    left: KTable[Any, Any],
-    right: KTable[Any, Any],
+    left: Table,
+    right: Table,
     extractor: Callable[[Any], Any],
     joiner: Callable[..., Any],
     left_join: bool,
     materialized: Materialized | str | None,
     name: str | None = None,
-) -> KTable[Any, Any]:
+) -> Table:
     builder: InternalBuilder = left._builder
     if right._builder is not builder:
         raise TopologyError("cannot join tables from different StreamsBuilders")
@@ -339,11 +345,11 @@ def foreign_key_join(
 
 def _output_table(
     builder: InternalBuilder,
-    left: KTable[Any, Any],
+    left: Table,
     parent: str,
     output: str,
     materialized: Materialized | str | None,
-) -> KTable[Any, Any]:
+) -> Table:
     """The join's result table: with a store only when materialized, or when something asks for its
     value getter (then the store is added, named like Java's `KTABLE-FK-JOIN-OUTPUT-STATE-STORE-`)."""
     topology = builder.topology
@@ -370,7 +376,7 @@ def _output_table(
     if materialized is not None:
         materialize()
     getter = ValueGetterSupplier(store, bind, None if store else materialize)
-    table: KTable[Any, Any] = KTable(
-        builder, output, left.key_serde, mat.value_serde, store[0] if store else None, None, getter
+    table = left._derive_table(
+        output, left.key_serde, mat.value_serde, store[0] if store else None, getter=getter
     )
     return table

@@ -16,6 +16,9 @@ processors of a task and advanced by every record, null keys included. As in Kaf
 outer-store scan runs at most once per wall-clock interval (`__emit.interval.ms.kstreams.outer.join.
 spurious.results.fix__`, 1 s; the TopologyTestDriver sets 0): a scan costs a full store iteration, so
 unmatched results wait for the first record after the interval.
+
+`KStream` calls `stream_stream_join`, which takes the streams as `StreamSide`s and returns the merge node
+for the stream to wrap.
 """
 
 from __future__ import annotations
@@ -32,10 +35,10 @@ from kappaflow.api.errors import SerializationError, TopologyError
 from kappaflow.api.processor import ProcessorContext
 from kappaflow.api.record import Record
 from kappaflow.api.serdes import Serde
-from kappaflow.dsl.builder import InternalBuilder
+from kappaflow.dsl.graph import InternalBuilder, window_store_builder
+from kappaflow.dsl.join_sides import StreamSide
 from kappaflow.dsl.options import Materialized
 from kappaflow.dsl.stream_processors import drop_record
-from kappaflow.dsl.windowed import window_store_builder
 from kappaflow.dsl.windows import JoinWindows
 from kappaflow.state.api import KeyValueBytesStore, StateStore, StoreContext
 from kappaflow.state.builders import KeyValueStoreBuilder, Stores
@@ -332,8 +335,8 @@ class _PassThrough:
 
 
 def stream_stream_join(
-    left: Any,
-    right: Any,
+    left: StreamSide,
+    right: StreamSide,
     joiner: Callable[..., Any],
     windows: JoinWindows,
     kind: str,
@@ -343,10 +346,9 @@ def stream_stream_join(
     value_serde: Serde[Any] | None,
     other_value_serde: Serde[Any] | None,
     store_type: str,
-) -> Any:
-    """Compile `left.join/left_join/outer_join(right, joiner, windows)`; `kind` is inner|left|outer."""
-    from kappaflow.dsl.kstream import KStream
-
+) -> tuple[str, Serde[Any] | None]:
+    """Compile `left.join/left_join/outer_join(right, joiner, windows)`; `kind` is inner|left|outer.
+    Returns the merge node and the result's key serde."""
     builder: InternalBuilder = left._builder
     if right._builder is not builder:
         raise TopologyError("cannot join streams from different StreamsBuilders")
@@ -417,4 +419,4 @@ def stream_stream_join(
         osb.serdes = (key_serde, left_serde, right_serde)
         topology.add_state_store(osb, this_join, other_join)
     topology.add_processor(merge, _PassThrough, this_join, other_join)
-    return KStream(builder, merge, key_serde, None, repartition_required=False)
+    return merge, key_serde

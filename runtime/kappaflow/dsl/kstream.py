@@ -4,17 +4,23 @@ A stream remembers whether a key-changing operation happened since its last repa
 (`repartition_required`); the next stateful operation inserts a repartition topic only then. Serdes
 propagate as in Kafka Streams: operations that keep the key keep its serde, and value mappers drop the
 value serde (it must then come from the next operation's options or the config defaults).
+
+This module sits above `KTable`, the grouped and windowed streams and the join helpers, and imports them;
+none of them imports it at run time (a table's `to_stream()` makes its stream through the builder).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Generic, overload
+from typing import Any, Generic, overload
 
 from kappaflow.api.errors import TopologyError
 from kappaflow.api.processor import Processor
 from kappaflow.api.serdes import Serde
-from kappaflow.dsl.builder import InternalBuilder
+from kappaflow.dsl.graph import InternalBuilder
+from kappaflow.dsl.grouped import KGroupedStream
+from kappaflow.dsl.joins import stream_stream_join
+from kappaflow.dsl.ktable import GlobalKTable, KTable
 from kappaflow.dsl.options import Grouped, Joined, Materialized, Produced, Repartitioned
 from kappaflow.dsl.stream_processors import (
     BranchProcessor,
@@ -30,13 +36,10 @@ from kappaflow.dsl.stream_processors import (
     SelectKeyProcessor,
     takes_key,
 )
+from kappaflow.dsl.table_joins import stream_global_table_join, stream_table_join
 from kappaflow.dsl.table_processors import KTableSourceProcessor
 from kappaflow.dsl.typevars import KR, VR, K, V
 from kappaflow.topology.nodes import StreamPartitioner, TopicNameExtractor
-
-if TYPE_CHECKING:
-    from kappaflow.dsl.grouped import KGroupedStream
-    from kappaflow.dsl.ktable import KTable
 
 
 class KStream(Generic[K, V]):
@@ -247,8 +250,6 @@ class KStream(Generic[K, V]):
     def to_table(
         self, materialized: Materialized | str | None = None, *, name: str | None = None
     ) -> KTable[K, V]:
-        from kappaflow.dsl.ktable import KTable
-
         builder = self._builder
         mat = Materialized.of(materialized)
         parent = self.node
@@ -279,8 +280,6 @@ class KStream(Generic[K, V]):
         value_serde: Serde[V] | None = None,
         grouped: Grouped | None = None,
     ) -> KGroupedStream[K, V]:
-        from kappaflow.dsl.grouped import KGroupedStream
-
         opts = grouped or Grouped()
         return KGroupedStream(
             self._builder,
@@ -319,24 +318,23 @@ class KStream(Generic[K, V]):
         other_value_serde: Serde[Any] | None,
         store_type: str,
     ) -> KStream[Any, Any]:
-        from kappaflow.dsl.joins import stream_stream_join
-        from kappaflow.dsl.ktable import GlobalKTable, KTable
-        from kappaflow.dsl.table_joins import stream_global_table_join, stream_table_join
-
         if isinstance(other, KStream):
-            return stream_stream_join(  # type: ignore[no-any-return]
+            merge, joined_key_serde = stream_stream_join(
                 self, other, second, third, kind, name=name, key_serde=key_serde, value_serde=value_serde,
                 other_value_serde=other_value_serde, store_type=store_type,
             )  # fmt: skip
+            return KStream(self._builder, merge, joined_key_serde, None, repartition_required=False)
         if kind == "outer":
             raise TopologyError("outer_join is defined for two streams or two tables only")
         if isinstance(other, KTable):
             joined = third if isinstance(third, Joined) else None
-            return stream_table_join(self, other, second, kind == "left", joined)  # type: ignore[no-any-return]
+            node = stream_table_join(self, other, second, kind == "left", joined)
+            return KStream(self._builder, node, self.key_serde, None, repartition_required=False)
         if isinstance(other, GlobalKTable):
             if third is None:
                 raise TopologyError("a GlobalKTable join needs a key mapper and a joiner")
-            return stream_global_table_join(self, other, second, third, kind == "left")  # type: ignore[no-any-return]
+            node = stream_global_table_join(self, other, second, third, kind == "left")
+            return KStream(self._builder, node, self.key_serde, None, self.repartition_required)
         raise TopologyError(f"cannot join a stream with {other!r}")
 
     def join(

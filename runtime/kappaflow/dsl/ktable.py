@@ -1,4 +1,4 @@
-"""`KTable` (a changelog stream: the latest value per key) and `GlobalKTable`.
+"""`KTable` (a changelog stream: the latest value per key), `KGroupedTable` and `GlobalKTable`.
 
 Table processors exchange `Change(new, old)`. Old values are sent only when something downstream needs
 them (a re-grouping, a join), as Kafka Streams does: `enable_send_old_values` walks up to the source, and
@@ -7,6 +7,11 @@ visible: a filter that sees old values suppresses a tombstone for a key that nev
 that does not emits one; a filter asks a materialized parent for them when built (Java's KTableFilter).
 Each table can also hand out a *value getter* - a way to look up the current value of a key - which
 joins use; derived tables without a store compute it from their parent's getter.
+
+A table and its re-grouping make each other (`group_by` -> `KGroupedTable` -> `aggregate` -> `KTable`),
+so both live here. The table-table and foreign-key join helpers sit below this module and make their
+result tables through `KTable._derive_table`; a table's `to_stream()` makes its `KStream` through the
+builder (see `dsl.graph`), as `dsl.kstream` imports this module.
 """
 
 from __future__ import annotations
@@ -16,97 +21,33 @@ from typing import TYPE_CHECKING, Any, Generic, overload
 
 from kappaflow.api.errors import TopologyError
 from kappaflow.api.processor import ProcessorContext
-from kappaflow.api.serdes import Serde
-from kappaflow.dsl.builder import InternalBuilder
+from kappaflow.api.serdes import Long, Serde
+from kappaflow.dsl.change import ChangeSerde
+from kappaflow.dsl.fk_join import foreign_key_join
+from kappaflow.dsl.graph import InternalBuilder
 from kappaflow.dsl.options import Grouped, Materialized
 from kappaflow.dsl.stream_processors import takes_key
 from kappaflow.dsl.suppress import KTableSuppressProcessor, Suppressed, change_codec, suppressed_getter
+from kappaflow.dsl.table_joins import table_table_join
 from kappaflow.dsl.table_processors import (
+    KTableAggregateProcessor,
     KTableFilterProcessor,
     KTableMapValuesProcessor,
     KTableRepartitionMapProcessor,
     KTableToStreamProcessor,
+    count_add,
+    count_initial,
+    count_subtract,
 )
 from kappaflow.dsl.table_transform import KTableTransformValuesProcessor, transformed_lookup
-from kappaflow.dsl.typevars import KR, VR, K, V
-from kappaflow.state.builders import KeyValueStoreBuilder
+from kappaflow.dsl.typevars import KR, VA, VR, K, V
+from kappaflow.dsl.value_getters import ValueGetter, ValueGetterSupplier, store_getter
 from kappaflow.state.time_ordered_buffer import BufferStoreBuilder
 from kappaflow.state.timestamped import ValueAndTimestamp
 
 if TYPE_CHECKING:
     from kappaflow.api.processor import ValueTransformerWithKey
-    from kappaflow.dsl.grouped import KGroupedTable
     from kappaflow.dsl.kstream import KStream
-
-# A value getter looks up a key's current (value, timestamp) from inside a processor of the same task.
-ValueGetter = Callable[[Any], ValueAndTimestamp[Any] | None]
-# A versioned table's lookup as of a timestamp.
-AsOfGetter = Callable[[Any, int], ValueAndTimestamp[Any] | None]
-
-
-class ValueGetterSupplier:
-    """Builds a value getter bound to a processor context; `store_names` must be connected to the
-    processor that uses it."""
-
-    def __init__(
-        self,
-        store_names: list[str] | Callable[[], list[str]],
-        bind: Callable[[ProcessorContext], ValueGetter],
-        materialize: Callable[[], None] | None = None,
-        bind_as_of: Callable[[ProcessorContext], AsOfGetter] | None = None,
-    ) -> None:
-        # a callable defers asking a parent for its stores (and so materializing it) until a processor
-        # actually connects this getter, as Java resolves `valueGetterSupplier()` only on use
-        self._store_names = store_names
-        self._bind = bind
-        self._materialize = materialize
-        self._bind_as_of = bind_as_of
-
-    def get_as_of(self, context: ProcessorContext) -> AsOfGetter | None:
-        """For a versioned table: a lookup of the value valid at a given time (KIP-914)."""
-        return None if self._bind_as_of is None else self._bind_as_of(context)
-
-    @property
-    def store_names(self) -> list[str]:
-        """The stores to connect; asking for them materializes a table that has its store only on
-        demand (a foreign-key join's result, as Java's `KTableSource.materialize()`)."""
-        self.materialize()
-        names = self._store_names
-        return names() if callable(names) else names
-
-    def materialize(self) -> None:
-        """Create the store of a table that has one only on demand (once)."""
-        if self._materialize is not None:
-            materialize, self._materialize = self._materialize, None
-            materialize()
-
-    def get(self, context: ProcessorContext) -> ValueGetter:
-        return self._bind(context)
-
-
-def _store_getter(store_name: str) -> ValueGetterSupplier:
-    def bind(context: ProcessorContext) -> ValueGetter:
-        store = context.get_state_store(store_name)
-        return store.get  # type: ignore[no-any-return]
-
-    return ValueGetterSupplier([store_name], bind)
-
-
-def on_demand_store_getter(store: KeyValueStoreBuilder[Any, Any]) -> ValueGetterSupplier:
-    """The getter of an unnamed `builder.table`, which has no store in Java until something needs its
-    values (a join, a re-grouping): until then it forwards every update as it comes, without a record
-    cache. kappaflow keeps the store (for old values) but caches it only once it is materialized."""
-    caching = store.caching_enabled
-    store.caching_enabled = False
-    name = store.name
-
-    def materialize() -> None:
-        store.caching_enabled = caching
-
-    def bind(context: ProcessorContext) -> ValueGetter:
-        return context.get_state_store(name).get  # type: ignore[no-any-return]
-
-    return ValueGetterSupplier([name], bind, materialize=materialize)
 
 
 class KTable(Generic[K, V]):
@@ -121,6 +62,7 @@ class KTable(Generic[K, V]):
         store_name: str | None,
         parent: KTable[Any, Any] | None,
         getter: ValueGetterSupplier | None = None,
+        join_parents: tuple[KTable[Any, Any], ...] = (),
     ) -> None:
         self._builder = builder
         self.node = node
@@ -128,6 +70,8 @@ class KTable(Generic[K, V]):
         self.value_serde = value_serde
         self.store_name = store_name
         self._parent = parent
+        # a join's result has no single parent: asking it for old values asks both sides
+        self._join_parents = join_parents
         self._send_old = False
         # set on windowed aggregation results: suppress(until_window_closes) needs the grace period
         self.window_grace_ms: int | None = None
@@ -138,8 +82,23 @@ class KTable(Generic[K, V]):
         self.materialized = store_name is not None
         if getter is None:
             assert store_name is not None, "a table without a store needs a value getter"
-            getter = _store_getter(store_name)
+            getter = store_getter(store_name)
         self.value_getter_supplier = getter
+
+    def _derive_table(
+        self,
+        node: str,
+        key_serde: Serde[Any] | None,
+        value_serde: Serde[Any] | None,
+        store_name: str | None,
+        *,
+        getter: ValueGetterSupplier | None = None,
+        join_parents: tuple[KTable[Any, Any], ...] = (),
+    ) -> KTable[Any, Any]:
+        """A new table of this table's builder, for the join helpers in the modules below this one."""
+        return KTable(
+            self._builder, node, key_serde, value_serde, store_name, None, getter, join_parents=join_parents
+        )
 
     @property
     def queryable_store_name(self) -> str | None:
@@ -153,8 +112,9 @@ class KTable(Generic[K, V]):
         demand gets it now."""
         self._send_old = True
         self.value_getter_supplier.materialize()
-        if self._parent is not None:
-            self._parent.enable_send_old_values()
+        for parent in (self._parent, *self._join_parents):
+            if parent is not None:
+                parent.enable_send_old_values()
 
     def _try_enable_send_old_values(self) -> bool:
         """Java's `enableSendingOldValues(forceMaterialization=false)`: a table with a store of its own
@@ -304,10 +264,8 @@ class KTable(Generic[K, V]):
         return table
 
     def to_stream(self, *, name: str | None = None) -> KStream[K, V]:
-        from kappaflow.dsl.kstream import KStream
-
         node = self._builder.add_processor("KTABLE-TOSTREAM-", KTableToStreamProcessor, self.node, name=name)
-        return KStream(self._builder, node, self.key_serde, self.value_serde, repartition_required=False)
+        return self._builder.new_stream(node, self.key_serde, self.value_serde, repartition_required=False)
 
     def group_by(
         self,
@@ -318,8 +276,6 @@ class KTable(Generic[K, V]):
         grouped: Grouped | None = None,
     ) -> KGroupedTable[KR, VR]:
         """Re-group the table by `selector(key, value) -> (new_key, new_value)`."""
-        from kappaflow.dsl.grouped import KGroupedTable
-
         opts = grouped or Grouped()
         self.enable_send_old_values()
         node = self._builder.add_processor(
@@ -337,11 +293,7 @@ class KTable(Generic[K, V]):
     def _join(
         self, kind: str, other: KTable[Any, Any], second: Callable[..., Any], third: Any, materialized: Any
     ) -> KTable[K, Any]:
-        from kappaflow.dsl.table_joins import table_table_join
-
         if callable(third):  # (other, foreign_key_extractor, joiner[, materialized])
-            from kappaflow.dsl.fk_join import foreign_key_join
-
             return foreign_key_join(self, other, second, third, kind == "left", materialized)
         return table_table_join(self, other, second, kind, third if third is not None else materialized)
 
@@ -371,8 +323,6 @@ class KTable(Generic[K, V]):
         joiner: Callable[..., Any],
         materialized: Materialized | str | None = None,
     ) -> KTable[K, Any]:
-        from kappaflow.dsl.table_joins import table_table_join
-
         return table_table_join(self, other, joiner, "outer", materialized)
 
     def suppress(self, suppressed: Suppressed) -> KTable[K, V]:
@@ -407,6 +357,114 @@ class KTable(Generic[K, V]):
             getter=ValueGetterSupplier(
                 lambda: [*parent_getter.store_names, store],
                 suppressed_getter(self.value_getter_supplier, store),
+            ),
+        )
+
+
+def aggregate_table(
+    builder: InternalBuilder,
+    node: str,
+    parent: str,
+    mat: Materialized,
+    store_name: str,
+    key_serde: Serde[Any] | None,
+    value_serde: Serde[Any] | None,
+    make: Callable[[str, Callable[[], bool], str], Any],
+) -> KTable[Any, Any]:
+    """The aggregation node, its timestamped store and the KTable over it (streams and tables alike)."""
+    table: KTable[Any, Any] = KTable(builder, node, key_serde, value_serde, store_name, parent=None)
+    send_old = table.send_old_values_enabled
+    builder.topology.add_processor(node, lambda: make(store_name, send_old, node), parent)
+    builder.topology.add_state_store(builder.kv_store_builder(mat, store_name, key_serde, value_serde), node)
+    return table
+
+
+class KGroupedTable(Generic[K, V]):
+    """A re-grouped table. It always repartitions, carrying (new, old) changes so the aggregate can
+    subtract what a key's previous value contributed."""
+
+    def __init__(
+        self,
+        builder: InternalBuilder,
+        node: str,
+        key_serde: Serde[Any] | None,
+        value_serde: Serde[Any] | None,
+        grouped_name: str | None,
+    ) -> None:
+        self._builder = builder
+        self.node = node
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+        self.grouped_name = grouped_name
+
+    def _aggregate(
+        self,
+        prefix: str,
+        materialized: Materialized | str | None,
+        default_value_serde: Serde[Any] | None,
+        make: Callable[[str, Callable[[], bool], str], Any],
+    ) -> KTable[K, Any]:
+        builder = self._builder
+        mat = Materialized.of(materialized)
+        store_name = mat.name or builder.new_name("KTABLE-AGGREGATE-STATE-STORE-")
+        base = self.grouped_name or store_name
+        parent = builder.add_repartition(
+            self.node,
+            base,
+            self.key_serde,
+            ChangeSerde(self.value_serde),
+            user_named=self.grouped_name is not None or mat.name is not None,
+        )
+        node = builder.new_name(prefix)
+        return aggregate_table(
+            builder,
+            node,
+            parent,
+            mat,
+            store_name,
+            mat.key_serde or self.key_serde,
+            mat.value_serde or default_value_serde,
+            make,
+        )
+
+    def count(self, materialized: Materialized | str | None = None) -> KTable[K, int]:
+        return self._aggregate(
+            "KTABLE-AGGREGATE-",
+            materialized,
+            Long(),
+            lambda store, send_old, label: KTableAggregateProcessor(
+                store, send_old, label, adder=count_add, subtractor=count_subtract, initializer=count_initial
+            ),
+        )
+
+    def reduce(
+        self,
+        adder: Callable[[V, V], V],
+        subtractor: Callable[[V, V], V],
+        materialized: Materialized | str | None = None,
+    ) -> KTable[K, V]:
+        return self._aggregate(
+            "KTABLE-REDUCE-",
+            materialized,
+            self.value_serde,
+            lambda store, send_old, label: KTableAggregateProcessor(
+                store, send_old, label, reduce_adder=adder, reduce_subtractor=subtractor
+            ),
+        )
+
+    def aggregate(
+        self,
+        initializer: Callable[[], VA],
+        adder: Callable[[K, V, VA], VA],
+        subtractor: Callable[[K, V, VA], VA],
+        materialized: Materialized | str | None = None,
+    ) -> KTable[K, VA]:
+        return self._aggregate(
+            "KTABLE-AGGREGATE-",
+            materialized,
+            None,
+            lambda store, send_old, label: KTableAggregateProcessor(
+                store, send_old, label, adder=adder, subtractor=subtractor, initializer=initializer
             ),
         )
 

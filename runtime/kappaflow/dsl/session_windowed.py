@@ -21,9 +21,9 @@ from kappaflow.api.record import Record
 from kappaflow.api.serdes import Long, Serde
 from kappaflow.api.windowed_serdes import SessionWindowedSerde
 from kappaflow.api.windows import Window, Windowed
-from kappaflow.dsl.builder import InternalBuilder
 from kappaflow.dsl.change import Change
 from kappaflow.dsl.emit import EmitStrategy, SessionCloseEmitter, WindowEmitMixin, with_emitter
+from kappaflow.dsl.graph import InternalBuilder
 from kappaflow.dsl.ktable import KTable
 from kappaflow.dsl.options import Materialized
 from kappaflow.dsl.stream_processors import drop_record

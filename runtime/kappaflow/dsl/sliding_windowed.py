@@ -21,15 +21,14 @@ from kappaflow.api.record import Record
 from kappaflow.api.serdes import Long, Serde
 from kappaflow.api.windowed_serdes import TimeWindowedSerde
 from kappaflow.api.windows import Window, Windowed
-from kappaflow.dsl.builder import InternalBuilder
 from kappaflow.dsl.change import Change
 from kappaflow.dsl.emit import EmitStrategy, WindowEmitMixin, sliding_window_emitter, with_emitter
+from kappaflow.dsl.graph import InternalBuilder, window_store_builder
 from kappaflow.dsl.ktable import KTable
 from kappaflow.dsl.options import Materialized
 from kappaflow.dsl.stream_processors import drop_record
 from kappaflow.dsl.table_processors import _Stateful
 from kappaflow.dsl.typevars import VA, K, V
-from kappaflow.dsl.windowed import window_store_builder
 from kappaflow.dsl.windows import SlidingWindows
 from kappaflow.state.timestamped import ValueAndTimestamp
 

@@ -9,26 +9,33 @@
   max(this update's time, the other value's time). Inner joins emit only when the other side has a
   value (and then a tombstone when this side's value goes away); left joins always emit for left-side
   updates; outer joins for updates of either side. Tombstones propagate as `None` results.
+
+The helpers here wire the join's nodes and stores and return what the caller needs to build the result:
+the stream-side ones the node (the `KStream` makes the stream), the table-table one a table made by the
+left table. `KStream` and `KTable` call them, so they take the protocols of `dsl.join_sides`.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from kappaflow.api.errors import TopologyError
 from kappaflow.api.processor import ProcessorContext
 from kappaflow.api.record import Record
-from kappaflow.dsl.builder import InternalBuilder
 from kappaflow.dsl.change import Change
+from kappaflow.dsl.graph import InternalBuilder
+from kappaflow.dsl.join_sides import GlobalTableSide, StreamSide, TableSide
 from kappaflow.dsl.joins import adapt_joiner, copartition
-from kappaflow.dsl.ktable import KTable, ValueGetter, ValueGetterSupplier
 from kappaflow.dsl.options import Joined, Materialized
 from kappaflow.dsl.stream_processors import drop_record
 from kappaflow.dsl.table_processors import _Stateful
+from kappaflow.dsl.value_getters import ValueGetter, ValueGetterSupplier
 from kappaflow.state.join_buffer import StreamJoinBuffer, StreamJoinBufferBuilder
 from kappaflow.state.timestamped import ValueAndTimestamp
+
+Table = TypeVar("Table", bound=TableSide)
 
 log = logging.getLogger(__name__)
 Joiner = Callable[[Any, Any, Any], Any]
@@ -108,10 +115,13 @@ class KStreamKTableJoinProcessor:
 
 
 def stream_table_join(
-    stream: Any, table: KTable[Any, Any], joiner: Callable[..., Any], left: bool, joined: Joined | None = None
-) -> Any:
-    from kappaflow.dsl.kstream import KStream
-
+    stream: StreamSide,
+    table: TableSide,
+    joiner: Callable[..., Any],
+    left: bool,
+    joined: Joined | None = None,
+) -> str:
+    """Wire `stream.join/left_join(table, joiner)`; returns the join node (its records keep the key)."""
     builder: InternalBuilder = stream._builder
     node = stream.node
     if stream.repartition_required:
@@ -134,14 +144,17 @@ def stream_table_join(
         value_serde = opts.value_serde or stream.value_serde
         store = StreamJoinBufferBuilder(buffer, key_serde, value_serde, opts.grace_period_ms)
         builder.topology.add_state_store(store, name)
-    return KStream(builder, name, stream.key_serde, None, repartition_required=False)
+    return name
 
 
 def stream_global_table_join(
-    stream: Any, table: Any, key_mapper: Callable[[Any, Any], Any], joiner: Callable[..., Any], left: bool
-) -> Any:
-    from kappaflow.dsl.kstream import KStream
-
+    stream: StreamSide,
+    table: GlobalTableSide,
+    key_mapper: Callable[[Any, Any], Any],
+    joiner: Callable[..., Any],
+    left: bool,
+) -> str:
+    """Wire `stream.join/left_join(global_table, key_mapper, joiner)`; returns the join node."""
     builder: InternalBuilder = stream._builder
     name = builder.new_name("KSTREAM-LEFTJOIN-" if left else "KSTREAM-JOIN-")
     store_name = table.store_name
@@ -156,7 +169,7 @@ def stream_global_table_join(
         name, lambda: KStreamKTableJoinProcessor(getter, adapted, left, name, key_mapper), stream.node
     )
     builder.topology.connect_processor_and_state_stores(name, store_name)
-    return KStream(builder, name, stream.key_serde, None, repartition_required=stream.repartition_required)
+    return name
 
 
 # ----------------------------------------------------------------- table-table
@@ -223,22 +236,9 @@ class KTableKTableMergeProcessor(_Stateful):
         self._emit(record, change.new_value, old, record.timestamp)
 
 
-class JoinedKTable(KTable[Any, Any]):
-    """A join result: asking it for old values asks both parents (when it has no store of its own)."""
-
-    def __init__(self, *args: Any, parents: tuple[KTable[Any, Any], KTable[Any, Any]], **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._join_parents = parents
-
-    def enable_send_old_values(self) -> None:
-        self._send_old = True
-        for parent in self._join_parents:
-            parent.enable_send_old_values()
-
-
 def table_table_join(
-    left: KTable[Any, Any], right: KTable[Any, Any], joiner: Callable[..., Any], kind: str, materialized: Any
-) -> KTable[Any, Any]:
+    left: Table, right: Table, joiner: Callable[..., Any], kind: str, materialized: Any
+) -> Table:
     builder: InternalBuilder = left._builder
     if right._builder is not builder:
         raise TopologyError("cannot join tables from different StreamsBuilders")
@@ -268,8 +268,8 @@ def table_table_join(
 
     getter = None if store_name else ValueGetterSupplier(lg.store_names + rg.store_names, bind)
     value_serde = mat.value_serde if mat is not None else None
-    table = JoinedKTable(
-        builder, merge, left.key_serde, value_serde, store_name, None, getter, parents=(left, right)
+    table = left._derive_table(
+        merge, left.key_serde, value_serde, store_name, getter=getter, join_parents=(left, right)
     )
     topology = builder.topology
     topology.add_processor(

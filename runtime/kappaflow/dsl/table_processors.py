@@ -238,6 +238,21 @@ class KTableRepartitionMapProcessor:
         return None
 
 
+def count_add(key: Any, value: Any, aggregate: int) -> int:
+    """`count()`'s adder."""
+    return aggregate + 1
+
+
+def count_subtract(key: Any, value: Any, aggregate: int) -> int:
+    """A re-grouped table's `count()` subtracts a key's previous row."""
+    return aggregate - 1
+
+
+def count_initial() -> int:
+    """`count()`'s initializer."""
+    return 0
+
+
 class KStreamAggregateProcessor(_Stateful):
     """Aggregates a stream per key: `aggregator(key, value, aggregate)`, starting from `initializer()`.
     With `reducer` instead, the first value is the aggregate (KGroupedStream.reduce)."""

@@ -14,8 +14,8 @@ from typing import Any
 from kappaflow.api.processor import ProcessorContext
 from kappaflow.api.record import Record
 from kappaflow.dsl.change import Change
-from kappaflow.dsl.ktable import AsOfGetter, ValueGetter, ValueGetterSupplier
 from kappaflow.dsl.stream_processors import drop_record
+from kappaflow.dsl.value_getters import AsOfGetter, ValueGetter, ValueGetterSupplier
 from kappaflow.state.timestamped import ValueAndTimestamp
 from kappaflow.state.versioned import PUT_RETURN_CODE_NOT_PUT, VersionedKeyValueStore, VersionedRecord
 

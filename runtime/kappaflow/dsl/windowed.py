@@ -13,14 +13,13 @@ import logging
 from collections.abc import Callable
 from typing import Any, Generic
 
-from kappaflow.api.errors import TopologyError
 from kappaflow.api.record import Record
 from kappaflow.api.serdes import Long, Serde
 from kappaflow.api.windowed_serdes import TimeWindowedSerde
 from kappaflow.api.windows import Windowed
-from kappaflow.dsl.builder import InternalBuilder
 from kappaflow.dsl.change import Change
 from kappaflow.dsl.emit import EmitStrategy, WindowEmitMixin, time_window_emitter, with_emitter
+from kappaflow.dsl.graph import InternalBuilder, window_store_builder
 from kappaflow.dsl.ktable import KTable
 from kappaflow.dsl.options import Materialized
 from kappaflow.dsl.stream_processors import drop_record
@@ -28,43 +27,8 @@ from kappaflow.dsl.table_processors import _Stateful
 from kappaflow.dsl.typevars import VA, K, V
 from kappaflow.dsl.windows import TimeWindows
 from kappaflow.state.timestamped import ValueAndTimestamp
-from kappaflow.state.window_store import WindowStoreBuilder, window_bytes_supplier
 
 log = logging.getLogger(__name__)
-
-
-def window_store_builder(
-    mat: Materialized,
-    store_name: str,
-    key_serde: Serde[Any] | None,
-    value_serde: Serde[Any] | None,
-    window_size: int,
-    minimum_retention: int,
-    *,
-    retain_duplicates: bool = False,
-) -> WindowStoreBuilder:
-    """A DSL window store: retention is size + grace unless Materialized.with_retention says more
-    (less is an error, as in Kafka Streams: windows would vanish before they close)."""
-    retention = minimum_retention if mat.retention_ms is None else mat.retention_ms
-    if retention < minimum_retention:
-        raise TopologyError(
-            f"store '{store_name}': retention {retention} ms is shorter than window size + grace "
-            f"({minimum_retention} ms)"
-        )
-    builder = WindowStoreBuilder(
-        window_bytes_supplier(store_name, mat.store_type != "memory"),
-        key_serde,
-        value_serde,
-        window_size,
-        retention,
-        retain_duplicates=retain_duplicates,
-    )
-    builder.caching_enabled = mat.caching
-    if mat.logging:
-        builder.with_logging_enabled(mat.log_config)
-    else:
-        builder.with_logging_disabled()
-    return builder
 
 
 class KStreamWindowAggregateProcessor(WindowEmitMixin, _Stateful):

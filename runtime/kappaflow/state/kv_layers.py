@@ -19,6 +19,7 @@ from kappaflow.state.api import (
     RecordContext,
     StateStore,
     StoreContext,
+    prefix_upper_bound,
 )
 from kappaflow.state.cache import NOT_DECODED, CacheEntry, DirtyEntries, ThreadCache
 from kappaflow.state.metered import MeteredStoreBase
@@ -273,8 +274,6 @@ class CachingKeyValueStore(WrappedBytesStore):
         return self.reverse_range(None, None)
 
     def prefix_scan(self, prefix: bytes) -> BytesIterator:
-        from kappaflow.state.api import prefix_upper_bound
-
         upper = prefix_upper_bound(prefix)
         return (kv for kv in self.range(prefix, None) if upper is None or kv[0] < upper)
 

@@ -14,6 +14,7 @@ from kappaflow.api.processor import ProcessorSupplier
 from kappaflow.api.serdes import Serde
 from kappaflow.api.time import TimestampExtractor
 from kappaflow.state.builders import StoreBuilder
+from kappaflow.topology.describe import TopologyDescription
 from kappaflow.topology.nodes import (
     GlobalStoreSpec,
     InternalTopicSpec,
@@ -250,7 +251,5 @@ class Topology:
     def resolve_topic(self, topic: str, application_id: str) -> str:
         return f"{application_id}-{topic}" if topic in self.internal_topics else topic
 
-    def describe(self) -> Any:
-        from kappaflow.topology.describe import TopologyDescription
-
+    def describe(self) -> TopologyDescription:
         return TopologyDescription(self)

@@ -1,0 +1,168 @@
+"""`InternalBuilder`: the topology one `StreamsBuilder` compiles into, and the store builders the DSL's
+operators share.
+
+This module sits below every DSL type (`KStream`, `KTable`, grouped and windowed streams), so none of
+them depends on another through it. The one place a lower type must make a higher one - a table's
+`to_stream()` makes a `KStream`, and `dsl.kstream` imports `dsl.ktable` - goes through `new_stream`:
+`StreamsBuilder`, the module above both, hands in the `KStream` class when it creates the builder.
+So `kappaflow.dsl` imports nothing in a circle (an import-linter contract checks it). `KStream` is named
+here and in `dsl.ktable` in annotations only, under `TYPE_CHECKING`: the typed DSL's one back reference
+(a table's `to_stream()` returns a `KStream`), which the contract lists.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+from kappaflow.api.errors import TopologyError
+from kappaflow.api.processor import ProcessorSupplier
+from kappaflow.api.serdes import Serde
+from kappaflow.dsl.options import Materialized
+from kappaflow.dsl.stream_processors import NullKeyFilter
+from kappaflow.state.builders import KeyValueStoreBuilder, Stores
+from kappaflow.state.window_store import WindowStoreBuilder, window_bytes_supplier
+from kappaflow.topology.nodes import InternalTopicSpec
+from kappaflow.topology.topology import Topology
+
+if TYPE_CHECKING:
+    from kappaflow.dsl.kstream import KStream
+
+
+class StreamFactory(Protocol):
+    """Makes the `KStream` over a node (the `KStream` class itself is one)."""
+
+    def __call__(
+        self,
+        builder: InternalBuilder,
+        node: str,
+        key_serde: Serde[Any] | None,
+        value_serde: Serde[Any] | None,
+        repartition_required: bool,
+    ) -> KStream[Any, Any]: ...
+
+
+class InternalBuilder:
+    """Shared state of one StreamsBuilder: the topology under construction and the name counter."""
+
+    def __init__(self, stream_factory: StreamFactory) -> None:
+        self.topology = Topology()
+        self._index = 0
+        self._stream_factory = stream_factory
+
+    def new_stream(
+        self,
+        node: str,
+        key_serde: Serde[Any] | None,
+        value_serde: Serde[Any] | None,
+        *,
+        repartition_required: bool,
+    ) -> KStream[Any, Any]:
+        """The stream of records leaving `node` (a table's `to_stream()`)."""
+        return self._stream_factory(self, node, key_serde, value_serde, repartition_required)
+
+    def new_name(self, prefix: str) -> str:
+        name = f"{prefix}{self._index:010d}"
+        self._index += 1
+        return name
+
+    def add_processor(
+        self, prefix: str, supplier: ProcessorSupplier, *parents: str, name: str | None = None
+    ) -> str:
+        node = name or self.new_name(prefix)
+        self.topology.add_processor(node, supplier, *parents)
+        return node
+
+    def kv_store_builder(
+        self,
+        materialized: Materialized,
+        generated_name: str,
+        key_serde: Serde[Any] | None,
+        value_serde: Serde[Any] | None,
+    ) -> KeyValueStoreBuilder[Any, Any]:
+        name = materialized.name or generated_name
+        if materialized.store_type == "memory":
+            supplier = Stores.in_memory_key_value_store(name)
+        else:
+            supplier = Stores.persistent_timestamped_key_value_store(name)
+        builder = Stores.timestamped_key_value_store_builder(
+            supplier, materialized.key_serde or key_serde, materialized.value_serde or value_serde
+        )
+        builder.caching_enabled = materialized.caching
+        if materialized.logging:
+            builder.with_logging_enabled(materialized.log_config)
+        else:
+            builder.with_logging_disabled()
+        return builder
+
+    def add_repartition(
+        self,
+        parent: str,
+        base_name: str,
+        key_serde: Serde[Any] | None,
+        value_serde: Serde[Any] | None,
+        *,
+        user_named: bool,
+        partitions: int | None = None,
+        partitioner: Any = None,
+        drop_null_keys: bool = True,
+    ) -> str:
+        """Insert null-key filter -> sink -> `<base>-repartition` -> source; returns the source's name.
+        Nodes are named `<base>-repartition-filter/-sink/-source` when the user named the operation.
+        `drop_null_keys=False` keeps null keys (a left foreign-key join's subscription with a null
+        foreign key must travel on, KIP-962); the filter node is then a pass-through."""
+        topic = f"{base_name}-repartition"
+        if topic in self.topology.internal_topics:
+            raise TopologyError(
+                f"repartition topic '{topic}' already exists: name the grouping or store differently"
+            )
+        self.topology.add_internal_topic(
+            InternalTopicSpec(
+                topic, "repartition", partitions, {"cleanup.policy": "delete", "retention.ms": "-1"}
+            )
+        )
+        names = [self.new_name(p) for p in ("KSTREAM-FILTER-", "KSTREAM-SINK-", "KSTREAM-SOURCE-")]
+        if user_named:
+            names = [f"{topic}-filter", f"{topic}-sink", f"{topic}-source"]
+        filter_name, sink, source = names
+        self.topology.add_processor(
+            filter_name, lambda: NullKeyFilter(filter_name, enabled=drop_null_keys), parent
+        )
+        self.topology.add_sink(
+            sink, topic, filter_name, key_serde=key_serde, value_serde=value_serde, partitioner=partitioner
+        )
+        self.topology.add_source(source, topic, key_serde=key_serde, value_serde=value_serde)
+        return source
+
+
+def window_store_builder(
+    mat: Materialized,
+    store_name: str,
+    key_serde: Serde[Any] | None,
+    value_serde: Serde[Any] | None,
+    window_size: int,
+    minimum_retention: int,
+    *,
+    retain_duplicates: bool = False,
+) -> WindowStoreBuilder:
+    """A DSL window store: retention is size + grace unless Materialized.with_retention says more
+    (less is an error, as in Kafka Streams: windows would vanish before they close)."""
+    retention = minimum_retention if mat.retention_ms is None else mat.retention_ms
+    if retention < minimum_retention:
+        raise TopologyError(
+            f"store '{store_name}': retention {retention} ms is shorter than window size + grace "
+            f"({minimum_retention} ms)"
+        )
+    builder = WindowStoreBuilder(
+        window_bytes_supplier(store_name, mat.store_type != "memory"),
+        key_serde,
+        value_serde,
+        window_size,
+        retention,
+        retain_duplicates=retain_duplicates,
+    )
+    builder.caching_enabled = mat.caching
+    if mat.logging:
+        builder.with_logging_enabled(mat.log_config)
+    else:
+        builder.with_logging_disabled()
+    return builder

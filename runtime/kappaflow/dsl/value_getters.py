@@ -1,0 +1,85 @@
+"""Value getters: how a processor looks up a table's current value of a key (joins, derived tables).
+
+Each table hands out a `ValueGetterSupplier`; derived tables without a store compute their values from
+their parent's getter. These live apart from `KTable` so the join and versioned-table processors, which
+only look values up, need not import the table type.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from kappaflow.api.processor import ProcessorContext
+from kappaflow.state.builders import KeyValueStoreBuilder
+from kappaflow.state.timestamped import ValueAndTimestamp
+
+# A value getter looks up a key's current (value, timestamp) from inside a processor of the same task.
+ValueGetter = Callable[[Any], ValueAndTimestamp[Any] | None]
+# A versioned table's lookup as of a timestamp.
+AsOfGetter = Callable[[Any, int], ValueAndTimestamp[Any] | None]
+
+
+class ValueGetterSupplier:
+    """Builds a value getter bound to a processor context; `store_names` must be connected to the
+    processor that uses it."""
+
+    def __init__(
+        self,
+        store_names: list[str] | Callable[[], list[str]],
+        bind: Callable[[ProcessorContext], ValueGetter],
+        materialize: Callable[[], None] | None = None,
+        bind_as_of: Callable[[ProcessorContext], AsOfGetter] | None = None,
+    ) -> None:
+        # a callable defers asking a parent for its stores (and so materializing it) until a processor
+        # actually connects this getter, as Java resolves `valueGetterSupplier()` only on use
+        self._store_names = store_names
+        self._bind = bind
+        self._materialize = materialize
+        self._bind_as_of = bind_as_of
+
+    def get_as_of(self, context: ProcessorContext) -> AsOfGetter | None:
+        """For a versioned table: a lookup of the value valid at a given time (KIP-914)."""
+        return None if self._bind_as_of is None else self._bind_as_of(context)
+
+    @property
+    def store_names(self) -> list[str]:
+        """The stores to connect; asking for them materializes a table that has its store only on
+        demand (a foreign-key join's result, as Java's `KTableSource.materialize()`)."""
+        self.materialize()
+        names = self._store_names
+        return names() if callable(names) else names
+
+    def materialize(self) -> None:
+        """Create the store of a table that has one only on demand (once)."""
+        if self._materialize is not None:
+            materialize, self._materialize = self._materialize, None
+            materialize()
+
+    def get(self, context: ProcessorContext) -> ValueGetter:
+        return self._bind(context)
+
+
+def store_getter(store_name: str) -> ValueGetterSupplier:
+    def bind(context: ProcessorContext) -> ValueGetter:
+        store = context.get_state_store(store_name)
+        return store.get  # type: ignore[no-any-return]
+
+    return ValueGetterSupplier([store_name], bind)
+
+
+def on_demand_store_getter(store: KeyValueStoreBuilder[Any, Any]) -> ValueGetterSupplier:
+    """The getter of an unnamed `builder.table`, which has no store in Java until something needs its
+    values (a join, a re-grouping): until then it forwards every update as it comes, without a record
+    cache. kappaflow keeps the store (for old values) but caches it only once it is materialized."""
+    caching = store.caching_enabled
+    store.caching_enabled = False
+    name = store.name
+
+    def materialize() -> None:
+        store.caching_enabled = caching
+
+    def bind(context: ProcessorContext) -> ValueGetter:
+        return context.get_state_store(name).get  # type: ignore[no-any-return]
+
+    return ValueGetterSupplier([name], bind, materialize=materialize)
