@@ -326,8 +326,10 @@ class QueryServer:
         log.info("interactive queries served on port %d", self.port)
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        """Stop serving and close the socket; a server never started is only closed (socketserver's
+        shutdown() would wait forever for a serving loop that never ran)."""
         if self._thread is not None:
+            self._server.shutdown()
             self._thread.join(5)
             self._thread = None
+        self._server.server_close()

@@ -69,8 +69,7 @@ def assemble(
             topology, config, producer.collector, metrics, settings["restore"], now_ms
         )
         global_state.bootstrap()
-    high_watermarks = admin.high_watermarks if config.exactly_once else None
-    reader = ChangelogReader(new_consumer(settings["restore"]), metrics, high_watermarks, api_timeout_s)
+    reader = ChangelogReader(new_consumer(settings["restore"]), metrics, admin.offset_bounds, api_timeout_s)
     cache = ThreadCache(config.get_int("statestore.cache.max.bytes"))
     tasks = TaskManager(
         topology, config, producer.collector, cache, metrics, reader, now_ms,

@@ -17,7 +17,6 @@ passes the high watermark taken when the task opened, i.e. until every transacti
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from collections.abc import Callable
@@ -33,26 +32,22 @@ from kappaflow.runner.retry import retry_unreachable
 log = logging.getLogger(__name__)
 
 RESTORE_LOG_INTERVAL_S = 5.0
-HighWatermarks = Callable[[list[tuple[str, int]]], dict[tuple[str, int], int]]
+OffsetBounds = Callable[[list[tuple[str, int]]], dict[tuple[str, int], tuple[int, int]]]
 
 
 class ChangelogReader:
     """Reads the changelogs of registered tasks; `step()` applies a batch and names the tasks done."""
 
     def __init__(
-        self,
-        consumer: Consumer,
-        metrics: Metrics,
-        high_watermarks: HighWatermarks | None = None,
-        api_timeout_s: float = 60.0,
+        self, consumer: Consumer, metrics: Metrics, offset_bounds: OffsetBounds, api_timeout_s: float = 60.0
     ) -> None:
-        """`high_watermarks` (exactly_once_v2): the read_uncommitted end of changelog partitions, which
-        the consumer, reading read_committed, cannot report. Asking for ends is retried for up to
-        `api_timeout_s` while the broker cannot be reached."""
+        """`offset_bounds`: the (log start, high watermark) of changelog partitions, read_uncommitted
+        (a consumer reading read_committed reports the last stable offset instead). Asking is retried
+        for up to `api_timeout_s` while the broker cannot be reached."""
         self._api_timeout_s = api_timeout_s
         self._consumer = consumer
         self._metrics = metrics
-        self._high_watermarks = high_watermarks
+        self._offset_bounds = offset_bounds
         self._index: dict[tuple[str, int], ManagedTask] = {}
         self._last_log = 0.0
         self._last_wait_log = 0.0
@@ -64,23 +59,18 @@ class ChangelogReader:
         starts = manager.restore_offsets()
         partitions = manager.changelog_partitions()
         tps = list(partitions)
-        ends = {}
-        if self._high_watermarks is not None and not managed.standby:
-            ask = self._high_watermarks
-            ends = retry_unreachable("reading changelog ends", lambda: ask(tps), self._api_timeout_s)
+        ask = self._offset_bounds
+        bounds = retry_unreachable("reading changelog ends", lambda: ask(tps), self._api_timeout_s)
         assignments = []
         for tp, store in partitions.items():
             start = starts[store]
-            ask_ends = functools.partial(
-                self._consumer.get_watermark_offsets, TopicPartition(*tp), timeout=10
-            )
-            low, high = retry_unreachable("reading changelog ends", ask_ends, self._api_timeout_s)
-            high = max(high, ends.get(tp, high))  # the consumer reports the LSO under read_committed
+            low, high = bounds[tp]
             managed.end_offsets[tp] = high
             if start is not None and start < low:
                 start = None  # the log was truncated or recreated below our checkpoint: read it all
-            manager.advance(store, start if start is not None else 0)
-            if managed.standby or start is None or start < high:
+            first = start if start is not None else low
+            manager.advance(store, first)
+            if managed.standby or first < high:
                 managed.pending.add(tp)
                 assignments.append(TopicPartition(*tp, start if start is not None else OFFSET_BEGINNING))
                 self._index[tp] = managed
