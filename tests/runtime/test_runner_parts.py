@@ -336,3 +336,130 @@ def test_a_dirty_member_never_commits_on_revocation_and_lost_partitions_are_clos
     handler.on_lost(consumer, [TopicPartition("t", 1)])  # type: ignore[arg-type]
     assert commits == [] and producer.aborts == 1
     assert tasks.closed == [(TaskId(0, 0), False), (TaskId(0, 1), False)]
+
+
+# ----------------------------------------------------------------- the changelog reader
+class FakeMessage:
+    def __init__(self, tp: tuple[str, int], offset: int, key: bytes = b"k", eof: bool = False) -> None:
+        self._tp, self._offset, self._key, self._eof = tp, offset, key, eof
+
+    def topic(self) -> str:
+        return self._tp[0]
+
+    def partition(self) -> int:
+        return self._tp[1]
+
+    def offset(self) -> int:
+        return self._offset
+
+    def error(self) -> KafkaError | None:
+        return KafkaError(KafkaError._PARTITION_EOF) if self._eof else None
+
+    def key(self) -> bytes:
+        return self._key
+
+    def value(self) -> bytes:
+        return b"v"
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, 1000)
+
+
+class FakeRestoreConsumer:
+    def __init__(self, batches: list[list[FakeMessage]]) -> None:
+        self.batches = batches
+        self.assigned: list[tuple[str, int, int]] = []
+
+    def incremental_assign(self, partitions: list[TopicPartition]) -> None:
+        self.assigned += [(tp.topic, tp.partition, tp.offset) for tp in partitions]
+
+    def incremental_unassign(self, partitions: list[TopicPartition]) -> None:
+        gone = {(tp.topic, tp.partition) for tp in partitions}
+        self.assigned = [a for a in self.assigned if (a[0], a[1]) not in gone]
+
+    def consume(self, _n: int, _timeout: float) -> list[FakeMessage]:
+        return self.batches.pop(0) if self.batches else []
+
+
+class FakeStateManager:
+    """One store, `counts`, over changelog partition ("app-counts-changelog", 0)."""
+
+    TP = ("app-counts-changelog", 0)
+
+    def __init__(self, committed: int | None) -> None:
+        self.committed, self.offset_now = committed, committed
+        self.applied: list[bytes] = []
+        self.checkpoints: list[int | None] = []
+        self.stores: dict[str, object] = {}
+
+    def restore_offsets(self) -> dict[str, int | None]:
+        return {"counts": self.committed}
+
+    def changelog_partitions(self) -> dict[tuple[str, int], str]:
+        return {self.TP: "counts"}
+
+    def offset(self, _store: str) -> int | None:
+        return self.offset_now
+
+    def advance(self, _store: str, offset: int) -> None:
+        self.offset_now = max(self.offset_now or 0, offset)
+
+    def restore(self, _store: str, records: list[tuple[bytes, bytes | None, int]], next_offset: int) -> None:
+        self.applied += [r[0] for r in records]
+        self.offset_now = next_offset
+
+    def checkpoint_offsets(self) -> None:
+        self.checkpoints.append(self.offset_now)
+
+
+class RestoringTask:
+    def __init__(self, manager: FakeStateManager) -> None:
+        self.id = TaskId(1, 0)
+        self.state_manager = manager
+        self.restored = False
+
+    def complete_restoration(self) -> None:
+        self.restored = True
+
+
+def _reader_with(batches, bounds, committed=None):
+    from kappaflow.runner.changelog_reader import ChangelogReader
+    from kappaflow.runner.managed_task import ManagedTask
+
+    consumer = FakeRestoreConsumer(batches)
+    reader = ChangelogReader(consumer, Metrics(), lambda tps: {tp: bounds for tp in tps})  # type: ignore[arg-type]
+    task = RestoringTask(FakeStateManager(committed))
+    managed = ManagedTask(task, lock=None, standby=False)  # type: ignore[arg-type]
+    reader.register(managed)
+    return reader, consumer, managed, task
+
+
+def test_restoration_waits_past_an_open_transaction_up_to_the_high_watermark():
+    tp = FakeStateManager.TP
+    # The log: records 0..2 committed, then a transaction left open by a crashed owner (3..5, not yet
+    # readable under read_committed), later committed, then records 6..7. High watermark: 8.
+    batches = [
+        [FakeMessage(tp, 0), FakeMessage(tp, 1), FakeMessage(tp, 2), FakeMessage(tp, 3, eof=True)],
+        [FakeMessage(tp, 3, eof=True)],  # the last stable offset is still 3: keep waiting
+        [
+            FakeMessage(tp, 3, b"a"),
+            FakeMessage(tp, 4, b"b"),
+            FakeMessage(tp, 7, b"c"),
+            FakeMessage(tp, 8, eof=True),
+        ],
+    ]
+    reader, consumer, managed, task = _reader_with(batches, (0, 8))
+    assert consumer.assigned == [(tp[0], tp[1], -2)]  # from the beginning: nothing committed locally
+    assert reader.step() == [] and reader.step() == [] and not task.restored  # stopped at the LSO: not done
+    assert reader.step() == [managed] and task.restored
+    assert task.state_manager.applied == [b"k", b"k", b"k", b"a", b"b", b"c"]
+    assert task.state_manager.checkpoints == [8] and consumer.assigned == [] and not reader.has_work()
+
+
+def test_a_store_already_at_the_end_restores_nothing_and_a_truncated_log_is_read_from_its_start():
+    _reader, consumer, managed, _task = _reader_with([], (0, 5), committed=5)
+    assert not managed.pending and consumer.assigned == []  # the task runs at once
+    _reader, consumer, managed, _task = _reader_with([], (0, 0))
+    assert not managed.pending  # an empty changelog: nothing to wait for
+    _reader, consumer, managed, _task = _reader_with([], (10, 20), committed=4)  # below the log start
+    assert consumer.assigned == [(FakeStateManager.TP[0], 0, -2)] and managed.pending
