@@ -186,7 +186,10 @@ def produce_record(
                 producer.produce(topic, **kwargs)
             return
         except BufferError:
-            producer.poll(0.05)  # the local queue is full: serve delivery reports, retry
+            try:
+                producer.poll(0.05)  # the local queue is full: serve delivery reports, retry
+            except (KafkaException, SystemError) as exc:
+                raise production_failure(exc, f"cannot produce to '{topic}'") from exc
         except (KafkaException, SystemError) as exc:
             raise production_failure(exc, f"cannot produce to '{topic}'") from exc
 
@@ -229,7 +232,10 @@ class KafkaRecordCollector:
         produce_record(self.producer, topic, key, value, headers, timestamp, partition, self._on_delivery)
         self.sent += 1
         if self.sent & 0x3FF == 0:
-            self.producer.poll(0)
+            try:
+                self.producer.poll(0)
+            except (KafkaException, SystemError) as exc:
+                raise production_failure(exc, "serving delivery reports") from exc
 
     def partition_count(self, topic: str) -> int | None:
         count = self._partition_counts.get(topic)
