@@ -202,3 +202,41 @@ def test_processing_error_names_node_and_record_position() -> None:
     with TopologyTestDriver(topology) as driver:
         with pytest.raises(ProcessingError, match=r"in-0@0 in node 'boom': ValueError: bad value"):
             driver.create_input_topic("in", S, S).pipe_input("k", "v")
+
+
+def test_a_task_whose_wall_clock_punctuation_ran_asks_for_a_commit_with_no_input(tmp_path) -> None:
+    """Under exactly_once_v2 a store's writes are applied at commit: a task that only punctuates must
+    commit too, or its writes pile up uncommitted (and a transaction it opened would carry them alone)."""
+    from kappaflow.api.config import StreamsConfig
+    from kappaflow.api.metrics import Metrics
+    from kappaflow.api.processor import TaskId
+    from kappaflow.state.cache import ThreadCache
+    from kappaflow.tasks.task import StreamTask
+
+    class Sent:
+        def send(self, *args: Any) -> None:
+            pass
+
+        def partition_count(self, topic: str) -> int:
+            return 1
+
+    processor = CountingProcessor(interval=1000, punctuation=PunctuationType.WALL_CLOCK_TIME)
+    config = StreamsConfig({"application.id": "app", "state.dir": str(tmp_path)})
+    task = StreamTask(
+        TaskId(0, 0),
+        counting_topology(processor),
+        config,
+        Sent(),
+        ThreadCache(0),
+        Metrics(),
+        tmp_path,
+        lambda: 0,
+    )
+    task.initialize()
+    task.complete_restoration()
+    assert not task.commit_needed()
+    assert task.maybe_punctuate_system_time(5_000) and task.commit_needed()
+    task.prepare_commit()
+    task.post_commit()
+    assert not task.commit_needed()
+    task.close()

@@ -131,6 +131,7 @@ class StreamTask:
         self.partition_time: dict[tuple[str, int], int] = {}
         self.consumed_offsets: dict[tuple[str, int], int] = {}
         self.committed_offsets: dict[tuple[str, int], int] = {}
+        self._punctuated = False  # a wall-clock punctuation ran since the last commit
         self.sources: dict[str, SourceNode] = {}
         self.nodes: list[ProcessorNode] = []
         self._deserialization_handler = resolve_handler(
@@ -464,11 +465,15 @@ class StreamTask:
     def maybe_punctuate_system_time(self, now: int) -> bool:
         if self.state is not TaskState.RUNNING or not len(self.context.system_time_punctuations):
             return False
-        return self._punctuate(self.context.system_time_punctuations, now)
+        fired = self._punctuate(self.context.system_time_punctuations, now)
+        self._punctuated |= fired
+        return fired
 
     # ----------------------------------------------------------------- commit and close
     def commit_needed(self) -> bool:
-        return bool(self.consumed_offsets) or self.context.commit_requested
+        """Input consumed, a commit requested, or a wall-clock punctuation ran (its writes must be
+        committed too, even in a task that consumes nothing)."""
+        return bool(self.consumed_offsets) or self.context.commit_requested or self._punctuated
 
     def prepare_commit(self) -> dict[tuple[str, int], int]:
         """Flush stores (caches forward and log their dirty entries) and return the offsets to commit."""
@@ -484,6 +489,7 @@ class StreamTask:
         self.committed_offsets.update({tp: o + 1 for tp, o in self.consumed_offsets.items()})
         self.consumed_offsets.clear()
         self.context.commit_requested = False
+        self._punctuated = False
         if written:
             self.state_manager.record_written(written)
         # always: transactional stores (exactly_once_v2) apply the committed writes here, offsets or not
