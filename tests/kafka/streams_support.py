@@ -155,3 +155,16 @@ def http_get(port: int, path: str) -> tuple[int, str]:
         return err.code, err.read().decode()
     except OSError:
         return 0, ""
+
+
+def assert_exact_counts(bootstrap: str, sink: str, lines: list[str]) -> None:
+    """Per word, the committed output of a word count holds 1, 2, ... n: nothing lost, doubled or
+    going backwards."""
+    from collections import Counter, defaultdict
+
+    expected = Counter(w for line in lines for w in line.split())
+    sequences: dict[str, list[int]] = defaultdict(list)
+    total = sum(expected.values())
+    for msg in read_topic(bootstrap, sink, expected=total + 1, timeout=5, committed_only=True):
+        sequences[msg.key().decode()].append(struct.unpack(">q", msg.value())[0])
+    assert dict(sequences) == {w: list(range(1, n + 1)) for w, n in expected.items()}

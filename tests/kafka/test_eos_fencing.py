@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import struct
 import uuid
-from collections import Counter, defaultdict
 
 import pytest
 from confluent_kafka import Producer
 
 from kappaflow.runner import KafkaStreams, State
 from tests.kafka.streams_support import (
+    assert_exact_counts,
     fast_config,
     produce_lines,
     read_topic,
@@ -60,8 +59,4 @@ def test_fenced_producer_rejoins_and_counts_stay_exact(kafka_bootstrap, kafka_to
         assert app.metrics.counter("transaction-aborts-total") >= 1
     finally:
         app.close(30)
-    sequences: dict[str, list[int]] = defaultdict(list)
-    for msg in read_topic(kafka_bootstrap, sink, expected=total + 1, timeout=5, committed_only=True):
-        sequences[msg.key().decode()].append(struct.unpack(">q", msg.value())[0])
-    expected = Counter(w for line in first + second for w in line.split())
-    assert {w: s for w, s in sequences.items()} == {w: list(range(1, n + 1)) for w, n in expected.items()}
+    assert_exact_counts(kafka_bootstrap, sink, first + second)

@@ -4,10 +4,8 @@ static member fenced by another consumer with its group.instance.id, a broker un
 from __future__ import annotations
 
 import socket
-import struct
 import threading
 import uuid
-from collections import Counter, defaultdict
 
 import pytest
 from confluent_kafka import Consumer, Producer
@@ -17,6 +15,7 @@ from kappaflow.clients.admin import InternalTopicManager
 from kappaflow.runner import KafkaStreams, State
 from kappaflow.runner.producer import StreamsProducer
 from tests.kafka.streams_support import (
+    assert_exact_counts,
     fast_config,
     produce_lines,
     read_topic,
@@ -26,16 +25,6 @@ from tests.kafka.streams_support import (
 )
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(150)]
-
-
-def _exact_counts(bootstrap: str, sink: str, lines: list[str]) -> None:
-    """Per word, the committed output counts 1, 2, ... n: nothing lost, doubled or going backwards."""
-    expected = Counter(w for line in lines for w in line.split())
-    sequences: dict[str, list[int]] = defaultdict(list)
-    total = sum(expected.values())
-    for msg in read_topic(bootstrap, sink, expected=total + 1, timeout=5, committed_only=True):
-        sequences[msg.key().decode()].append(struct.unpack(">q", msg.value())[0])
-    assert dict(sequences) == {w: list(range(1, n + 1)) for w, n in expected.items()}
 
 
 def test_a_producer_fenced_while_producing_is_replaced_and_its_records_never_seen(
@@ -112,7 +101,7 @@ def test_a_static_member_fenced_by_its_namesake_rejoins_and_counts_stay_exact(
         assert app.metrics.counter("consumer-rejoins-total") >= 1
     finally:
         app.close(30)
-    _exact_counts(kafka_bootstrap, sink, first + second)
+    assert_exact_counts(kafka_bootstrap, sink, first + second)
 
 
 class DelayedPort:
