@@ -30,6 +30,12 @@ _UNREACHABLE = {
     KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
     KafkaError.LEADER_NOT_AVAILABLE,
     KafkaError.NOT_LEADER_FOR_PARTITION,
+    # a partition's leadership moving, as after a broker restart
+    KafkaError.FENCED_LEADER_EPOCH,
+    KafkaError.UNKNOWN_LEADER_EPOCH,
+    KafkaError.OFFSET_NOT_AVAILABLE,
+    KafkaError.BROKER_NOT_AVAILABLE,
+    KafkaError.NETWORK_EXCEPTION,
 }
 
 
