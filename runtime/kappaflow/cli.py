@@ -16,6 +16,7 @@ import shutil
 import signal
 import sys
 import threading
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -112,7 +113,13 @@ def _exit_if_stuck(seconds: float, log: logging.Logger) -> None:
     """Shutdown is bounded always: if it has not ended after `seconds`, say so and exit (status 1)."""
 
     def give_up() -> None:
-        log.error("shutdown did not end within %.0fs: exiting without a clean close", seconds)
+        names = {t.ident: t.name for t in threading.enumerate()}
+        stacks = "\n".join(
+            f"thread {names.get(ident, ident)}:\n{''.join(traceback.format_stack(frame))}"
+            for ident, frame in sys._current_frames().items()
+        )
+        log.error("shutdown did not end within %.0fs: exiting without a clean close; where each thread "
+                  "was:\n%s", seconds, stacks)  # fmt: skip
         _flush_logs()
         os._exit(1)
 

@@ -32,10 +32,11 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
+from kappaflow.cli import CLOSE_GRACE_S
 from tests.kafka.streams_support import fast_config, start_cli_app
 
 APP = "tests.kafka.apps:wordcount"
-CLOSE_TIMEOUT_S = 30.0
+CLOSE_TIMEOUT_S = 30.0  # `kappaflow run --close-timeout`
 
 
 @dataclass
@@ -191,7 +192,7 @@ class Instance:
 
     def start(self) -> None:
         self.starts += 1
-        self.process = start_cli_app(APP, self.props, self.workdir, self.env, name="run")
+        self.process = start_cli_app(APP, self.props, self.workdir, self.env, "run", CLOSE_TIMEOUT_S)
 
     def kill(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -204,7 +205,7 @@ class Instance:
             return self.process.returncode if self.process is not None else None
         self.process.send_signal(signal.SIGTERM)
         try:
-            return self.process.wait(CLOSE_TIMEOUT_S + 15)
+            return self.process.wait(CLOSE_TIMEOUT_S + CLOSE_GRACE_S + 5)
         except subprocess.TimeoutExpired:
             self.kill()
             return None

@@ -119,7 +119,12 @@ def wordcount_topology(input_topic: str, output_topic: str, store: str = "counts
 
 
 def start_cli_app(
-    app: str, properties: dict[str, Any], workdir: Any, env: dict[str, str] | None = None, name: str = "app"
+    app: str,
+    properties: dict[str, Any],
+    workdir: Any,
+    env: dict[str, str] | None = None,
+    name: str = "app",
+    close_timeout: float = 60.0,
 ) -> Any:
     """`kappaflow run app --config <file>` as a child process (logs to <workdir>/<name>.log)."""
     import os
@@ -134,7 +139,17 @@ def start_cli_app(
     log_file = open(workdir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child process
     root = Path(__file__).resolve().parents[2]
     process = subprocess.Popen(
-        [sys.executable, "-m", "kappaflow.cli", "run", app, "--config", str(config_file)],
+        [
+            sys.executable,
+            "-m",
+            "kappaflow.cli",
+            "run",
+            app,
+            "--config",
+            str(config_file),
+            "--close-timeout",
+            str(close_timeout),
+        ],
         cwd=root,
         env={**os.environ, "PYTHONPATH": str(root), **(env or {})},
         stdout=log_file,

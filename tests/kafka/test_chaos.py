@@ -30,7 +30,14 @@ def _assert_exactly_once(result: ChaosResult, clean_exits: bool = True) -> None:
     assert a.total_expected > 1000
     assert (a.lost, a.duplicates, a.regressions, a.wrong_keys) == (0, 0, 0, []), a.summary()
     if clean_exits:
-        assert result.exit_codes == [0] * len(result.exit_codes), "every instance stops cleanly on SIGTERM"
+        failed = [
+            "\n".join(line for line in log.splitlines() if '"ERROR"' in line)[-3000:]
+            for code, log in zip(result.exit_codes, result.logs, strict=True)
+            if code != 0
+        ]
+        assert not failed, f"every instance stops cleanly on SIGTERM: {result.exit_codes}\n" + "\n".join(
+            failed
+        )
 
 
 @pytest.mark.kafka

@@ -422,12 +422,23 @@ class RestoringTask:
         self.restored = True
 
 
+class FixedBounds:
+    def __init__(self, bounds: tuple[int, int]) -> None:
+        self.bounds = bounds
+
+    def __call__(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, int]]:
+        return {tp: self.bounds for tp in partitions}
+
+    def close(self) -> None:
+        pass
+
+
 def _reader_with(batches, bounds, committed=None):
     from kappaflow.runner.changelog_reader import ChangelogReader
     from kappaflow.runner.managed_task import ManagedTask
 
     consumer = FakeRestoreConsumer(batches)
-    reader = ChangelogReader(consumer, Metrics(), lambda tps: {tp: bounds for tp in tps})  # type: ignore[arg-type]
+    reader = ChangelogReader(consumer, Metrics(), FixedBounds(bounds))  # type: ignore[arg-type]
     task = RestoringTask(FakeStateManager(committed))
     managed = ManagedTask(task, lock=None, standby=False)  # type: ignore[arg-type]
     reader.register(managed)

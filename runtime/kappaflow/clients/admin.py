@@ -174,34 +174,6 @@ class InternalTopicManager:
         members.sort(key=lambda m: m.sort_key)
         return str(description.state).rsplit(".", 1)[-1], members
 
-    def offset_bounds(
-        self, partitions: list[tuple[str, int]], timeout: float = 10
-    ) -> dict[tuple[str, int], tuple[int, int]]:
-        """Each partition's (log start, high watermark), read_uncommitted: the high watermark lies past
-        transactions still open below it.
-
-        Restoration reads to here, not to the last stable offset a read_committed consumer reports (see
-        runner/changelog_reader.py). Asked through the admin client, in one request per bound for all
-        partitions: a consumer asked per partition answers only after its fetch long-poll (~0.5 s each)."""
-        if not partitions:
-            return {}
-        from confluent_kafka import IsolationLevel
-        from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
-
-        def ask(spec: Any) -> dict[tuple[str, int], int]:
-            futures = self.admin.list_offsets(
-                {TopicPartition(t, p): spec for t, p in partitions},
-                isolation_level=IsolationLevel.READ_UNCOMMITTED,
-                request_timeout=timeout,
-            )
-            return {
-                (tp.topic, tp.partition): int(f.result(timeout=timeout).offset) for tp, f in futures.items()
-            }
-
-        lows = ask(OffsetSpec.earliest())  # type: ignore[no-untyped-call]
-        highs = ask(OffsetSpec.latest())  # type: ignore[no-untyped-call]
-        return {tp: (lows[tp], highs[tp]) for tp in highs}
-
     def set_group_offsets(self, group_id: str, offsets: list[TopicPartition]) -> None:
         """Set a (member-less) consumer group's committed offsets."""
         futures = self.admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group_id, offsets)])

@@ -13,7 +13,7 @@ import logging
 import uuid
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from kappaflow.api.config import CLIENT_PASSTHROUGH, StreamsConfig
 from kappaflow.api.errors import ProducerFencedError, StreamsError
@@ -270,3 +270,27 @@ class KafkaRecordCollector:
             if producer_failed_fatally(err):
                 raise ProducerFencedError(f"producing to '{topic}' failed: {err}")
             raise ProductionError(f"producing to '{topic}' failed: {err}")
+
+
+class WatermarkReader:
+    """(log start, high watermark) of partitions, read_uncommitted, from a consumer that is never
+    assigned anything.
+
+    Never assigned, it answers at once: a consumer that fetches answers only after its fetch long-poll
+    (~0.5 s per partition). It reads read_uncommitted whatever the application's guarantee, so the high
+    watermark lies past transactions still open below it (a read_committed consumer reports the last
+    stable offset). Being a consumer, it refreshes partition leaders as consumers do after a broker
+    restart (librdkafka's admin ListOffsets kept failing with FENCED_LEADER_EPOCH there)."""
+
+    def __init__(self, settings: dict[str, Any]) -> None:
+        self._consumer = Consumer({**settings, "isolation.level": "read_uncommitted"})
+
+    def __call__(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, int]]:
+        bounds: dict[tuple[str, int], tuple[int, int]] = {}
+        for topic, partition in partitions:
+            low, high = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+            bounds[(topic, partition)] = (int(low), int(high))
+        return bounds
+
+    def close(self) -> None:
+        self._consumer.close()

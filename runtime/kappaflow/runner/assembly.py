@@ -13,7 +13,7 @@ from typing import Any
 from kappaflow.api.config import StreamsConfig
 from kappaflow.api.metrics import Metrics
 from kappaflow.clients.admin import InternalTopicManager
-from kappaflow.clients.kafka import is_consumer_protocol, new_consumer
+from kappaflow.clients.kafka import WatermarkReader, is_consumer_protocol, new_consumer
 from kappaflow.runner.changelog_reader import ChangelogReader
 from kappaflow.runner.commit import Committer
 from kappaflow.runner.global_state import GlobalStateUpdater
@@ -69,7 +69,8 @@ def assemble(
             topology, config, producer.collector, metrics, settings["restore"], now_ms
         )
         global_state.bootstrap()
-    reader = ChangelogReader(new_consumer(settings["restore"]), metrics, admin.offset_bounds, api_timeout_s)
+    bounds = WatermarkReader(settings["restore"])
+    reader = ChangelogReader(new_consumer(settings["restore"]), metrics, bounds, api_timeout_s)
     cache = ThreadCache(config.get_int("statestore.cache.max.bytes"))
     tasks = TaskManager(
         topology, config, producer.collector, cache, metrics, reader, now_ms,

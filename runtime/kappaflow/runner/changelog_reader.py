@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
@@ -32,7 +31,14 @@ from kappaflow.runner.retry import retry_unreachable
 log = logging.getLogger(__name__)
 
 RESTORE_LOG_INTERVAL_S = 5.0
-OffsetBounds = Callable[[list[tuple[str, int]]], dict[tuple[str, int], tuple[int, int]]]
+
+
+class OffsetBounds(Protocol):
+    """(log start, high watermark) of partitions, read_uncommitted (clients.kafka.WatermarkReader)."""
+
+    def __call__(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, int]]: ...
+
+    def close(self) -> None: ...
 
 
 class ChangelogReader:
@@ -204,3 +210,4 @@ class ChangelogReader:
     def close(self) -> None:
         self._index.clear()
         self._consumer.close()
+        self._offset_bounds.close()

@@ -67,7 +67,12 @@ class FetchedLag:
 
 def report_consumer_lag(consumer: Consumer, assigned: list[tuple[str, int]], metrics: Metrics) -> None:
     """The `consumer-lag` gauge per assigned partition, from watermarks the fetches already carried."""
-    for tp in consumer.position([TopicPartition(t, p) for t, p in assigned]):
+    try:
+        positions = consumer.position([TopicPartition(t, p) for t, p in assigned])
+    except KafkaException as exc:  # e.g. a broker restart: the next report will do
+        log.debug("consumer lag not reported: %s", exc)
+        return
+    for tp in positions:
         try:
             _low, high = consumer.get_watermark_offsets(tp, cached=True)
         except KafkaException:

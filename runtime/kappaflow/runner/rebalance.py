@@ -152,24 +152,35 @@ class RebalanceHandler:
         if not self._incremental:
             self.partition_tasks = {}
 
-    def close_all_dirty(self) -> None:
-        """Close every active task without committing (their partitions stay assigned)."""
-        for task_id in list(self._tasks.active):
+    def close_all_dirty(self) -> dict[tuple[str, int], int]:
+        """Close every active task without committing (their partitions stay assigned); return where
+        each task's input resumes (its last commit, or the first offset it was handed)."""
+        resume: dict[tuple[str, int], int] = {}
+        for task_id, managed in list(self._tasks.active.items()):
+            resume.update(managed.task.resume_offsets())
             try:
                 self._tasks.close_active(task_id, clean=False)
             except Exception:
                 log.exception("task %s: error closing", task_id)
+        return resume
 
-    def reopen_tasks(self, consumer: Consumer, api_timeout_s: float) -> None:
+    def reopen_tasks(
+        self, consumer: Consumer, resume: dict[tuple[str, int], int], api_timeout_s: float
+    ) -> None:
         """After `close_all_dirty`: reopen the owned partitions' tasks (restoring what their stores lack)
-        and resume their input at the group's committed offsets."""
-        tps = [TopicPartition(t, p) for t, p in self.assigned]
-        if tps:
+        and seek their input back to `resume`; a partition missing there (no record reached a task
+        since it was assigned) resumes at the group's committed offset."""
+        unknown = [TopicPartition(t, p) for t, p in self.assigned if (t, p) not in resume]
+        if unknown:
             what = "reading the committed offsets"
-            committed = retry_unreachable(what, lambda: consumer.committed(tps, timeout=10), api_timeout_s)
-            for tp in committed:
-                start = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
-                consumer.seek(TopicPartition(tp.topic, tp.partition, start))
+            committed = retry_unreachable(
+                what, lambda: consumer.committed(unknown, timeout=10), api_timeout_s
+            )
+            resume = {**resume, **{(tp.topic, tp.partition): tp.offset for tp in committed}}
+        for (topic, partition), offset in resume.items():
+            if (topic, partition) in self.partition_tasks:
+                start = offset if offset >= 0 else OFFSET_BEGINNING
+                consumer.seek(TopicPartition(topic, partition, start))
         for task_id in set(self.partition_tasks.values()):
             if self._tasks.create_active(task_id).task.state is TaskState.RESTORING:
                 consumer.pause(self.partitions_of(task_id))

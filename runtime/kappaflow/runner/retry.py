@@ -19,32 +19,35 @@ from kappaflow.api.errors import StreamsError
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-_UNREACHABLE = {
-    KafkaError._TRANSPORT,
-    KafkaError._TIMED_OUT,
-    KafkaError._ALL_BROKERS_DOWN,
-    KafkaError._WAIT_COORD,
-    KafkaError.REQUEST_TIMED_OUT,
-    KafkaError.COORDINATOR_NOT_AVAILABLE,
-    KafkaError.NOT_COORDINATOR,
-    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-    KafkaError.LEADER_NOT_AVAILABLE,
-    KafkaError.NOT_LEADER_FOR_PARTITION,
-    # a partition's leadership moving, as after a broker restart
-    KafkaError.FENCED_LEADER_EPOCH,
-    KafkaError.UNKNOWN_LEADER_EPOCH,
-    KafkaError.OFFSET_NOT_AVAILABLE,
-    KafkaError.BROKER_NOT_AVAILABLE,
-    KafkaError.NETWORK_EXCEPTION,
+# Errors that retrying cannot cure: refused by authorization or configuration, or a client that is done.
+_PERMANENT = {
+    KafkaError.TOPIC_AUTHORIZATION_FAILED,
+    KafkaError.GROUP_AUTHORIZATION_FAILED,
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+    KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    KafkaError.SASL_AUTHENTICATION_FAILED,
+    KafkaError._AUTHENTICATION,
+    KafkaError._INVALID_ARG,
+    KafkaError.INVALID_REQUEST,
+    KafkaError.INVALID_CONFIG,
+    KafkaError.POLICY_VIOLATION,
+    KafkaError.UNSUPPORTED_VERSION,
+    KafkaError._UNSUPPORTED_FEATURE,
+    KafkaError._FATAL,
+    KafkaError._FENCED,
+    KafkaError.PRODUCER_FENCED,
+    KafkaError.INVALID_PRODUCER_EPOCH,
 }
 
 
 def is_unreachable(exc: BaseException) -> bool:
-    """True for errors that mean "the broker cannot be reached or is moving", worth retrying."""
+    """True for a client error worth retrying: the broker cannot be reached, or its partitions' leaders
+    are moving (a broker restart shows as transport errors, leader-epoch errors, `No leaders found`...).
+    Authorization, configuration and fatal errors are not: no retry cures them."""
     if not isinstance(exc, KafkaException) or not exc.args or not isinstance(exc.args[0], KafkaError):
         return False
     err: KafkaError = exc.args[0]
-    return not err.fatal() and (bool(err.retriable()) or err.code() in _UNREACHABLE)
+    return not err.fatal() and err.code() not in _PERMANENT
 
 
 def retry_unreachable(

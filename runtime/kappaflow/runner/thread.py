@@ -190,13 +190,13 @@ class StreamThread:
         )
         with self.state_lock:
             self.producer.reset(fenced=isinstance(exc, ProducerFencedError))
-            self.rebalance.close_all_dirty()
+            resume = self.rebalance.close_all_dirty()
             if rejoin:
                 self.metrics.increment("consumer-rejoins-total")
                 self._leave(clean=False)
                 self._join()
             else:
-                self.rebalance.reopen_tasks(self.consumer, self.api_timeout_s)
+                self.rebalance.reopen_tasks(self.consumer, resume, self.api_timeout_s)
 
     # ----------------------------------------------------------------- state and shutdown
     def _assignment_changed(self, assigned: bool) -> None:

@@ -131,6 +131,7 @@ class StreamTask:
         self.partition_time: dict[tuple[str, int], int] = {}
         self.consumed_offsets: dict[tuple[str, int], int] = {}
         self.committed_offsets: dict[tuple[str, int], int] = {}
+        self.first_offsets: dict[tuple[str, int], int] = {}  # the first offset handed, per partition
         self._punctuated = False  # a wall-clock punctuation ran since the last commit
         self.sources: dict[str, SourceNode] = {}
         self.nodes: list[ProcessorNode] = []
@@ -226,7 +227,16 @@ class StreamTask:
         queue = self.queues.get(key)
         if queue is None:
             queue = self.queues[key] = deque()
+        if key not in self.first_offsets:
+            records = list(records)
+            if records:
+                self.first_offsets[key] = records[0].offset
         queue.extend(records)
+
+    def resume_offsets(self) -> dict[tuple[str, int], int]:
+        """Per input partition, where input resumes if this task's work since its last commit is
+        dropped: the offset it committed, else the first offset it was handed."""
+        return {**self.first_offsets, **self.committed_offsets}
 
     def buffered(self) -> int:
         return sum(len(q) for q in self.queues.values())
