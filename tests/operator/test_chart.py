@@ -122,6 +122,8 @@ def test_rbac_covers_every_manifest_the_operator_builds(helm):
         ("", "pods", "get"),
         ("", "events", "create"),
         ("", "persistentvolumeclaims", "delete"),
+        ("", "persistentvolumeclaims", "patch"),
+        ("storage.k8s.io", "storageclasses", "get"),
         ("", "secrets", "get"),
     ]:
         assert _allowed(rules, group, resource, verb), f"{verb} {group}/{resource}"
