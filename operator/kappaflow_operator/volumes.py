@@ -104,7 +104,7 @@ class ExpansionPlan:
     """Claims to patch to `size` now."""
     unbound: tuple[str, ...] = ()
     """Claims that must grow but are not bound yet (the API server refuses to resize them): a later
-    pass patches them once bound."""
+    pass judges them once bound."""
     problems: tuple[Problem, ...] = ()
 
 
@@ -114,8 +114,8 @@ def _growing(size: str, claims: Iterable[Claim]) -> list[Claim]:
 
 
 def classes_to_read(size: str, claims: Sequence[Claim]) -> set[str]:
-    """The StorageClasses whose `allowVolumeExpansion` decides for the claims that must grow."""
-    return {c.storage_class for c in _growing(size, claims) if c.storage_class}
+    """The StorageClasses whose `allowVolumeExpansion` decides for the bound claims that must grow."""
+    return {c.storage_class for c in _growing(size, claims) if c.storage_class and c.bound}
 
 
 def _names(claims: Sequence[Claim]) -> str:
@@ -138,11 +138,14 @@ def plan_expansion(
                 f"cannot shrink a volume, so they keep their size; set state.size to at least {biggest}",
             )
         )
+    growing = _growing(size, claims)
+    # An unbound claim cannot be resized yet, whatever its class: it is judged once bound.
+    unbound = [c.name for c in growing if not c.bound]
     by_class: dict[str | None, list[Claim]] = {}
-    for claim in _growing(size, claims):
-        by_class.setdefault(claim.storage_class, []).append(claim)
+    for claim in growing:
+        if claim.bound:
+            by_class.setdefault(claim.storage_class, []).append(claim)
     expand: list[str] = []
-    unbound: list[str] = []
     refusals: list[str] = []
     for name, members in sorted(by_class.items(), key=lambda item: item[0] or ""):
         keep = f"claims {_names(members)} keep {', '.join(sorted({c.requested for c in members}))}"
@@ -157,8 +160,7 @@ def plan_expansion(
                 "not true); enable it if the class's provisioner supports resizing"
             )
         else:
-            expand += [c.name for c in members if c.bound]
-            unbound += [c.name for c in members if not c.bound]
+            expand += [c.name for c in members]
     if refusals:
         advice = " (or set state.size back to their size)"
         problems.append(Problem(NOT_ALLOWED, f"state.size is {size}, but " + "; ".join(refusals) + advice))

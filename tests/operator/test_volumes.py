@@ -68,10 +68,17 @@ def test_nothing_to_do_when_every_claim_has_the_size() -> None:
     assert plan_expansion("2Gi", claims, {}).problems == ()
 
 
-def test_an_unbound_claim_waits_for_its_volume() -> None:
-    claims = _claims(_pvc("state-wc-0", "1Gi"), _pvc("state-wc-1", "1Gi", phase="Pending"))
+def test_an_unbound_claim_waits_for_its_volume_whatever_its_class() -> None:
+    claims = _claims(
+        _pvc("state-wc-0", "1Gi"),
+        _pvc("state-wc-1", "1Gi", phase="Pending"),
+        _pvc("state-wc-2", "1Gi", sc=None, phase="Pending"),
+        _pvc("state-wc-3", "1Gi", sc="slow", phase="Pending"),
+    )
+    assert classes_to_read("2Gi", claims) == {"fast"}
     plan = plan_expansion("2Gi", claims, EXPANDABLE)
-    assert plan.expand == ("state-wc-0",) and plan.unbound == ("state-wc-1",) and plan.problems == ()
+    assert plan.expand == ("state-wc-0",) and plan.problems == ()
+    assert plan.unbound == ("state-wc-1", "state-wc-2", "state-wc-3")
 
 
 def test_a_class_without_allow_volume_expansion_is_named() -> None:
