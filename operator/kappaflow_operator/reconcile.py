@@ -182,8 +182,8 @@ class Pass:
     """A timer pass: the autoscaler may decide (handler passes only apply)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Status fields beyond compute_status's (topology, reprocessing, autoscaler, consumerLag)."""
-    problems: list[status.Problem] = field(default_factory=list)
-    """Found on the way without stopping the pass (a claim that cannot grow); every write reports them."""
+    volume_problems: list[status.Problem] = field(default_factory=list)
+    """Why claims do not have state.size; every write of this pass reports them (not as Degraded)."""
 
     @property
     def body(self) -> Mapping[str, Any]:
@@ -198,10 +198,10 @@ class Pass:
         """Warn with an event (deduplicated by the Context: a pass every few seconds repeats none)."""
         self.ctx.event(self.body, "Warning", p.reason, p.message)
 
-    def note(self, p: status.Problem) -> None:
-        """A problem that does not stop the pass: warned now, and in every status this pass writes."""
+    def volume_problem(self, p: status.Problem) -> None:
+        """Warned now, and in the VolumesMatchSpec condition of every status this pass writes."""
         self.problem(p)
-        self.problems.append(p)
+        self.volume_problems.append(p)
 
     def write(self, prev: StreamAppStatus | None, obs: status.Observation) -> StreamAppStatus:
         """The pass's single status write."""
@@ -217,7 +217,8 @@ class Pass:
         return new
 
     def observation(self, replicas: int, **kw: Any) -> status.Observation:
-        problems = [*kw.pop("problems", []), *self.problems, *status.pod_problems(self.snap.pods)]
+        problems = [*kw.pop("problems", []), *status.pod_problems(self.snap.pods)]
+        kw["volume_problems"] = self.volume_problems
         return status.Observation(self.generation, replicas, self.snap.statefulset, problems=problems, **kw)
 
 
@@ -527,9 +528,9 @@ def _apply(
     old_spec = _applied_spec(sts)
     fingerprint = description.fingerprint()
     change = _pending_change(spec, description, sts)
-    # Claims first, then the template (volumes.py says why both): problems do not stop the pass.
+    # Claims first, then the template (volumes.py says why both); a claim that cannot grow stops nothing.
     for problem in expansion.expand_claims(ctx, body, ref, spec.state.size):
-        p.note(problem)
+        p.volume_problem(problem)
     if change.recreate_statefulset and sts is not None:
         expansion.replace_statefulset(ctx, body, ref, change.changed)
     if change.action == Action.RESET and sts is not None:

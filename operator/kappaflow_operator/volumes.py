@@ -13,10 +13,12 @@ for StatefulSets (and that operators such as Strimzi and the Elastic operator fo
    the new size.
 
 The template always follows the spec, even when step 1 is impossible: a replica added later then starts
-at the size the user asked for, and status (`VolumeExpansionNotAllowed`, naming the class) says which
-claims stayed smaller and what to do. Shrinking is refused by the CRD's CEL rule on update; a claim that
-is larger than the spec anyway (a rollback to an older spec, a StreamApp recreated over retained claims)
-is left as it is and reported (`VolumeShrinkRefused`): Kubernetes cannot shrink a volume.
+at the size the user asked for, and the `VolumesMatchSpec` condition (False, `VolumeExpansionNotAllowed`,
+naming the class) and a Warning event say which claims stayed smaller and what to do. That is not
+Degraded: the app runs as before, and since the CRD's CEL rule refuses a smaller `state.size` on update,
+a Degraded state would be one the user could not leave. A claim that is larger than the spec anyway (a
+rollback to an older spec, a StreamApp recreated over retained claims) is left as it is and reported the
+same way (`VolumeShrinkRefused`): Kubernetes cannot shrink a volume.
 """
 
 from __future__ import annotations
@@ -162,6 +164,5 @@ def plan_expansion(
         else:
             expand += [c.name for c in members]
     if refusals:
-        advice = " (or set state.size back to their size)"
-        problems.append(Problem(NOT_ALLOWED, f"state.size is {size}, but " + "; ".join(refusals) + advice))
+        problems.append(Problem(NOT_ALLOWED, f"state.size is {size}, but " + "; ".join(refusals)))
     return ExpansionPlan(size, tuple(sorted(expand)), tuple(sorted(unbound)), tuple(problems))

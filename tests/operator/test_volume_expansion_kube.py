@@ -1,6 +1,6 @@
 """A larger state.size on the real control plane: claims of an expandable StorageClass grow in place,
 the StatefulSet is replaced so later replicas get the new size, and a class that does not allow
-expansion ends in status naming it - until the class is fixed, when the claims grow after all.
+expansion ends in a status condition naming it - until the class is fixed, when the claims grow after all.
 
 The claims bind for real: kube-controller-manager's PV binder binds them to static PersistentVolumes of
 the test's own StorageClasses (pre-bound by claimRef), and the API server's PersistentVolumeClaimResize
@@ -134,18 +134,20 @@ def test_state_size_growth_expands_claims_the_storage_class_allows(env: Env) -> 
         assert {n: c.metadata.uid for n, c in _claims(env, "big").items()} == uids, "resized, not replaced"
         wait_for("big's StatefulSet with a 2Gi claim template", lambda: _template_size(env, "big") == "2Gi")
         env.wait_running("big", 2)
-        assert env.condition("big", "Degraded")["status"] == "False"
+        assert env.condition("big", "VolumesMatchSpec")["status"] == "True"
         assert {"VolumeExpansionRequested", "RecreatingStatefulSet"} <= env.event_reasons("big")
 
         cond = wait_for(
-            "small Degraded: its class does not allow expansion",
+            "small's claim reported: its class does not allow expansion",
             lambda: (
-                (c := env.condition("small", "Degraded")).get("reason") == "VolumeExpansionNotAllowed" and c
+                (c := env.condition("small", "VolumesMatchSpec")).get("reason") == "VolumeExpansionNotAllowed"
+                and c
             ),
         )
+        assert cond["status"] == "False"
         assert f"StorageClass '{fixed}' does not allow volume expansion" in cond["message"]
         assert "claims state-small-0 keep 1Gi" in cond["message"]
-        assert env.status("small")["phase"] == "Degraded"
+        assert env.status("small")["phase"] == "Running", "the app runs on; only the claim is smaller"
         assert _requests(env, "small") == {"state-small-0": "1Gi"}
         assert _template_size(env, "small") == "3Gi", "the template follows the spec (documented choice)"
         assert "VolumeExpansionNotAllowed" in env.event_reasons("small")
@@ -154,9 +156,13 @@ def test_state_size_growth_expands_claims_the_storage_class_allows(env: Env) -> 
         env.patch_spec("big", {"replicas": 3})
         wait_for("state-big-2 created at 2Gi", lambda: _requests(env, "big").get("state-big-2") == "2Gi")
 
-        # The class is fixed: the next periodic pass grows the claim and the app recovers.
+        # The class is fixed: the next periodic pass grows the claim, and the condition clears.
         storage.storage.patch_storage_class(fixed, {"allowVolumeExpansion": True})
         wait_for("small's claim requesting 3Gi", lambda: _requests(env, "small") == {"state-small-0": "3Gi"})
-        env.wait_running("small", 1, timeout=30)
+        wait_for(
+            "VolumesMatchSpec True again",
+            lambda: env.condition("small", "VolumesMatchSpec").get("status") == "True",
+            timeout=30,
+        )
     finally:
         storage.close()
