@@ -159,6 +159,21 @@ def test_watched_namespaces_get_role_bindings_only(helm):
     assert not _allowed(rules, "sparkoperator.k8s.io", "sparkapplications", "create")
 
 
+def test_peering_creates_the_object_the_replicas_elect_a_leader_in(helm):
+    docs = _render(helm, "--set", "peering.enabled=true", "--set", "replicaCount=2")
+    (cluster,) = [d for d in docs if d["kind"] == "ClusterKopfPeering"]
+    assert cluster["metadata"]["name"] == "kappaflow"
+    args = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert "--peering=kappaflow" in args["args"] and "--standalone" not in args["args"]
+    docs = _render(helm, "--set", "peering.enabled=true", "--set", "watchNamespaces={team-a,team-b}")
+    peerings = [d for d in docs if d["kind"] == "KopfPeering"]
+    assert sorted((d["metadata"]["namespace"], d["metadata"]["name"]) for d in peerings) == [
+        ("team-a", "kappaflow"),
+        ("team-b", "kappaflow"),
+    ]
+    assert not [d for d in _render(helm) if d["kind"].endswith("KopfPeering")]
+
+
 def test_crd_is_shipped_with_the_chart(helm):
     docs = _render(helm, "--include-crds")
     (crd,) = [d for d in docs if d["kind"] == "CustomResourceDefinition"]
