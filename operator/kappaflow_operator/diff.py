@@ -56,7 +56,7 @@ class SpecDiff:
     """The new image/entry point must be described before the change can be classified or applied."""
     recreate_statefulset: bool = False
     """A field of the StatefulSet's volumeClaimTemplates changed: delete it with orphan propagation
-    (pods and PVCs stay) and create it again; existing claims keep their old size."""
+    (pods and PVCs stay) and create it again; existing claims are grown apart (see volumes.py)."""
 
 
 def changed_paths(old: Any, new: Any, prefix: str = "") -> list[str]:

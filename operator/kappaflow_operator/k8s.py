@@ -42,6 +42,8 @@ PLURALS: dict[str, str] = {
     "Role": "roles",
     "RoleBinding": "rolebindings",
     "StreamApp": PLURAL,
+    # cluster-scoped: whether a state volume's class allows expansion (read only)
+    "StorageClass": "storageclasses",
 }
 
 
@@ -131,6 +133,16 @@ class Kube:
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         try:
             return self._call("GET", object_path(api_version, kind, namespace, name))
+        except KubeError as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def get_cluster_scoped(self, api_version: str, kind: str, name: str) -> dict[str, Any] | None:
+        """A cluster-scoped object (e.g. a StorageClass), None when it does not exist."""
+        base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+        try:
+            return self._call("GET", f"{base}/{PLURALS[kind]}/{name}")
         except KubeError as err:
             if err.status == 404:
                 return None

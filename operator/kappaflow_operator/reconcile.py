@@ -29,7 +29,7 @@ from typing import Any
 import kopf
 from pydantic import ValidationError
 
-from . import desired, metrics, reprocess, reset, scaling, status
+from . import desired, expansion, metrics, reprocess, reset, scaling, status
 from .admins import KafkaAdmins, SecretReferenceError
 from .desired.common import (
     ACCEPTED_DESCRIBE_KEY,
@@ -182,6 +182,8 @@ class Pass:
     """A timer pass: the autoscaler may decide (handler passes only apply)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Status fields beyond compute_status's (topology, reprocessing, autoscaler, consumerLag)."""
+    volume_problems: list[status.Problem] = field(default_factory=list)
+    """Why claims do not have state.size; every write of this pass reports them (not as Degraded)."""
 
     @property
     def body(self) -> Mapping[str, Any]:
@@ -195,6 +197,11 @@ class Pass:
     def problem(self, p: status.Problem) -> None:
         """Warn with an event (deduplicated by the Context: a pass every few seconds repeats none)."""
         self.ctx.event(self.body, "Warning", p.reason, p.message)
+
+    def volume_problem(self, p: status.Problem) -> None:
+        """Warned now, and in the VolumesMatchSpec condition of every status this pass writes."""
+        self.problem(p)
+        self.volume_problems.append(p)
 
     def write(self, prev: StreamAppStatus | None, obs: status.Observation) -> StreamAppStatus:
         """The pass's single status write."""
@@ -211,6 +218,7 @@ class Pass:
 
     def observation(self, replicas: int, **kw: Any) -> status.Observation:
         problems = [*kw.pop("problems", []), *status.pod_problems(self.snap.pods)]
+        kw["volume_problems"] = self.volume_problems
         return status.Observation(self.generation, replicas, self.snap.statefulset, problems=problems, **kw)
 
 
@@ -520,18 +528,11 @@ def _apply(
     old_spec = _applied_spec(sts)
     fingerprint = description.fingerprint()
     change = _pending_change(spec, description, sts)
+    # Claims first, then the template (volumes.py says why both); a claim that cannot grow stops nothing.
+    for problem in expansion.expand_claims(ctx, body, ref, spec.state.size):
+        p.volume_problem(problem)
     if change.recreate_statefulset and sts is not None:
-        # volumeClaimTemplates are immutable: replace the StatefulSet, leaving pods and claims in place.
-        ctx.kube.delete("apps/v1", "StatefulSet", ref.namespace, ref.name, propagation="Orphan")
-        deadline = time.monotonic() + 30
-        while ctx.kube.get("apps/v1", "StatefulSet", ref.namespace, ref.name) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        ctx.event(
-            body,
-            "Normal",
-            "RecreatingStatefulSet",
-            "state volume settings changed: " + ", ".join(change.changed),
-        )
+        expansion.replace_statefulset(ctx, body, ref, change.changed)
     if change.action == Action.RESET and sts is not None:
         failed = reset.run_reset(ctx, body, spec, ref, sts, app_id)
         if failed is not None:

@@ -28,6 +28,9 @@ REPLICAS_CAPPED = "ReplicasCapped"
 RECONCILING = "Reconciling"
 STALLED = "Stalled"
 SCALE_OVERRIDDEN = "ScaleOverridden"
+#: False while a state claim does not have the spec's size (a class without expansion, a larger claim).
+#: Not Degraded: the app runs as it is, and `state.size` cannot be set back (the CRD refuses shrinking).
+VOLUMES_MATCH_SPEC = "VolumesMatchSpec"
 #: Longest StreamApp name: `<name>-<10-char revision hash>` labels the pods and must fit 63 characters.
 MAX_NAME_LENGTH = 52
 #: A spec is stable once all replicas stayed ready this long (seen by two passes, not one lucky probe
@@ -76,6 +79,8 @@ class Observation:
     """spec.suspend: the operator leaves everything as it is."""
     scale_ignored: str | None = None
     """Why spec.replicas is not what runs (autoscaling on), for the ScaleOverridden condition."""
+    volume_problems: Sequence[Problem] = ()
+    """Why state claims do not have state.size (volumes.py), for the VolumesMatchSpec condition."""
 
 
 def name_problem(name: str) -> Problem | None:
@@ -213,6 +218,11 @@ def desired_conditions(obs: Observation) -> list[tuple[str, str, str, str]]:
         conditions.append((SCALE_OVERRIDDEN, "True", "AutoscalingEnabled", obs.scale_ignored))
     else:
         conditions.append((SCALE_OVERRIDDEN, "False", "AsRequested", ""))
+    if obs.volume_problems:
+        messages = "; ".join(p.message for p in obs.volume_problems)
+        conditions.append((VOLUMES_MATCH_SPEC, "False", obs.volume_problems[0].reason, messages))
+    else:
+        conditions.append((VOLUMES_MATCH_SPEC, "True", "AsRequested", ""))
     return conditions
 
 

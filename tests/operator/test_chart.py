@@ -122,6 +122,8 @@ def test_rbac_covers_every_manifest_the_operator_builds(helm):
         ("", "pods", "get"),
         ("", "events", "create"),
         ("", "persistentvolumeclaims", "delete"),
+        ("", "persistentvolumeclaims", "patch"),
+        ("storage.k8s.io", "storageclasses", "get"),
         ("", "secrets", "get"),
     ]:
         assert _allowed(rules, group, resource, verb), f"{verb} {group}/{resource}"
@@ -155,6 +157,21 @@ def test_watched_namespaces_get_role_bindings_only(helm):
     assert "--namespace=team-a" in args and "--namespace=team-b" in args and "--all-namespaces" not in args
     rules = [r for d in docs if d["kind"] == "ClusterRole" for r in d["rules"]]
     assert not _allowed(rules, "sparkoperator.k8s.io", "sparkapplications", "create")
+
+
+def test_peering_creates_the_object_the_replicas_elect_a_leader_in(helm):
+    docs = _render(helm, "--set", "peering.enabled=true", "--set", "replicaCount=2")
+    (cluster,) = [d for d in docs if d["kind"] == "ClusterKopfPeering"]
+    assert cluster["metadata"]["name"] == "kappaflow"
+    args = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert "--peering=kappaflow" in args["args"] and "--standalone" not in args["args"]
+    docs = _render(helm, "--set", "peering.enabled=true", "--set", "watchNamespaces={team-a,team-b}")
+    peerings = [d for d in docs if d["kind"] == "KopfPeering"]
+    assert sorted((d["metadata"]["namespace"], d["metadata"]["name"]) for d in peerings) == [
+        ("team-a", "kappaflow"),
+        ("team-b", "kappaflow"),
+    ]
+    assert not [d for d in _render(helm) if d["kind"].endswith("KopfPeering")]
 
 
 def test_crd_is_shipped_with_the_chart(helm):

@@ -89,6 +89,32 @@ def test_invalid_streamapp_is_rejected(dyn, namespace, overrides, fragment):
     assert fragment in json.loads(info.value.body)["message"]
 
 
+def test_state_size_grows_but_never_shrinks(dyn, namespace):
+    from kubernetes.dynamic.exceptions import UnprocessibleEntityError
+
+    apps = _streamapps(dyn)
+    apps.create(body=_body("vol", spec_dict(state={"size": "2Gi"})), namespace=namespace)
+
+    def resize(size: str | int) -> None:
+        apps.patch(
+            body={"spec": {"state": {"size": size}}},
+            name="vol",
+            namespace=namespace,
+            content_type="application/merge-patch+json",
+        )
+
+    for smaller in ("1Gi", "2000Mi", 1024**3):
+        with pytest.raises(UnprocessibleEntityError) as info:
+            resize(smaller)
+        message = json.loads(info.value.body)["message"]
+        assert f"state.size cannot shrink from 2Gi to {smaller}" in message, message
+        assert "spec.state.size" in message, message
+    resize("2048Mi")  # the same size, written differently
+    resize(3 * 1024**3)  # an integer number of bytes is a quantity too
+    resize("3.5Gi")
+    assert apps.get(name="vol", namespace=namespace).to_dict()["spec"]["state"]["size"] == "3.5Gi"
+
+
 def test_scale_subresource(dyn, namespace):
     apps = _streamapps(dyn)
     apps.create(body=_body("scaled", spec_dict(replicas=1)), namespace=namespace)

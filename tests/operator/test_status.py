@@ -147,6 +147,17 @@ def test_problems_are_stalled_for_kstatus():
     assert _cond(_status(Observation(1, 3, _sts(3, 3), suspended=True)), "Ready") == ("False", "Suspended")
 
 
+def test_claims_that_cannot_grow_are_a_condition_not_degraded():
+    refused = Problem("VolumeExpansionNotAllowed", "StorageClass 'std' does not allow volume expansion")
+    s = _status(Observation(1, 2, _sts(2, 2), volume_problems=[refused]))
+    assert s.phase == "Running", "the app runs on as it is"
+    assert _cond(s, "Degraded") == ("False", "AsExpected")
+    volumes = condition(s, "VolumesMatchSpec")
+    assert volumes is not None and (volumes.status, volumes.reason) == ("False", "VolumeExpansionNotAllowed")
+    assert volumes.message == refused.message
+    assert _cond(_status(Observation(1, 2, _sts(2, 2))), "VolumesMatchSpec") == ("True", "AsRequested")
+
+
 def test_names_that_cannot_name_services():
     assert name_problem("word-count") is None
     assert "dots" in name_problem("a.b").message

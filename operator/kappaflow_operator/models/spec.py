@@ -107,14 +107,39 @@ class KafkaConnection(CamelModel):
         return self
 
 
+#: A volume only grows: the API server refuses a smaller state.size on update (a transition rule, so
+#: creation is free); `volumes.py` reports claims that are larger than the spec anyway.
+_NO_SHRINK = (
+    "!has(self.size) || !has(oldSelf.size) || !isQuantity(string(self.size)) "
+    "|| !isQuantity(string(oldSelf.size)) "
+    "|| quantity(string(self.size)).compareTo(quantity(string(oldSelf.size))) >= 0"
+)
+
+
 class StateVolume(CamelModel):
     """The persistent volume each pod keeps its RocksDB state in (one claim per pod)."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": _NO_SHRINK,
+                    "messageExpression": "'state.size cannot shrink from ' + string(oldSelf.size) + ' to ' "
+                    "+ string(self.size) + ': Kubernetes cannot shrink a volume'",
+                    "fieldPath": ".size",
+                    "reason": "FieldValueForbidden",
+                }
+            ]
+        }
+    )
+
     storage_class_name: str | None = None
-    """Storage class of the claims; the cluster default when unset."""
+    """Storage class of the claims; the cluster default when unset. A claim keeps the class it was
+    created with."""
     size: Quantity = "1Gi"
-    """Requested size of each pod's state volume; growing it expands the claims when the storage class
-    allows it."""
+    """Requested size of each pod's state volume. It can only grow: the operator then raises every
+    existing claim's request when its storage class has allowVolumeExpansion, and replicas added later
+    get the new size."""
 
 
 class ResourceRequirements(CamelModel):

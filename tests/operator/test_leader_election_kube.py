@@ -1,0 +1,196 @@
+"""Two operator processes against the real apiserver: kopf peering elects one, the other takes over.
+
+Each process is a real `kopf run -m kappaflow_operator.main --peering=...` with its own HOSTNAME (the
+chart's pod name, from which `main.peering_priority` derives a distinct priority) and its own metrics
+port. Who acts is read from what each one exposes: `kappaflow_operator_reconciles_total` on its
+/metrics, and the `reportingInstance` of the events it posts on the StreamApp. No broker and no kubelet
+are needed: a StreamApp's first passes start the describe Job and wait for it, and that is work enough
+to see which operator does it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kappaflow_operator.main import peering_priority
+from tests.e2e.operator_env import ROOT, install_crd, wait_for
+from tests.harness.kube_control_plane import free_port
+
+pytestmark = [pytest.mark.kube, pytest.mark.timeout(120)]
+
+PEERING = "kappaflow"
+#: kopf's own log lines (--verbose) when it holds back or resumes handling StreamApps for peering.
+PAUSED = "Pausing the watch-stream for streamapps.v1alpha1.kappaflow.io"
+RESUMED = "Resuming the watch-stream for streamapps.v1alpha1.kappaflow.io"
+#: The minimal definition kopf's peering needs (kopf documents that users install it; it keeps each
+#: peer's keep-alive under `status`); namespaced, as the operators here watch one namespace.
+PEERING_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "kopfpeerings.kopf.dev"},
+    "spec": {
+        "group": "kopf.dev",
+        "scope": "Namespaced",
+        "names": {"kind": "KopfPeering", "plural": "kopfpeerings", "singular": "kopfpeering"},
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "properties": {
+                            "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+                        },
+                    }
+                },
+            }
+        ],
+    },
+}
+
+
+class OperatorProcess:
+    """`kopf run` in a subprocess with peering on, identified by `hostname` (its peer id too)."""
+
+    def __init__(self, hostname: str, namespace: str, kubeconfig: Path, logs: Path) -> None:
+        self.hostname = hostname
+        self.metrics_port = free_port()
+        self.log = logs / f"{hostname}.log"
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(kubeconfig),
+            "HOSTNAME": hostname,
+            "POD_ID": hostname,
+            "KAPPAFLOW_OPERATOR_METRICS_PORT": str(self.metrics_port),
+            "KAPPAFLOW_OPERATOR_RESYNC_SECONDS": "1",
+        }
+        argv = [str(ROOT / ".venv" / "bin" / "kopf"), "run", "-m", "kappaflow_operator.main"]
+        argv += [f"--namespace={namespace}", f"--peering={PEERING}", "--verbose"]
+        with self.log.open("wb") as out:
+            self.proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+    def reconciles(self) -> int:
+        """Passes this process ran (all outcomes), from its own /metrics."""
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as rsp:
+            text = rsp.read().decode()
+        found = re.findall(r"^kappaflow_operator_reconciles_total\{[^}]*\} ([0-9.e+]+)$", text, re.M)
+        return int(sum(float(v) for v in found))
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def stop(self) -> None:
+        """SIGTERM, as the kubelet stops a pod: kopf removes its peer record on the way out."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture
+def namespace(kube_cluster: Any) -> Iterator[str]:
+    from kubernetes import dynamic
+
+    install_crd(kube_cluster)
+    namespace = kube_cluster.create_namespace("peer")
+    with kube_cluster.api_client() as api:
+        dyn = dynamic.DynamicClient(api)
+        crds = dyn.resources.get(api_version="apiextensions.k8s.io/v1", kind="CustomResourceDefinition")
+        crds.server_side_apply(body=PEERING_CRD, field_manager="kappaflow-tests", force_conflicts=True)
+        wait_for("the KopfPeering CRD served", lambda: _peering_api(dyn), timeout=30)
+        body = {"apiVersion": "kopf.dev/v1", "kind": "KopfPeering", "metadata": {"name": PEERING}}
+        _peering_api(dyn).create(body=body, namespace=namespace)
+    yield namespace
+
+
+def _peering_api(dyn: Any) -> Any:
+    dyn.resources.invalidate_cache()
+    return dyn.resources.get(api_version="kopf.dev/v1", kind="KopfPeering")
+
+
+def _peers(kube_cluster: Any, namespace: str) -> set[str]:
+    from kubernetes import dynamic
+
+    with kube_cluster.api_client() as api:
+        peering = dynamic.DynamicClient(api).resources.get(api_version="kopf.dev/v1", kind="KopfPeering")
+        status = peering.get(name=PEERING, namespace=namespace).to_dict().get("status") or {}
+    return set(status)
+
+
+def _reporters(kube_cluster: Any, namespace: str, reason: str) -> list[str]:
+    from kubernetes import client
+
+    with kube_cluster.api_client() as api:
+        events = client.CoreV1Api(api).list_namespaced_event(
+            namespace, field_selector=f"involvedObject.kind=StreamApp,reason={reason}"
+        )
+    return [e.reporting_instance for e in events.items]
+
+
+def test_only_the_leader_reconciles_and_the_follower_takes_over(
+    kube_cluster: Any, namespace: str, tmp_path: Path
+) -> None:
+    from kubernetes import client
+
+    names = sorted(("kappaflow-operator-a", "kappaflow-operator-b"), key=peering_priority, reverse=True)
+    leader = OperatorProcess(names[0], namespace, kube_cluster.kubeconfig, tmp_path)
+    follower: OperatorProcess | None = None
+    try:
+        wait_for("the leader's peer record", lambda: leader.hostname in _peers(kube_cluster, namespace))
+        follower = OperatorProcess(names[1], namespace, kube_cluster.kubeconfig, tmp_path)
+        wait_for("the follower's peer record", lambda: follower.hostname in _peers(kube_cluster, namespace))
+        wait_for("the follower paused", lambda: PAUSED in follower.output())
+        assert RESUMED in leader.output() and RESUMED not in follower.output()
+
+        spec = {
+            "image": "registry.example/wordcount:1.0.0",
+            "entryPoint": "examples.wordcount:build_topology",
+            "applicationId": f"wc-{uuid.uuid4().hex[:6]}",
+            "kafka": {"bootstrapServers": "127.0.0.1:9"},
+        }
+        body = {"apiVersion": "kappaflow.io/v1alpha1", "kind": "StreamApp", "metadata": {"name": "wc"}}
+        with kube_cluster.api_client() as api:
+            custom = client.CustomObjectsApi(api)
+            custom.create_namespaced_custom_object(
+                "kappaflow.io", "v1alpha1", namespace, "streamapps", {**body, "spec": spec}
+            )
+            wait_for("three passes by the leader", lambda: leader.reconciles() >= 3)
+            assert follower.reconciles() == 0, "the follower never reconciles while the leader lives"
+            assert _reporters(kube_cluster, namespace, "DescribingTopology") == [leader.hostname]
+
+            leader.stop()
+            wait_for("the follower resumed", lambda: RESUMED in follower.output())
+            assert leader.hostname not in _peers(kube_cluster, namespace), "a stopped leader leaves"
+            custom.patch_namespaced_custom_object(
+                "kappaflow.io", "v1alpha1", namespace, "streamapps", "wc",
+                {"spec": {"image": "registry.example/wordcount:2.0.0"}},
+            )  # fmt: skip
+            wait_for("passes by the follower", lambda: follower.reconciles() >= 2)
+            wait_for(
+                "the new describe Job started by the follower",
+                lambda: follower.hostname in _reporters(kube_cluster, namespace, "DescribingTopology"),
+            )
+            assert sorted(_reporters(kube_cluster, namespace, "DescribingTopology")) == sorted(names)
+    finally:
+        started = time.monotonic()
+        for proc in (leader, follower):
+            if proc is not None:
+                proc.stop()
+        assert time.monotonic() - started < 30
