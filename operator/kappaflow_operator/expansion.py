@@ -14,7 +14,7 @@ from .desired.statefulset import STATE_VOLUME
 from .k8s import KubeError
 
 if TYPE_CHECKING:
-    from .reconcile import Context
+    from .context import Context
 
 #: How long to wait for an orphan-deleted StatefulSet to disappear before creating it again.
 REPLACE_TIMEOUT_S = 30.0

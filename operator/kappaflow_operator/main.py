@@ -16,6 +16,7 @@ from typing import Any
 import kopf
 
 from . import metrics, reconcile
+from .context import Context
 from .k8s import Kube
 from .models import FINALIZER, GROUP, PLURAL, VERSION
 
@@ -52,7 +53,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.peering.priority = peering_priority(os.environ.get("HOSTNAME", "kappaflow-operator"))
     metrics.start(int(os.environ.get(METRICS_PORT_ENV, "0")))
     kube = Kube.from_environment()
-    memo["ctx"] = reconcile.Context(kube, reconcile.default_kafka_factory(kube))
+    memo["ctx"] = Context(kube, reconcile.default_kafka_factory(kube))
 
 
 @kopf.on.login()

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ from pydantic import ValidationError
 
 from . import desired, expansion, metrics, reprocess, reset, scaling, status
 from .admins import KafkaAdmins, SecretReferenceError
+from .context import Context, KafkaFactory
 from .desired.common import (
     ACCEPTED_DESCRIBE_KEY,
     TOPOLOGY_KEY,
@@ -53,43 +53,6 @@ TOPOLOGY_FILE = TOPOLOGY_KEY
 #: How soon to look again while waiting for something outside our control (a Job, a topic).
 RETRY_S = 3.0
 #: The same event (app, type, reason, message) is posted at most once in this many seconds.
-EVENT_REPEAT_S = 600.0
-
-KafkaFactory = Callable[..., KafkaAdmin]
-
-
-@dataclass
-class Context:
-    """Process-wide clients, built once at start-up (kopf's memo)."""
-
-    kube: Kube
-    kafka_factory: KafkaFactory
-    locks: dict[str, threading.Lock] = field(default_factory=dict)
-    posted: dict[tuple[str, str, str, str], float] = field(default_factory=dict)
-    """Events posted recently, for deduplication: a pass every few seconds must not repeat them."""
-
-    def close(self) -> None:
-        """Release the Kafka clients and the API client (kopf's cleanup)."""
-        if isinstance(self.kafka_factory, KafkaAdmins):
-            self.kafka_factory.close()
-        self.kube.close()
-
-    def lock(self, namespace: str, name: str) -> threading.Lock:
-        """kopf runs timers beside event handlers: one pass per object at a time keeps status coherent."""
-        return self.locks.setdefault(f"{namespace}/{name}", threading.Lock())
-
-    def event(self, body: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
-        """Post an event on the StreamApp unless the same one was posted within EVENT_REPEAT_S."""
-        key = (str(body["metadata"].get("uid")), type_, reason, message)
-        last = self.posted.get(key)
-        clock = time.monotonic()
-        if last is not None and clock - last < EVENT_REPEAT_S:
-            return
-        self.posted[key] = clock
-        if len(self.posted) > 4096:  # forget the oldest half; a repeat after that is harmless
-            for old in sorted(self.posted, key=self.posted.__getitem__)[:2048]:
-                del self.posted[old]
-        self.kube.event(body, type_, reason, message)
 
 
 def _ref(body: Mapping[str, Any]) -> AppRef:

@@ -35,7 +35,7 @@ from .models import ReprocessingRun, StreamAppSpec, StreamAppStatus, TopologyDes
 from .topics import plan_internal_topics
 
 if TYPE_CHECKING:
-    from .reconcile import Context
+    from .context import Context
 
 RETRY_S = 3.0
 _STATES = {"COMPLETED": "Completed", "FAILED": "Failed", "SUBMISSION_FAILED": "Failed"}

@@ -15,7 +15,7 @@ from .models import StreamAppSpec
 from .observe import job_problem
 
 if TYPE_CHECKING:
-    from .reconcile import Context
+    from .context import Context
 
 RETRY_S = 3.0
 

@@ -127,12 +127,13 @@ def harness(crds: Any, kafka_bootstrap: str, topology_json: str) -> Iterator[Har
     from kubernetes import client
 
     from kappaflow_operator import reconcile
+    from kappaflow_operator.context import Context
     from kappaflow_operator.k8s import Kube
 
     namespace = crds.create_namespace("race")
     with crds.api_client() as api:
         kube = Kube(api)
-        ctx = reconcile.Context(kube, reconcile.default_kafka_factory(kube))
+        ctx = Context(kube, reconcile.default_kafka_factory(kube))
         yield Harness(ctx, client.CustomObjectsApi(api), namespace, kafka_bootstrap, topology_json)
         ctx.kafka_factory.close()
 
