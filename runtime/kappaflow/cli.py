@@ -101,6 +101,10 @@ def _run(args: argparse.Namespace) -> int:
     if queries is not None:
         queries.stop()
     closed = streams.close(args.close_timeout)
+    if not closed:
+        log.error(
+            "close timed out after %.0fs; where each thread was:\n%s", args.close_timeout, _thread_stacks()
+        )
     log.info("stopped (%s)", "error" if failed else "clean" if closed else "close timed out")
     code = 1 if failed or not closed else 0
     # Everything was committed and closed above (or the close timed out): leave now. librdkafka handles
@@ -113,19 +117,22 @@ def _exit_if_stuck(seconds: float, log: logging.Logger) -> None:
     """Shutdown is bounded always: if it has not ended after `seconds`, say so and exit (status 1)."""
 
     def give_up() -> None:
-        names = {t.ident: t.name for t in threading.enumerate()}
-        stacks = "\n".join(
-            f"thread {names.get(ident, ident)}:\n{''.join(traceback.format_stack(frame))}"
-            for ident, frame in sys._current_frames().items()
-        )
         log.error("shutdown did not end within %.0fs: exiting without a clean close; where each thread "
-                  "was:\n%s", seconds, stacks)  # fmt: skip
+                  "was:\n%s", seconds, _thread_stacks())  # fmt: skip
         _flush_logs()
         os._exit(1)
 
     timer = threading.Timer(seconds, give_up)
     timer.daemon = True
     timer.start()
+
+
+def _thread_stacks() -> str:
+    names = {t.ident: t.name for t in threading.enumerate()}
+    return "\n".join(
+        f"thread {names.get(ident, ident)}:\n{''.join(traceback.format_stack(frame))}"
+        for ident, frame in sys._current_frames().items()
+    )
 
 
 def _flush_logs() -> None:

@@ -151,6 +151,28 @@ class Feeder(threading.Thread):
             pass
 
 
+def positions(bootstrap: str, group: str, topics: list[str], partitions: int) -> str:
+    """Per partition: log start, last stable offset (read_committed end), high watermark, and the
+    group's committed offset - where a stalled run stopped, for the failure message."""
+    settings = {"bootstrap.servers": bootstrap, "enable.auto.commit": False}
+    committed_reader = Consumer({**settings, "group.id": group, "isolation.level": "read_committed"})
+    uncommitted = Consumer({**settings, "group.id": f"{group}-diag", "isolation.level": "read_uncommitted"})
+    lines = []
+    try:
+        for topic in topics:
+            tps = [TopicPartition(topic, p) for p in range(partitions)]
+            committed = {tp.partition: tp.offset for tp in committed_reader.committed(tps, timeout=10)}
+            for tp in tps:
+                low, lso = committed_reader.get_watermark_offsets(tp, timeout=10)
+                _low, high = uncommitted.get_watermark_offsets(tp, timeout=10)
+                group_at = committed[tp.partition]
+                lines.append(f"{topic}-{tp.partition}: start {low} lso {lso} hw {high} committed {group_at}")
+    finally:
+        committed_reader.close()
+        uncommitted.close()
+    return "\n".join(lines)
+
+
 def input_counts(bootstrap: str, topic: str, partitions: int, timeout: float = 60.0) -> dict[str, int]:
     """Per word, how many records the input topic holds (read to the end of every partition)."""
     consumer = Consumer(
@@ -234,6 +256,7 @@ class ChaosResult:
     exit_codes: list[int | None]
     logs: list[str]
     unacked: dict[str, int]  # per key, input records in the log beyond the feeder's acknowledgements
+    diagnostics: str  # when the audit failed: where the group and the logs stood
 
 
 def run_chaos(
@@ -306,6 +329,7 @@ def run_chaos(
         feeder.join(120)
         # The truth is the input log itself: an acknowledgement lost in a broker restart leaves a record
         # in the log that `acked` does not count (the app rightly counts it).
+        diagnostics = ""
         expected = input_counts(bootstrap, source, partitions)
         unacked = {k: n - feeder.acked.get(k, 0) for k, n in expected.items() if n != feeder.acked.get(k, 0)}
         reader = OutputReader(bootstrap, sink, partitions)
@@ -317,12 +341,17 @@ def run_chaos(
             result = audit(expected, reader.sequences)
         finally:
             reader.close()
+        if result.wrong_keys:
+            diagnostics = positions(
+                bootstrap, app_id, [source, f"{app_id}-counts-repartition", sink], partitions
+            )
         codes = [instance.terminate() for instance in fleet]
     finally:
         feeder.stop.set()
         for instance in fleet:
             instance.kill()
-    return ChaosResult(result, kills, restarts, codes, [instance.log() for instance in fleet], unacked)
+    logs = [instance.log() for instance in fleet]
+    return ChaosResult(result, kills, restarts, codes, logs, unacked, diagnostics)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,7 +28,9 @@ def _assert_exactly_once(result: ChaosResult, clean_exits: bool = True) -> None:
           f"input records whose acknowledgement was lost: {result.unacked}")  # fmt: skip
     assert result.kills >= 3, "the loop must actually kill instances"
     assert a.total_expected > 1000
-    assert (a.lost, a.duplicates, a.regressions, a.wrong_keys) == (0, 0, 0, []), a.summary()
+    assert (a.lost, a.duplicates, a.regressions, a.wrong_keys) == (0, 0, 0, []), (
+        f"{a.summary()}\n{result.diagnostics}"
+    )
     if clean_exits:
         failed = [
             "\n".join(line for line in log.splitlines() if '"ERROR"' in line)[-3000:]
