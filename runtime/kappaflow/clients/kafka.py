@@ -288,7 +288,14 @@ class WatermarkReader:
     def __call__(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, int]]:
         bounds: dict[tuple[str, int], tuple[int, int]] = {}
         for topic, partition in partitions:
-            low, high = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+            try:
+                low, high = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+            except KafkaException:
+                # A client with no interest in a topic does not refresh its metadata by itself (after a
+                # broker restart it answers "Unknown partition" for as long as it lives): ask for it,
+                # then let the caller retry.
+                self._consumer.list_topics(topic, timeout=10)
+                raise
             bounds[(topic, partition)] = (int(low), int(high))
         return bounds
 
