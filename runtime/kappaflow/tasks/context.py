@@ -93,6 +93,8 @@ class ProcessorContextImpl:
             if target is None:
                 raise TopologyError(f"'{previous.name}' has no child named '{child}'")
             targets = [target]
+        # no `finally`: the normal path restores the current node with one store, the error path in
+        # `except` (this runs once per hop of every record)
         try:
             for node in targets:
                 self.current_node = node
@@ -100,9 +102,9 @@ class ProcessorContextImpl:
         except BaseException:
             if self.failed_node is None and self.current_node is not None:
                 self.failed_node = self.current_node.name
-            raise
-        finally:
             self.current_node = previous
+            raise
+        self.current_node = previous
 
     def schedule(
         self, interval: timedelta | int, punctuation_type: PunctuationType, callback: Callable[[int], None]

@@ -18,7 +18,6 @@ from typing import Any
 
 from kappaflow.api.config import StreamsConfig
 from kappaflow.api.errors import (
-    DeserializationError,
     HandlerResponse,
     ProcessingError,
     SchemaRegistryUnavailableError,
@@ -35,7 +34,7 @@ from kappaflow.state.cache import ThreadCache
 from kappaflow.tasks.collector import RecordCollector
 from kappaflow.tasks.context import ProcessorContextImpl
 from kappaflow.tasks.handlers import FailedRecord, dead_letter_headers, resolve_handler
-from kappaflow.tasks.nodes import ProcessorNode, SinkNode, SourceNode
+from kappaflow.tasks.nodes import UNSET, ProcessorNode, SinkNode, SourceNode
 from kappaflow.tasks.punctuation import PunctuationQueue
 from kappaflow.tasks.state_manager import ProcessorStateManager
 from kappaflow.topology.nodes import ProcessorSpec, SinkSpec, SourceSpec
@@ -332,23 +331,30 @@ class StreamTask:
         partition time and processed count are written back once, also when a record fails the task."""
         source = self.sources[topic]
         context = self.context
-        deserialize = source.deserialize_key_value
-        process = source.process
+        key_deserializer = source.key_deserializer
+        value_deserializer = source.value_deserializer
+        forward = context.forward
         custom_extractor = source.timestamp_extractor is not record_timestamp
-        stream_punctuations = context.stream_time_punctuations
+        schedules = context.stream_time_punctuations.schedules
         tp = (topic, partition)
         partition_time = self.partition_time.get(tp, -1)
+        stream_time = context.stream_time
         count = processed = 0
         last = -1
         try:
             while queue and count < limit:
                 raw = queue[0]
                 offset = raw.offset
+                key = UNSET
                 try:
-                    key, value = deserialize(topic, partition, offset, raw.key, raw.value)
-                except DeserializationError as exc:
+                    key = key_deserializer(topic, raw.key)
+                    value = value_deserializer(topic, raw.value)
+                except SchemaRegistryUnavailableError:
+                    raise
+                except Exception as exc:
+                    error = source.deserialization_error(exc, key is UNSET, topic, partition, offset)
                     self._handle_failure(
-                        self._deserialization_handler, exc, topic, partition, raw, source.name
+                        self._deserialization_handler, error, topic, partition, raw, source.name
                     )
                     key = value = _SKIP
                 timestamp = raw.timestamp
@@ -359,13 +365,14 @@ class StreamTask:
                 if key is not _SKIP:
                     if timestamp > partition_time:
                         partition_time = timestamp
-                    if timestamp > context.stream_time:
-                        context.stream_time = timestamp
+                    if timestamp > stream_time:
+                        stream_time = context.stream_time = timestamp
                     headers = raw.headers
                     context.current = RecordContext(timestamp, topic, partition, offset, headers)
+                    # the source node's process() is a plain forward to its children: call it directly
                     context.current_node = source
                     try:
-                        process(Record(key, value, timestamp, headers))
+                        forward(Record(key, value, timestamp, headers))
                     except (TaskMigratedError, ProcessingError, SchemaRegistryUnavailableError):
                         raise  # an unreachable registry is not this record's fault: no handler skips it
                     except Exception as exc:
@@ -374,8 +381,8 @@ class StreamTask:
                         context.current_node = None
                         context.failed_node = None
                     processed += 1
-                    if stream_punctuations:
-                        self._punctuate(stream_punctuations, context.stream_time)
+                    if schedules:
+                        self._punctuate(context.stream_time_punctuations, stream_time)
                 queue.popleft()
                 last = offset
                 count += 1
