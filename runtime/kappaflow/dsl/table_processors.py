@@ -262,21 +262,24 @@ class KStreamAggregateProcessor(_Stateful):
             log.debug("skipping record with null key or value in %s", self.label)
             drop_record(self.context, "null-key-or-value", self.label)
             return
-        previous = self.store.get(key)
-        old = None if previous is None else previous.value
-        if old is None:
-            timestamp = record.timestamp
-            if self.reducer is not None:
-                new = value
-            else:
-                new = self.aggregator(key, value, self.initializer())  # type: ignore[misc]
+        store = self.store
+        previous = store.get(key)
+        timestamp = record.timestamp
+        reducer: Any = self.reducer
+        if previous is None:
+            old = None
+            new = value if reducer is not None else self.aggregator(key, value, self.initializer())  # type: ignore[misc]
         else:
-            timestamp = max(record.timestamp, previous.timestamp)
-            if self.reducer is not None:
-                new = self.reducer(old, value)
-            else:
-                new = self.aggregator(key, value, old)  # type: ignore[misc]
-        self._emit(record, new, old, timestamp)
+            old = previous.value
+            if previous.timestamp > timestamp:
+                timestamp = previous.timestamp
+            new = reducer(old, value) if reducer is not None else self.aggregator(key, value, old)  # type: ignore[misc]
+        # _emit inlined: this runs for every record of every aggregation
+        store.put(key, None if new is None else ValueAndTimestamp(new, timestamp))
+        if self.forwarder.cached:
+            return  # the cache forwards this update when it flushes
+        out = Record(key, Change(new, old if self.send_old() else None), timestamp, record.headers)
+        self.context.forward(out)
 
 
 class KTableAggregateProcessor(_Stateful):

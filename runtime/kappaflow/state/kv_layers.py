@@ -218,7 +218,9 @@ class CachingKeyValueStore(WrappedBytesStore):
 
     def put_decoded(self, key: bytes, value: bytes | None, decoded: object) -> None:
         """`put` that also remembers the typed value the bytes decode to (caching on only)."""
-        self._put_cached(key, value, decoded)
+        cache: Any = self._cache
+        context: Any = self._context
+        cache.put(self._namespace, key, value, True, context.record_context(), decoded)
 
     def get(self, key: bytes) -> bytes | None:
         cache = self._cache
@@ -350,7 +352,7 @@ class MeteredKeyValueStore(MeteredStoreBase, Generic[K, V]):
 
     def get(self, key: K) -> V | None:
         self.gets += 1
-        raw_key = self._k(key)
+        raw_key = self.last_raw_key if key is self.last_key else self._k(key)
         caching = self._caching
         if caching is None:
             return self._dv(self.inner.get(raw_key))
@@ -364,14 +366,17 @@ class MeteredKeyValueStore(MeteredStoreBase, Generic[K, V]):
 
     def put(self, key: K, value: V | None) -> None:
         self.puts += 1
-        raw_value = self._v(value)
+        value_serde: Any = self.value_serde
+        raw_value = value_serde.serialize(self._topic, value)
+        # an aggregation puts the key it just read: its bytes are remembered (metered.IMMUTABLE_KEY_TYPES)
+        raw_key = self.last_raw_key if key is self.last_key else self._k(key)
         caching = self._caching
         if caching is None:
-            self.inner.put(self._k(key), raw_value)
-        elif self.value_serde.decodes_to_itself(value):  # type: ignore[union-attr]
-            caching.put_decoded(self._k(key), raw_value, value)
+            self.inner.put(raw_key, raw_value)
+        elif value_serde.decodes_to_itself(value):
+            caching.put_decoded(raw_key, raw_value, value)
         else:
-            caching.put(self._k(key), raw_value)
+            caching.put(raw_key, raw_value)
 
     def put_if_absent(self, key: K, value: V | None) -> V | None:
         self.puts += 1

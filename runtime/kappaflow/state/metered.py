@@ -13,6 +13,11 @@ from kappaflow.api.errors import InvalidStateStoreError
 from kappaflow.api.serdes import Serde
 from kappaflow.state.api import KeyValueBytesStore, StoreContext
 
+IMMUTABLE_KEY_TYPES = frozenset({str, int, bytes, float})
+"""Key types whose serialized bytes can be remembered by identity: an aggregation's get-then-put of one
+key serializes it once."""
+_NO_KEY: Any = object()
+
 
 class MeteredStoreBase:
     kind = "store"  # how errors name the store: "store", "window store", "session store"
@@ -24,6 +29,8 @@ class MeteredStoreBase:
         self.key_serde = key_serde
         self.value_serde = value_serde
         self._topic = inner.name
+        self.last_key: Any = _NO_KEY  # the last immutable key serialized, and its bytes
+        self.last_raw_key = b""
 
     @property
     def name(self) -> str:
@@ -37,6 +44,7 @@ class MeteredStoreBase:
         """The store's serdes, falling back to `default.key.serde` / `default.value.serde`."""
         key_serde = self.key_serde or context.app_config.serde("default.key.serde")
         value_serde = self.value_serde or context.app_config.serde("default.value.serde")
+        self.last_key = _NO_KEY  # serdes (and the serde topic) are settled here: forget old bytes
         if key_serde is None or value_serde is None:
             which = "key" if key_serde is None else "value"
             raise InvalidStateStoreError(
@@ -55,10 +63,14 @@ class MeteredStoreBase:
         return self.inner.is_open()
 
     def _k(self, key: Any) -> bytes:
+        if key is self.last_key:
+            return self.last_raw_key
         if key is None:
             raise InvalidStateStoreError(f"{self.kind} '{self.name}': keys must not be None")
         raw = self.key_serde.serialize(self._topic, key)  # type: ignore[union-attr]
         assert raw is not None
+        if type(key) in IMMUTABLE_KEY_TYPES:
+            self.last_key, self.last_raw_key = key, raw
         return raw
 
     def _dk(self, raw: bytes) -> Any:
