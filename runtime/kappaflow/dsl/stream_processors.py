@@ -78,10 +78,13 @@ class FlatMapValuesProcessor(_Base):
         self.with_key = with_key
 
     def process(self, record: AnyRecord) -> None:
-        values = self.mapper(record.key, record.value) if self.with_key else self.mapper(record.value)
-        forward = self.context.forward
-        for value in values or ():
-            forward(Record(record.key, value, record.timestamp, record.headers))
+        key = record.key
+        values = self.mapper(key, record.value) if self.with_key else self.mapper(record.value)
+        if values:
+            forward = self.context.forward
+            timestamp, headers = record.timestamp, record.headers
+            for value in values:
+                forward(Record(key, value, timestamp, headers))
 
 
 class SelectKeyProcessor(_Base):

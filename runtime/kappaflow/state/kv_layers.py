@@ -211,6 +211,12 @@ class CachingKeyValueStore(WrappedBytesStore):
         """Whether the record cache holds a live entry for the key (windowed stores' expired reads)."""
         return self._cache is not None and self._cache.holds(self._namespace, key)
 
+    def cache_binding(self) -> tuple[ThreadCache, str]:
+        """The thread cache and this store's namespace in it (caching on only): the typed layer reads and
+        writes decoded entries through it directly, two Python frames less per get and put."""
+        assert self._cache is not None
+        return self._cache, self._namespace
+
     def cached_entry(self, key: bytes) -> CacheEntry | None:
         """The key's cache entry (a hit refreshes it), or None: the typed layer's decoded fast path."""
         assert self._cache is not None
@@ -315,6 +321,9 @@ class MeteredKeyValueStore(MeteredStoreBase, Generic[K, V]):
         # the caching layer right below, when there is one and the thread has a cache: get/put then
         # keep decoded immutable values in the cache entries (CacheEntry.decoded)
         self._caching: CachingKeyValueStore | None = None
+        self._thread_cache: ThreadCache | None = None
+        self._namespace = ""
+        self._context: StoreContext | None = None
 
     def init(self, context: StoreContext, root: StateStore | None = None) -> None:
         self.key_serde, self.value_serde = self.resolve_serdes(context)
@@ -324,6 +333,9 @@ class MeteredKeyValueStore(MeteredStoreBase, Generic[K, V]):
         self.inner.init(context, root or self)
         inner = self.inner
         self._caching = inner if isinstance(inner, CachingKeyValueStore) and inner.caching else None
+        if self._caching is not None:
+            self._thread_cache, self._namespace = self._caching.cache_binding()
+        self._context = context
 
     def flush(self) -> None:
         self.inner.flush()
@@ -356,7 +368,7 @@ class MeteredKeyValueStore(MeteredStoreBase, Generic[K, V]):
         caching = self._caching
         if caching is None:
             return self._dv(self.inner.get(raw_key))
-        entry = caching.cached_entry(raw_key)
+        entry = self._thread_cache.get(self._namespace, raw_key)  # type: ignore[union-attr]
         if entry is None:
             return self._dv(caching.inner.get(raw_key))
         decoded = entry.decoded
@@ -374,7 +386,10 @@ class MeteredKeyValueStore(MeteredStoreBase, Generic[K, V]):
         if caching is None:
             self.inner.put(raw_key, raw_value)
         elif value_serde.decodes_to_itself(value):
-            caching.put_decoded(raw_key, raw_value, value)
+            # CachingKeyValueStore.put_decoded, without its frame
+            context: Any = self._context
+            cache: Any = self._thread_cache
+            cache.put(self._namespace, raw_key, raw_value, True, context.record_context(), value)
         else:
             caching.put(raw_key, raw_value)
 
