@@ -16,7 +16,7 @@ from kappaflow.api.errors import (
 )
 from kappaflow.api.processor import Processor
 from kappaflow.api.record import Headers, Record
-from kappaflow.api.serdes import Serde
+from kappaflow.api.serdes import Serde, is_utf8
 from kappaflow.api.time import ConsumedRecord, TimestampExtractor, record_timestamp
 from kappaflow.topology.nodes import SinkSpec, SourceSpec, StreamPartitioner, TopicNameExtractor
 
@@ -140,6 +140,7 @@ class SinkNode(ProcessorNode):
         "context",
         "key_serde",
         "key_serializer",
+        "key_utf8",
         "missing_serde",
         "partitioner",
         "send",
@@ -148,6 +149,7 @@ class SinkNode(ProcessorNode):
         "topic_resolver",
         "value_serde",
         "value_serializer",
+        "value_utf8",
     )
 
     def __init__(
@@ -168,6 +170,8 @@ class SinkNode(ProcessorNode):
         # bound once: the per-record path makes no attribute lookups through serdes or the collector
         self.key_serializer: Any = key_serde.serialize if key_serde is not None else None
         self.value_serializer: Any = value_serde.serialize if value_serde is not None else None
+        self.key_utf8 = is_utf8(key_serde)  # String serdes: str.encode inline, no serde call
+        self.value_utf8 = is_utf8(value_serde)
         self.partitioner: StreamPartitioner | None = spec.partitioner
 
     def bind(self, context: ProcessorContextImpl) -> None:
@@ -187,9 +191,14 @@ class SinkNode(ProcessorNode):
                 f"sink '{self.name}' writing to '{topic}' has no {which} serde: pass one in Produced "
                 f"(to(..., {which}_serde=...)) or set default.{which}.serde"
             )
+        key: Any = record.key
+        value: Any = record.value
         try:
-            key = self.key_serializer(topic, record.key)
-            value = self.value_serializer(topic, record.value)
+            key = key.encode() if self.key_utf8 and type(key) is str else self.key_serializer(topic, key)
+            if self.value_utf8 and type(value) is str:
+                value = value.encode()
+            else:
+                value = self.value_serializer(topic, value)
         except SerializationError as exc:
             raise SerializationError(f"sink '{self.name}': {exc}") from exc
         timestamp = record.timestamp

@@ -27,7 +27,7 @@ from kappaflow.api.errors import (
 from kappaflow.api.metrics import Metrics
 from kappaflow.api.processor import TaskId
 from kappaflow.api.record import Headers, Record
-from kappaflow.api.serdes import Serde
+from kappaflow.api.serdes import Serde, is_utf8
 from kappaflow.api.time import ConsumedRecord, TimestampExtractor, record_timestamp
 from kappaflow.state.api import RecordContext
 from kappaflow.state.cache import ThreadCache
@@ -333,6 +333,7 @@ class StreamTask:
         context = self.context
         key_deserializer = source.key_deserializer
         value_deserializer = source.value_deserializer
+        key_utf8, value_utf8 = is_utf8(source.key_serde), is_utf8(source.value_serde)  # decoded inline
         forward = context.forward
         custom_extractor = source.timestamp_extractor is not record_timestamp
         schedules = context.stream_time_punctuations.schedules
@@ -345,10 +346,19 @@ class StreamTask:
             while queue and count < limit:
                 raw = queue[0]
                 offset = raw.offset
-                key = UNSET
+                key: Any = UNSET
+                value: Any = None
                 try:
-                    key = key_deserializer(topic, raw.key)
-                    value = value_deserializer(topic, raw.value)
+                    raw_key, raw_value = raw.key, raw.value
+                    key = (
+                        raw_key.decode()
+                        if key_utf8 and raw_key is not None
+                        else key_deserializer(topic, raw_key)
+                    )
+                    if value_utf8 and raw_value is not None:
+                        value = raw_value.decode()
+                    else:
+                        value = value_deserializer(topic, raw_value)
                 except SchemaRegistryUnavailableError:
                     raise
                 except Exception as exc:
