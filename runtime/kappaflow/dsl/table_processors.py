@@ -16,7 +16,7 @@ from kappaflow.api.errors import StreamsError
 from kappaflow.api.processor import ProcessorContext
 from kappaflow.api.record import Record
 from kappaflow.dsl.change import Change
-from kappaflow.dsl.stream_processors import drop_record
+from kappaflow.dsl.stream_processors import direct_route, drop_record
 from kappaflow.state.api import RecordContext
 from kappaflow.state.timestamped import ValueAndTimestamp
 
@@ -185,10 +185,18 @@ class KTableToStreamProcessor:
 
     def init(self, context: ProcessorContext) -> None:
         self.context = context
+        self.route = direct_route(context)
 
     def process(self, record: AnyRecord) -> None:
-        value = record.value.new_value
-        self.context.forward(Record(record.key, value, record.timestamp, record.headers))
+        out = Record(record.key, record.value.new_value, record.timestamp, record.headers)
+        route = self.route
+        if route is None:
+            self.context.forward(out)
+        else:
+            context = route.context
+            context.current_node = route.child
+            route.handle(out)
+            context.current_node = route.node
 
     def close(self) -> None:
         return None
