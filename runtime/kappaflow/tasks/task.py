@@ -335,6 +335,8 @@ class StreamTask:
         value_deserializer = source.value_deserializer
         key_utf8, value_utf8 = is_utf8(source.key_serde), is_utf8(source.value_serde)  # decoded inline
         forward = context.forward
+        only_child = source.children[0] if len(source.children) == 1 else None
+        only_handle: Any = only_child.handle if only_child is not None else None
         custom_extractor = source.timestamp_extractor is not record_timestamp
         schedules = context.stream_time_punctuations.schedules
         tp = (topic, partition)
@@ -379,13 +381,18 @@ class StreamTask:
                         stream_time = context.stream_time = timestamp
                     headers = raw.headers
                     context.current = RecordContext(timestamp, topic, partition, offset, headers)
-                    # the source node's process() is a plain forward to its children: call it directly
-                    context.current_node = source
                     try:
-                        forward(Record(key, value, timestamp, headers))
+                        if only_child is not None:  # the source's one child, called directly
+                            context.current_node = only_child
+                            only_handle(Record(key, value, timestamp, headers))
+                        else:  # the source node's process() is a plain forward to its children
+                            context.current_node = source
+                            forward(Record(key, value, timestamp, headers))
                     except (TaskMigratedError, ProcessingError, SchemaRegistryUnavailableError):
                         raise  # an unreachable registry is not this record's fault: no handler skips it
                     except Exception as exc:
+                        if context.failed_node is None and context.current_node is not None:
+                            context.failed_node = context.current_node.name  # raised outside forward()
                         self._processing_failure(exc, topic, partition, raw, source.name)
                     finally:
                         context.current_node = None
