@@ -168,7 +168,7 @@ def produce_record(
     """Produce one record, waiting (while serving delivery reports) when the local queue is full.
     `partition=None` lets the producer's murmur2_random partitioner choose, as Kafka Streams does."""
     # the hot path (sinks, repartition topics) passes no partition or headers: no argument dict to build
-    plain = partition is None and timestamp >= 0 and (headers is None or not len(headers))
+    plain = partition is None and timestamp >= 0 and not headers
     kwargs: dict[str, Any] = {}
     if not plain:
         kwargs = {"key": key, "value": value, "on_delivery": on_delivery}
@@ -243,8 +243,16 @@ class KafkaRecordCollector:
         # Offsets are tracked for records sent to a chosen partition: changelog records always are, and
         # their offsets are what a commit checkpoints. Records the partitioner places (sinks, repartition
         # topics: most records) get a report that only looks at the error.
-        on_delivery = self._report_error if partition is None else self._report_offset
-        produce_record(self.producer, topic, key, value, headers, timestamp, partition, on_delivery)
+        if partition is None and timestamp >= 0 and not headers:
+            try:  # the commonest record, produced without produce_record's frame
+                self.producer.produce(topic, value, key, on_delivery=self._report_error, timestamp=timestamp)
+            except BufferError:  # the local queue is full: produce_record waits and retries
+                produce_record(self.producer, topic, key, value, headers, timestamp, None, self._report_error)
+            except (KafkaException, SystemError) as exc:
+                raise production_failure(exc, f"cannot produce to '{topic}'") from exc
+        else:
+            on_delivery = self._report_error if partition is None else self._report_offset
+            produce_record(self.producer, topic, key, value, headers, timestamp, partition, on_delivery)
         self.sent += 1
         if self.sent & 0x3FF == 0:
             self.producer.poll(0)
