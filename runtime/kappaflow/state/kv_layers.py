@@ -364,7 +364,15 @@ class MeteredKeyValueStore(MeteredStoreBase, Generic[K, V]):
 
     def get(self, key: K) -> V | None:
         self.gets += 1
-        raw_key = self.last_raw_key if key is self.last_key else self._k(key)
+        raw_key: bytes
+        if key is self.last_key:
+            raw_key = self.last_raw_key
+        elif self._utf8_keys and type(key) is str:  # _k inlined for String keys
+            text: Any = key
+            raw_key = self.last_raw_key = text.encode()
+            self.last_key = text
+        else:
+            raw_key = self._k(key)
         caching = self._caching
         if caching is None:
             return self._dv(self.inner.get(raw_key))
