@@ -22,7 +22,6 @@ from kappaflow.state.api import (
 )
 from kappaflow.state.cache import NOT_DECODED, CacheEntry, DirtyEntries, ThreadCache
 from kappaflow.state.metered import MeteredStoreBase
-from kappaflow.state.timestamped import split_timestamped
 from kappaflow.state.uncommitted import overlay
 
 K = TypeVar("K")
@@ -109,9 +108,11 @@ class ChangeLoggingKeyValueBytesStore(WrappedBytesStore):
         super().__init__(inner)
         self.timestamped = timestamped
         self._context: StoreContext | None = None
+        self._store_name = inner.name
 
     def init(self, context: StoreContext, root: StateStore) -> None:
         self._context = context
+        self._store_name = self.inner.name  # read once: `name` is a property chain through the layers
         self.inner.init(context, root)
 
     def _log(self, key: bytes, value: bytes | None) -> None:
@@ -119,11 +120,11 @@ class ChangeLoggingKeyValueBytesStore(WrappedBytesStore):
         if context is None:
             raise InvalidStateStoreError(f"store '{self.name}' is not initialized")
         record_context = context.record_context()
-        if self.timestamped and value is not None:
-            timestamp, raw = split_timestamped(value)
-            context.log_change(self.name, key, raw, timestamp, record_context.headers)
+        if self.timestamped and value is not None:  # split_timestamped, inlined
+            timestamp = int.from_bytes(value[:8], "big", signed=True)
+            context.log_change(self._store_name, key, value[8:], timestamp, record_context.headers)
         else:
-            context.log_change(self.name, key, value, record_context.timestamp, record_context.headers)
+            context.log_change(self._store_name, key, value, record_context.timestamp, record_context.headers)
 
     def put(self, key: bytes, value: bytes | None) -> None:
         self.inner.put(key, value)

@@ -62,6 +62,7 @@ class ProcessorContextImpl:
         self._metrics = metrics
         self._state_dir = state_dir
         self._changelog_topic = changelog_topic
+        self._changelog_topics: dict[str, str] = {}
         self._register = register
         self._clock = clock
         self.stores: dict[str, Any] = {}
@@ -175,9 +176,10 @@ class ProcessorContextImpl:
     def log_change(
         self, store_name: str, key: bytes, value: bytes | None, timestamp: int, headers: Headers | None = None
     ) -> None:
-        self.collector.send(
-            self._changelog_topic(store_name), key, value, None, timestamp, self.changelog_partition
-        )
+        topic = self._changelog_topics.get(store_name)
+        if topic is None:  # named once per store, not formatted per changelog record
+            topic = self._changelog_topics[store_name] = self._changelog_topic(store_name)
+        self.collector.send(topic, key, value, None, timestamp, self.changelog_partition)
 
     def record_context(self) -> RecordContext:
         return self.current
