@@ -64,6 +64,30 @@ def test_callable_handler_decides() -> None:
         assert decisions == ["in-0@0 in node 'KSTREAM-MAPVALUES-0000000001'"]
 
 
+def test_a_failure_behind_built_in_processors_names_the_deepest_node_and_processing_goes_on() -> None:
+    """Built-in processors call their only child directly (DirectRoute), not through forward(): the
+    error must still name the node that raised, and the next record must flow as usual."""
+    builder = StreamsBuilder()
+    stream = builder.stream("in", key_serde=S, value_serde=L).filter(lambda _k, v: v != 1)
+    upper = stream.select_key(lambda k, _v: k.upper())
+    upper.map_values(lambda v: 100 // v).to("out", key_serde=S, value_serde=L)
+    decisions: list[str] = []
+
+    def handler(error: BaseException, record: Any) -> Any:
+        from kappaflow import HandlerResponse
+
+        decisions.append(record.where())
+        return HandlerResponse.CONTINUE
+
+    with TopologyTestDriver(builder.build(), {"processing.exception.handler": handler}) as driver:
+        source = driver.create_input_topic("in", S, L)
+        source.pipe_input("a", 0)
+        source.pipe_input("b", 1)
+        source.pipe_input("c", 4)
+        assert decisions == ["in-0@0 in node 'KSTREAM-MAPVALUES-0000000003'"]
+        assert driver.create_output_topic("out", S, L).read_key_values_to_list() == [("C", 25)]
+
+
 def test_processing_errors_fail_by_default() -> None:
     with (
         TopologyTestDriver(long_sum_topology()) as driver,

@@ -7,7 +7,7 @@ mutated by one of them behind the others' backs.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -17,52 +17,40 @@ K2 = TypeVar("K2")
 V2 = TypeVar("V2")
 
 
-class Headers:
-    """An ordered multi-map of header keys to byte values, as Kafka stores them."""
+class Headers(list[tuple[str, bytes | None]]):
+    """An ordered multi-map of header keys to byte values, as Kafka stores them.
 
-    __slots__ = ("_items",)
+    A list of `(key, value)` pairs underneath: every consumed record gets its own Headers (processors
+    may add to them), and a list subclass with no `__init__` of its own is created without a Python
+    call, which matters when most records carry none."""
 
-    def __init__(self, items: Iterable[tuple[str, bytes | None]] = ()) -> None:
-        self._items: list[tuple[str, bytes | None]] = list(items)
+    __slots__ = ()
 
     def add(self, key: str, value: bytes | None) -> Headers:
-        self._items.append((key, value))
+        self.append((key, value))
         return self
 
-    def remove(self, key: str) -> Headers:
-        self._items = [(k, v) for k, v in self._items if k != key]
+    def remove(self, key: str) -> Headers:  # type: ignore[override]  # Kafka's Headers.remove(key)
+        self[:] = [(k, v) for k, v in self if k != key]
         return self
 
     def last_header(self, key: str) -> bytes | None:
-        for k, v in reversed(self._items):
+        for k, v in reversed(self):
             if k == key:
                 return v
         return None
 
     def headers(self, key: str) -> list[bytes | None]:
-        return [v for k, v in self._items if k == key]
+        return [v for k, v in self if k == key]
 
     def to_list(self) -> list[tuple[str, bytes | None]]:
-        return list(self._items)
+        return list(self)
 
     def copy(self) -> Headers:
-        return Headers(self._items)
-
-    def __iter__(self) -> Iterator[tuple[str, bytes | None]]:
-        return iter(self._items)
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Headers):
-            return self._items == other._items
-        if isinstance(other, list):
-            return self._items == other
-        return NotImplemented
+        return Headers(self)
 
     def __repr__(self) -> str:
-        return f"Headers({self._items!r})"
+        return f"Headers({list(self)!r})"
 
 
 @dataclass(slots=True, eq=True)

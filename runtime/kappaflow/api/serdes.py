@@ -98,6 +98,12 @@ class String(Serde[str]):
         return data.decode("utf-8")
 
 
+def is_utf8(serde: Serde[Any] | None) -> bool:
+    """True for the plain String serde, whose bytes are exactly the text's UTF-8: the per-record loops
+    then encode and decode inline (`str.encode`, `bytes.decode`) instead of calling the serde."""
+    return type(serde) is String
+
+
 class Long(Serde[int]):
     name = "Long"
 

@@ -168,7 +168,7 @@ def produce_record(
     """Produce one record, waiting (while serving delivery reports) when the local queue is full.
     `partition=None` lets the producer's murmur2_random partitioner choose, as Kafka Streams does."""
     # the hot path (sinks, repartition topics) passes no partition or headers: no argument dict to build
-    plain = partition is None and timestamp >= 0 and (headers is None or not len(headers))
+    plain = partition is None and timestamp >= 0 and not headers
     kwargs: dict[str, Any] = {}
     if not plain:
         kwargs = {"key": key, "value": value, "on_delivery": on_delivery}
@@ -195,7 +195,10 @@ def produce_record(
 
 
 class KafkaRecordCollector:
-    """The RecordCollector of every task in a process, over one (possibly transactional) producer."""
+    """The RecordCollector of every task in a process, over one (possibly transactional) producer.
+
+    `written` holds the last acknowledged offset of each partition records were sent to explicitly
+    (changelogs, custom partitioners), not of partitions the producer's partitioner chose."""
 
     def __init__(self, producer: Producer, metadata_source: Any, production_handler: Any = None) -> None:
         self.producer = producer
@@ -206,19 +209,30 @@ class KafkaRecordCollector:
         self.error_topic = ""
         self._handler = production_handler
         self.sent = 0
+        # bound once, not per record
+        self._report_offset = self._on_delivery
+        self._report_error = self._on_error_only
 
     def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
         if err is not None:
-            if self._handler is not None and self._handler(err, msg):
-                log.warning("dropping record for %s after production error: %s", msg.topic(), err)
-                return
-            if self.error is None:
-                self.error, self.error_topic = err, msg.topic()
+            self._failed(err, msg)
             return
         tp = (msg.topic(), msg.partition())
         offset = msg.offset()
         if offset > self.written.get(tp, -1):
             self.written[tp] = offset
+
+    def _on_error_only(self, err: KafkaError | None, msg: Any) -> None:
+        """The delivery report of a record whose offset nobody needs: only a failure matters."""
+        if err is not None:
+            self._failed(err, msg)
+
+    def _failed(self, err: KafkaError, msg: Any) -> None:
+        if self._handler is not None and self._handler(err, msg):
+            log.warning("dropping record for %s after production error: %s", msg.topic(), err)
+            return
+        if self.error is None:
+            self.error, self.error_topic = err, msg.topic()
 
     def send(
         self,
@@ -229,7 +243,19 @@ class KafkaRecordCollector:
         timestamp: int,
         partition: int | None,
     ) -> None:
-        produce_record(self.producer, topic, key, value, headers, timestamp, partition, self._on_delivery)
+        # Offsets are tracked for records sent to a chosen partition: changelog records always are, and
+        # their offsets are what a commit checkpoints. Records the partitioner places (sinks, repartition
+        # topics: most records) get a report that only looks at the error.
+        if partition is None and timestamp >= 0 and not headers:
+            try:  # the commonest record, produced without produce_record's frame
+                self.producer.produce(topic, value, key, on_delivery=self._report_error, timestamp=timestamp)
+            except BufferError:  # the local queue is full: produce_record waits and retries
+                produce_record(self.producer, topic, key, value, headers, timestamp, None, self._report_error)
+            except (KafkaException, SystemError) as exc:
+                raise production_failure(exc, f"cannot produce to '{topic}'") from exc
+        else:
+            on_delivery = self._report_error if partition is None else self._report_offset
+            produce_record(self.producer, topic, key, value, headers, timestamp, partition, on_delivery)
         self.sent += 1
         if self.sent & 0x3FF == 0:
             try:

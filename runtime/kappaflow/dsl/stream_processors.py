@@ -13,15 +13,24 @@ from typing import Any
 from kappaflow.api.errors import StreamsError
 from kappaflow.api.processor import Processor, ProcessorContext
 from kappaflow.api.record import Record
+from kappaflow.tasks.context import DirectRoute
 
 AnyRecord = Record[Any, Any]
 
 
+def direct_route(context: ProcessorContext) -> DirectRoute | None:
+    """The task's route to the initializing processor's only child (see DirectRoute), else None."""
+    route = getattr(context, "direct_route", None)
+    return route() if route is not None else None
+
+
 class _Base:
     context: ProcessorContext
+    route: DirectRoute | None = None
 
     def init(self, context: ProcessorContext) -> None:
         self.context = context
+        self.route = direct_route(context)
 
     def close(self) -> None:
         return None
@@ -34,7 +43,14 @@ class FilterProcessor(_Base):
 
     def process(self, record: AnyRecord) -> None:
         if bool(self.predicate(record.key, record.value)) != self.negate:
-            self.context.forward(record)
+            route = self.route
+            if route is None:
+                self.context.forward(record)
+            else:
+                context = route.context
+                context.current_node = route.child
+                route.handle(record)
+                context.current_node = route.node
 
 
 def _pair(result: Any, op: str) -> tuple[Any, Any]:
@@ -59,7 +75,15 @@ class MapValuesProcessor(_Base):
 
     def process(self, record: AnyRecord) -> None:
         value = self.mapper(record.key, record.value) if self.with_key else self.mapper(record.value)
-        self.context.forward(Record(record.key, value, record.timestamp, record.headers))
+        out = Record(record.key, value, record.timestamp, record.headers)
+        route = self.route
+        if route is None:
+            self.context.forward(out)
+        else:
+            context = route.context
+            context.current_node = route.child
+            route.handle(out)
+            context.current_node = route.node
 
 
 class FlatMapProcessor(_Base):
@@ -78,10 +102,22 @@ class FlatMapValuesProcessor(_Base):
         self.with_key = with_key
 
     def process(self, record: AnyRecord) -> None:
-        values = self.mapper(record.key, record.value) if self.with_key else self.mapper(record.value)
-        forward = self.context.forward
-        for value in values or ():
-            forward(Record(record.key, value, record.timestamp, record.headers))
+        key = record.key
+        values = self.mapper(key, record.value) if self.with_key else self.mapper(record.value)
+        if not values:
+            return
+        timestamp, headers = record.timestamp, record.headers
+        route = self.route
+        if route is None:
+            forward = self.context.forward
+            for value in values:
+                forward(Record(key, value, timestamp, headers))
+            return
+        handle, context = route.handle, route.context
+        context.current_node = route.child  # and again after each call (see DirectRoute)
+        for value in values:
+            handle(Record(key, value, timestamp, headers))
+        context.current_node = route.node
 
 
 class SelectKeyProcessor(_Base):
@@ -89,9 +125,15 @@ class SelectKeyProcessor(_Base):
         self.selector = selector
 
     def process(self, record: AnyRecord) -> None:
-        self.context.forward(
-            Record(self.selector(record.key, record.value), record.value, record.timestamp, record.headers)
-        )
+        out = Record(self.selector(record.key, record.value), record.value, record.timestamp, record.headers)
+        route = self.route
+        if route is None:
+            self.context.forward(out)
+        else:
+            context = route.context
+            context.current_node = route.child
+            route.handle(out)
+            context.current_node = route.node
 
 
 class PeekProcessor(_Base):
@@ -141,7 +183,14 @@ class NullKeyFilter(_Base):
         if record.key is None and self.enabled:
             drop_record(self.context, "null-key", self.label)
             return
-        self.context.forward(record)
+        route = self.route
+        if route is None:
+            self.context.forward(record)
+        else:
+            context = route.context
+            context.current_node = route.child
+            route.handle(record)
+            context.current_node = route.node
 
 
 def drop_record(context: ProcessorContext, reason: str, node: str) -> None:

@@ -16,7 +16,7 @@ from kappaflow.api.errors import StreamsError
 from kappaflow.api.processor import ProcessorContext
 from kappaflow.api.record import Record
 from kappaflow.dsl.change import Change
-from kappaflow.dsl.stream_processors import drop_record
+from kappaflow.dsl.stream_processors import direct_route, drop_record
 from kappaflow.state.api import RecordContext
 from kappaflow.state.timestamped import ValueAndTimestamp
 
@@ -185,10 +185,18 @@ class KTableToStreamProcessor:
 
     def init(self, context: ProcessorContext) -> None:
         self.context = context
+        self.route = direct_route(context)
 
     def process(self, record: AnyRecord) -> None:
-        value = record.value.new_value
-        self.context.forward(Record(record.key, value, record.timestamp, record.headers))
+        out = Record(record.key, record.value.new_value, record.timestamp, record.headers)
+        route = self.route
+        if route is None:
+            self.context.forward(out)
+        else:
+            context = route.context
+            context.current_node = route.child
+            route.handle(out)
+            context.current_node = route.node
 
     def close(self) -> None:
         return None
@@ -277,21 +285,24 @@ class KStreamAggregateProcessor(_Stateful):
             log.debug("skipping record with null key or value in %s", self.label)
             drop_record(self.context, "null-key-or-value", self.label)
             return
-        previous = self.store.get(key)
-        old = None if previous is None else previous.value
-        if old is None:
-            timestamp = record.timestamp
-            if self.reducer is not None:
-                new = value
-            else:
-                new = self.aggregator(key, value, self.initializer())  # type: ignore[misc]
+        store = self.store
+        previous = store.get(key)
+        timestamp = record.timestamp
+        reducer: Any = self.reducer
+        if previous is None:
+            old = None
+            new = value if reducer is not None else self.aggregator(key, value, self.initializer())  # type: ignore[misc]
         else:
-            timestamp = max(record.timestamp, previous.timestamp)
-            if self.reducer is not None:
-                new = self.reducer(old, value)
-            else:
-                new = self.aggregator(key, value, old)  # type: ignore[misc]
-        self._emit(record, new, old, timestamp)
+            old = previous.value
+            if previous.timestamp > timestamp:
+                timestamp = previous.timestamp
+            new = reducer(old, value) if reducer is not None else self.aggregator(key, value, old)  # type: ignore[misc]
+        # _emit inlined: this runs for every record of every aggregation
+        store.put(key, None if new is None else ValueAndTimestamp(new, timestamp))
+        if self.forwarder.cached:
+            return  # the cache forwards this update when it flushes
+        out = Record(key, Change(new, old if self.send_old() else None), timestamp, record.headers)
+        self.context.forward(out)
 
 
 class KTableAggregateProcessor(_Stateful):

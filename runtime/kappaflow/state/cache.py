@@ -116,8 +116,12 @@ class ThreadCache:
         context: RecordContext,
         decoded: object = NOT_DECODED,
     ) -> None:
-        cache = self._caches.get(namespace) or self.named(namespace)
-        size = len(key) + (len(value) if value is not None else 0) + len(context.topic) + _ENTRY_OVERHEAD
+        cache = self._caches.get(namespace)
+        if cache is None:
+            cache = self.named(namespace)
+        size = len(key) + len(context.topic) + _ENTRY_OVERHEAD
+        if value is not None:
+            size += len(value)
         entries = cache.entries
         old = entries.get(key)
         if old is None:
@@ -125,12 +129,21 @@ class ThreadCache:
             delta = size
         else:  # update in place: a hot key costs no allocation
             delta = size - old.size
-            old.value, old.context, old.size, old.decoded = value, context, size, decoded
-            old.dirty = dirty = dirty or old.dirty
+            old.value = value
+            old.context = context
+            old.size = size
+            old.decoded = decoded
+            if dirty:
+                old.dirty = True
+            else:
+                dirty = old.dirty
             entries.move_to_end(key)
-        if dirty:
-            cache.dirty[key] = None
-            cache.dirty.move_to_end(key)
+        if dirty:  # flushed in the order last written, as Kafka Streams' NamedCache does
+            dirty_keys = cache.dirty
+            if key in dirty_keys:
+                dirty_keys.move_to_end(key)
+            else:
+                dirty_keys[key] = None
         cache.size += delta
         self._size += delta
         if self._size > self.max_bytes:

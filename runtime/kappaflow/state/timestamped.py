@@ -7,12 +7,14 @@ the value's bytes.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from kappaflow.api.serdes import Serde
+from kappaflow.api.serdes import Long, Serde
 
 V = TypeVar("V")
+_TS_LONG = struct.Struct(">qq")  # a timestamp and a Long value: counts, the commonest aggregate
 
 
 @dataclass(slots=True)
@@ -38,22 +40,37 @@ class ValueAndTimestampSerde(Serde[ValueAndTimestamp[Any]]):
 
     def __init__(self, inner: Serde[Any]) -> None:
         self.inner = inner
+        # Long values (counts, sums) pack with their timestamp in one struct call, both ways
+        self._long = type(inner) is Long
 
     def serialize(self, topic: str, data: ValueAndTimestamp[Any] | None) -> bytes | None:
         if data is None:
             return None
-        raw = self.inner.serialize(topic, data.value)
+        value = data.value
+        if self._long and type(value) is int:
+            try:
+                return _TS_LONG.pack(data.timestamp, value)
+            except struct.error:
+                pass  # out of range: the general path raises the serde's error
+        raw = self.inner.serialize(topic, value)
         if raw is None:
             return None
         return data.timestamp.to_bytes(8, "big", signed=True) + raw
 
     def decodes_to_itself(self, data: Any) -> bool:
         # ValueAndTimestamp is documented immutable, like Record
-        return type(data) is ValueAndTimestamp and self.inner.decodes_to_itself(data.value)
+        if type(data) is not ValueAndTimestamp:
+            return False
+        if self._long:
+            return type(data.value) is int
+        return self.inner.decodes_to_itself(data.value)
 
     def deserialize(self, topic: str, data: bytes | None) -> ValueAndTimestamp[Any] | None:
         if data is None:
             return None
+        if self._long and len(data) == 16:
+            timestamp, value = _TS_LONG.unpack(data)
+            return ValueAndTimestamp(value, timestamp)
         timestamp, raw = split_timestamped(data)
         return ValueAndTimestamp(self.inner.deserialize(topic, raw), timestamp)
 

@@ -16,12 +16,15 @@ from kappaflow.api.errors import (
 )
 from kappaflow.api.processor import Processor
 from kappaflow.api.record import Headers, Record
-from kappaflow.api.serdes import Serde
+from kappaflow.api.serdes import Serde, is_utf8
 from kappaflow.api.time import ConsumedRecord, TimestampExtractor, record_timestamp
 from kappaflow.topology.nodes import SinkSpec, SourceSpec, StreamPartitioner, TopicNameExtractor
 
 if TYPE_CHECKING:
     from kappaflow.tasks.context import ProcessorContextImpl
+
+UNSET: Any = object()
+"""A key not deserialized yet: tells a failing key from a failing value."""
 
 
 class ProcessorNode:
@@ -100,31 +103,29 @@ class SourceNode(ProcessorNode):
         self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None
     ) -> tuple[Any, Any]:
         """The record's key and value, or a DeserializationError naming the record and the serde."""
+        k: Any = UNSET
         try:
             k = self.key_deserializer(topic, key)
-        except SchemaRegistryUnavailableError:
-            raise
-        except Exception as exc:
-            raise DeserializationError(
-                f"cannot deserialize the key of record {topic}-{partition}@{offset} with "
-                f"{self.key_serde!r}: {exc}",
-                topic=topic,
-                partition=partition,
-                offset=offset,
-            ) from exc
-        try:
             v = self.value_deserializer(topic, value)
         except SchemaRegistryUnavailableError:
             raise
         except Exception as exc:
-            raise DeserializationError(
-                f"cannot deserialize the value of record {topic}-{partition}@{offset} with "
-                f"{self.value_serde!r}: {exc}",
-                topic=topic,
-                partition=partition,
-                offset=offset,
-            ) from exc
+            raise self.deserialization_error(exc, k is UNSET, topic, partition, offset) from exc
         return k, v
+
+    def deserialization_error(
+        self, exc: Exception, in_key: bool, topic: str, partition: int, offset: int
+    ) -> DeserializationError:
+        """The error for a key (`in_key`) or value the serde could not read, naming record and serde."""
+        which, serde = ("key", self.key_serde) if in_key else ("value", self.value_serde)
+        error = DeserializationError(
+            f"cannot deserialize the {which} of record {topic}-{partition}@{offset} with {serde!r}: {exc}",
+            topic=topic,
+            partition=partition,
+            offset=offset,
+        )
+        error.__cause__ = exc
+        return error
 
     def process(self, record: Record[Any, Any]) -> None:
         # the task makes this node current before calling, so forward() reaches its children
@@ -138,12 +139,17 @@ class SinkNode(ProcessorNode):
     __slots__ = (
         "context",
         "key_serde",
+        "key_serializer",
+        "key_utf8",
         "missing_serde",
         "partitioner",
+        "send",
         "static_topic",
         "topic",
         "topic_resolver",
         "value_serde",
+        "value_serializer",
+        "value_utf8",
     )
 
     def __init__(
@@ -161,34 +167,50 @@ class SinkNode(ProcessorNode):
         self.key_serde = key_serde
         self.value_serde = value_serde
         self.missing_serde = "key" if key_serde is None else "value" if value_serde is None else ""
+        # bound once: the per-record path makes no attribute lookups through serdes or the collector
+        self.key_serializer: Any = key_serde.serialize if key_serde is not None else None
+        self.value_serializer: Any = value_serde.serialize if value_serde is not None else None
+        self.key_utf8 = is_utf8(key_serde)  # String serdes: str.encode inline, no serde call
+        self.value_utf8 = is_utf8(value_serde)
         self.partitioner: StreamPartitioner | None = spec.partitioner
 
     def bind(self, context: ProcessorContextImpl) -> None:
         self.context = context
+        self.send = context.collector.send
 
     def process(self, record: Record[Any, Any]) -> None:
-        context = self.context
         topic = self.static_topic
         if topic is None:
             extractor: Any = self.topic
-            topic = self.topic_resolver(extractor(record.key, record.value, context.record_context().topic))
+            topic = self.topic_resolver(
+                extractor(record.key, record.value, self.context.record_context().topic)
+            )
         if self.missing_serde:
             which = self.missing_serde
             raise StreamsError(
                 f"sink '{self.name}' writing to '{topic}' has no {which} serde: pass one in Produced "
                 f"(to(..., {which}_serde=...)) or set default.{which}.serde"
             )
+        key: Any = record.key
+        value: Any = record.value
         try:
-            key = self.key_serde.serialize(topic, record.key)  # type: ignore[union-attr]
-            value = self.value_serde.serialize(topic, record.value)  # type: ignore[union-attr]
+            key = key.encode() if self.key_utf8 and type(key) is str else self.key_serializer(topic, key)
+            if self.value_utf8 and type(value) is str:
+                value = value.encode()
+            else:
+                value = self.value_serializer(topic, value)
         except SerializationError as exc:
             raise SerializationError(f"sink '{self.name}': {exc}") from exc
-        partition = None
-        if self.partitioner is not None:
-            count = context.collector.partition_count(topic)
-            if count:
-                partition = self.partitioner(topic, record.key, record.value, count)
         timestamp = record.timestamp
         if timestamp < 0:
             raise StreamsError(f"sink '{self.name}': record has negative timestamp {timestamp}")
-        context.collector.send(topic, key, value, record.headers, timestamp, partition)
+        if self.partitioner is None:
+            self.send(topic, key, value, record.headers, timestamp, None)
+        else:
+            self.send(topic, key, value, record.headers, timestamp, self._partition(topic, record))
+
+    def _partition(self, topic: str, record: Record[Any, Any]) -> int | None:
+        """The custom partitioner's choice; None (the producer's murmur2) when the count is unknown."""
+        assert self.partitioner is not None
+        count = self.context.collector.partition_count(topic)
+        return self.partitioner(topic, record.key, record.value, count) if count else None

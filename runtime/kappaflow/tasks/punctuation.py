@@ -33,15 +33,17 @@ class PunctuationSchedule:
 
 class PunctuationQueue:
     def __init__(self) -> None:
-        self._schedules: list[PunctuationSchedule] = []
+        # one list for the queue's life (pruned in place), so the task's per-record loop can hold it and
+        # test it for emptiness without a Python-level __len__ call per record
+        self.schedules: list[PunctuationSchedule] = []
 
     def add(self, schedule: PunctuationSchedule) -> PunctuationSchedule:
-        self._schedules.append(schedule)
+        self.schedules.append(schedule)
         return schedule
 
     def due(self, now: int) -> list[PunctuationSchedule]:
-        self._schedules = [s for s in self._schedules if not s.cancelled]
-        return sorted((s for s in self._schedules if s.timestamp <= now), key=lambda s: s.timestamp)
+        self.schedules[:] = [s for s in self.schedules if not s.cancelled]
+        return sorted((s for s in self.schedules if s.timestamp <= now), key=lambda s: s.timestamp)
 
     def __len__(self) -> int:
-        return len(self._schedules)
+        return len(self.schedules)

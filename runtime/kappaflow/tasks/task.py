@@ -18,7 +18,6 @@ from typing import Any
 
 from kappaflow.api.config import StreamsConfig
 from kappaflow.api.errors import (
-    DeserializationError,
     HandlerResponse,
     ProcessingError,
     SchemaRegistryUnavailableError,
@@ -28,14 +27,14 @@ from kappaflow.api.errors import (
 from kappaflow.api.metrics import Metrics
 from kappaflow.api.processor import TaskId
 from kappaflow.api.record import Headers, Record
-from kappaflow.api.serdes import Serde
+from kappaflow.api.serdes import Serde, is_utf8
 from kappaflow.api.time import ConsumedRecord, TimestampExtractor, record_timestamp
 from kappaflow.state.api import RecordContext
 from kappaflow.state.cache import ThreadCache
 from kappaflow.tasks.collector import RecordCollector
 from kappaflow.tasks.context import ProcessorContextImpl
 from kappaflow.tasks.handlers import FailedRecord, dead_letter_headers, resolve_handler
-from kappaflow.tasks.nodes import ProcessorNode, SinkNode, SourceNode
+from kappaflow.tasks.nodes import UNSET, ProcessorNode, SinkNode, SourceNode
 from kappaflow.tasks.punctuation import PunctuationQueue
 from kappaflow.tasks.state_manager import ProcessorStateManager
 from kappaflow.topology.nodes import ProcessorSpec, SinkSpec, SourceSpec
@@ -343,23 +342,42 @@ class StreamTask:
         partition time and processed count are written back once, also when a record fails the task."""
         source = self.sources[topic]
         context = self.context
-        deserialize = source.deserialize_key_value
-        process = source.process
+        key_deserializer = source.key_deserializer
+        value_deserializer = source.value_deserializer
+        key_utf8, value_utf8 = is_utf8(source.key_serde), is_utf8(source.value_serde)  # decoded inline
+        forward = context.forward
+        only_child = source.children[0] if len(source.children) == 1 else None
+        only_handle: Any = only_child.handle if only_child is not None else None
         custom_extractor = source.timestamp_extractor is not record_timestamp
-        stream_punctuations = context.stream_time_punctuations
+        schedules = context.stream_time_punctuations.schedules
         tp = (topic, partition)
         partition_time = self.partition_time.get(tp, -1)
+        stream_time = context.stream_time
         count = processed = 0
         last = -1
         try:
             while queue and count < limit:
                 raw = queue[0]
                 offset = raw.offset
+                key: Any = UNSET
+                value: Any = None
                 try:
-                    key, value = deserialize(topic, partition, offset, raw.key, raw.value)
-                except DeserializationError as exc:
+                    raw_key, raw_value = raw.key, raw.value
+                    key = (
+                        raw_key.decode()
+                        if key_utf8 and raw_key is not None
+                        else key_deserializer(topic, raw_key)
+                    )
+                    if value_utf8 and raw_value is not None:
+                        value = raw_value.decode()
+                    else:
+                        value = value_deserializer(topic, raw_value)
+                except SchemaRegistryUnavailableError:
+                    raise
+                except Exception as exc:
+                    error = source.deserialization_error(exc, key is UNSET, topic, partition, offset)
                     self._handle_failure(
-                        self._deserialization_handler, exc, topic, partition, raw, source.name
+                        self._deserialization_handler, error, topic, partition, raw, source.name
                     )
                     key = value = _SKIP
                 timestamp = raw.timestamp
@@ -370,23 +388,29 @@ class StreamTask:
                 if key is not _SKIP:
                     if timestamp > partition_time:
                         partition_time = timestamp
-                    if timestamp > context.stream_time:
-                        context.stream_time = timestamp
+                    if timestamp > stream_time:
+                        stream_time = context.stream_time = timestamp
                     headers = raw.headers
                     context.current = RecordContext(timestamp, topic, partition, offset, headers)
-                    context.current_node = source
                     try:
-                        process(Record(key, value, timestamp, headers))
+                        if only_child is not None:  # the source's one child, called directly
+                            context.current_node = only_child
+                            only_handle(Record(key, value, timestamp, headers))
+                        else:  # the source node's process() is a plain forward to its children
+                            context.current_node = source
+                            forward(Record(key, value, timestamp, headers))
                     except (TaskMigratedError, ProcessingError, SchemaRegistryUnavailableError):
                         raise  # an unreachable registry is not this record's fault: no handler skips it
                     except Exception as exc:
+                        if context.failed_node is None and context.current_node is not None:
+                            context.failed_node = context.current_node.name  # raised outside forward()
                         self._processing_failure(exc, topic, partition, raw, source.name)
                     finally:
                         context.current_node = None
                         context.failed_node = None
                     processed += 1
-                    if stream_punctuations:
-                        self._punctuate(stream_punctuations, context.stream_time)
+                    if schedules:
+                        self._punctuate(context.stream_time_punctuations, stream_time)
                 queue.popleft()
                 last = offset
                 count += 1
