@@ -29,6 +29,7 @@ PASSTHROUGH = tuple(key for key in CLIENT_PASSTHROUGH if key not in GROUP_CONSUM
 # Kafka Streams' exactly-once producer defaults. A 10 s transaction timeout (not the 60 s client default)
 # bounds how long a transaction a crashed instance left open can hold back read_committed readers.
 EOS_PRODUCER_DEFAULTS: dict[str, Any] = {"transaction.timeout.ms": 10000}
+RESTORE_FETCH_TUNING: dict[str, Any] = {}
 
 
 def _base(config: StreamsConfig) -> dict[str, Any]:
