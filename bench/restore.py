@@ -79,7 +79,12 @@ TARGETS = (
 def fill(bootstrap: str, topic: str, records: int, value_bytes: int) -> None:
     """The changelog: distinct keys, fixed-size values, written once and read by every run."""
     producer = Producer(
-        {"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.size": 1 << 20, "queue.buffering.max.kbytes": 1 << 20}
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 50,
+            "batch.size": 1 << 20,
+            "queue.buffering.max.kbytes": 1 << 20,
+        }
     )
     pad = b"v" * value_bytes
     for i in range(records):
@@ -305,7 +310,9 @@ def main() -> int:
         ]
         for future in admin.create_topics(topics).values():
             future.result(30)
-        print(f"==> writing {args.records:,} records to {changelog} ({args.partitions} partitions)", flush=True)
+        print(
+            f"==> writing {args.records:,} records to {changelog} ({args.partitions} partitions)", flush=True
+        )
         fill(bootstrap, changelog, args.records, args.value_bytes)
         results: dict[str, list[float]] = {name: [] for name in runs}
         for round_number in range(1, max(args.repeat, 1) + 1):

@@ -31,6 +31,9 @@ from kappaflow.runner.managed_task import ManagedTask
 log = logging.getLogger(__name__)
 
 RESTORE_LOG_INTERVAL_S = 5.0
+# Records per `step`: enough that a step's fixed costs (and the poll loop's around it) vanish per record,
+# few enough that a step stays well under the ~20 ms a running task on the same thread may wait.
+RESTORE_BATCH = 10000
 HighWatermarks = Callable[[list[tuple[str, int]]], dict[tuple[str, int], int]]
 
 
@@ -91,40 +94,60 @@ class ChangelogReader:
             return default
         return int(high) if high is not None and high >= 0 else default
 
-    def step(self, max_records: int = 2000, timeout: float = 0.0) -> list[ManagedTask]:
+    def step(self, max_records: int = RESTORE_BATCH, timeout: float = 0.0) -> list[ManagedTask]:
         """Apply a batch of changelog records; return the active tasks that finished restoring now."""
         if not self._index:
             return []
         messages: list[Any] = self._consumer.consume(max_records, timeout)
-        batches: dict[tuple[str, int], list[tuple[bytes, bytes | None, int]]] = {}
-        next_offsets: dict[tuple[str, int], int] = {}
-        reached_end: list[tuple[str, int]] = []
-        for msg in messages:
-            tp = (msg.topic(), msg.partition())
-            err = msg.error()
-            if err is not None:
-                if err.code() != KafkaError._PARTITION_EOF:
-                    raise StreamsError(f"restoring from {tp[0]}-{tp[1]} failed: {err}")
-                reached_end.append(tp)
-                managed = self._index.get(tp)
-                if managed is not None:
-                    store = managed.task.state_manager.changelog_partitions()[tp]
-                    managed.task.state_manager.advance(store, msg.offset())
-                continue
-            batches.setdefault(tp, []).append((msg.key() or b"", msg.value(), msg.timestamp()[1]))
-            next_offsets[tp] = msg.offset() + 1
+        batches, ends = self._by_partition(messages)
         for tp, records in batches.items():
             managed = self._index.get(tp)
             if managed is None:
                 continue
-            store = managed.task.state_manager.changelog_partitions()[tp]
-            managed.task.state_manager.restore(store, records, next_offsets[tp])
+            manager = managed.task.state_manager
+            store = manager.changelog_partitions()[tp]
+            manager.restore_messages(store, records, records[-1].offset() + 1)
             labels = {"task": str(managed.task.id), "store": store}
             kind = "standby-updated-records-total" if managed.standby else "restored-records-total"
             self._metrics.increment(kind, len(records), **labels)
-        finished = self._caught_up({*reached_end, *batches}, set(reached_end))
+        # After the records: the end of a partition is past its last record and any transaction markers.
+        for tp, end in ends.items():
+            managed = self._index.get(tp)
+            if managed is not None:
+                manager = managed.task.state_manager
+                manager.advance(manager.changelog_partitions()[tp], end)
+        finished = self._caught_up({*ends, *batches}, set(ends))
         self._report()
         return finished
+
+    @staticmethod
+    def _by_partition(
+        messages: list[Any],
+    ) -> tuple[dict[tuple[str, int], list[Any]], dict[tuple[str, int], int]]:
+        """The consumed records per changelog partition, in order, and the end offset of the partitions
+        that reported reaching their end.
+
+        librdkafka hands a partition's records over in runs, so a run appends to one list and only a new
+        partition costs a lookup: no per-record tuple or dict work."""
+        batches: dict[tuple[str, int], list[Any]] = {}
+        ends: dict[tuple[str, int], int] = {}
+        topic: str | None = None
+        partition = -1
+        run: list[Any] = []
+        for msg in messages:
+            err = msg.error()
+            if err is not None:
+                tp = (msg.topic(), msg.partition())
+                if err.code() != KafkaError._PARTITION_EOF:
+                    raise StreamsError(f"restoring from {tp[0]}-{tp[1]} failed: {err}")
+                ends[tp] = msg.offset()
+                topic = None
+                continue
+            if msg.partition() != partition or msg.topic() != topic:
+                topic, partition = msg.topic(), msg.partition()
+                run = batches.setdefault((topic, partition), [])
+            run.append(msg)
+        return batches, ends
 
     def _caught_up(self, touched: set[tuple[str, int]], at_end: set[tuple[str, int]]) -> list[ManagedTask]:
         finished: list[ManagedTask] = []

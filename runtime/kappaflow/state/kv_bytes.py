@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import shutil
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,11 +22,19 @@ from typing import Any
 import rocksdict
 
 from kappaflow.api.errors import InvalidStateStoreError
-from kappaflow.state.api import BytesIterator, ChangelogRecord, StateStore, StoreContext, prefix_upper_bound
+from kappaflow.state.api import (
+    BytesIterator,
+    ChangelogMessage,
+    ChangelogRecord,
+    StateStore,
+    StoreContext,
+    prefix_upper_bound,
+)
 from kappaflow.state.uncommitted import Entry, UncommittedWrites, overlay
 
 _META_CF = "kappaflow_meta"
 _OFFSET_KEY = b"changelog.offset"
+_pack_timestamp = struct.Struct(">q").pack
 
 
 def restored_value(value: bytes | None, timestamp: int, timestamped: bool) -> bytes | None:
@@ -165,7 +174,7 @@ class RocksDBKeyValueBytesStore:
     def init(self, context: StoreContext, root: StateStore) -> None:
         self._path = context.state_dir() / "rocksdb" / self._name
         self.open_at(self._path)
-        context.register_store(root, self.restore_batch)
+        context.register_store(root, self.restore_batch, self.restore_messages)
 
     def open_at(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -337,6 +346,28 @@ class RocksDBKeyValueBytesStore:
         # offset they reach is stored later (checkpoint/commit); a crash in between replays them again,
         # which converges to the same state because the changelog is applied in order.
         self._write_through([(k, restored_value(v, ts, self.timestamped)) for k, v, ts in records])
+
+    def restore_messages(self, messages: list[ChangelogMessage]) -> None:
+        """`restore_batch` for records as consumed, in one write batch with no per-record tuple: the
+        runtime's restore path, where Python's work per record is what bounds the restore rate."""
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        put, delete = batch.put, batch.delete
+        if self.timestamped:
+            pack = _pack_timestamp
+            for msg in messages:
+                value = msg.value()
+                if value is None:
+                    delete(msg.key() or b"")
+                else:
+                    put(msg.key() or b"", pack(msg.timestamp()[1]) + value)
+        else:
+            for msg in messages:
+                value = msg.value()
+                if value is None:
+                    delete(msg.key() or b"")
+                else:
+                    put(msg.key() or b"", value)
+        self._require().write(batch)
 
     def committed_changelog_offset(self) -> int | None:
         raw = self._meta.get(_OFFSET_KEY) if self._meta is not None else None
