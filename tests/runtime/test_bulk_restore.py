@@ -8,12 +8,15 @@ transactional (exactly_once_v2) store writing restored records straight to its d
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kappaflow.api.errors import StreamsError
 from kappaflow.runner.changelog_reader import ChangelogReader
@@ -143,9 +146,40 @@ def test_reader_splits_consumed_records_by_partition_in_order() -> None:
     batches, ends = ChangelogReader._by_partition(consumed)
     assert batches == {("log", 0): a, ("log", 1): b, ("other", 0): [other]}
     assert ends == {("log", 1): 5}
+    # No end-of-partition among them: the run-by-run split, a run mixing two changelogs included.
+    batches, ends = ChangelogReader._by_partition([a[0], a[1], other, a[2], b[0], b[1], a[3]])
+    assert batches == {("log", 0): a, ("log", 1): b, ("other", 0): [other]}
+    assert ends == {}
 
 
 def test_reader_names_the_partition_a_fetch_failed_on() -> None:
     failed = Consumed("log", 3, -1, error_=KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART))
     with pytest.raises(StreamsError, match="restoring from log-3 failed"):
         ChangelogReader._by_partition([Consumed("log", 0, 0, b"k", b"v"), failed])
+
+
+changelogs = st.lists(
+    st.tuples(
+        st.one_of(st.none(), st.sampled_from([b"", b"a", b"b", b"c"])),
+        st.one_of(st.none(), st.binary(max_size=3)),
+        st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(changelog=changelogs, timestamped=st.booleans())
+def test_bulk_restore_matches_the_per_record_path_on_any_changelog(
+    changelog: list[tuple[bytes | None, bytes | None, int]], timestamped: bool
+) -> None:
+    """Tombstones first, last, in runs; empty values; repeated and missing keys; any timestamp."""
+    reference = InMemoryKeyValueBytesStore("mem", timestamped=timestamped)
+    reference.restore_batch([(k or b"", v, ts) for k, v, ts in changelog])
+    with tempfile.TemporaryDirectory() as directory:
+        bulk = open_rocksdb(Path(directory), "bulk", timestamped)
+        try:
+            bulk.restore_messages([Consumed("log", 0, i, k, v, ts) for i, (k, v, ts) in enumerate(changelog)])
+            assert list(bulk.all()) == list(reference.all())
+        finally:
+            bulk.close()

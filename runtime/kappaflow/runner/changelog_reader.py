@@ -128,7 +128,8 @@ class ChangelogReader:
         that reported reaching their end.
 
         librdkafka hands a partition's records over in runs, so a run appends to one list and only a new
-        partition costs a lookup: no per-record tuple or dict work."""
+        partition costs a lookup: no per-record tuple or dict work. A plain loop on purpose: C-level
+        `groupby`/`map` over `operator.methodcaller` measured 2x slower (a bound method per call)."""
         batches: dict[tuple[str, int], list[Any]] = {}
         ends: dict[tuple[str, int], int] = {}
         topic: str | None = None

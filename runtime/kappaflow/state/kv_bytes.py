@@ -349,7 +349,8 @@ class RocksDBKeyValueBytesStore:
 
     def restore_messages(self, messages: list[ChangelogMessage]) -> None:
         """`restore_batch` for records as consumed, in one write batch with no per-record tuple: the
-        runtime's restore path, where Python's work per record is what bounds the restore rate."""
+        runtime's restore path, where Python's work per record is what bounds the restore rate. (A
+        plain loop: C-level `map` chains over the records' accessors measured slower.)"""
         batch = rocksdict.WriteBatch(raw_mode=True)
         put, delete = batch.put, batch.delete
         if self.timestamped:
