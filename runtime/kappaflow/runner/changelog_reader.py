@@ -51,6 +51,11 @@ class ChangelogReader:
         self._index: dict[tuple[str, int], ManagedTask] = {}
         self._last_log = 0.0
         self._last_wait_log = 0.0
+        # Progress: records restored (active tasks) in total and at the last progress line, and when each
+        # restoring task started, for the rates the log shows.
+        self._restored = 0
+        self._restored_at_log = 0
+        self._started: dict[ManagedTask, float] = {}
 
     def register(self, managed: ManagedTask) -> None:
         """Start reading the task's changelogs from where its stores' state ends; an active task that is
@@ -75,6 +80,8 @@ class ChangelogReader:
                 self._index[tp] = managed
         if assignments:
             self._consumer.incremental_assign(assignments)
+        if managed.pending and not managed.standby:
+            self._started[managed] = time.monotonic()
 
     def unregister(self, managed: ManagedTask) -> None:
         live = [tp for tp, owner in self._index.items() if owner is managed]
@@ -82,6 +89,7 @@ class ChangelogReader:
             del self._index[tp]
         if live:
             self._consumer.incremental_unassign([TopicPartition(t, p) for t, p in live])
+        self._started.pop(managed, None)
 
     def has_work(self) -> bool:
         return bool(self._index)
@@ -110,6 +118,8 @@ class ChangelogReader:
             labels = {"task": str(managed.task.id), "store": store}
             kind = "standby-updated-records-total" if managed.standby else "restored-records-total"
             self._metrics.increment(kind, len(records), **labels)
+            if not managed.standby:
+                self._restored += len(records)
         # After the records: the end of a partition is past its last record and any transaction markers.
         for tp, end in ends.items():
             managed = self._index.get(tp)
@@ -183,13 +193,20 @@ class ChangelogReader:
             )
 
     def _finish(self, managed: ManagedTask) -> None:
+        seconds = time.monotonic() - self._started.get(managed, time.monotonic())
         self.unregister(managed)
         manager = managed.task.state_manager
         manager.checkpoint_offsets()
         managed.task.complete_restoration()
         self._metrics.set_gauge("restore-remaining-records", 0, task=str(managed.task.id))
         restored = sum(m.restored_records for m in manager.stores.values())
-        log.info("task %s: restored %d records, running", managed.task.id, restored)
+        log.info(
+            "task %s: restored %d records in %.1f s (%s records/s), running",
+            managed.task.id,
+            restored,
+            seconds,
+            f"{restored / seconds:,.0f}" if seconds > 0 else "-",
+        )
 
     def remaining(self, managed: ManagedTask) -> int:
         manager = managed.task.state_manager
@@ -215,8 +232,13 @@ class ChangelogReader:
             self._metrics.set_gauge("restore-remaining-records", remaining, task=str(managed.task.id))
         now = time.monotonic()
         if remaining_total and now - self._last_log >= RESTORE_LOG_INTERVAL_S:
-            self._last_log = now
-            log.info("restoring: %d changelog records remaining", remaining_total)
+            rate = (self._restored - self._restored_at_log) / (now - self._last_log) if self._last_log else 0
+            self._last_log, self._restored_at_log = now, self._restored
+            log.info(
+                "restoring: %d changelog records remaining%s",
+                remaining_total,
+                f" ({rate:,.0f} records/s)" if rate else "",
+            )
 
     def close(self) -> None:
         self._index.clear()
