@@ -25,6 +25,11 @@ run: setup kafka-download
 
 bench: setup kafka-download
 	$(PY) bench/throughput.py
+	$(PY) bench/restore.py
+
+# State restoration alone: kappaflow vs a raw consume-into-rocksdict loop vs Java Kafka Streams.
+bench-restore: setup kafka-download
+	$(PY) bench/restore.py
 
 # pip's output goes to .run/logs/pip-install.log; the console gets one line (and the log's tail on failure).
 $(VENV)/.installed: pyproject.toml

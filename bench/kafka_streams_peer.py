@@ -208,17 +208,18 @@ def ensure_streams_libs(version: str = KAFKA_VERSION) -> Path:
     return libs
 
 
-def compile_peer(libs: Path) -> Path:
-    """Compile WordCountPeer.java once per (source, jars) into the cache; return the classes directory."""
+def compile_peer(libs: Path, source: Path = PEER_SOURCE) -> Path:
+    """Compile a peer (WordCountPeer.java by default) once per (source, jars) into the cache; return the
+    classes directory."""
     if shutil.which("javac") is None:
-        raise PeerError("javac (JDK 17+) is required to compile bench/peers/WordCountPeer.java")
-    key = hashlib.sha256(PEER_SOURCE.read_bytes() + (libs / COMPLETE_MARKER).read_bytes()).hexdigest()[:16]
+        raise PeerError(f"javac (JDK 17+) is required to compile bench/peers/{source.name}")
+    key = hashlib.sha256(source.read_bytes() + (libs / COMPLETE_MARKER).read_bytes()).hexdigest()[:16]
     classes = libs.parent / "peer-classes" / key
-    if (classes / f"{PEER_CLASS}.class").is_file():
+    if (classes / f"{source.stem}.class").is_file():
         return classes
     classes.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".partial-", dir=classes.parent))
-    cmd = ["javac", "-Xlint:all", "-cp", f"{libs}/*", "-d", str(staging), str(PEER_SOURCE)]
+    cmd = ["javac", "-Xlint:all", "-cp", f"{libs}/*", "-d", str(staging), str(source)]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if result.returncode != 0:
         shutil.rmtree(staging, ignore_errors=True)
@@ -228,10 +229,10 @@ def compile_peer(libs: Path) -> Path:
     return classes
 
 
-def prepare() -> str:
+def prepare(source: Path = PEER_SOURCE) -> str:
     """The java classpath (compiled peer, then the jars) for ``run_peer``; done before any timed run."""
     libs = ensure_streams_libs()
-    return f"{compile_peer(libs)}:{libs}/*"
+    return f"{compile_peer(libs, source)}:{libs}/*"
 
 
 def run_peer(

@@ -404,8 +404,8 @@ class FakeStateManager:
     def advance(self, _store: str, offset: int) -> None:
         self.offset_now = max(self.offset_now or 0, offset)
 
-    def restore(self, _store: str, records: list[tuple[bytes, bytes | None, int]], next_offset: int) -> None:
-        self.applied += [r[0] for r in records]
+    def restore_messages(self, _store: str, messages: list[FakeMessage], next_offset: int) -> None:
+        self.applied += [m.key() for m in messages]
         self.offset_now = next_offset
 
     def checkpoint_offsets(self) -> None:

@@ -50,7 +50,7 @@ class FakeStoreContext:
     def set_record_context(self, context: RecordContext) -> None:
         self.current = context
 
-    def register_store(self, store: Any, restore: Any) -> None:
+    def register_store(self, store: Any, restore: Any, restore_messages: Any = None) -> None:
         self.registered.append((store, restore))
 
 

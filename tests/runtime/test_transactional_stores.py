@@ -140,8 +140,8 @@ class ManagedContext(FakeStoreContext):
         super().__init__(state_dir, cache_bytes)
         self.manager = manager
 
-    def register_store(self, store: Any, restore: Any) -> None:
-        self.manager.register(store, restore)
+    def register_store(self, store: Any, restore: Any, restore_messages: Any = None) -> None:
+        self.manager.register(store, restore, restore_messages)
 
 
 def _task_store(task_dir: Path, exactly_once: bool, supplier: KeyValueBytesStoreSupplier) -> tuple[Any, Any]:

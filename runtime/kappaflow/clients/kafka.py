@@ -29,6 +29,11 @@ PASSTHROUGH = tuple(key for key in CLIENT_PASSTHROUGH if key not in GROUP_CONSUM
 # Kafka Streams' exactly-once producer defaults. A 10 s transaction timeout (not the 60 s client default)
 # bounds how long a transaction a crashed instance left open can hold back read_committed readers.
 EOS_PRODUCER_DEFAULTS: dict[str, Any] = {"transaction.timeout.ms": 10000}
+# The restore consumer reads changelogs from their start as fast as the store can take them: librdkafka
+# stops prefetching a partition once its local queue holds queued.min.messages (100k by default) and
+# then backs off fetch.queue.backoff.ms (1 s), so a restore stalled every 100k records. Prefetching up to
+# a million (bounded by queued.max.messages.kbytes, 64 MiB) keeps the fetcher ahead of the store.
+RESTORE_FETCH_TUNING: dict[str, Any] = {"queued.min.messages": 1_000_000, "fetch.queue.backoff.ms": 20}
 
 
 def _base(config: StreamsConfig) -> dict[str, Any]:
@@ -88,6 +93,7 @@ def client_configs(
         "enable.partition.eof": True,
         "auto.offset.reset": "earliest",
         "isolation.level": "read_committed" if eos else "read_uncommitted",
+        **RESTORE_FETCH_TUNING,
     }
     restore.update(config.prefixed("restore.consumer."))
     producer: dict[str, Any] = {

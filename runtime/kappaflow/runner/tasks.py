@@ -16,7 +16,7 @@ from typing import Any
 from kappaflow.api.config import StreamsConfig
 from kappaflow.api.metrics import Metrics
 from kappaflow.api.processor import TaskId
-from kappaflow.runner.changelog_reader import ChangelogReader
+from kappaflow.runner.changelog_reader import RESTORE_BATCH, ChangelogReader
 from kappaflow.runner.managed_task import ManagedTask, TaskDirLock
 from kappaflow.state.cache import ThreadCache
 from kappaflow.tasks.task import RawRecord, StreamTask, TaskState
@@ -176,7 +176,7 @@ class TaskManager:
     def running(self) -> list[StreamTask]:
         return [m.task for m in self.active.values() if m.task.state is TaskState.RUNNING]
 
-    def restore_step(self, max_records: int = 2000, timeout: float = 0.0) -> list[ManagedTask]:
+    def restore_step(self, max_records: int = RESTORE_BATCH, timeout: float = 0.0) -> list[ManagedTask]:
         """Apply a batch of changelog records; return active tasks that finished restoring now."""
         return self.reader.step(max_records, timeout)
 

@@ -29,6 +29,23 @@ ChangelogRecord = tuple[bytes, bytes | None, int]
 RestoreCallback = Callable[[list[ChangelogRecord]], None]
 
 
+class ChangelogMessage(Protocol):
+    """A consumed changelog record as the Kafka client returns it (confluent-kafka's `Message`).
+
+    Restoring reads millions of these: a store that takes them as they come (`MessagesRestoreCallback`)
+    saves building a `ChangelogRecord` per record. A missing key reads as b"", as in `ChangelogRecord`."""
+
+    def key(self) -> bytes | None: ...
+
+    def value(self) -> bytes | None: ...
+
+    def timestamp(self) -> tuple[int, int]: ...  # (timestamp type, timestamp)
+
+
+# The bulk restore path: one changelog partition's consumed records, in offset order, none an error.
+MessagesRestoreCallback = Callable[[list[ChangelogMessage]], None]
+
+
 @dataclass(slots=True)
 class RecordContext:
     """Where a write came from: used for cache entries and for forwarding on cache flush."""
@@ -70,7 +87,14 @@ class StoreContext(Protocol):
 
     def set_record_context(self, context: RecordContext) -> None: ...
 
-    def register_store(self, store: StateStore, restore: RestoreCallback) -> None: ...
+    def register_store(
+        self,
+        store: StateStore,
+        restore: RestoreCallback,
+        restore_messages: MessagesRestoreCallback | None = None,
+    ) -> None:
+        """`restore` applies changelog records; `restore_messages`, when given, the same records as the
+        client consumed them (the fast path the runtime takes; `restore` serves the test driver)."""
 
 
 class StateStore(Protocol):

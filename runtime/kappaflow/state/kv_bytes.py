@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import shutil
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,11 +22,22 @@ from typing import Any
 import rocksdict
 
 from kappaflow.api.errors import InvalidStateStoreError
-from kappaflow.state.api import BytesIterator, ChangelogRecord, StateStore, StoreContext, prefix_upper_bound
+from kappaflow.state.api import (
+    BytesIterator,
+    ChangelogMessage,
+    ChangelogRecord,
+    StateStore,
+    StoreContext,
+    prefix_upper_bound,
+)
 from kappaflow.state.uncommitted import Entry, UncommittedWrites, overlay
 
 _META_CF = "kappaflow_meta"
 _OFFSET_KEY = b"changelog.offset"
+_pack_timestamp = struct.Struct(">q").pack
+# A restore batch this large skips RocksDB's write-ahead log (see `restore_messages`); smaller ones, a
+# standby's tail, keep it, so a standby applying a trickle does not flush a memtable at every commit.
+UNLOGGED_RESTORE_MIN = 1000
 
 
 def restored_value(value: bytes | None, timestamp: int, timestamped: bool) -> bytes | None:
@@ -150,6 +162,11 @@ class RocksDBKeyValueBytesStore:
         self._meta_handle: Any = None
         self._path: Path | None = None
         self._uncommitted: UncommittedWrites | None = None
+        # Restored records written without the write-ahead log and not yet flushed to SST files.
+        self._unflushed = False
+        self._unlogged = rocksdict.WriteOptions()
+        # A property at run time; rocksdict's type stub declares it as a method.
+        self._unlogged.disable_wal = True  # type: ignore[method-assign, assignment]
 
     @property
     def name(self) -> str:
@@ -165,7 +182,7 @@ class RocksDBKeyValueBytesStore:
     def init(self, context: StoreContext, root: StateStore) -> None:
         self._path = context.state_dir() / "rocksdb" / self._name
         self.open_at(self._path)
-        context.register_store(root, self.restore_batch)
+        context.register_store(root, self.restore_batch, self.restore_messages)
 
     def open_at(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -194,6 +211,7 @@ class RocksDBKeyValueBytesStore:
         # against a process crash: flushing memtables at every (100 ms) commit would only make SST files.
         if self._db is not None and self._uncommitted is None:
             self._db.flush()
+            self._unflushed = False
 
     def close(self) -> None:
         if self._uncommitted is not None:
@@ -229,6 +247,9 @@ class RocksDBKeyValueBytesStore:
         """Apply the uncommitted writes and the changelog offset they reach (None: keep the stored one)
         in one atomic write batch: a crash leaves the database before or after it, never in between."""
         db = self._require()
+        if self._unflushed:  # restored records reach SST files before any offset that counts them
+            db.flush()
+            self._unflushed = False
         batch = rocksdict.WriteBatch(raw_mode=True)
         if self._uncommitted is not None:
             _add_to_batch(batch, self._uncommitted.drain())
@@ -337,6 +358,39 @@ class RocksDBKeyValueBytesStore:
         # offset they reach is stored later (checkpoint/commit); a crash in between replays them again,
         # which converges to the same state because the changelog is applied in order.
         self._write_through([(k, restored_value(v, ts, self.timestamped)) for k, v, ts in records])
+
+    def restore_messages(self, messages: list[ChangelogMessage]) -> None:
+        """`restore_batch` for records as consumed, in one write batch with no per-record tuple: the
+        runtime's restore path, where Python's work per record is what bounds the restore rate. (A
+        plain loop: C-level `map` chains over the records' accessors measured slower.)
+
+        A bulk batch skips the write-ahead log, as every RocksDB write of Kafka Streams does (a third of
+        the write's cost here). That is safe because the changelog offset is the only thing that says how
+        far the data goes: `commit` (and so `checkpoint`) flushes the memtables to SST files before it
+        writes an offset. A crash before that loses unflushed restored records and keeps the old offset,
+        so the next start restores them again."""
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        put, delete = batch.put, batch.delete
+        if self.timestamped:
+            pack = _pack_timestamp
+            for msg in messages:
+                value = msg.value()
+                if value is None:
+                    delete(msg.key() or b"")
+                else:
+                    put(msg.key() or b"", pack(msg.timestamp()[1]) + value)
+        else:
+            for msg in messages:
+                value = msg.value()
+                if value is None:
+                    delete(msg.key() or b"")
+                else:
+                    put(msg.key() or b"", value)
+        if len(messages) >= UNLOGGED_RESTORE_MIN:
+            self._require().write(batch, self._unlogged)
+            self._unflushed = True
+        else:
+            self._require().write(batch)
 
     def committed_changelog_offset(self) -> int | None:
         raw = self._meta.get(_OFFSET_KEY) if self._meta is not None else None

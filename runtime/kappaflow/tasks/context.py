@@ -16,7 +16,7 @@ from kappaflow.api.errors import InvalidStateStoreError, TopologyError
 from kappaflow.api.metrics import Metrics
 from kappaflow.api.processor import PunctuationType, TaskId, to_millis
 from kappaflow.api.record import Headers, Record, RecordMetadata
-from kappaflow.state.api import RecordContext, RestoreCallback, StateStore
+from kappaflow.state.api import MessagesRestoreCallback, RecordContext, RestoreCallback, StateStore
 from kappaflow.state.cache import ThreadCache
 from kappaflow.tasks.collector import RecordCollector
 from kappaflow.tasks.punctuation import PunctuationQueue, PunctuationSchedule
@@ -51,7 +51,7 @@ class ProcessorContextImpl:
         metrics: Metrics,
         state_dir: Path,
         changelog_topic: Callable[[str], str],
-        register: Callable[[StateStore, RestoreCallback], None],
+        register: Callable[[StateStore, RestoreCallback, MessagesRestoreCallback | None], None],
         clock: Callable[[], int],
     ) -> None:
         self._task_id = task_id
@@ -187,5 +187,10 @@ class ProcessorContextImpl:
     def set_record_context(self, context: RecordContext) -> None:
         self.current = context
 
-    def register_store(self, store: StateStore, restore: RestoreCallback) -> None:
-        self._register(store, restore)
+    def register_store(
+        self,
+        store: StateStore,
+        restore: RestoreCallback,
+        restore_messages: MessagesRestoreCallback | None = None,
+    ) -> None:
+        self._register(store, restore, restore_messages)

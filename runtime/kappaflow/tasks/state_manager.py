@@ -23,7 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from kappaflow.api.errors import InvalidStateStoreError
-from kappaflow.state.api import ChangelogRecord, RestoreCallback, StateStore, TransactionalStore
+from kappaflow.state.api import (
+    ChangelogMessage,
+    ChangelogRecord,
+    MessagesRestoreCallback,
+    RestoreCallback,
+    StateStore,
+    TransactionalStore,
+)
 from kappaflow.state.builders import StoreBuilder
 from kappaflow.state.kv_layers import CachingKeyValueStore, find_layer
 
@@ -43,6 +50,8 @@ class StoreMetadata:
     changelog_topic: str
     partition: int
     restored_records: int = 0
+    # The store's bulk path for consumed records, if it has one (see `restore_messages`).
+    restore_messages: MessagesRestoreCallback | None = None
     # The next changelog offset the store's contents include (restored, or written and acknowledged);
     # None until known. The state manager is this fact's one owner.
     offset: int | None = None
@@ -70,7 +79,12 @@ class ProcessorStateManager:
         self._pending = builder
         self._builders[builder.name] = builder
 
-    def register(self, store: StateStore, restore: RestoreCallback) -> None:
+    def register(
+        self,
+        store: StateStore,
+        restore: RestoreCallback,
+        restore_messages: MessagesRestoreCallback | None = None,
+    ) -> None:
         builder = self._builders.get(store.name)
         logged = builder.logging_enabled if builder is not None else False
         if self.transactional and store.persistent:
@@ -82,7 +96,13 @@ class ProcessorStateManager:
                 )
             bottom.begin_transactions()
         self.stores[store.name] = StoreMetadata(
-            store.name, store, restore, logged, self._changelog_topic(store.name), self.partition
+            store.name,
+            store,
+            restore,
+            logged,
+            self._changelog_topic(store.name),
+            self.partition,
+            restore_messages=restore_messages,
         )
 
     def logged_stores(self) -> list[StoreMetadata]:
@@ -129,6 +149,17 @@ class ProcessorStateManager:
         meta = self.stores[store_name]
         meta.restore(records)
         meta.restored_records += len(records)
+        meta.offset = next_offset
+
+    def restore_messages(self, store_name: str, messages: list[ChangelogMessage], next_offset: int) -> None:
+        """`restore` for records as the client consumed them: the store's bulk path when it has one (no
+        per-record tuple), else its `restore` callback with the records converted."""
+        meta = self.stores[store_name]
+        if meta.restore_messages is not None:
+            meta.restore_messages(messages)
+        else:
+            meta.restore([(m.key() or b"", m.value(), m.timestamp()[1]) for m in messages])
+        meta.restored_records += len(messages)
         meta.offset = next_offset
 
     def advance(self, store_name: str, next_offset: int) -> None:

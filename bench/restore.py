@@ -1,0 +1,347 @@
+"""State restoration on one local broker: kappaflow restoring a store vs a raw loop and Java Kafka Streams.
+
+Not a test: it prints changelog records/s of every run and ratios, measured in the same run on the same
+broker and changelog, so machine speed cancels out. The changelog is N records (distinct keys, values of
+--value-bytes) in the P-partition topic ``<app id>-store-changelog``, written once; every run restores it
+into an empty state directory. The rows:
+
+- raw consume-into-rocksdict loop: confluent-kafka assigned to every partition, each consumed batch put
+  into a rocksdict WriteBatch and written; the ceiling for a Python loop over the records, with the fetch
+  settings kappaflow's restore consumer has (``clients/kafka.py``), so the row is at its best.
+- kappaflow at_least_once / exactly_once_v2: ``KafkaStreams`` on a table materialized as the persistent
+  (timestamped) store "store", started on an empty state directory: what a user waits for on a restart
+  that lost its disk. Under exactly_once_v2 the restore consumer reads read_committed up to the high
+  watermark and the store is transactional.
+- Java Kafka Streams: the same table on Apache Kafka Streams at the broker's version
+  (bench/peers/RestorePeer.java, run as a JVM with the jars bench/kafka_streams_peer.py fetches once),
+  defaults otherwise.
+
+"records/s" counts the records restored after the first batch, from that batch to the last one, so no
+row's clock includes start-up, the group join or the first fetch (kappaflow's batches are seen through its
+``restored-records-total`` counter, polled every 2 ms; Java's through a ``StateRestoreListener``).
+
+    python bench/restore.py [--records 1000000] [--partitions 4] [--value-bytes 100] [--repeat 3]
+        [--rows raw,at_least_once,exactly_once_v2,java] [--bootstrap host:port] [--profile FILE]
+
+``--repeat N`` runs every row N times, interleaved, and reports each row's best and median. ``--profile``
+runs kappaflow's restore steps under cProfile (slower; the rate printed is then not comparable) and
+prints the top functions. Without --bootstrap it starts the project's broker on a free port, as
+bench/throughput.py does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import rocksdict  # noqa: E402
+from bench import kafka_streams_peer  # noqa: E402
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]  # noqa: E402
+
+from kappaflow import Materialized, StreamsBuilder, serdes  # noqa: E402
+from kappaflow.clients.kafka import RESTORE_FETCH_TUNING  # noqa: E402
+from kappaflow.runner import KafkaStreams, State  # noqa: E402
+from kappaflow.runner.changelog_reader import ChangelogReader  # noqa: E402
+
+STORE = "store"
+RESTORE_PEER_SOURCE = Path(__file__).resolve().parent / "peers" / "RestorePeer.java"
+RUNS = {
+    "raw": "raw consume-into-rocksdict loop",
+    "at_least_once": "kappaflow at_least_once",
+    "exactly_once_v2": "kappaflow exactly_once_v2",
+    "java": "Java Kafka Streams 4.3.1",
+}
+# (numerator, denominator, the ratio the issue asks for, or None: printed only)
+TARGETS = (
+    ("at_least_once", "java", 0.5),
+    ("exactly_once_v2", "java", 0.5),
+    ("at_least_once", "raw", None),
+    ("exactly_once_v2", "raw", None),
+)
+
+
+def fill(bootstrap: str, topic: str, records: int, value_bytes: int) -> None:
+    """The changelog: distinct keys, fixed-size values, written once and read by every run."""
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 50,
+            "batch.size": 1 << 20,
+            "queue.buffering.max.kbytes": 1 << 20,
+        }
+    )
+    pad = b"v" * value_bytes
+    for i in range(records):
+        key = b"key-%010d" % i
+        while True:
+            try:
+                producer.produce(topic, key=key, value=(key + pad)[:value_bytes])
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if i % 10000 == 0:
+            producer.poll(0)
+    if producer.flush(120):
+        raise RuntimeError(f"could not write the changelog {topic}")
+
+
+def raw_loop(bootstrap: str, topic: str, partitions: int, records: int) -> float:
+    """Assign every partition from the start; each consumed batch goes to RocksDB in one WriteBatch."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"restore-raw-{uuid.uuid4().hex[:6]}",
+            "enable.auto.commit": False,
+            **RESTORE_FETCH_TUNING,
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    path = tempfile.mkdtemp(prefix="restore-raw-")
+    options = rocksdict.Options(raw_mode=True)
+    options.create_if_missing(True)
+    db = rocksdict.Rdict(path, options)
+    seen = first = 0
+    started = finished = 0.0
+    try:
+        while seen < records:
+            messages = consumer.consume(10000, 0.5)
+            batch = rocksdict.WriteBatch(raw_mode=True)
+            for msg in messages:
+                if msg.error() is not None:
+                    continue
+                value = msg.value()
+                if value is None:
+                    batch.delete(msg.key())
+                else:
+                    batch.put(msg.key(), value)
+                seen += 1
+            if batch.len():
+                db.write(batch)
+                finished = time.perf_counter()
+                if not started:
+                    started, first = finished, seen
+    finally:
+        consumer.close()
+        db.close()
+        shutil.rmtree(path, ignore_errors=True)
+    return (seen - first) / (finished - started)
+
+
+def table_topology(source: str) -> Any:
+    builder = StreamsBuilder()
+    builder.table(
+        source, key_serde=serdes.Bytes(), value_serde=serdes.Bytes(), materialized=Materialized.as_(STORE)
+    )
+    return builder.build()
+
+
+def kappaflow_run(bootstrap: str, app_id: str, source: str, records: int, guarantee: str) -> float:
+    """Start on an empty state directory and time the restore on the `restored-records-total` counter."""
+    state_dir = tempfile.mkdtemp(prefix="kappaflow-restore-")
+    config: dict[str, Any] = {
+        "application.id": app_id,
+        "bootstrap.servers": bootstrap,
+        "state.dir": state_dir,
+        "processing.guarantee": guarantee,
+        "metrics.port": -1,
+    }
+    app = KafkaStreams(table_topology(source), config)
+    app.start()
+    try:
+        first = 0.0
+        started = finished = 0.0
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            try:
+                done = app.metrics.counter("restored-records-total")
+            except RuntimeError:  # the stream thread added a series while we summed: read again
+                continue
+            now = time.perf_counter()
+            if done and not started:
+                started, first = now, done
+            if done >= records:
+                finished = now
+                break
+            if app.state is State.ERROR:
+                raise RuntimeError(f"kappaflow failed: {app.error}")
+            time.sleep(0.002)
+        if not finished:
+            raise RuntimeError(f"kappaflow restored {done:.0f} of {records} records in 600 s")
+        if done != records:
+            raise RuntimeError(f"kappaflow restored {done:.0f} records, the changelog has {records}")
+    finally:
+        app.close(60)
+        shutil.rmtree(state_dir, ignore_errors=True)
+    return (done - first) / (finished - started)
+
+
+def java_run(classpath: str, bootstrap: str, app_id: str, source: str, records: int) -> float:
+    """RestorePeer in its own JVM on an empty state directory; it times itself (see its docstring)."""
+    java = shutil.which("java")
+    if java is None:
+        raise kafka_streams_peer.PeerError("java (17+) is required to run the Kafka Streams peer")
+    state_dir = tempfile.mkdtemp(prefix="kstreams-restore-")
+    cmd = [
+        java,
+        "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+        "-cp",
+        classpath,
+        RESTORE_PEER_SOURCE.stem,
+        *(bootstrap, app_id, source, state_dir, str(records)),
+    ]
+    try:
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=420)
+    except subprocess.TimeoutExpired as err:
+        raise kafka_streams_peer.PeerError("the Java restore peer did not finish in 420 s") from err
+    finally:
+        shutil.rmtree(state_dir, ignore_errors=True)
+    values = dict(line.split(" ", 1) for line in result.stdout.splitlines() if " " in line)
+    if "RECORDS_PER_SECOND" not in values:
+        tail = "\n".join((result.stdout + result.stderr).splitlines()[-30:])
+        raise kafka_streams_peer.PeerError(f"the Java restore peer exited {result.returncode}:\n{tail}")
+    if int(values["RESTORED"]) != records:
+        raise kafka_streams_peer.PeerError(f"Java restored {values['RESTORED']} of {records} records")
+    return float(values["RECORDS_PER_SECOND"])
+
+
+@contextmanager
+def profiled_restore_steps(output: str) -> Iterator[None]:
+    """cProfile around every `ChangelogReader.step` (the restore path, consume included) of the run."""
+    profile = cProfile.Profile()
+    original: Callable[..., Any] = ChangelogReader.step
+
+    def step(self: ChangelogReader, *args: Any, **kwargs: Any) -> Any:
+        profile.enable()
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            profile.disable()
+
+    ChangelogReader.step = step  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        ChangelogReader.step = original  # type: ignore[method-assign]
+        profile.dump_stats(output)
+        pstats.Stats(output).sort_stats("tottime").print_stats(25)
+
+
+def print_table(results: dict[str, list[float]]) -> None:
+    """Best and median of every row, each against the raw loop, then the ratios the issue asks for."""
+    best = {name: max(values) for name, values in results.items() if values}
+    median = {name: statistics.median(values) for name, values in results.items() if values}
+    raw = best.get("raw")
+    print(f"\n{'run':<36}{'best rec/s':>12}{'median':>12}{'runs':>6}{'best / raw':>12}")
+    for name, label in RUNS.items():
+        if name not in best:
+            print(f"{label:<36}{'n/a':>12}{'n/a':>12}{0:>6}{'n/a':>12}")
+            continue
+        ratio = f"{best[name] / raw:.2f}" if raw else "n/a"
+        print(f"{label:<36}{best[name]:>12,.0f}{median[name]:>12,.0f}{len(results[name]):>6}{ratio:>12}")
+    print(f"\n{'ratio (best / best, median / median)':<76}{'best':>7}{'median':>8}  target")
+    for numerator, denominator, wanted in TARGETS:
+        label = f"{RUNS[numerator]} / {RUNS[denominator]}"
+        if numerator not in best or denominator not in best:
+            print(f"{label:<76}{'n/a':>7}{'n/a':>8}  not measured")
+            continue
+        ratio = best[numerator] / best[denominator]
+        verdict = "" if wanted is None else f">= {wanted}: {'met' if ratio >= wanted else 'NOT met'}"
+        print(f"{label:<76}{ratio:>7.2f}{median[numerator] / median[denominator]:>8.2f}  {verdict}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--value-bytes", type=int, default=100)
+    parser.add_argument("--bootstrap", default="")
+    parser.add_argument("--rows", default=",".join(RUNS), help=f"comma-separated rows: {','.join(RUNS)}")
+    parser.add_argument("--repeat", type=int, default=3, help="rounds of every row, interleaved")
+    parser.add_argument("--profile", default="", help="cProfile kappaflow's restore steps into this file")
+    args = parser.parse_args()
+    runs = [name for name in RUNS if name in args.rows.split(",")]
+    classpath = ""
+    if "java" in runs:
+        try:
+            classpath = kafka_streams_peer.prepare(RESTORE_PEER_SOURCE)
+        except kafka_streams_peer.PeerError as err:
+            print(f"==> Java Kafka Streams peer unavailable, skipped: {err}", flush=True)
+            runs.remove("java")
+    broker = None
+    bootstrap = args.bootstrap
+    if not bootstrap:
+        from tests.harness.kafka_broker import LocalKafkaBroker
+        from tests.harness.kafka_fixtures import free_port
+
+        broker = LocalKafkaBroker(
+            free_port(), Path(tempfile.mkdtemp(prefix="kafka-bench-")), controller_port=free_port()
+        )
+        print("==> starting the broker", flush=True)
+        broker.start()
+        bootstrap = broker.bootstrap_servers
+    try:
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        app_id = f"restore-bench-{uuid.uuid4().hex[:6]}"
+        source, changelog = f"{app_id}-source", f"{app_id}-{STORE}-changelog"
+        topics = [
+            NewTopic(source, num_partitions=args.partitions, replication_factor=1),
+            NewTopic(
+                changelog,
+                num_partitions=args.partitions,
+                replication_factor=1,
+                config={"cleanup.policy": "compact"},
+            ),
+        ]
+        for future in admin.create_topics(topics).values():
+            future.result(30)
+        print(
+            f"==> writing {args.records:,} records to {changelog} ({args.partitions} partitions)", flush=True
+        )
+        fill(bootstrap, changelog, args.records, args.value_bytes)
+        results: dict[str, list[float]] = {name: [] for name in runs}
+        for round_number in range(1, max(args.repeat, 1) + 1):
+            print(f"==> round {round_number} of {args.repeat}", flush=True)
+            for name in runs:
+                print(f"==> {RUNS[name]} ...", flush=True)
+                try:
+                    if name == "raw":
+                        value = raw_loop(bootstrap, changelog, args.partitions, args.records)
+                    elif name == "java":
+                        value = java_run(classpath, bootstrap, app_id, source, args.records)
+                    elif args.profile and round_number == 1:
+                        with profiled_restore_steps(f"{args.profile}.{name}"):
+                            value = kappaflow_run(bootstrap, app_id, source, args.records, name)
+                        print(f"    {value:,.0f} records/s under cProfile (not counted)", flush=True)
+                        continue
+                    else:
+                        value = kappaflow_run(bootstrap, app_id, source, args.records, name)
+                except kafka_streams_peer.PeerError as err:
+                    print(f"    failed: {err}", flush=True)
+                    continue
+                print(f"    {value:,.0f} records/s", flush=True)
+                results[name].append(value)
+        print_table(results)
+    finally:
+        if broker is not None:
+            broker.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
