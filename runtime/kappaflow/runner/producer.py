@@ -105,24 +105,15 @@ class StreamsProducer:
         if not self._in_transaction:
             return
         producer = self.collector.producer
+        # No retry here: a transaction that cannot commit now is aborted and its work redone, which
+        # leaves nothing open meanwhile (a blocked commit holds its changelog records' transaction
+        # open, and with it the restoration of any task that reads that changelog).
         try:
             if offsets:
-                retry_unreachable(
-                    "adding offsets to the transaction",
-                    lambda: producer.send_offsets_to_transaction(offsets, group_metadata, 30),
-                    self._api_timeout_s,
-                    _retriable,
-                )
-            retry_unreachable(
-                "committing the transaction",
-                lambda: producer.commit_transaction(self._api_timeout_s),
-                self._api_timeout_s,
-                _retriable,
-            )
+                producer.send_offsets_to_transaction(offsets, group_metadata, self._api_timeout_s)
+            producer.commit_transaction(self._api_timeout_s)
         except (KafkaException, SystemError) as exc:
             raise self._typed(exc, "committing the transaction") from exc
-        except StreamsError as exc:  # retried until the API timeout: the transaction cannot commit
-            raise TransactionAbortedError(str(exc)) from exc
         self._in_transaction = False
 
     def abort(self) -> None:
