@@ -294,6 +294,8 @@ def run_chaos(
             "commit.interval.ms": 100,
             "statestore.cache.max.bytes": 0,
             "metrics.port": -1,
+            # a transaction call that hangs through a broker restart is abandoned sooner (default 60 s)
+            "default.api.timeout.ms": 30000,
         },
     )
     env = {"WC_INPUT": source, "WC_OUTPUT": sink}

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +30,8 @@ from kappaflow.tasks.handlers import FailedRecord, resolve_handler
 log = logging.getLogger(__name__)
 
 ProducerFactory = Callable[[dict[str, Any]], Producer]
+# Beyond the API timeout librdkafka is given, how long a transaction call may take before it is abandoned.
+CALL_GRACE_S = 5.0
 
 
 def _retriable(exc: BaseException) -> bool:
@@ -108,21 +111,49 @@ class StreamsProducer:
         # No retry here: a transaction that cannot commit now is aborted and its work redone, which
         # leaves nothing open meanwhile (a blocked commit holds its changelog records' transaction
         # open, and with it the restoration of any task that reads that changelog).
+        timeout = self._api_timeout_s
         try:
             if offsets:
-                producer.send_offsets_to_transaction(offsets, group_metadata, self._api_timeout_s)
-            producer.commit_transaction(self._api_timeout_s)
+                self._bounded(
+                    "adding offsets to the transaction",
+                    lambda: producer.send_offsets_to_transaction(offsets, group_metadata, timeout),
+                )
+            self._bounded("committing the transaction", lambda: producer.commit_transaction(timeout))
         except (KafkaException, SystemError) as exc:
             raise self._typed(exc, "committing the transaction") from exc
         self._in_transaction = False
+
+    def _bounded(self, what: str, call: Callable[[], None]) -> None:
+        """`call()`, given at most the API timeout plus a grace: librdkafka's send_offsets_to_transaction
+        was seen blocking for minutes past its own timeout after a broker restart. A call that does not
+        return is abandoned on its thread with its producer, which `ProducerFencedError` has replaced."""
+        outcome: list[BaseException | None] = []
+
+        def run() -> None:
+            try:
+                call()
+                outcome.append(None)
+            except BaseException as exc:  # handed over to the stream thread below
+                outcome.append(exc)
+
+        worker = threading.Thread(target=run, name="kappaflow-transaction-call", daemon=True)
+        worker.start()
+        worker.join(self._api_timeout_s + CALL_GRACE_S)
+        if not outcome:
+            raise ProducerFencedError(
+                f"{what} did not return within {self._api_timeout_s + CALL_GRACE_S:.0f}s"
+            )
+        if outcome[0] is not None:
+            raise outcome[0]
 
     def abort(self) -> None:
         """Abort the open transaction, if any; ProducerFencedError when the producer cannot."""
         if not self._in_transaction:
             return
         self._in_transaction = False
+        producer, timeout = self.collector.producer, self._api_timeout_s
         try:
-            self.collector.producer.abort_transaction(self._api_timeout_s)
+            self._bounded("aborting the transaction", lambda: producer.abort_transaction(timeout))
         except (KafkaException, SystemError) as exc:
             raise ProducerFencedError(f"aborting the transaction: {exc}") from exc
 
