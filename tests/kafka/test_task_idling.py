@@ -46,8 +46,9 @@ def _join_topology(stream: str, table: str, out: str, left: bool) -> Any:
 
 
 def _run_join(
-    bootstrap: str, topics: Any, tmp_path: Path, idle_ms: int, table_rows: int
+    bootstrap: str, topics: Any, tmp_path: Path, idle_ms: int, table_rows: int, fetch_bytes: int = 16384
 ) -> tuple[list[Any], KafkaStreams]:
+    """`fetch_bytes` per partition and fetch: small, the table trickles in while the stream is there."""
     stream, table, out = topics("clicks"), topics("rows"), topics("joined")
     base = 1_000_000
     _produce_timed(bootstrap, table, [(f"k{i}", f"row{i}", base + i) for i in range(table_rows)])
@@ -61,7 +62,7 @@ def _run_join(
         bootstrap,
         f"idle-{uuid.uuid4().hex[:6]}",
         str(tmp_path),
-        **{"max.task.idle.ms": idle_ms, "consumer.max.partition.fetch.bytes": 16384},
+        **{"max.task.idle.ms": idle_ms, "consumer.max.partition.fetch.bytes": fetch_bytes},
     )
     app = KafkaStreams(_join_topology(stream, table, out, left=table_rows == 0), config)
     app.start()
@@ -88,7 +89,11 @@ def test_without_idling_the_stream_runs_ahead_of_the_table(
     kafka_bootstrap: str, kafka_topics: Any, tmp_path: Path
 ) -> None:
     """The control: `max.task.idle.ms=-1` (never wait) loses joins here, so the test above is the wait's."""
-    joined, app = _run_join(kafka_bootstrap, kafka_topics, tmp_path, idle_ms=-1, table_rows=TABLE_ROWS)
+    # ~30 table rows per fetch against the whole stream in a few: with no wait, the stream's records are
+    # processed while most of the table is still on the broker, however fast the machine
+    joined, app = _run_join(
+        kafka_bootstrap, kafka_topics, tmp_path, idle_ms=-1, table_rows=TABLE_ROWS, fetch_bytes=1024
+    )
     assert len(joined) < STREAM_RECORDS
     assert app.metrics.counter("enforced-processing-total") > 0
 

@@ -90,8 +90,12 @@ class ChangelogReader:
                 self._index[tp] = managed
         if assignments:
             self._consumer.incremental_assign(assignments)
-        if managed.pending and not managed.standby:
-            self._started[managed] = time.monotonic()
+        if not managed.standby:
+            # every active task has the gauge, 0 when its stores are already at the changelog's end
+            remaining = self.remaining(managed)
+            self._metrics.set_gauge("restore-remaining-records", remaining, task=str(managed.task.id))
+            if managed.pending:
+                self._started[managed] = time.monotonic()
 
     def unregister(self, managed: ManagedTask) -> None:
         live = [tp for tp, owner in self._index.items() if owner is managed]
