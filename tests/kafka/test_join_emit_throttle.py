@@ -10,6 +10,7 @@ control run with interval 0 emits every unmatched record as soon as its window c
 
 from __future__ import annotations
 
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,9 @@ def _run(
 ) -> list[tuple[str, str]]:
     left, right, out = topics("left"), topics("right"), topics("joined")
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    base = 1_000_000  # librdkafka reads timestamp 0 as "now"
+    # an hour ago, to the second: not 0 (librdkafka reads it as "now") and not 1970 (the broker's next
+    # retention check, every 5 minutes, would delete the records mid-test)
+    base = (int(time.time()) - 3600) * 1000
     for key, ts in (("k1", 0), ("k2", 100), ("k3", 200), ("k4", 300)):
         producer.produce(left, key=key.encode(), value=f"l-{key}".encode(), timestamp=base + ts)
     producer.produce(right, key=b"k4", value=b"r-k4", timestamp=base + 300)
