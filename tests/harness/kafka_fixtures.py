@@ -91,7 +91,7 @@ def wait_for_topics(admin: object, names: list[str], timeout: float = 30.0) -> N
 def kafka_topics(kafka_bootstrap: str, request: pytest.FixtureRequest) -> Iterator[TopicFactory]:
     """A factory: ``create(prefix, partitions=1, config=None) -> name`` makes a uniquely named topic.
 
-    Names are ``<prefix>-<test name>-<random>``, so reruns and parallel sessions against an external
+    Names are ``<prefix>-<test name>-<random>``, so repeated and parallel sessions against an external
     broker never collide. The topics are deleted after the test (best effort: a shared external broker
     should not fill up, while a broken delete must not fail a passing test).
     """

@@ -49,12 +49,12 @@ def test_unreachable_broker_is_retried_until_the_api_timeout_then_named():
 def test_a_broker_back_in_time_ends_the_retries():
     clock, attempts = FakeClock(), iter([True, True, False])
 
-    def flaky() -> str:
+    def back_after_two_tries() -> str:
         if next(attempts):
             raise KafkaException(KafkaError(KafkaError._ALL_BROKERS_DOWN, "down"))
         return "ok"
 
-    assert retry_unreachable("x", flaky, 60.0, sleep=clock.sleep, clock=clock) == "ok"
+    assert retry_unreachable("x", back_after_two_tries, 60.0, sleep=clock.sleep, clock=clock) == "ok"
     assert clock.now == pytest.approx(0.5 + 1.0)
 
 
