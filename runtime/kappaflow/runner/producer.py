@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaException, Producer, TopicPartition
 
 from kappaflow.api.errors import ProducerFencedError, StreamsError, TransactionAbortedError
 from kappaflow.api.record import Headers
@@ -32,11 +32,6 @@ log = logging.getLogger(__name__)
 ProducerFactory = Callable[[dict[str, Any]], Producer]
 # Beyond the API timeout librdkafka is given, how long a transaction call may take before it is abandoned.
 CALL_GRACE_S = 5.0
-
-
-def _retriable(exc: BaseException) -> bool:
-    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
-    return isinstance(err, KafkaError) and bool(err.retriable()) and not err.fatal()
 
 
 class StreamsProducer:
@@ -67,7 +62,6 @@ class StreamsProducer:
                 "initializing the transactional producer",
                 lambda: producer.init_transactions(self._api_timeout_s),
                 self._api_timeout_s,
-                _retriable,
             )
         return producer
 

@@ -144,10 +144,7 @@ class RebalanceHandler:
         """Close the tasks owning `partitions` and forget those partitions."""
         doomed = {self.partition_tasks[tp] for tp in partitions if tp in self.partition_tasks}
         for task_id in doomed:
-            try:
-                self._tasks.close_active(task_id, clean)
-            except Exception:
-                log.exception("task %s: error closing", task_id)
+            self._close_task(task_id, clean)
         self.partition_tasks = {tp: t for tp, t in self.partition_tasks.items() if t not in doomed}
         if not self._incremental:
             self.partition_tasks = {}
@@ -158,11 +155,15 @@ class RebalanceHandler:
         resume: dict[tuple[str, int], int] = {}
         for task_id, managed in list(self._tasks.active.items()):
             resume.update(managed.task.resume_offsets())
-            try:
-                self._tasks.close_active(task_id, clean=False)
-            except Exception:
-                log.exception("task %s: error closing", task_id)
+            self._close_task(task_id, clean=False)
         return resume
+
+    def _close_task(self, task_id: TaskId, clean: bool) -> None:
+        """Close one task; an error closing it must not keep the others open."""
+        try:
+            self._tasks.close_active(task_id, clean)
+        except Exception:
+            log.exception("task %s: error closing", task_id)
 
     def reopen_tasks(
         self, consumer: Consumer, resume: dict[tuple[str, int], int], api_timeout_s: float
