@@ -131,7 +131,11 @@ class DelayedPort:
                 client, _ = self._server.accept()
             except OSError:
                 return
-            upstream = socket.create_connection(self._target)
+            try:
+                upstream = socket.create_connection(self._target)
+            except OSError:  # the broker is gone (the session is ending): drop the client
+                client.close()
+                continue
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
 
