@@ -26,6 +26,7 @@ run: setup kafka-download
 bench: setup kafka-download
 	$(PY) bench/throughput.py
 	$(PY) bench/restore.py
+	$(PY) bench/memory.py
 
 # State restoration alone: kappaflow vs a raw consume-into-rocksdict loop vs Java Kafka Streams.
 bench-restore: setup kafka-download

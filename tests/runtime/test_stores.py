@@ -209,6 +209,25 @@ def test_cache_eviction_flushes_when_over_budget(tmp_path: Path) -> None:
     assert [store.get(bytes([i])) for i in range(10)] == [b"x" * 10] * 10
 
 
+def test_cache_accounts_for_the_memory_its_entries_really_hold() -> None:
+    """statestore.cache.max.bytes bounds memory: an entry's accounted size is what Python allocates for it
+    (key, value, entry, record context, headers, decoded value, dict slots), within 25%."""
+    import tracemalloc
+
+    cache = ThreadCache(1 << 40)
+    count = 20_000
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(count):
+            key, value = f"key-{i:09d}".encode(), (i + 1000).to_bytes(16, "big")
+            cache.put("ns", key, value, True, RecordContext(i, "input-topic", 0, i, Headers()), i + 10**6)
+        allocated = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert 0.75 <= cache.size_bytes / allocated <= 1.25, (cache.size_bytes, allocated)
+
+
 def test_metered_store_publishes_operation_counts_on_flush() -> None:
     from kappaflow import Materialized, StreamsBuilder, serdes
     from kappaflow.testing import TopologyTestDriver
@@ -302,3 +321,53 @@ def test_cached_store_returns_what_the_serde_decodes_not_the_object_written(tmp_
     first = listed.get("k")
     assert first == [1, 2]
     assert listed.get("k") is not first
+
+
+CRASHING_WRITER = """
+import os, sys
+from pathlib import Path
+from kappaflow.state.kv_bytes import RocksDBKeyValueBytesStore
+from tests.runtime.test_stores import FakeStoreContext
+
+store = RocksDBKeyValueBytesStore("s")
+store.init(FakeStoreContext(Path(sys.argv[1])), store)
+for i in range(500):
+    store.put(b"k%04d" % i, b"v")
+store.put_all([(b"k%04d" % i, b"v") for i in range(500, 1000)])
+store.flush()
+store.checkpoint(1000)
+for i in range(1000, 1500):
+    store.put(b"k%04d" % i, b"w")
+os._exit(0)  # a crash: no close, no flush
+"""
+
+
+def test_a_crash_keeps_every_write_the_checkpoint_counts(tmp_path: Path) -> None:
+    """Ordinary writes skip RocksDB's write-ahead log, as in Kafka Streams (the changelog restores what a
+    crash loses); what the checkpointed offset counts must have reached SST files before it."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    subprocess.run([sys.executable, "-c", CRASHING_WRITER, str(tmp_path)], cwd=root, check=True, timeout=60)
+    store = RocksDBKeyValueBytesStore("s")
+    store.init(FakeStoreContext(tmp_path), store)  # type: ignore[arg-type]
+    try:
+        assert store.committed_changelog_offset() == 1000
+        counted = [k for k, _ in store.range(None, b"k0999")]
+        assert counted == [b"k%04d" % i for i in range(1000)]
+    finally:
+        store.close()
+
+
+def test_a_clean_close_keeps_writes_made_after_the_last_flush(tmp_path: Path) -> None:
+    store = RocksDBKeyValueBytesStore("s")
+    store.init(FakeStoreContext(tmp_path), store)  # type: ignore[arg-type]
+    store.put(b"k", b"v")
+    store.close()
+    reopened = RocksDBKeyValueBytesStore("s")
+    reopened.init(FakeStoreContext(tmp_path), reopened)  # type: ignore[arg-type]
+    try:
+        assert reopened.get(b"k") == b"v"
+    finally:
+        reopened.close()

@@ -38,6 +38,9 @@ DEFAULTS: dict[str, Any] = {
     "production.exception.handler": "fail",
     "errors.dead.letter.queue.topic.name": None,
     "statestore.cache.max.bytes": 10 * 1024 * 1024,
+    # a callable (store_name, rocksdict.Options, config) or its `module:attribute` path, called before
+    # each RocksDB store opens (kappaflow.state.rocksdb_config)
+    "rocksdb.config.setter": None,
     "commit.interval.ms": None,  # 30000, or 100 under exactly_once_v2 (resolved by commit_interval_ms)
     "processing.guarantee": AT_LEAST_ONCE,
     "num.standby.replicas": 0,
@@ -104,7 +107,6 @@ NOT_IMPLEMENTED = frozenset(
         "metrics.recording.level",
         "probing.rebalance.interval.ms",
         "rack.aware.assignment.strategy",
-        "rocksdb.config.setter",
         "task.assignor.class",
         "task.timeout.ms",
         "upgrade.from",

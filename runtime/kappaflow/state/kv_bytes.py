@@ -15,7 +15,7 @@ from __future__ import annotations
 import bisect
 import shutil
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from kappaflow.state.api import (
     StoreContext,
     prefix_upper_bound,
 )
+from kappaflow.state.rocksdb_config import CONFIG_KEY, RocksDBConfigSetter, resolve_config_setter
 from kappaflow.state.uncommitted import Entry, UncommittedWrites, overlay
 
 _META_CF = "kappaflow_meta"
@@ -162,24 +163,31 @@ class RocksDBKeyValueBytesStore:
         self._meta_handle: Any = None
         self._path: Path | None = None
         self._uncommitted: UncommittedWrites | None = None
-        # Restored records written without the write-ahead log and not yet flushed to SST files.
+        # Records written without the write-ahead log (restored, or written outside a transaction) and
+        # not yet flushed to SST files.
         self._unflushed = False
         self._unlogged = rocksdict.WriteOptions()
         # A property at run time; rocksdict's type stub declares it as a method.
         self._unlogged.disable_wal = True  # type: ignore[method-assign, assignment]
+        self._config_setter: RocksDBConfigSetter | None = None
+        self._app_config: Mapping[str, Any] = {}
 
     @property
     def name(self) -> str:
         return self._name
 
-    @staticmethod
-    def _options() -> Any:
+    def _options(self) -> Any:
         options = rocksdict.Options(raw_mode=True)
+        if self._config_setter is not None:
+            self._config_setter(self._name, options, self._app_config)
         options.create_if_missing(True)
         options.create_missing_column_families(True)
         return options
 
     def init(self, context: StoreContext, root: StateStore) -> None:
+        config = context.app_config
+        self._config_setter = resolve_config_setter(config.get(CONFIG_KEY))
+        self._app_config = config.as_dict()
         self._path = context.state_dir() / "rocksdb" / self._name
         self.open_at(self._path)
         context.register_store(root, self.restore_batch, self.restore_messages)
@@ -218,6 +226,9 @@ class RocksDBKeyValueBytesStore:
             self._uncommitted.clear()  # never committed: discarded, as a crash would
         if self._db is None:
             return
+        if self._unflushed:  # a clean close keeps what was written; a crash replays it from the changelog
+            self._db.flush()
+            self._unflushed = False
         self._meta = None
         self._meta_handle = None
         self._db.close()
@@ -275,11 +286,14 @@ class RocksDBKeyValueBytesStore:
             self._require()
             self._uncommitted.put(key, value)
             return
+        # Without the write-ahead log, as Kafka Streams writes RocksDB: the changelog is the record of
+        # truth, and `commit`/`flush` put the memtables in SST files before an offset counts the writes.
         db = self._require()
         if value is None:
-            db.delete(key)
+            db.delete(key, self._unlogged)
         else:
-            db.put(key, value)
+            db.put(key, value, self._unlogged)
+        self._unflushed = True
 
     def put_if_absent(self, key: bytes, value: bytes | None) -> bytes | None:
         existing = self.get(key)
@@ -297,7 +311,8 @@ class RocksDBKeyValueBytesStore:
     def _write_through(self, entries: list[Entry]) -> None:
         batch = rocksdict.WriteBatch(raw_mode=True)
         _add_to_batch(batch, entries)
-        self._require().write(batch)
+        self._require().write(batch, self._unlogged)  # see put
+        self._unflushed = True
 
     def delete(self, key: bytes) -> bytes | None:
         old = self.get(key)

@@ -1,0 +1,100 @@
+"""RocksDB options per store: Kafka Streams' `rocksdb.config.setter`, and a bounded-memory setter.
+
+Each RocksDB store (one per store per task, one per segment of a window store) opens with RocksDB's
+default options: a block cache and memtables of its own, so memory grows with the number of tasks and
+stores rather than with any one setting. Kafka Streams lets users change that with a
+`RocksDBConfigSetter` class; here the setter is a Python callable, called for every store just before it
+opens with the store's name, its `rocksdict.Options` and the application's configuration. It is named in
+the configuration as an object or a `module:attribute` path (the form a properties file or a
+`KAPPAFLOW_ROCKSDB_CONFIG_SETTER` variable can carry).
+
+`BoundedMemoryConfigSetter` is the setter Kafka Streams' memory-management guide builds by hand: every
+store of the process shares one LRU block cache, and memtables are charged to that same cache through one
+write buffer manager, so RocksDB's memory for the whole process is capped by one number whatever the
+number of stores.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import rocksdict
+
+from kappaflow.api.errors import ConfigError
+
+CONFIG_KEY = "rocksdb.config.setter"
+
+
+class RocksDBConfigSetter(Protocol):
+    """Called once per RocksDB store before it opens; changes `options` in place."""
+
+    def __call__(self, store_name: str, options: rocksdict.Options, config: Mapping[str, Any]) -> None: ...
+
+
+def resolve_config_setter(value: object) -> RocksDBConfigSetter | None:
+    """The configured setter: None when unset, a callable as is, a `module:attribute` (or dotted) path
+    imported. A class is instantiated without arguments, as Kafka Streams does with its setter class."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        module_name, sep, attr = value.partition(":")
+        if not sep:
+            module_name, _, attr = value.rpartition(".")
+        try:
+            value = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError, ValueError) as exc:
+            raise ConfigError(f"config '{CONFIG_KEY}': cannot import '{value}': {exc}") from exc
+    if isinstance(value, type):
+        value = value()
+    if not callable(value):
+        raise ConfigError(
+            f"config '{CONFIG_KEY}': {value!r} is not callable; expected a function "
+            "(store_name, options, config) or an object with such a __call__"
+        )
+    setter: RocksDBConfigSetter = value
+    return setter
+
+
+class BoundedMemoryConfigSetter:
+    """Caps RocksDB's memory for every store of the process at `total_bytes`.
+
+    One LRU block cache of `total_bytes` holds data, index and filter blocks of all stores; memtables
+    (`write_buffer_bytes` of it at most) are charged to the same cache by one write buffer manager, so
+    the cap covers both. Each store's own memtable is `write_buffer_bytes // 4` (Kafka Streams' recipe
+    keeps several per store in flight). Share one instance across the application, e.g. in its module:
+
+        ROCKSDB_MEMORY = BoundedMemoryConfigSetter(total_bytes=64 << 20, write_buffer_bytes=16 << 20)
+        config = {"rocksdb.config.setter": ROCKSDB_MEMORY}   # or "myapp.module:ROCKSDB_MEMORY"
+    """
+
+    def __init__(self, total_bytes: int, write_buffer_bytes: int) -> None:
+        if total_bytes <= 0:
+            raise ConfigError(f"BoundedMemoryConfigSetter: total_bytes must be > 0, got {total_bytes}")
+        if not 0 < write_buffer_bytes <= total_bytes:
+            raise ConfigError(
+                "BoundedMemoryConfigSetter: write_buffer_bytes must be > 0 and <= total_bytes "
+                f"({total_bytes}), got {write_buffer_bytes}"
+            )
+        self.total_bytes = total_bytes
+        self.write_buffer_bytes = write_buffer_bytes
+        self.cache = rocksdict.Cache(total_bytes)
+        self.write_buffers = rocksdict.WriteBufferManager.new_write_buffer_manager_with_cache(
+            write_buffer_bytes, False, self.cache
+        )
+
+    def __call__(self, store_name: str, options: rocksdict.Options, config: Mapping[str, Any]) -> None:
+        table = rocksdict.BlockBasedOptions()
+        table.set_block_cache(self.cache)
+        # index and filter blocks live in the bounded cache too, not on the heap beside it
+        table.set_cache_index_and_filter_blocks(True)
+        table.set_pin_l0_filter_and_index_blocks_in_cache(True)
+        options.set_block_based_table_factory(table)
+        options.set_write_buffer_manager(self.write_buffers)
+        options.set_write_buffer_size(max(self.write_buffer_bytes // 4, 1 << 20))
+        options.set_max_write_buffer_number(3)
+
+    def usage_bytes(self) -> int:
+        """The shared cache's current use (blocks and charged memtables)."""
+        return int(self.cache.get_usage())

@@ -1,0 +1,77 @@
+"""RocksDB options: the `rocksdb.config.setter` hook reaches every RocksDB store, and the bounded-memory
+setter keeps all stores of a process inside one cache."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import rocksdict
+
+from kappaflow import Materialized, StreamsBuilder, serdes
+from kappaflow.api.config import StreamsConfig
+from kappaflow.api.errors import ConfigError
+from kappaflow.state.kv_bytes import RocksDBKeyValueBytesStore
+from kappaflow.state.rocksdb_config import BoundedMemoryConfigSetter, resolve_config_setter
+from kappaflow.testing import TopologyTestDriver
+from tests.runtime.test_stores import FakeStoreContext
+
+S = serdes.String()
+SEEN: list[tuple[str, Any]] = []
+
+
+def record_store(store_name: str, options: rocksdict.Options, config: Mapping[str, Any]) -> None:
+    """A setter named by path in the tests below: remembers which store opened with which app id."""
+    SEEN.append((store_name, config["application.id"]))
+
+
+def two_counts() -> Any:
+    builder = StreamsBuilder()
+    words = builder.stream("in", key_serde=S, value_serde=S)
+    words.group_by_key().count(Materialized.as_("by-key"))
+    words.group_by(lambda _key, value: value, key_serde=S, value_serde=S).count(Materialized.as_("by-value"))
+    return builder.build()
+
+
+def test_setter_named_by_path_is_called_for_every_rocksdb_store_before_it_opens() -> None:
+    SEEN.clear()
+    config = {"rocksdb.config.setter": f"{__name__}:record_store"}
+    with TopologyTestDriver(two_counts(), config) as driver:
+        driver.create_input_topic("in", S, S).pipe_key_value_list([("a", "x"), ("b", "x")])
+        assert driver.get_key_value_store("by-value").get("x") == 2
+    assert sorted(name for name, _ in SEEN) == ["by-key", "by-value"]
+    assert {app for _, app in SEEN} == {"topology-test-driver"}
+
+
+def test_bounded_memory_setter_shares_one_cache_across_stores(tmp_path: Path) -> None:
+    bounded = BoundedMemoryConfigSetter(total_bytes=8 << 20, write_buffer_bytes=4 << 20)
+    context = FakeStoreContext(tmp_path)
+    context.app_config = StreamsConfig({"application.id": "app", "rocksdb.config.setter": bounded})
+    stores = [RocksDBKeyValueBytesStore(name) for name in ("one", "two")]
+    try:
+        for store in stores:
+            store.init(context, store)  # type: ignore[arg-type]
+        opened = bounded.usage_bytes()  # each memtable's first arena block is charged at open
+        for i in range(20_000):
+            stores[i % 2].put(f"key-{i}".encode(), b"v" * 100)
+        # both stores' memtables are charged to the one cache, which stays under its capacity
+        charged = bounded.usage_bytes()
+        assert opened + (512 << 10) <= charged <= 8 << 20
+        for store in stores:
+            store.flush()
+        assert stores[1].get(b"key-19999") == b"v" * 100
+    finally:
+        for store in stores:
+            store.close()
+
+
+def test_bad_setters_are_rejected_naming_the_key() -> None:
+    with pytest.raises(ConfigError, match="rocksdb.config.setter.*cannot import"):
+        resolve_config_setter("no_such_module_xyz:setter")
+    with pytest.raises(ConfigError, match="rocksdb.config.setter.*not callable"):
+        resolve_config_setter(f"{__name__}:S")
+    with pytest.raises(ConfigError, match="write_buffer_bytes"):
+        BoundedMemoryConfigSetter(total_bytes=1 << 20, write_buffer_bytes=2 << 20)
+    assert resolve_config_setter(None) is None
