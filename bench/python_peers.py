@@ -89,8 +89,10 @@ def run_peer(peer: PythonPeer, args: list[str], timeout: float = 900.0) -> float
     except subprocess.TimeoutExpired as err:
         raise PeerError(f"{peer.name} did not finish within {timeout:.0f} s") from err
     for line in done.stdout.splitlines():
-        if line.startswith(RESULT_PREFIX):
-            return float(line.removeprefix(RESULT_PREFIX))
+        # Faust's worker writes terminal control codes (cursor hide/show) to stdout ahead of the line
+        _, found, result = line.partition(RESULT_PREFIX)
+        if found:
+            return float(result)
     raise PeerError(f"{peer.name} exited {done.returncode} without a result: {done.stderr.strip()[-2000:]}")
 
 
