@@ -1,0 +1,132 @@
+"""One stream worker process of an instance with `num.stream.threads` > 1: the child's side.
+
+The GIL lets one Python thread run at a time, so Kafka Streams' N stream threads become N processes here.
+Each worker is a complete single-threaded instance (its own consumer in the application's group, its own
+producer and tasks) forked from the parent `KafkaStreams`, which stays the one instance users see
+(runner/workers.py is the parent's side). The worker talks to the parent over two pipes:
+- `status` (worker -> parent): its state on every change, and every `REPORT_INTERVAL_S` its tasks and a
+  snapshot of its metrics, so the parent answers health, task lists and Prometheus scrapes for all;
+- `queries` (parent -> worker -> parent): interactive queries the parent forwards to the worker that holds
+  the task, answered with the result or the exception.
+SIGTERM commits and closes the worker (the parent sends it on close()); SIGINT is left to the parent.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any, Protocol
+
+from kappaflow.api.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+REPORT_INTERVAL_S = 0.5
+
+
+class LocalInstance(Protocol):
+    """What a worker runs: a single-threaded KafkaStreams (the protocol keeps this module below it)."""
+
+    metrics: Metrics
+
+    def set_state_listener(self, listener: Callable[[Any, Any], None]) -> None: ...
+    def start(self) -> None: ...
+    def close(self, timeout: float = 60.0) -> bool: ...
+    def local_task_ids(self) -> tuple[list[str], list[str]]: ...
+    def store(self, name: str, store_type: Any, enable_stale_stores: bool = False) -> Any: ...
+    def all_local_store_partition_lags(self) -> dict[str, dict[int, Any]]: ...
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """How the parent builds worker `index`: `build()` returns its unstarted single-threaded instance."""
+
+    index: int
+    name: str
+    build: Callable[[], LocalInstance]
+    close_timeout_s: float
+
+
+@dataclass(frozen=True)
+class StoreCall:
+    """One interactive-query method call on a store view, as the parent forwards it to a worker."""
+
+    store: str
+    store_type: Any
+    enable_stale_stores: bool
+    method: str
+    args: tuple[Any, ...]
+
+
+LAGS = "lags"  # the other request: all_local_store_partition_lags()
+
+
+def answer(instance: LocalInstance, request: StoreCall | str) -> Any:
+    """The worker's answer to one forwarded request (a pure dispatch over the local instance)."""
+    if isinstance(request, StoreCall):
+        view = instance.store(request.store, request.store_type, request.enable_stale_stores)
+        return getattr(view, request.method)(*request.args)
+    if request == LAGS:
+        return instance.all_local_store_partition_lags()
+    raise ValueError(f"unknown worker request {request!r}")
+
+
+def worker_main(spec: WorkerSpec, status: Connection, queries: Connection) -> None:
+    """The forked child's entry point: run the instance until SIGTERM, then close it and exit."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: stop.set())
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    send_lock = threading.Lock()
+
+    def send(message: tuple[Any, ...]) -> None:
+        with send_lock:
+            try:
+                status.send(message)
+            except (BrokenPipeError, OSError):
+                stop.set()  # the parent is gone: nobody is left to serve
+
+    instance = spec.build()
+    instance.set_state_listener(lambda new, _old: send(("state", new.value)))
+    threading.Thread(target=_serve_queries, args=(instance, queries), daemon=True).start()
+    code = 0
+    try:
+        instance.start()
+        while not stop.wait(REPORT_INTERVAL_S):
+            active, standby = instance.local_task_ids()
+            send(("report", active, standby, instance.metrics.counters(), instance.metrics.gauges()))
+            if os.getppid() == 1:
+                log.error("worker %s: the parent process died; closing", spec.name)
+                break
+        closed = instance.close(spec.close_timeout_s)
+        code = 0 if closed else 1
+    except BaseException:
+        log.exception("worker %s failed", spec.name)
+        code = 1
+    finally:
+        send(("exit", code))
+        logging.shutdown()
+        # librdkafka handles left to the interpreter's finalizers could hold the exit (see cli.py)
+        os._exit(code)
+
+
+def _serve_queries(instance: LocalInstance, queries: Connection) -> None:
+    while True:
+        try:
+            request = queries.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            reply: tuple[str, Any] = ("ok", answer(instance, request))
+        except Exception as exc:
+            reply = ("error", exc)
+        try:
+            queries.send(reply)
+        except (BrokenPipeError, OSError):
+            return
+        except Exception as exc:  # an unpicklable result or exception: say so rather than hang the parent
+            queries.send(("error", RuntimeError(f"the worker's answer cannot be sent: {exc}")))
