@@ -57,7 +57,7 @@ from kappaflow.runner.placement import standby_tasks_for
 from kappaflow.runner.process_id import ProcessId, acquire_process_id
 from kappaflow.runner.thread import StreamThread
 from kappaflow.runner.worker_process import StoreCall, WorkerSpec
-from kappaflow.runner.workers import ForwardedStore, WorkerPool
+from kappaflow.runner.workers import ForwardedStore, ThreadMetadata, WorkerPool
 from kappaflow.topology.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -219,9 +219,14 @@ class KafkaStreams:
             self._http.start()
             self.metrics_port = self._http.port
 
-    def worker_pids(self) -> list[int | None]:
-        """The process id of each worker (`num.stream.threads` > 1), in worker order; empty otherwise."""
-        return [w.pid for w in self._workers.workers] if self._workers is not None else []
+    def local_threads_metadata(self) -> list[ThreadMetadata]:
+        """Each stream thread (worker process when `num.stream.threads` > 1) with its state and task ids,
+        as last reported (Java's metadataForLocalThreads)."""
+        if self._workers is not None:
+            return self._workers.threads_metadata()
+        active, standby = self.local_task_ids()
+        name = self._thread.name if self._thread is not None else f"{self.client_id}-StreamThread-1"
+        return [ThreadMetadata(name, self.state.value, tuple(active), tuple(standby), os.getpid())]
 
     def _run(self) -> None:
         while not self._stop.is_set():

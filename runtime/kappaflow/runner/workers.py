@@ -24,6 +24,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any
@@ -37,6 +38,17 @@ log = logging.getLogger(__name__)
 QUERY_TIMEOUT_S = 30.0
 # Worker stores' methods that read one key (its first argument); the others read every local partition.
 KEY_METHODS = frozenset({"get", "fetch", "backward_fetch", "find_sessions", "fetch_session"})
+
+
+@dataclass(frozen=True)
+class ThreadMetadata:
+    """One stream thread of this instance (a worker process when `num.stream.threads` > 1)."""
+
+    thread_name: str
+    state: str
+    active_tasks: tuple[str, ...]
+    standby_tasks: tuple[str, ...]
+    pid: int | None
 
 
 def combined_state(states: list[str]) -> str:
@@ -190,6 +202,12 @@ class WorkerPool:
         active = sorted(t for w in self.workers for t in w.active)
         standby = sorted(t for w in self.workers for t in w.standby)
         return active, standby
+
+    def threads_metadata(self) -> list[ThreadMetadata]:
+        return [
+            ThreadMetadata(w.spec.name, w.state, tuple(w.active), tuple(w.standby), w.pid)
+            for w in self.workers
+        ]
 
     def call_for_key(self, call: StoreCall, task_id: str | None) -> Any:
         """Ask the worker that reported `task_id` first, then the others (the assignment may have moved

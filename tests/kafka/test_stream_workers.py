@@ -1,0 +1,156 @@
+"""`num.stream.threads=2`: two worker processes behind one KafkaStreams, on the real broker.
+
+One scenario, exactly_once_v2: tasks spread over both workers by the group; interactive queries through
+the parent answer for keys of every worker's tasks; one scrape shows both workers' series; a worker
+killed with kill -9 mid-stream is replaced and the committed output is still exactly once (every word's
+counts are 1, 2, ... n: nothing lost, nothing doubled); close() stops every worker.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import struct
+import threading
+import time
+import uuid
+from collections import Counter, defaultdict
+
+import pytest
+
+from kappaflow.clients import partition_for_key
+from kappaflow.query import QueryableStoreTypes
+from kappaflow.runner import KafkaStreams, State
+from tests.kafka.chaos import audit
+from tests.kafka.streams_support import (
+    fast_config,
+    http_get,
+    latest_counts,
+    produce_lines,
+    read_topic,
+    wait_for,
+    wait_running,
+)
+from tests.kafka.streams_support import wordcount_topology as wordcount
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(180)]
+
+WORDS = [f"w{i:02d}" for i in range(16)]
+
+
+def lines(n: int, offset: int) -> list[str]:
+    return [f"{WORDS[(i + offset) % 16]} {WORDS[(i * 5 + offset) % 16]}" for i in range(n)]
+
+
+def both_workers_have_tasks(streams: KafkaStreams) -> bool:
+    threads = streams.local_threads_metadata()
+    return len(threads) == 2 and all(t.active_tasks for t in threads)
+
+
+def test_two_workers_exactly_once_with_kill_and_queries(kafka_bootstrap, kafka_topics, tmp_path):
+    source = kafka_topics("wk-in", partitions=4)
+    sink = kafka_topics("wk-out", partitions=4)
+    app_id = f"wk-{uuid.uuid4().hex[:8]}"
+    config = fast_config(
+        kafka_bootstrap,
+        app_id,
+        str(tmp_path),
+        **{"num.stream.threads": 2, "processing.guarantee": "exactly_once_v2"},
+    )
+    streams = KafkaStreams(wordcount(source, sink), config)
+    streams.start()
+    try:
+        wait_running(streams)
+        wait_for(lambda: both_workers_have_tasks(streams), 30, "tasks on both workers")
+        threads = streams.local_threads_metadata()
+        pids = {t.thread_name: t.pid for t in threads}
+        assert len({p for p in pids.values()} | {os.getpid()}) == 3, "each worker is its own process"
+
+        first = lines(400, 0)
+        produce_lines(kafka_bootstrap, source, first)
+        expected = dict(Counter(w for line in first for w in line.split()))
+        wait_for(
+            lambda: latest_counts(read_topic(kafka_bootstrap, sink, timeout=3)) == expected, 60, "counts"
+        )
+
+        # Interactive queries through the parent, for keys of both workers' tasks.
+        store = streams.store("counts", QueryableStoreTypes.key_value())
+        owners = {}
+        for thread in streams.local_threads_metadata():
+            for task in thread.active_tasks:
+                owners[task] = thread.thread_name
+        word_owner = {w: owners.get(f"1_{partition_for_key(w.encode(), 4)}") for w in WORDS}
+        assert len(set(word_owner.values()) - {None}) == 2, f"keys of both workers: {word_owner}"
+        assert {w: store.get(w) for w in WORDS} == expected
+        assert dict(store.all()) == expected
+        assert store.approximate_num_entries() >= len(expected)
+
+        # One scrape of the parent shows both workers' series, labelled by thread.
+        status, body = http_get(streams.metrics_port or 0, "/metrics")
+        assert status == 200
+        for name in pids:
+            assert f'thread_id="{name}"' in body
+
+        # kill -9 one worker while input keeps arriving: replaced, output still exactly once.
+        second = lines(600, 3)
+        feeder = threading.Thread(target=_feed, args=(kafka_bootstrap, source, second))
+        feeder.start()
+        victim_name, victim_pid = next(iter(pids.items()))
+        assert victim_pid is not None
+        time.sleep(0.5)
+        os.kill(victim_pid, signal.SIGKILL)
+        feeder.join()
+        wait_for(
+            lambda: (
+                {t.thread_name: t.pid for t in streams.local_threads_metadata()}[victim_name]
+                not in (None, victim_pid)
+            ),
+            10,
+            "the killed worker replaced",
+        )
+        wait_for(lambda: both_workers_have_tasks(streams), 60, "tasks back on both workers")
+        wait_running(streams)
+        third = lines(200, 7)
+        produce_lines(kafka_bootstrap, source, third)
+        all_lines = first + second + third
+        total = dict(Counter(w for line in all_lines for w in line.split()))
+        wait_for(lambda: _queried(streams) == total, 60, "queried counts after the kill")
+        _assert_exactly_once(kafka_bootstrap, sink, total)
+        assert streams.metrics.counter("worker-replacements-total") == 1
+    finally:
+        assert streams.close(30)
+    assert streams.state is State.NOT_RUNNING
+    for pid in pids.values():
+        assert pid is not None and not _alive(pid), f"worker {pid} still running after close()"
+
+
+def _assert_exactly_once(bootstrap: str, sink: str, expected: dict[str, int]) -> None:
+    """Every word's committed counts are 1, 2, ... n (chaos.audit names what was lost or doubled)."""
+    sequences: dict[str, list[int]] = defaultdict(list)
+    for msg in read_topic(bootstrap, sink, timeout=30, committed_only=True):
+        sequences[msg.key().decode()].append(struct.unpack(">q", msg.value())[0])
+    result = audit(expected, dict(sequences))
+    assert (result.lost, result.duplicates, result.regressions, result.wrong_keys) == (0, 0, 0, []), (
+        result.summary()
+    )
+
+
+def _feed(bootstrap: str, topic: str, data: list[str]) -> None:
+    for start in range(0, len(data), 50):
+        produce_lines(bootstrap, topic, data[start : start + 50])
+        time.sleep(0.05)
+
+
+def _queried(streams: KafkaStreams) -> dict[str, int]:
+    try:
+        return dict(streams.store("counts", QueryableStoreTypes.key_value()).all())
+    except Exception:
+        return {}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
