@@ -8,6 +8,7 @@ counts are 1, 2, ... n: nothing lost, nothing doubled); close() stops every work
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import struct
@@ -19,8 +20,9 @@ from collections import Counter, defaultdict
 import pytest
 
 from kappaflow.clients import partition_for_key
-from kappaflow.query import QueryableStoreTypes
+from kappaflow.query import QueryableStoreTypes, QueryServer
 from kappaflow.runner import KafkaStreams, State
+from tests.harness.kafka_fixtures import free_port
 from tests.kafka.chaos import audit
 from tests.kafka.streams_support import (
     fast_config,
@@ -51,13 +53,20 @@ def test_two_workers_exactly_once_with_kill_and_queries(kafka_bootstrap, kafka_t
     source = kafka_topics("wk-in", partitions=4)
     sink = kafka_topics("wk-out", partitions=4)
     app_id = f"wk-{uuid.uuid4().hex[:8]}"
+    query_port = free_port()
     config = fast_config(
         kafka_bootstrap,
         app_id,
         str(tmp_path),
-        **{"num.stream.threads": 2, "processing.guarantee": "exactly_once_v2"},
+        **{
+            "num.stream.threads": 2,
+            "processing.guarantee": "exactly_once_v2",
+            "application.server": f"127.0.0.1:{query_port}",
+        },
     )
     streams = KafkaStreams(wordcount(source, sink), config)
+    server = QueryServer(streams, "127.0.0.1")
+    server.start()
     streams.start()
     try:
         wait_running(streams)
@@ -84,6 +93,13 @@ def test_two_workers_exactly_once_with_kill_and_queries(kafka_bootstrap, kafka_t
         assert {w: store.get(w) for w in WORDS} == expected
         assert dict(store.all()) == expected
         assert store.approximate_num_entries() >= len(expected)
+        # ... and over the parent's one HTTP server (keys of both workers, and a scan over both)
+        for word in WORDS:
+            status, body = http_get(query_port, f"/v1/stores/counts/keys/{word}")
+            assert status == 200 and json.loads(body)["value"] == expected[word], body
+        status, body = http_get(query_port, "/v1/stores/counts/all")
+        assert status == 200 and sorted(json.loads(body)["partitions"]) == [0, 1, 2, 3], body
+        assert {e["key"]: e["value"] for e in json.loads(body)["entries"]} == expected
 
         # One scrape of the parent shows both workers' series, labelled by thread.
         status, body = http_get(streams.metrics_port or 0, "/metrics")
@@ -118,6 +134,7 @@ def test_two_workers_exactly_once_with_kill_and_queries(kafka_bootstrap, kafka_t
         _assert_exactly_once(kafka_bootstrap, sink, total)
         assert streams.metrics.counter("worker-replacements-total") == 1
     finally:
+        server.stop()
         assert streams.close(30)
     assert streams.state is State.NOT_RUNNING
     for pid in pids.values():

@@ -56,7 +56,7 @@ from kappaflow.runner.metadata import (
 from kappaflow.runner.placement import standby_tasks_for
 from kappaflow.runner.process_id import ProcessId, acquire_process_id
 from kappaflow.runner.thread import StreamThread
-from kappaflow.runner.worker_process import StoreCall, WorkerSpec
+from kappaflow.runner.worker_process import NamedCall, StoreCall, WorkerSpec
 from kappaflow.runner.workers import ForwardedStore, ThreadMetadata, WorkerPool
 from kappaflow.topology.topology import Topology
 
@@ -227,6 +227,21 @@ class KafkaStreams:
         active, standby = self.local_task_ids()
         name = self._thread.name if self._thread is not None else f"{self.client_id}-StreamThread-1"
         return [ThreadMetadata(name, self.state.value, tuple(active), tuple(standby), os.getpid())]
+
+    @property
+    def runs_workers(self) -> bool:
+        """True in the parent of worker processes: local reads must be forwarded to them."""
+        return self._workers is not None
+
+    def ask_workers(self, target: str, payload: Any, task_id: str | None = None) -> list[Any]:
+        """Run `target(worker instance, payload)` (`module:function`) in the workers: with `task_id`, the
+        first answer, the task's last reported owner asked first; without, every worker's answer."""
+        if self._workers is None:
+            raise StreamsError("ask_workers: this instance runs no worker processes")
+        call = NamedCall(target, payload)
+        if task_id is not None:
+            return [self._workers.call_for_key(call, task_id)]
+        return self._workers.call_all(call)
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -13,6 +13,7 @@ SIGTERM commits and closes the worker (the parent sends it on close()); SIGINT i
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import signal
@@ -63,14 +64,29 @@ class StoreCall:
     args: tuple[Any, ...]
 
 
+@dataclass(frozen=True)
+class NamedCall:
+    """`function(instance, payload)` run in the worker, the function named `module:attribute` (layers
+    above the runner, like the HTTP query service, forward their local reads this way: a closure cannot
+    cross the pipe, a name can)."""
+
+    target: str
+    payload: Any
+
+
 LAGS = "lags"  # the other request: all_local_store_partition_lags()
+Request = StoreCall | NamedCall | str
 
 
-def answer(instance: LocalInstance, request: StoreCall | str) -> Any:
-    """The worker's answer to one forwarded request (a pure dispatch over the local instance)."""
+def answer(instance: LocalInstance, request: Request) -> Any:
+    """The worker's answer to one forwarded request (a dispatch over the local instance)."""
     if isinstance(request, StoreCall):
         view = instance.store(request.store, request.store_type, request.enable_stale_stores)
         return getattr(view, request.method)(*request.args)
+    if isinstance(request, NamedCall):
+        module, _sep, attribute = request.target.partition(":")
+        function = getattr(importlib.import_module(module), attribute)
+        return function(instance, request.payload)
     if request == LAGS:
         return instance.all_local_store_partition_lags()
     raise ValueError(f"unknown worker request {request!r}")
@@ -79,6 +95,7 @@ def answer(instance: LocalInstance, request: StoreCall | str) -> Any:
 def worker_main(spec: WorkerSpec, status: Connection, queries: Connection) -> None:
     """The forked child's entry point: run the instance until SIGTERM, then close it and exit."""
     stop = threading.Event()
+    parent = os.getppid()
     signal.signal(signal.SIGTERM, lambda _signum, _frame: stop.set())
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     send_lock = threading.Lock()
@@ -99,7 +116,7 @@ def worker_main(spec: WorkerSpec, status: Connection, queries: Connection) -> No
         while not stop.wait(REPORT_INTERVAL_S):
             active, standby = instance.local_task_ids()
             send(("report", active, standby, instance.metrics.counters(), instance.metrics.gauges()))
-            if os.getppid() == 1:
+            if os.getppid() != parent:
                 log.error("worker %s: the parent process died; closing", spec.name)
                 break
         closed = instance.close(spec.close_timeout_s)

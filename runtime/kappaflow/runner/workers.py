@@ -31,7 +31,7 @@ from typing import Any
 
 from kappaflow.api.errors import InvalidStateStorePartitionError
 from kappaflow.api.metrics import Metrics
-from kappaflow.runner.worker_process import LAGS, StoreCall, WorkerSpec, worker_main
+from kappaflow.runner.worker_process import LAGS, Request, StoreCall, WorkerSpec, worker_main
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ class Worker:
         if self.alive() and self.pid is not None:
             os.kill(self.pid, signal.SIGTERM)
 
-    def request(self, request: StoreCall | str) -> Any:
+    def request(self, request: Request) -> Any:
         """Forward one request and wait for the answer (one at a time per worker)."""
         with self.query_lock:
             conn = self.queries
@@ -209,7 +209,7 @@ class WorkerPool:
             for w in self.workers
         ]
 
-    def call_for_key(self, call: StoreCall, task_id: str | None) -> Any:
+    def call_for_key(self, call: Request, task_id: str | None) -> Any:
         """Ask the worker that reported `task_id` first, then the others (the assignment may have moved
         since its last report); the first answer wins, else the owner's retryable error."""
         ordered = sorted(self.workers, key=lambda w: task_id not in w.active)
@@ -222,7 +222,7 @@ class WorkerPool:
         assert first_error is not None
         raise first_error
 
-    def call_all(self, call: StoreCall | str) -> list[Any]:
+    def call_all(self, call: Request) -> list[Any]:
         return [worker.request(call) for worker in self.workers]
 
     def lags(self) -> dict[str, dict[int, Any]]:
