@@ -30,6 +30,7 @@ from tests.kafka.streams_support import (
     latest_counts,
     produce_lines,
     read_topic,
+    start_cli_app,
     wait_for,
     wait_running,
 )
@@ -171,3 +172,56 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def test_cli_run_with_two_workers_stops_them_all_on_sigterm(kafka_bootstrap, kafka_topics, tmp_path):
+    """`kappaflow run` with num.stream.threads=2: one health endpoint for both workers; SIGTERM commits
+    (the commit interval is a minute: only the close commits) and every worker exits with the parent."""
+    source = kafka_topics("wkcli-in", partitions=2)
+    sink = kafka_topics("wkcli-out", partitions=2)
+    port = free_port()
+    props = fast_config(
+        kafka_bootstrap,
+        f"wkcli-{uuid.uuid4().hex[:8]}",
+        str(tmp_path / "state"),
+        **{"metrics.port": port, "num.stream.threads": 2, "commit.interval.ms": 60000},
+    )
+    process = start_cli_app(
+        "tests.kafka.apps:wordcount", props, tmp_path, {"WC_INPUT": source, "WC_OUTPUT": sink}
+    )
+    try:
+        wait_for(lambda: http_get(port, "/health/ready")[0] == 200, 60, "readiness")
+        ready = json.loads(http_get(port, "/health/ready")[1])
+        assert ready["state"] == "RUNNING" and len(ready["active_tasks"]) == 4, ready
+        produce_lines(kafka_bootstrap, source, ["a b", "b c", "c"])
+        wait_for(lambda: "kappaflow_records_processed_total" in http_get(port, "/metrics")[1], 30, "metrics")
+        workers = _children(process.pid)
+        assert len(workers) == 2, workers
+        wait_for(lambda: _processed(http_get(port, "/metrics")[1]) >= 8, 30, "8 records processed")
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(40) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+    assert not any(_alive(pid) for pid in workers)
+    assert latest_counts(read_topic(kafka_bootstrap, sink, expected=3, timeout=20)) == {
+        "a": 1,
+        "b": 2,
+        "c": 2,
+    }
+
+
+def _processed(metrics: str) -> float:
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith("kappaflow_records_processed_total")
+    )
+
+
+def _children(pid: int) -> list[int]:
+    from pathlib import Path
+
+    text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    return [int(p) for p in text.split()]

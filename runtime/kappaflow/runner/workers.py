@@ -255,7 +255,9 @@ class WorkerPool:
                 clean = False
             else:
                 self._drain(worker)
-                clean = clean and process.exitcode == 0
+                if process.exitcode != 0:
+                    log.error("worker %s exited with code %s", worker.spec.name, process.exitcode)
+                    clean = False
             worker.process = None
         return clean
 
