@@ -23,6 +23,7 @@ copies lag, from the group's assignment (see runner/metadata.py for how endpoint
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import gc
 import logging
@@ -323,7 +324,9 @@ class KafkaStreams:
 
     def _describe(self) -> dict[str, Any]:
         active, standby = self.local_task_ids()
-        return {"state": self.state.value, "active_tasks": active, "standby_tasks": standby}
+        threads = [dataclasses.asdict(t) for t in self.local_threads_metadata()]
+        described = {"state": self.state.value, "active_tasks": active, "standby_tasks": standby}
+        return {**described, "threads": threads}
 
     def wait_until(self, state: State, timeout: float) -> bool:
         """Block until the instance reaches `state` (or ERROR/NOT_RUNNING); True if it reached it."""

@@ -13,6 +13,7 @@ SIGTERM commits and closes the worker (the parent sends it on close()); SIGINT i
 
 from __future__ import annotations
 
+import gc
 import importlib
 import logging
 import os
@@ -21,6 +22,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any, Protocol
 
 from kappaflow.api.metrics import Metrics
@@ -78,6 +80,21 @@ LAGS = "lags"  # the other request: all_local_store_partition_lags()
 Request = StoreCall | NamedCall | str
 
 
+def fork_hazards(threads_dir: Path = Path("/proc/self/task")) -> list[str]:
+    """Native thread pools of this process a forked child would inherit as dead: RocksDB's background
+    threads (started by the first store opened here) would leave every flush in a worker waiting
+    forever. Names of the threads found (empty: forking is safe)."""
+    names = []
+    for task in sorted(threads_dir.iterdir()):
+        try:
+            name = (task / "comm").read_text().strip()
+        except OSError:
+            continue  # the thread ended meanwhile
+        if name.startswith("rocksdb:"):
+            names.append(name)
+    return names
+
+
 def answer(instance: LocalInstance, request: Request) -> Any:
     """The worker's answer to one forwarded request (a dispatch over the local instance)."""
     if isinstance(request, StoreCall):
@@ -94,6 +111,9 @@ def answer(instance: LocalInstance, request: Request) -> Any:
 
 def worker_main(spec: WorkerSpec, status: Connection, queries: Connection) -> None:
     """The forked child's entry point: run the instance until SIGTERM, then close it and exit."""
+    # Objects inherited from the parent (its librdkafka handles among them) must never be collected
+    # here: destroying a handle whose threads stayed in the parent would wait for them forever.
+    gc.freeze()
     stop = threading.Event()
     parent = os.getppid()
     signal.signal(signal.SIGTERM, lambda _signum, _frame: stop.set())

@@ -29,9 +29,16 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from kappaflow.api.errors import InvalidStateStorePartitionError
+from kappaflow.api.errors import InvalidStateStorePartitionError, StreamsError
 from kappaflow.api.metrics import Metrics
-from kappaflow.runner.worker_process import LAGS, Request, StoreCall, WorkerSpec, worker_main
+from kappaflow.runner.worker_process import (
+    LAGS,
+    Request,
+    StoreCall,
+    WorkerSpec,
+    fork_hazards,
+    worker_main,
+)
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +150,14 @@ class WorkerPool:
         self._supervisor: threading.Thread | None = None
 
     def start(self) -> None:
+        hazards = fork_hazards()
+        if hazards:
+            raise StreamsError(
+                f"num.stream.threads={len(self.workers)}: this process already runs RocksDB's background "
+                f"threads ({', '.join(sorted(set(hazards)))}), which forked workers would lack (their store "
+                "flushes would wait forever). Start an instance with workers in a process that has not "
+                "opened state stores before, e.g. `kappaflow run`"
+            )
         for worker in self.workers:
             worker.start()
         self._supervisor = threading.Thread(target=self._supervise, name="kappaflow-workers", daemon=True)
