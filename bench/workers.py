@@ -8,8 +8,9 @@ share), read from /proc, so a ratio limited by the machine rather than by kappaf
     python bench/workers.py [--lines 100000] [--threads 2] [--partitions 4] [--guarantee at_least_once]
         [--repeat 2] [--bootstrap host:port]
 
-Rounds interleave 1 and N workers (best of each is reported). Without --bootstrap it starts the
-project's broker on a free port (then its JVM's CPU is accounted; with --bootstrap it is not known).
+Rounds interleave 1 and N workers (best of each is reported). Each run is a fresh process (this script
+with --one): workers are forked, and a process that ran RocksDB stores before cannot fork them safely.
+Without --bootstrap it starts the project's broker on a free port (then its JVM's CPU is accounted; with --bootstrap it is not known).
 lines/s is timed as bench/throughput.py times kappaflow: from the first record processed to the last
 (both sub-topologies), on the instance's records-processed counter (with workers, their reports reach
 the parent every 0.5 s, so short runs are rounded: use enough --lines for a few seconds per run).
@@ -18,7 +19,10 @@ the parent every 0.5 s, so short runs are rounded: use enough --lines for a few 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -111,6 +115,17 @@ def run(args: argparse.Namespace, bootstrap: str, source: str, threads: int, bro
     return Run(args.lines / elapsed, elapsed, broker if broker_pid else float("nan"), workers, idle)
 
 
+def run_in_child(
+    args: argparse.Namespace, bootstrap: str, source: str, threads: int, broker: int | None
+) -> Run:
+    command = [sys.executable, __file__, "--one", str(threads), "--bootstrap", bootstrap, "--source", source]
+    command += ["--lines", str(args.lines), "--words", str(args.words), "--partitions", str(args.partitions)]
+    command += ["--guarantee", args.guarantee, "--broker-pid", str(broker or 0)]
+    output = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True).stdout
+    result = next(line for line in output.splitlines() if line.startswith("RESULT "))
+    return Run(**json.loads(result[len("RESULT ") :]))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lines", type=int, default=100000)
@@ -120,7 +135,14 @@ def main() -> int:
     parser.add_argument("--guarantee", default="at_least_once", choices=["at_least_once", "exactly_once_v2"])
     parser.add_argument("--repeat", type=int, default=2, help="interleaved rounds; the best of each is kept")
     parser.add_argument("--bootstrap", default="")
+    parser.add_argument("--one", type=int, default=0, help=argparse.SUPPRESS)  # one run, in this process
+    parser.add_argument("--source", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--broker-pid", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.one:
+        one_run = run(args, args.bootstrap, args.source, args.one, args.broker_pid or None)
+        print("RESULT " + json.dumps(dataclasses.asdict(one_run)), flush=True)
+        return 0
     broker = None
     bootstrap = args.bootstrap
     if not bootstrap:
@@ -142,7 +164,7 @@ def main() -> int:
         for round_number in range(1, max(args.repeat, 1) + 1):
             for threads in (1, args.threads):
                 print(f"==> round {round_number}: {threads} worker(s), {args.guarantee} ...", flush=True)
-                result = run(args, bootstrap, source, threads, broker.pid if broker else None)
+                result = run_in_child(args, bootstrap, source, threads, broker.pid if broker else None)
                 print(f"    {result.text()}", flush=True)
                 if threads not in best or result.lines_per_s > best[threads].lines_per_s:
                     best[threads] = result
