@@ -10,7 +10,8 @@ share), read from /proc, so a ratio limited by the machine rather than by kappaf
 
 Rounds interleave 1 and N workers (best of each is reported). Each run is a fresh process (this script
 with --one): workers are forked, and a process that ran RocksDB stores before cannot fork them safely.
-Without --bootstrap it starts the project's broker on a free port (then its JVM's CPU is accounted; with --bootstrap it is not known).
+Without --bootstrap it starts the project's broker on a free port (then its JVM's CPU is accounted;
+with --bootstrap it is not known).
 lines/s is timed as bench/throughput.py times kappaflow: from the first record processed to the last
 (both sub-topologies), on the instance's records-processed counter (with workers, their reports reach
 the parent every 0.5 s, so short runs are rounded: use enough --lines for a few seconds per run).
