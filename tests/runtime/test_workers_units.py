@@ -1,5 +1,6 @@
 """The pure parts of `num.stream.threads` > 1 without a broker: combined state, scatter-gather results,
-metrics snapshots from workers, one metadata entry per instance, the task-directory lock hand-over."""
+metrics snapshots from workers, one metadata entry per instance, the task-directory lock hand-over, and
+the check that refuses to fork workers from a process running RocksDB's threads."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from kappaflow.clients.admin import GroupMember
 from kappaflow.runner.managed_task import TaskDirLock
 from kappaflow.runner.metadata import HostInfo, TopologyIndex, consumer_client_id, interpret_group
 from kappaflow.runner.placement import standby_tasks_for
+from kappaflow.runner.worker_process import fork_hazards
 from kappaflow.runner.workers import combine_results, combined_state
 
 
@@ -79,3 +81,11 @@ def test_task_dir_lock_waits_for_the_previous_owner(tmp_path: Path):
     with pytest.raises(StreamsError, match=r"waited 0s"):
         TaskDirLock(tmp_path / "1_0", wait_s=0.3)
     held.release()
+
+
+def test_fork_hazards_name_rocksdb_background_threads(tmp_path: Path):
+    for tid, name in ((1, "python"), (2, "rocksdb:low"), (3, "rdk:main"), (4, "rocksdb:high")):
+        (tmp_path / str(tid)).mkdir()
+        (tmp_path / str(tid) / "comm").write_text(name + "\n")
+    assert fork_hazards(tmp_path) == ["rocksdb:low", "rocksdb:high"]
+    assert fork_hazards(tmp_path / "2") == []  # a thread dir with no sub-threads: nothing found
