@@ -274,6 +274,7 @@ class WorkerPool:
                     log.error("worker %s exited with code %s", worker.spec.name, process.exitcode)
                     clean = False
             worker.process = None
+            worker.active, worker.standby = [], []
         return clean
 
 
