@@ -18,7 +18,7 @@ from kappaflow.runner.managed_task import TaskDirLock
 from kappaflow.runner.metadata import HostInfo, TopologyIndex, consumer_client_id, interpret_group
 from kappaflow.runner.placement import standby_tasks_for
 from kappaflow.runner.worker_process import fork_hazards
-from kappaflow.runner.workers import combine_results, combined_state
+from kappaflow.runner.workers import combine_results, combined_state, replacement_delay
 
 
 def test_combined_state_of_workers():
@@ -27,6 +27,14 @@ def test_combined_state_of_workers():
     assert combined_state(["CREATED", "RUNNING"]) == "REBALANCING"  # a replacement still starting
     assert combined_state(["RUNNING", "ERROR"]) == "ERROR"
     assert combined_state([]) == "REBALANCING"
+
+
+def test_a_worker_dying_again_and_again_is_replaced_ever_more_slowly():
+    assert replacement_delay([100.0], 100.0) == 0.0  # a first death: replaced at once
+    assert replacement_delay([10.0, 100.0], 100.0) == 0.0  # the earlier one is out of the window
+    assert replacement_delay([90.0, 100.0], 100.0) == 1.0
+    assert replacement_delay([80.0, 90.0, 100.0], 100.0) == 2.0
+    assert replacement_delay([float(t) for t in range(41, 101)], 100.0) == 30.0  # capped
 
 
 def test_scatter_gather_results_combine():

@@ -10,9 +10,9 @@ workers' states combined (`combined_state`).
 Who owns what: each worker owns its tasks, stores and clients; the parent owns only what workers report
 (state, task ids, a metrics snapshot) and forwards each store query to the worker that reported the task.
 A worker that dies without saying goodbye (kill -9, a crash) is replaced with a fresh process under the
-same name (Kafka Streams' REPLACE_THREAD); a worker that ends in ERROR (its uncaught-exception handler
-said SHUTDOWN_CLIENT or SHUTDOWN_APPLICATION) takes the others down with it, as a client shuts down all
-its threads.
+same name (Kafka Streams' REPLACE_THREAD), with a growing delay if it keeps dying (`replacement_delay`);
+a worker that ends in ERROR (its uncaught-exception handler said SHUTDOWN_CLIENT or SHUTDOWN_APPLICATION)
+takes the others down with it, as a client shuts down all its threads.
 """
 
 from __future__ import annotations
@@ -43,6 +43,9 @@ from kappaflow.runner.worker_process import (
 log = logging.getLogger(__name__)
 
 QUERY_TIMEOUT_S = 30.0
+# A worker that keeps dying (OOM-killed at every start, a native crash) is replaced ever more slowly.
+CRASH_WINDOW_S = 60.0
+MAX_REPLACEMENT_DELAY_S = 30.0
 # Worker stores' methods that read one key (its first argument); the others read every local partition.
 KEY_METHODS = frozenset({"get", "fetch", "backward_fetch", "find_sessions", "fetch_session"})
 
@@ -68,6 +71,16 @@ def combined_state(states: list[str]) -> str:
     return "REBALANCING"
 
 
+def replacement_delay(deaths: list[float], now: float) -> float:
+    """Seconds to wait before replacing a worker whose unexpected deaths happened at `deaths`
+    (monotonic times, the latest included): none for a first death, then 1, 2, 4 .. 30 s for each
+    further one within `CRASH_WINDOW_S`, so a crash loop neither burns the CPU nor floods the log."""
+    recent = sum(1 for t in deaths if now - t <= CRASH_WINDOW_S)
+    if recent <= 1:
+        return 0.0
+    return float(min(MAX_REPLACEMENT_DELAY_S, 2 ** (recent - 2)))
+
+
 def combine_results(results: list[Any]) -> Any:
     """Scatter-gather: counts add up (approximate_num_entries), lists concatenate in worker order."""
     if all(isinstance(r, int) for r in results):
@@ -91,6 +104,8 @@ class Worker:
         self.exited: int | None = None  # the exit code the worker reported before ending
         self.active: list[str] = []
         self.standby: list[str] = []
+        self.deaths: list[float] = []  # monotonic times of its unexpected deaths (replacement backoff)
+        self.restart_at: float | None = None  # when a dead worker is due to be replaced
 
     def start(self) -> None:
         ctx = multiprocessing.get_context("fork")  # the topology holds user callables: not picklable
@@ -104,6 +119,7 @@ class Worker:
         child_queries.close()
         self.process, self.status, self.queries = process, status_read, queries
         self.state, self.exited, self.active, self.standby = "REBALANCING", None, [], []
+        self.restart_at = None
         log.info("worker %s started (pid %s)", self.spec.name, process.pid)
 
     @property
@@ -173,6 +189,9 @@ class WorkerPool:
                 self._drain(worker)
                 if worker.process is not None and not worker.alive():
                     self._ended(worker)
+                due = worker.restart_at
+                if due is not None and time.monotonic() >= due and not self._stopping.is_set():
+                    worker.start()
             self._on_state(combined_state([w.state for w in self.workers]))
 
     def _drain(self, worker: Worker) -> None:
@@ -202,9 +221,12 @@ class WorkerPool:
         if self._stopping.is_set():
             return
         if worker.exited is None:
-            log.error("worker %s died (exit code %s): replacing it", worker.spec.name, code)
+            now = time.monotonic()
+            worker.deaths = [t for t in worker.deaths if now - t <= CRASH_WINDOW_S] + [now]
+            delay = replacement_delay(worker.deaths, now)
+            log.error("worker %s died (exit code %s): replacing it in %.0fs", worker.spec.name, code, delay)
             self._metrics.increment("worker-replacements-total", thread_id=worker.spec.name)
-            worker.start()
+            worker.state, worker.restart_at = "REBALANCING", now + delay
             return
         if worker.state != "ERROR":
             worker.state = "ERROR"  # it closed on its own (its parent-death check, or a close failure)
