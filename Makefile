@@ -27,6 +27,7 @@ bench: setup kafka-download
 	$(PY) bench/throughput.py
 	$(PY) bench/restore.py
 	$(PY) bench/memory.py
+	$(PY) bench/workers.py
 
 # State restoration alone: kappaflow vs a raw consume-into-rocksdict loop vs Java Kafka Streams.
 bench-restore: setup kafka-download

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
 from kappaflow_operator.desired import (
     Facts,
     build_configmap,
@@ -19,6 +24,7 @@ from kappaflow_operator.desired import (
     spec_hash,
 )
 from kappaflow_operator.desired.spark import spark_state
+from kappaflow_operator.models import StreamAppSpec
 
 from .specs import REF, SECURE_KAFKA, spec
 
@@ -238,3 +244,34 @@ def test_spark_application_for_reprocess():
     assert app["metadata"]["ownerReferences"][0]["uid"] == REF.uid
     assert spark_state(app) is None
     assert spark_state({"status": {"applicationState": {"state": "COMPLETED"}}}) == "COMPLETED"
+
+
+def _container(s: StreamAppSpec) -> dict[str, Any]:
+    sts = build_statefulset(s, REF, replicas=1, config_hash="h")
+    container: dict[str, Any] = sts["spec"]["template"]["spec"]["containers"][0]
+    return container
+
+
+def test_stream_threads_render_config_and_resources():
+    # default: one worker, nothing added to the resources the user gave (none here)
+    assert _props(build_configmap(spec(), REF)["data"]["streams.properties"])["num.stream.threads"] == "1"
+    assert "resources" not in _container(spec())
+    # N workers: num.stream.threads=N and one cpu requested per worker when no cpu is given
+    four = spec(streamThreads=4, resources={"requests": {"memory": "1Gi"}, "limits": {"memory": "2Gi"}})
+    assert _props(build_configmap(four, REF)["data"]["streams.properties"])["num.stream.threads"] == "4"
+    assert _container(four)["resources"] == {
+        "requests": {"memory": "1Gi", "cpu": "4"},
+        "limits": {"memory": "2Gi"},
+    }
+    # resources are per pod: a cpu the user gave (request or limit alone) is kept as given
+    given = spec(streamThreads=4, resources={"requests": {"cpu": "1500m"}})
+    assert _container(given)["resources"] == {"requests": {"cpu": "1500m"}}
+    limited = spec(streamThreads=2, resources={"limits": {"cpu": "3"}})
+    assert _container(limited)["resources"] == {"limits": {"cpu": "3"}}
+
+
+def test_stream_threads_validated_and_reserved():
+    with pytest.raises(ValidationError, match="stream_threads|streamThreads"):
+        spec(streamThreads=0)
+    with pytest.raises(ValidationError, match="spec.streamThreads"):
+        spec(config={"num.stream.threads": "2"})

@@ -76,9 +76,10 @@ def test_honoured_keys_and_client_settings_pass() -> None:
     assert "cache" not in config.as_dict()
 
 
-def test_num_stream_threads_only_one_for_now() -> None:
+def test_num_stream_threads_at_least_one() -> None:
     assert StreamsConfig({"num.stream.threads": "1"}).get_int("num.stream.threads") == 1
-    with pytest.raises(ConfigError, match=r"'num.stream.threads'='4' is not supported yet"):
-        StreamsConfig({"num.stream.threads": "4"})
+    assert StreamsConfig({"num.stream.threads": "4"}).get_int("num.stream.threads") == 4
+    with pytest.raises(ConfigError, match=r"'num.stream.threads' must be >= 1"):
+        StreamsConfig({"num.stream.threads": "0"})
     with pytest.raises(ConfigError, match=r"'topology.optimization'='all' is not supported yet"):
         StreamsConfig({"topology.optimization": "all"})

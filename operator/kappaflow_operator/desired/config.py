@@ -26,6 +26,7 @@ def runtime_config(spec: StreamAppSpec, application_id: str | None = None) -> di
             "bootstrap.servers": spec.kafka.bootstrap_servers,
             "processing.guarantee": spec.processing_guarantee,
             "num.standby.replicas": str(spec.standby_replicas),
+            "num.stream.threads": str(spec.stream_threads),
             "state.dir": STATE_DIR,
             "metrics.port": str(spec.metrics.port),
             "query.http.enabled": "true" if spec.interactive_queries.enabled else "false",

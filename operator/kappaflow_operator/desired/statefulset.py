@@ -145,10 +145,23 @@ def _container(spec: StreamAppSpec, ref: AppRef, has_tls: bool) -> dict[str, Any
     }
     if spec.image_pull_policy is not None:
         container["imagePullPolicy"] = spec.image_pull_policy
-    resources = spec.resources.to_wire()
-    if any(resources.values()):
-        container["resources"] = {k: v for k, v in resources.items() if v}
+    resources = container_resources(spec)
+    if resources:
+        container["resources"] = resources
     return container
+
+
+def container_resources(spec: StreamAppSpec) -> dict[str, dict[str, str]]:
+    """spec.resources as given (they are per pod, for all its workers); with spec.streamThreads > 1 and no
+    cpu given at all, one cpu per worker is requested, so the scheduler places the pod where its workers
+    can all run. A cpu limit alone is left to Kubernetes (the request defaults to it), and no limit is
+    invented: a limit throttles the workers instead of letting them share an idle node."""
+    wire = spec.resources.to_wire()
+    resources = {kind: dict(values) for kind, values in wire.items() if values}
+    cpu_given = any("cpu" in values for values in resources.values())
+    if spec.stream_threads > 1 and not cpu_given:
+        resources.setdefault("requests", {})["cpu"] = str(spec.stream_threads)
+    return resources
 
 
 def _pod_spec(spec: StreamAppSpec, ref: AppRef) -> dict[str, Any]:

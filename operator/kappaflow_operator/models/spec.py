@@ -33,6 +33,7 @@ RESERVED_CONFIG_KEYS: dict[str, str] = {
     "metrics.port": "spec.metrics.port",
     "processing.guarantee": "spec.processingGuarantee",
     "num.standby.replicas": "spec.standbyReplicas",
+    "num.stream.threads": "spec.streamThreads",
     "kappaflow.internal.topics.create": "the operator (it creates internal topics itself)",
     "security.protocol": "spec.kafka.securityProtocol",
     "sasl.mechanism": "spec.kafka.sasl.mechanism",
@@ -294,8 +295,13 @@ class StreamAppSpec(CamelModel):
     standby_replicas: Annotated[int, Field(ge=0, le=10)] = 0
     """Warm copies of each state store kept on other pods, so a failed pod's tasks resume without a
     full restore."""
+    stream_threads: Annotated[int, Field(ge=1, le=64)] = 1
+    """Stream workers per pod (the runtime's num.stream.threads): more than 1 runs that many worker
+    processes in each pod, sharing its tasks, so one pod uses that many cores. spec.resources are per pod;
+    when they request no cpu, each pod requests one cpu per worker."""
     state: StateVolume = Field(default_factory=StateVolume)
     resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
+    """Resources of each pod's runtime container, for all its stream workers together."""
     config: dict[str, str] = Field(default_factory=dict, json_schema_extra=_config_schema_extra)
     """Extra runtime config (Kafka Streams dotted keys); keys the operator owns are refused."""
     interactive_queries: InteractiveQueries = Field(default_factory=InteractiveQueries)

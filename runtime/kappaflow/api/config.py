@@ -44,6 +44,7 @@ DEFAULTS: dict[str, Any] = {
     "commit.interval.ms": None,  # 30000, or 100 under exactly_once_v2 (resolved by commit_interval_ms)
     "processing.guarantee": AT_LEAST_ONCE,
     "num.standby.replicas": 0,
+    # stream workers of this instance: 1 runs in-process; N > 1 runs N worker processes (runner/workers.py)
     "num.stream.threads": 1,
     "state.dir": str(Path(tempfile.gettempdir()) / "kappaflow"),
     "application.server": "",
@@ -88,10 +89,6 @@ CLIENT_PREFIXES = ("consumer.", "restore.consumer.", "producer.", "admin.")
 
 # Keys kappaflow knows but implements only at one value: (the accepted value, why others fail).
 ONLY_VALUE: dict[str, tuple[str, str]] = {
-    "num.stream.threads": (
-        "1",
-        "one stream thread per process is supported so far; run more instances (replicas) to scale",
-    ),
     "topology.optimization": ("none", "kappaflow does not rewrite topologies; use 'none'"),
 }
 # Kafka Streams keys kappaflow does not implement: named so the error says so rather than "unknown".
@@ -223,6 +220,8 @@ class StreamsConfig:
             self.get_bool(key)
         if self.get_int("statestore.cache.max.bytes") < 0:
             raise ConfigError("config 'statestore.cache.max.bytes' must be >= 0")
+        if self.get_int("num.stream.threads") < 1:
+            raise ConfigError("config 'num.stream.threads' must be >= 1 (worker processes of this instance)")
 
     def get(self, key: str, default: Any = None) -> Any:
         value = self._values.get(key, default)

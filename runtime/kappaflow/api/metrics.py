@@ -47,6 +47,19 @@ class Metrics:
         values = [v for k, v in self._gauges.get(name, {}).items() if wanted <= set(k)]
         return sum(values) if values else None
 
+    def merge_snapshot(
+        self,
+        counters: Mapping[str, Mapping[tuple[tuple[str, str], ...], float]],
+        gauges: Mapping[str, Mapping[tuple[tuple[str, str], ...], float]],
+        **labels: str,
+    ) -> None:
+        """Take over another registry's snapshot (a worker process's), every series with `labels` added:
+        values are set, not added, as a snapshot is cumulative."""
+        for target, source in ((self._counters, counters), (self._gauges, gauges)):
+            for name, series in source.items():
+                for key, value in series.items():
+                    target[name][_labels_key({**dict(key), **labels})] = value
+
     def counters(self) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
         return {name: dict(series) for name, series in self._counters.items()}
 

@@ -17,6 +17,10 @@ fails (503) rather than returning a partial answer. Whenever the owner is rebala
 the group has no stable assignment, the answer is 503 with `Retry-After`, never a stale or wrong value;
 `stale=true` also accepts standby and restoring copies, as `enable_stale_stores` does.
 
+With `num.stream.threads` > 1 the stores live in worker processes: the parent's server reads a key
+through the worker holding its task, and a local scan through every worker (`worker_local_key`,
+`worker_local_scan` run there), so one server still answers for the whole instance.
+
 It is the standard library's ThreadingHTTPServer: queries are short reads under the state lock, and
 the server must not add a dependency to every application image.
 """
@@ -128,6 +132,16 @@ class QueryService:
     def local_key(
         self, provider: LocalStoreProvider, store: str, key: Any, action: str, query: dict[str, str]
     ) -> tuple[int, dict[str, Any]]:
+        if self.streams.runs_workers:
+            try:
+                task = "" if provider.is_global else f"{provider.subtopology}_{provider.partition_of(key)}"
+                payload = (store, key, action, query, provider.enable_stale_stores)
+                [(status, answer)] = self.streams.ask_workers(WORKER_LOCAL_KEY, payload, task)
+            except InvalidStateStorePartitionError as exc:
+                raise unavailable(str(exc)) from exc
+            if status != 200:
+                raise HttpAnswer(status, answer)
+            return status, answer
         expected = {"": "key_value", "windows": "window", "sessions": "session"}[action]
         if provider.kind != expected:
             raise HttpAnswer(400, {"error": f"store '{store}' is a {provider.kind} store"})
@@ -182,6 +196,19 @@ class QueryService:
         return {"store": store, "entries": entries, "partitions": sorted(set(seen))}
 
     def local_scan(self, provider: LocalStoreProvider, kind: str, query: dict[str, str]) -> dict[str, Any]:
+        if self.streams.runs_workers:
+            payload = (provider.name, kind, query, provider.enable_stale_stores)
+            one = "" if provider.is_global else None  # a global store is whole in every worker
+            try:
+                parts = self.streams.ask_workers(WORKER_LOCAL_SCAN, payload, one)
+            except InvalidStateStorePartitionError as exc:
+                raise unavailable(str(exc)) from exc
+            for part in parts:
+                if isinstance(part, tuple):  # (status, body): the worker refused the request itself
+                    raise HttpAnswer(*part)
+            entries = [entry for part in parts for entry in part["entries"]]
+            seen = [partition for part in parts for partition in part["partitions"]]
+            return {"entries": entries, "partitions": seen, "host": str(self.self_host)}
         partitions: list[int] = []
         read: Callable[[Any], list[tuple[Any, Any]]]
         if provider.kind == "window":
@@ -253,6 +280,34 @@ class QueryService:
                 for store, parts in sorted(lags.items())
             },
         }
+
+
+WORKER_LOCAL_KEY = f"{__name__}:worker_local_key"
+WORKER_LOCAL_SCAN = f"{__name__}:worker_local_scan"
+
+
+def _in_worker(streams: KafkaStreams, read: Callable[[QueryService], Any]) -> Any:
+    """A local read in a worker process; a retryable answer travels back as the retryable error."""
+    try:
+        return read(QueryService(streams, streams.host_info))
+    except HttpAnswer as answer:
+        if answer.retry:
+            raise InvalidStateStorePartitionError(str(answer)) from answer
+        return answer.status, answer.body
+
+
+def worker_local_key(streams: KafkaStreams, payload: tuple[str, Any, str, dict[str, str], bool]) -> Any:
+    """Run in a worker (runner/worker_process.py): the key read the parent's `local_key` forwards."""
+    store, key, action, query, stale = payload
+    provider = LocalStoreProvider(streams, store, stale)
+    return _in_worker(streams, lambda service: service.local_key(provider, store, key, action, query))
+
+
+def worker_local_scan(streams: KafkaStreams, payload: tuple[str, str, dict[str, str], bool]) -> Any:
+    """Run in a worker: this worker's part of a scan (entries and the partitions read)."""
+    store, kind, query, stale = payload
+    provider = LocalStoreProvider(streams, store, stale)
+    return _in_worker(streams, lambda service: service.local_scan(provider, kind, query))
 
 
 def _int(query: dict[str, str], name: str, default: int) -> int:

@@ -199,8 +199,29 @@ def interpret_group(
                 frozenset(standby_partitions),
             )
         )
-    view.metadata.sort(key=lambda m: m.host_info)
+    view.metadata = _one_per_host(view.metadata)
     return view
+
+
+def _one_per_host(metadata: list[StreamsMetadata]) -> list[StreamsMetadata]:
+    """One entry per endpoint: the worker processes of one instance (`num.stream.threads` > 1) are
+    members of their own but one instance, as Kafka Streams' threads are one client."""
+    merged: dict[HostInfo, StreamsMetadata] = {}
+    for m in metadata:
+        seen = merged.get(m.host_info)
+        merged[m.host_info] = (
+            m
+            if seen is None
+            else StreamsMetadata(
+                m.host_info,
+                min(seen.client_id, m.client_id),
+                seen.state_store_names | m.state_store_names,
+                seen.topic_partitions | m.topic_partitions,
+                seen.standby_state_store_names | m.standby_state_store_names,
+                seen.standby_topic_partitions | m.standby_topic_partitions,
+            )
+        )
+    return sorted(merged.values(), key=lambda m: m.host_info)
 
 
 def _all_partitions_of(task_id: TaskId, index: TopologyIndex) -> list[tuple[str, int]]:

@@ -10,6 +10,10 @@ group), SHUTDOWN_CLIENT or SHUTDOWN_APPLICATION. Java broadcasts the last one to
 own assignor; librdkafka cannot plug one in, so the signal travels through a member-less consumer group
 (runner/app_shutdown.py): every instance stops within a few seconds, cleanly, in state ERROR.
 
+`num.stream.threads` = N > 1 runs N worker processes (runner/workers.py) instead of the in-process
+thread; this object stays the one instance: its state combines the workers', its health and metrics
+endpoints cover them all, and `store()` forwards each query to the worker holding the data.
+
 Interactive queries: `store(name, store_type)` hands out a read-only view over this instance's local
 copies of a store (the view class comes from the store type, which lives in `kappaflow.query` above this
 layer, as Java's QueryableStoreType builds its view from a StateStoreProvider). `query_metadata_for_key`,
@@ -19,6 +23,7 @@ copies lag, from the group's assignment (see runner/metadata.py for how endpoint
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import gc
 import logging
@@ -52,6 +57,8 @@ from kappaflow.runner.metadata import (
 from kappaflow.runner.placement import standby_tasks_for
 from kappaflow.runner.process_id import ProcessId, acquire_process_id
 from kappaflow.runner.thread import StreamThread
+from kappaflow.runner.worker_process import NamedCall, StoreCall, WorkerSpec
+from kappaflow.runner.workers import ForwardedStore, ThreadMetadata, WorkerPool
 from kappaflow.topology.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -123,6 +130,10 @@ class KafkaStreams:
         self._shutdown_signal: ApplicationShutdownSignal | None = None
         self._shutdown_requested_by: str | None = None
         self._process_id: ProcessId | None = None
+        self._threads = self.config.get_int("num.stream.threads")
+        self._workers: WorkerPool | None = None
+        self._is_worker = False  # set in a worker process: it runs its stream thread in-process
+        self._close_timeout_s = 60.0
 
     # ----------------------------------------------------------------- listeners
     def set_state_listener(self, listener: StateListener) -> None:
@@ -164,14 +175,13 @@ class KafkaStreams:
             raise StreamsError(f"start() is allowed once, in state CREATED (now {self.state.value})")
         state_dir = Path(self.config.get_str("state.dir"))
         state_dir.mkdir(parents=True, exist_ok=True)
-        if self.config.exactly_once and not self.config.get_str("group.instance.id"):
+        static = bool(self.config.get_str("group.instance.id"))
+        if self._process_id is None and self.config.exactly_once and not static:
             self._process_id = acquire_process_id(state_dir / self.application_id)
-        port = self.config.get_int("metrics.port")
-        if port >= 0:  # -1 disables the endpoint; 0 lets the OS choose (tests)
-            host = self.config.get_str("metrics.host") or "0.0.0.0"
-            self._http = HealthServer(host, port, self.metrics, self.alive, self.ready, self._describe)
-            self._http.start()
-            self.metrics_port = self._http.port
+        if self._threads > 1 and not self._is_worker:
+            self._start_workers()
+            return
+        self._start_http()
         self._set_state(State.REBALANCING)
         sources = sorted(self.topology.source_topics())
         if sources:
@@ -182,6 +192,57 @@ class KafkaStreams:
             target=self._run, name=f"{self.client_id}-StreamThread-1", daemon=True
         )
         self._thread.start()
+
+    def _start_workers(self) -> None:
+        """The parent of N worker processes: forked before this process starts any client or thread of
+        its own (replacements are forked later, from the supervisor thread)."""
+        base = self.config.as_dict()
+        instance = self.config.get_str("group.instance.id")
+        specs = []
+        for index in range(1, self._threads + 1):
+            name = f"{self.client_id}-StreamThread-{index}"
+            values = {**base, "client.id": name, "metrics.port": -1, "query.http.enabled": False}
+            if instance:
+                values["group.instance.id"] = f"{instance}-{index}"
+            process_id = f"{self._process_id.value}-{index}" if self._process_id is not None else None
+            build = _worker_builder(self.topology, StreamsConfig(values), process_id)
+            specs.append(WorkerSpec(index, name, build, self._close_timeout_s))
+        self._workers = WorkerPool(specs, self.metrics, self._thread_state)
+        self._workers.start()
+        self._start_http()
+        self._set_state(State.REBALANCING)
+
+    def _start_http(self) -> None:
+        port = self.config.get_int("metrics.port")
+        if port >= 0:  # -1 disables the endpoint; 0 lets the OS choose (tests)
+            host = self.config.get_str("metrics.host") or "0.0.0.0"
+            self._http = HealthServer(host, port, self.metrics, self.alive, self.ready, self._describe)
+            self._http.start()
+            self.metrics_port = self._http.port
+
+    def local_threads_metadata(self) -> list[ThreadMetadata]:
+        """Each stream thread (worker process when `num.stream.threads` > 1) with its state and task ids,
+        as last reported (Java's metadataForLocalThreads)."""
+        if self._workers is not None:
+            return self._workers.threads_metadata()
+        active, standby = self.local_task_ids()
+        name = self._thread.name if self._thread is not None else f"{self.client_id}-StreamThread-1"
+        return [ThreadMetadata(name, self.state.value, tuple(active), tuple(standby), os.getpid())]
+
+    @property
+    def runs_workers(self) -> bool:
+        """True in the parent of worker processes: local reads must be forwarded to them."""
+        return self._workers is not None
+
+    def ask_workers(self, target: str, payload: Any, task_id: str | None = None) -> list[Any]:
+        """Run `target(worker instance, payload)` (`module:function`) in the workers: with `task_id`, the
+        first answer, the task's last reported owner asked first; without, every worker's answer."""
+        if self._workers is None:
+            raise StreamsError("ask_workers: this instance runs no worker processes")
+        call = NamedCall(target, payload)
+        if task_id is not None:
+            return [self._workers.call_for_key(call, task_id)]
+        return self._workers.call_all(call)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -240,6 +301,8 @@ class KafkaStreams:
             return True
         self._set_state(State.PENDING_SHUTDOWN)
         self._stop.set()
+        if self._workers is not None and not self._workers.stop(timeout):
+            log.error("not every worker stopped cleanly")
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
             if self._thread.is_alive():
@@ -261,7 +324,9 @@ class KafkaStreams:
 
     def _describe(self) -> dict[str, Any]:
         active, standby = self.local_task_ids()
-        return {"state": self.state.value, "active_tasks": active, "standby_tasks": standby}
+        threads = [dataclasses.asdict(t) for t in self.local_threads_metadata()]
+        described = {"state": self.state.value, "active_tasks": active, "standby_tasks": standby}
+        return {**described, "threads": threads}
 
     def wait_until(self, state: State, timeout: float) -> bool:
         """Block until the instance reaches `state` (or ERROR/NOT_RUNNING); True if it reached it."""
@@ -284,6 +349,8 @@ class KafkaStreams:
 
     def local_task_ids(self) -> tuple[list[str], list[str]]:
         """(active, standby) task ids of this instance, as strings like `0_1`."""
+        if self._workers is not None:
+            return self._workers.local_task_ids()
         thread = self.stream_thread
         if thread is None or thread.tm is None:
             return [], []
@@ -298,7 +365,22 @@ class KafkaStreams:
                 f"cannot query store '{name}': the instance is {self.state.value}, not running"
             )
         provider = LocalStoreProvider(self, name, enable_stale_stores)
+        if self._workers is not None:
+            return self._forwarded_store(provider, store_type)
         return store_type.create(provider)
+
+    def _forwarded_store(self, provider: LocalStoreProvider, store_type: Any) -> ForwardedStore:
+        """A view whose methods run in the worker holding the key's task (every worker for ranges)."""
+        name, stale = provider.name, provider.enable_stale_stores
+
+        def call(method: str, args: tuple[Any, ...]) -> StoreCall:
+            return StoreCall(name, store_type, stale, method, args)
+
+        def task_of_key(key: Any) -> str | None:
+            return None if provider.is_global else f"{provider.subtopology}_{provider.partition_of(key)}"
+
+        assert self._workers is not None
+        return ForwardedStore(self._workers, call, task_of_key)
 
     def changelog_topic(self, store: str) -> str:
         return f"{self.application_id}-{store}-changelog"
@@ -371,6 +453,8 @@ class KafkaStreams:
 
         An active task that is running is caught up by definition (it writes its changelog); a restoring
         task or a standby lags by the changelog records it has not applied yet."""
+        if self._workers is not None:
+            return self._workers.lags()
         result: dict[str, dict[int, LagInfo]] = {}
         with self.state_lock:
             thread = self.stream_thread
@@ -378,3 +462,19 @@ class KafkaStreams:
         for store, partition, position, end in lags:
             result.setdefault(store, {})[partition] = LagInfo(position, end)
         return result
+
+
+def _worker_builder(
+    topology: Topology, config: StreamsConfig, process_id: str | None
+) -> Callable[[], KafkaStreams]:
+    """What a forked worker runs: a single-threaded instance with its own transactional identity
+    (`<parent process id>-<index>`, stable across the worker's replacements)."""
+
+    def build() -> KafkaStreams:
+        instance = KafkaStreams(topology, config)
+        instance._is_worker = True
+        if process_id is not None:
+            instance._process_id = ProcessId(process_id, -1)
+        return instance
+
+    return build

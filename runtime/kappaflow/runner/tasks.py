@@ -47,6 +47,8 @@ class TaskManager:
         self.global_stores = global_stores or {}
         self.app_id = config.application_id
         self.state_root = Path(config.get_str("state.dir")) / self.app_id
+        # sibling workers of one instance share state.dir: wait for a task's previous owner to close it
+        self._lock_wait_s = 30.0 if config.get_int("num.stream.threads") > 1 else 0.0
         self.active: dict[TaskId, ManagedTask] = {}
         self.standby: dict[TaskId, ManagedTask] = {}
         self._resolved = {
@@ -76,7 +78,7 @@ class TaskManager:
 
     def _open(self, task_id: TaskId, standby: bool) -> ManagedTask:
         task_dir = self.state_root / str(task_id)
-        lock = TaskDirLock(task_dir)
+        lock = TaskDirLock(task_dir, self._lock_wait_s)
         try:
             task = StreamTask(
                 task_id,

@@ -1,0 +1,99 @@
+"""The pure parts of `num.stream.threads` > 1 without a broker: combined state, scatter-gather results,
+metrics snapshots from workers, one metadata entry per instance, the task-directory lock hand-over, and
+the check that refuses to fork workers from a process running RocksDB's threads."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from examples.queryable_app import build_topology
+
+from kappaflow.api.errors import StreamsError
+from kappaflow.api.metrics import Metrics
+from kappaflow.clients.admin import GroupMember
+from kappaflow.runner.managed_task import TaskDirLock
+from kappaflow.runner.metadata import HostInfo, TopologyIndex, consumer_client_id, interpret_group
+from kappaflow.runner.placement import standby_tasks_for
+from kappaflow.runner.worker_process import fork_hazards
+from kappaflow.runner.workers import combine_results, combined_state, replacement_delay
+
+
+def test_combined_state_of_workers():
+    assert combined_state(["RUNNING", "RUNNING"]) == "RUNNING"
+    assert combined_state(["RUNNING", "REBALANCING"]) == "REBALANCING"
+    assert combined_state(["CREATED", "RUNNING"]) == "REBALANCING"  # a replacement still starting
+    assert combined_state(["RUNNING", "ERROR"]) == "ERROR"
+    assert combined_state([]) == "REBALANCING"
+
+
+def test_a_worker_dying_again_and_again_is_replaced_ever_more_slowly():
+    assert replacement_delay([100.0], 100.0) == 0.0  # a first death: replaced at once
+    assert replacement_delay([10.0, 100.0], 100.0) == 0.0  # the earlier one is out of the window
+    assert replacement_delay([90.0, 100.0], 100.0) == 1.0
+    assert replacement_delay([80.0, 90.0, 100.0], 100.0) == 2.0
+    assert replacement_delay([float(t) for t in range(41, 101)], 100.0) == 30.0  # capped
+
+
+def test_scatter_gather_results_combine():
+    assert combine_results([3, 4]) == 7  # approximate_num_entries
+    assert combine_results([[("a", 1)], [("b", 2), ("c", 3)]]) == [("a", 1), ("b", 2), ("c", 3)]
+
+
+def test_worker_metrics_snapshots_are_labelled_and_replace_older_ones():
+    worker = Metrics()
+    worker.increment("records-processed-total", 5, task="0_0")
+    worker.set_gauge("active-tasks", 2, state="RUNNING")
+    parent = Metrics()
+    parent.merge_snapshot(worker.counters(), worker.gauges(), thread_id="app-StreamThread-1")
+    parent.merge_snapshot(worker.counters(), worker.gauges(), thread_id="app-StreamThread-2")
+    worker.increment("records-processed-total", 5, task="0_0")
+    parent.merge_snapshot(worker.counters(), worker.gauges(), thread_id="app-StreamThread-1")
+    assert parent.counter("records-processed-total", thread_id="app-StreamThread-1") == 10  # set, not added
+    assert parent.counter("records-processed-total") == 15
+    assert parent.gauge("active-tasks", state="RUNNING") == 4
+    assert parent.counter("records-processed-total", task="0_0", thread_id="app-StreamThread-2") == 5
+
+
+def test_workers_of_one_instance_are_one_metadata_entry():
+    index = TopologyIndex(build_topology("input"), "qa")
+    topics = sorted({t for s in index.topology.sub_topologies() for t in index.source_topics_of(s.id)})
+    members = [
+        GroupMember(f"m{i}", consumer_client_id(f"c-StreamThread-{i}-consumer", host), f"i{i}", assignment)
+        for i, (host, assignment) in enumerate(
+            [
+                ("h0:7000", tuple((t, p) for t in topics for p in (0, 1))),
+                ("h0:7000", tuple((t, p) for t in topics for p in (2,))),
+                ("h1:7000", tuple((t, p) for t in topics for p in (3,))),
+            ]
+        )
+    ]
+    view = interpret_group(True, members, index, 0, standby_tasks_for)
+    assert [m.host_info for m in view.metadata] == [HostInfo("h0", 7000), HostInfo("h1", 7000)]
+    assert {p for _t, p in view.metadata[0].topic_partitions} == {0, 1, 2}
+
+
+def test_task_dir_lock_waits_for_the_previous_owner(tmp_path: Path):
+    held = TaskDirLock(tmp_path / "1_0")
+    with pytest.raises(StreamsError, match="locked by another process"):
+        TaskDirLock(tmp_path / "1_0")  # flock is per open file: a second open in-process conflicts too
+    releaser = threading.Timer(0.3, held.release)
+    releaser.start()
+    started = time.monotonic()
+    taken = TaskDirLock(tmp_path / "1_0", wait_s=5.0)
+    assert 0.2 < time.monotonic() - started < 5.0
+    taken.release()
+    held = TaskDirLock(tmp_path / "1_0")
+    with pytest.raises(StreamsError, match=r"waited 0s"):
+        TaskDirLock(tmp_path / "1_0", wait_s=0.3)
+    held.release()
+
+
+def test_fork_hazards_name_rocksdb_background_threads(tmp_path: Path):
+    for tid, name in ((1, "python"), (2, "rocksdb:low"), (3, "rdk:main"), (4, "rocksdb:high")):
+        (tmp_path / str(tid)).mkdir()
+        (tmp_path / str(tid) / "comm").write_text(name + "\n")
+    assert fork_hazards(tmp_path) == ["rocksdb:low", "rocksdb:high"]
+    assert fork_hazards(tmp_path / "2") == []  # a thread dir with no sub-threads: nothing found
