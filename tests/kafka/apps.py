@@ -22,3 +22,20 @@ def keycount() -> Any:
     counts = stream.group_by_key().count(Materialized.as_("counts").with_value_serde(serdes.Long()))
     counts.to_stream().to(os.environ["WC_OUTPUT"], key_serde=serdes.String(), value_serde=serdes.Long())
     return builder.build()
+
+
+def failing_on_boom() -> Any:
+    """Passes lines through, but a line "boom" raises in the processor: its stream thread (worker) dies
+    and the default uncaught-exception answer, SHUTDOWN_CLIENT, stops the instance."""
+    from kappaflow import StreamsBuilder, serdes
+
+    def check(line: str) -> str:
+        if line == "boom":
+            raise RuntimeError("boom")
+        return line
+
+    builder = StreamsBuilder()
+    stream = builder.stream(os.environ["WC_INPUT"], key_serde=serdes.String(), value_serde=serdes.String())
+    checked = stream.map_values(check)
+    checked.to(os.environ["WC_OUTPUT"], key_serde=serdes.String(), value_serde=serdes.String())
+    return builder.build()

@@ -122,6 +122,35 @@ def test_two_workers_exactly_once_with_kill_queries_and_sigterm(kafka_bootstrap,
     _assert_exactly_once(kafka_bootstrap, sink, total)
 
 
+def test_a_worker_failing_stops_the_instance_and_every_worker(kafka_bootstrap, kafka_topics, tmp_path):
+    """SHUTDOWN_CLIENT (the default answer) in one worker ends the whole instance, as a Kafka Streams
+    client shuts down all its threads: the parent goes to ERROR, stops the other worker, exits 1."""
+    source = kafka_topics("wkerr-in", partitions=2)
+    sink = kafka_topics("wkerr-out", partitions=2)
+    port = free_port()
+    props = fast_config(
+        kafka_bootstrap,
+        f"wkerr-{uuid.uuid4().hex[:8]}",
+        str(tmp_path / "state"),
+        **{"metrics.port": port, "num.stream.threads": 2},
+    )
+    env = {"WC_INPUT": source, "WC_OUTPUT": sink}
+    process = start_cli_app("tests.kafka.apps:failing_on_boom", props, tmp_path, env)
+    try:
+        wait_for(lambda: _both_workers_have_tasks(port), 60, "RUNNING with tasks on both workers")
+        workers = _children(process.pid)
+        produce_lines(kafka_bootstrap, source, ["fine", "boom"])
+        assert process.wait(60) == 1
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+    assert not any(Path(f"/proc/{pid}").exists() for pid in workers), "a worker outlived its parent"
+    log = (tmp_path / "app.log").read_text()
+    assert "RuntimeError: boom" in log and "stopped (error)" in log
+    assert "close timed out" not in log
+
+
 def test_a_process_that_opened_rocksdb_refuses_to_fork_workers(kafka_bootstrap, tmp_path):
     """RocksDB's background threads stay in the parent: a forked worker's flush would wait forever."""
     config = fast_config(kafka_bootstrap, f"wkx-{uuid.uuid4().hex[:8]}", str(tmp_path))

@@ -26,7 +26,6 @@ def runtime_config(spec: StreamAppSpec, application_id: str | None = None) -> di
             "bootstrap.servers": spec.kafka.bootstrap_servers,
             "processing.guarantee": spec.processing_guarantee,
             "num.standby.replicas": str(spec.standby_replicas),
-            "num.stream.threads": str(spec.stream_threads),
             "state.dir": STATE_DIR,
             "metrics.port": str(spec.metrics.port),
             "query.http.enabled": "true" if spec.interactive_queries.enabled else "false",
@@ -34,6 +33,8 @@ def runtime_config(spec: StreamAppSpec, application_id: str | None = None) -> di
             "security.protocol": spec.kafka.security_protocol,
         }
     )
+    if spec.stream_threads > 1:  # 1 is the runtime default: existing apps keep their config and pods
+        config["num.stream.threads"] = str(spec.stream_threads)
     if spec.kafka.sasl is not None:
         config["sasl.mechanism"] = spec.kafka.sasl.mechanism
     tls = spec.kafka.tls

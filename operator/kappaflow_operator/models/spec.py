@@ -295,10 +295,19 @@ class StreamAppSpec(CamelModel):
     standby_replicas: Annotated[int, Field(ge=0, le=10)] = 0
     """Warm copies of each state store kept on other pods, so a failed pod's tasks resume without a
     full restore."""
-    stream_threads: Annotated[int, Field(ge=1, le=64)] = 1
-    """Stream workers per pod (the runtime's num.stream.threads): more than 1 runs that many worker
-    processes in each pod, sharing its tasks, so one pod uses that many cores. spec.resources are per pod;
-    when they request no cpu, each pod requests one cpu per worker."""
+    stream_threads: Annotated[
+        int,
+        Field(
+            ge=1,
+            le=64,
+            # one paragraph for `kubectl explain` (a docstring's line breaks would show up there)
+            description=(
+                "Stream workers per pod (the runtime's num.stream.threads): more than 1 runs that many "
+                "worker processes in each pod, sharing its tasks, so one pod uses that many cores. "
+                "spec.resources are per pod; when they give no cpu, each pod requests one cpu per worker."
+            ),
+        ),
+    ] = 1
     state: StateVolume = Field(default_factory=StateVolume)
     resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
     """Resources of each pod's runtime container, for all its stream workers together."""

@@ -194,8 +194,9 @@ class KafkaStreams:
         self._thread.start()
 
     def _start_workers(self) -> None:
-        """The parent of N worker processes: forked before this process starts any client or thread of
-        its own (replacements are forked later, from the supervisor thread)."""
+        """The parent of N worker processes (runner/workers.py). The parent never opens a store or runs a
+        stream thread itself, so replacements forked later, from the supervisor thread, are as safe to
+        fork as the first workers."""
         base = self.config.as_dict()
         instance = self.config.get_str("group.instance.id")
         specs = []
@@ -294,15 +295,17 @@ class KafkaStreams:
         self._stop.set()
 
     def close(self, timeout: float = 60.0) -> bool:
-        """Commit, close the tasks and clients, and wait up to `timeout` seconds; True when stopped."""
+        """Commit, close the tasks and clients, and wait up to `timeout` seconds; True when stopped
+        (with workers: every worker stopped in time)."""
         if self._shutdown_signal is not None:
             self._shutdown_signal.close()  # its watcher thread ends within one interval
         if self.state in (State.NOT_RUNNING, State.PENDING_SHUTDOWN):
             return True
         self._set_state(State.PENDING_SHUTDOWN)
         self._stop.set()
-        if self._workers is not None and not self._workers.stop(timeout):
-            log.error("not every worker stopped cleanly")
+        workers_clean = self._workers is None or self._workers.stop(timeout)
+        if not workers_clean:
+            log.error("not every worker stopped within %.0fs (see the lines above)", timeout)
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
             if self._thread.is_alive():
@@ -320,7 +323,7 @@ class KafkaStreams:
         # background, until the next collection: collect now so close() really closes them.
         gc.collect()
         self._set_state(State.NOT_RUNNING)
-        return True
+        return workers_clean  # False: a worker was still running at the timeout and was killed
 
     def _describe(self) -> dict[str, Any]:
         active, standby = self.local_task_ids()

@@ -39,6 +39,7 @@ class LocalInstance(Protocol):
 
     def set_state_listener(self, listener: Callable[[Any, Any], None]) -> None: ...
     def start(self) -> None: ...
+    def alive(self) -> bool: ...
     def close(self, timeout: float = 60.0) -> bool: ...
     def local_task_ids(self) -> tuple[list[str], list[str]]: ...
     def store(self, name: str, store_type: Any, enable_stale_stores: bool = False) -> Any: ...
@@ -139,8 +140,11 @@ def worker_main(spec: WorkerSpec, status: Connection, queries: Connection) -> No
             if os.getppid() != parent:
                 log.error("worker %s: the parent process died; closing", spec.name)
                 break
+            if not instance.alive():  # ERROR: the parent stops the other workers when this one exits
+                break
+        failed = not instance.alive()
         closed = instance.close(spec.close_timeout_s)
-        code = 0 if closed else 1
+        code = 0 if closed and not failed else 1
     except BaseException:
         log.exception("worker %s failed", spec.name)
         code = 1
