@@ -207,6 +207,22 @@ def test_images_that_cannot_be_pulled_are_in_status_and_a_fixed_tag_recovers(env
     assert env.condition("pull", "Stalled")["status"] == "False"
 
 
+def test_describe_job_refused_by_pod_security_is_in_status_and_a_fixed_spec_recovers(env: Env) -> None:
+    env.core.patch_namespace(
+        env.namespace, {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}
+    )
+    escalating = {"containerSecurityContext": {"allowPrivilegeEscalation": True}}
+    env.create("psa", env.spec(_app_id(), replicas=1, podTemplate=escalating))
+    cond = _degraded(env, "psa", "JobFailed", timeout=90)
+    assert "cannot create its pod" in cond["message"] and "violates PodSecurity" in cond["message"]
+    assert "allowPrivilegeEscalation" in cond["message"], cond["message"]
+    # The Job's name depends on the image and entry point only: the fix has to replace it.
+    env.patch_spec("psa", {"podTemplate": {"containerSecurityContext": {"allowPrivilegeEscalation": False}}})
+    env.wait_running("psa", 1, timeout=120)
+    assert env.condition("psa", "Degraded")["status"] == "False"
+    assert "DescribeJobReplaced" in env.event_reasons("psa")
+
+
 def test_crash_looping_upgrade_is_reported_then_rolled_back(env: Env) -> None:
     env.create("crash", env.spec(_app_id(), replicas=1, upgrade={"progressDeadlineSeconds": 30}))
     env.wait_running("crash", 1)
