@@ -190,6 +190,8 @@ class Pass:
 
     def observation(self, replicas: int, **kw: Any) -> status.Observation:
         problems = [*kw.pop("problems", []), *status.pod_problems(self.snap.pods)]
+        refused = status.creation_problem(self.snap.statefulset, self.snap.pods, self.snap.refusals)
+        problems += [refused] if refused is not None else []
         kw["volume_problems"] = self.volume_problems
         return status.Observation(self.generation, replicas, self.snap.statefulset, problems=problems, **kw)
 

@@ -223,6 +223,35 @@ def test_describe_job_refused_by_pod_security_is_in_status_and_a_fixed_spec_reco
     assert "DescribeJobReplaced" in env.event_reasons("psa")
 
 
+def test_app_pods_refused_at_admission_are_in_status_and_a_fixed_spec_recovers(env: Env) -> None:
+    env.core.patch_namespace(
+        env.namespace, {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}
+    )
+    shipper = {"name": "shipper", "image": "registry.example/log-shipper:1.4.2"}
+    privileged = {**shipper, "securityContext": {"capabilities": {"add": ["NET_ADMIN"]}}}
+    # The describe Job has no sidecars, so it runs: only the StatefulSet's pods are refused.
+    env.create("adm", env.spec(_app_id(), replicas=1, podTemplate={"sidecars": [privileged]}))
+    cond = _degraded(env, "adm", "PodsRefused", timeout=90)
+    assert cond["message"].startswith("StatefulSet adm cannot create its pods")
+    assert "violates PodSecurity" in cond["message"] and "NET_ADMIN" in cond["message"], cond["message"]
+    env.patch_spec("adm", {"podTemplate": {"sidecars": [shipper]}})
+    env.wait_running("adm", 1, timeout=120)
+    assert env.condition("adm", "Degraded")["status"] == "False"
+
+
+def test_a_manifest_the_api_server_rejects_is_in_status_and_a_fixed_spec_recovers(env: Env) -> None:
+    shipper = {"name": "shipper", "image": "registry.example/log-shipper:1.4.2"}
+    # privileged with allowPrivilegeEscalation false (the operator's default) is invalid: a 422 on apply.
+    privileged = {**shipper, "securityContext": {"privileged": True}}
+    env.create("inv", env.spec(_app_id(), replicas=1, podTemplate={"sidecars": [privileged]}))
+    cond = _degraded(env, "inv", "KubernetesApiError")
+    assert 'StatefulSet.apps \\"inv\\" is invalid' in cond["message"] or "is invalid" in cond["message"]
+    assert "containers[1].securityContext" in cond["message"], cond["message"]
+    env.patch_spec("inv", {"podTemplate": {"sidecars": [shipper]}})
+    env.wait_running("inv", 1, timeout=120)
+    assert env.condition("inv", "Degraded")["status"] == "False"
+
+
 def test_crash_looping_upgrade_is_reported_then_rolled_back(env: Env) -> None:
     env.create("crash", env.spec(_app_id(), replicas=1, upgrade={"progressDeadlineSeconds": 30}))
     env.wait_running("crash", 1)
