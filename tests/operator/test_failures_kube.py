@@ -245,7 +245,7 @@ def test_a_manifest_the_api_server_rejects_is_in_status_and_a_fixed_spec_recover
     privileged = {**shipper, "securityContext": {"privileged": True}}
     env.create("inv", env.spec(_app_id(), replicas=1, podTemplate={"sidecars": [privileged]}))
     cond = _degraded(env, "inv", "KubernetesApiError")
-    assert 'StatefulSet.apps \\"inv\\" is invalid' in cond["message"] or "is invalid" in cond["message"]
+    assert "StatefulSet.apps" in cond["message"] and "is invalid" in cond["message"], cond["message"]
     assert "containers[1].securityContext" in cond["message"], cond["message"]
     env.patch_spec("inv", {"podTemplate": {"sidecars": [shipper]}})
     env.wait_running("inv", 1, timeout=120)
