@@ -32,7 +32,7 @@ def crd_installed(kube_cluster: Any) -> Any:
 #: The test registry: the tags each repository has. The fake kubelet cannot pull any other tag of these
 #: repositories (ErrImagePull, then ImagePullBackOff); images of other repositories are not its concern.
 REGISTRY = {
-    "registry.example/wordcount": {"1.0.0", "2.0.0", "crash", "hang"},
+    "registry.example/wordcount": {"1.0.0", "2.0.0", "9.9.9", "crash", "hang"},
     "registry.example/log-shipper": {"1.4.2"},
 }
 
