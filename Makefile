@@ -114,9 +114,11 @@ typecheck: setup
 
 crds: setup
 	$(PY) -m kappaflow_operator.crdgen
+	$(PY) -m tests.harness.kopf_peering
 
 crds-check: setup
 	@$(PY) -m kappaflow_operator.crdgen --check
+	@$(PY) -m tests.harness.kopf_peering --check
 
 chart-lint: setup
 	@helm=$$($(PY) -m tests.harness.helm) && \

@@ -26,6 +26,11 @@ RESYNC_S = float(os.environ.get("KAPPAFLOW_OPERATOR_RESYNC_SECONDS", "15"))
 #: Environment variable naming the port of the operator's own Prometheus metrics (0 or unset: off); read
 #: at start-up, so every start of the operator in one process honours the value of that moment.
 METRICS_PORT_ENV = "KAPPAFLOW_OPERATOR_METRICS_PORT"
+#: Environment variable with the seconds a replica's peer record stays valid without a keep-alive (kopf's
+#: `settings.peering.lifetime`, default 60): after a hard kill of the leader, the others take over once
+#: it expires. kopf renews the record every `lifetime - 5..10` seconds (at least every second).
+PEERING_LIFETIME_ENV = "KAPPAFLOW_OPERATOR_PEERING_LIFETIME_SECONDS"
+DEFAULT_PEERING_LIFETIME_S = 60
 
 
 def peering_priority(identity: str) -> int:
@@ -36,6 +41,23 @@ def peering_priority(identity: str) -> int:
     and the next one take over when its peer record expires.
     """
     return int.from_bytes(hashlib.sha256(identity.encode()).digest()[:3], "big") + 1
+
+
+def peering_lifetime(value: str | None) -> int:
+    """The peer lifetime in whole seconds (kopf keeps an int) from the environment, or kopf's default.
+
+    Below 5 s a busy replica could miss its own keep-alive and the followers would take over from a
+    leader that still works; a clear error names the variable instead.
+    """
+    if value is None or not value.strip():
+        return DEFAULT_PEERING_LIFETIME_S
+    try:
+        seconds = int(value)
+    except ValueError:
+        raise ValueError(f"{PEERING_LIFETIME_ENV}={value!r}: expected whole seconds") from None
+    if seconds < 5:
+        raise ValueError(f"{PEERING_LIFETIME_ENV}={value!r}: at least 5 seconds")
+    return seconds
 
 
 def _now() -> dt.datetime:
@@ -51,6 +73,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     # as an Error; the reconciler posts one event per real step instead.
     settings.posting.enabled = False
     settings.peering.priority = peering_priority(os.environ.get("HOSTNAME", "kappaflow-operator"))
+    settings.peering.lifetime = peering_lifetime(os.environ.get(PEERING_LIFETIME_ENV))
     metrics.start(int(os.environ.get(METRICS_PORT_ENV, "0")))
     kube = Kube.from_environment()
     memo["ctx"] = Context(kube, reconcile.default_kafka_factory(kube))

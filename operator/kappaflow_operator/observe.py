@@ -34,6 +34,8 @@ class Snapshot:
     statefulset: Mapping[str, Any] | None = None
     pods: Sequence[Mapping[str, Any]] = field(default_factory=list)
     """The StatefulSet's pods (Jobs' pods excluded)."""
+    refusals: Sequence[Mapping[str, Any]] = field(default_factory=list)
+    """The StatefulSet's FailedCreate events, read only while it has fewer pods than replicas."""
 
     @property
     def deleting(self) -> bool:
@@ -48,13 +50,18 @@ class Snapshot:
 
 
 def observe(kube: Kube, namespace: str, name: str) -> Snapshot:
-    """Read the StreamApp, its StatefulSet and its pods (three GETs; a missing app ends there)."""
+    """Read the StreamApp, its StatefulSet and its pods (three GETs; a missing app ends there), and the
+    StatefulSet's pod creation failures while pods are missing (admission, quota: only events say so)."""
     app = kube.get(API_VERSION, "StreamApp", namespace, name)
     if app is None:
         return Snapshot(None)
     sts = kube.get("apps/v1", "StatefulSet", namespace, name)
     pods = kube.list("v1", "Pod", namespace, f"{APP_LABEL}={name},!{DESCRIBE_JOB_LABEL}") if sts else []
-    return Snapshot(app, sts, pods)
+    refusals: list[dict[str, Any]] = []
+    if sts and len(pods) < int((sts.get("spec") or {}).get("replicas") or 0):
+        fields = f"involvedObject.kind=StatefulSet,involvedObject.name={name},reason=FailedCreate"
+        refusals = kube.list("v1", "Event", namespace, fields=fields)
+    return Snapshot(app, sts, pods, refusals)
 
 
 def job_problem(kube: Kube, namespace: str, job_name: str) -> status.Problem | None:

@@ -84,7 +84,16 @@ def ensure_topology(
         return found
     job = desired.build_describe_job(spec, ref)
     job_name = job["metadata"]["name"]
-    if ctx.kube.get("batch/v1", "Job", ref.namespace, job_name) is None:
+    live = ctx.kube.get("batch/v1", "Job", ref.namespace, job_name)
+    if live is not None and desired.job_outdated(live, job):
+        # Its pod template is immutable: a spec fix (securityContext, pull secrets) needs a new Job,
+        # created by the next pass once this one is gone.
+        ctx.kube.delete("batch/v1", "Job", ref.namespace, job_name)
+        ctx.kube.event(
+            body, "Normal", "DescribeJobReplaced", f"Job {job_name} was built from an older pod template"
+        )
+        return None
+    if live is None:
         for obj in desired.describe_access(spec, ref):  # the Job's service account, Role, ConfigMap
             ctx.kube.apply(obj)
         ctx.kube.apply(job)
@@ -181,6 +190,8 @@ class Pass:
 
     def observation(self, replicas: int, **kw: Any) -> status.Observation:
         problems = [*kw.pop("problems", []), *status.pod_problems(self.snap.pods)]
+        refused = status.creation_problem(self.snap.statefulset, self.snap.pods, self.snap.refusals)
+        problems += [refused] if refused is not None else []
         kw["volume_problems"] = self.volume_problems
         return status.Observation(self.generation, replicas, self.snap.statefulset, problems=problems, **kw)
 

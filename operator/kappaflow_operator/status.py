@@ -127,6 +127,31 @@ def pod_problems(pods: Sequence[Mapping[str, Any]]) -> list[Problem]:
     return [Problem(reason, "; ".join(msgs)[:2048]) for reason, msgs in found.items()]
 
 
+def creation_problem(
+    sts: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]], refusals: Sequence[Mapping[str, Any]]
+) -> Problem | None:
+    """Pods the StatefulSet cannot create (PodSecurity, quota, LimitRange refuse them at admission), from
+    its newest FailedCreate event; only while pods are missing and only if the refusal is newer than
+    every pod that exists (an old refusal, since fixed, would otherwise come back on the next scale-up)."""
+    if sts is None or not refusals:
+        return None
+    if len(pods) >= int((sts.get("spec") or {}).get("replicas") or 0):
+        return None
+    newest = max(refusals, key=_event_time)
+    created = [str((p.get("metadata") or {}).get("creationTimestamp") or "") for p in pods]
+    if created and _event_time(newest) < max(created):
+        return None
+    name = (sts.get("metadata") or {}).get("name", "?")
+    return Problem(
+        "PodsRefused", f"StatefulSet {name} cannot create its pods: {newest.get('message', '')}"[:2048]
+    )
+
+
+def _event_time(event: Mapping[str, Any]) -> str:
+    """RFC 3339 in UTC ('...Z'), so strings compare in time order."""
+    return str(event.get("lastTimestamp") or event.get("eventTime") or "")
+
+
 @dataclass(frozen=True)
 class _Rollout:
     replicas: int

@@ -7,6 +7,11 @@ plays both parts for one namespace: it registers a Ready Node, binds unscheduled
 way a kubelet does: phase Running, podIP 127.0.0.1 (or one from `sequential_pod_ips`, where a test needs
 Service endpoints), and a Ready condition from a user-supplied probe.
 
+Images: a test says which image references exist (`pullable`, default all). A pod with one that does
+not is never started: it stays Pending with its containers waiting in `ErrImagePull`, then
+`ImagePullBackOff`, with the messages a kubelet writes, until its image is one that exists
+(`image_pull.py`).
+
 Deletion follows the real protocol: deleting a bound Pod only sets `deletionTimestamp`; the kubelet stops
 the containers (SIGTERM, SIGKILL after the grace period) and then confirms by deleting the Pod with
 `gracePeriodSeconds=0`, which is when the API object disappears and the StatefulSet controller moves on.
@@ -31,6 +36,8 @@ from typing import Any, Protocol
 
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
+
+from tests.harness.image_pull import Pullable, PullFailure, every_image, missing_images, pending_status
 
 
 class ProcessHandle(Protocol):
@@ -194,6 +201,8 @@ class FakeKubelet:
         resync: float = 0.5,
         pod_ip: str | PodIP = POD_IP,
         crash_backoff_seconds: float = 0.0,
+        pullable: Pullable = every_image,
+        pull_backoff_seconds: float = 10.0,
     ) -> None:
         self.core = client.CoreV1Api(api_client)
         self.namespace = namespace
@@ -205,7 +214,11 @@ class FakeKubelet:
         self.pod_ip = pod_ip
         self.crash_backoff_seconds = crash_backoff_seconds
         """Like the kubelet's 10s doubling back-off (capped at 5 minutes); 0 restarts at once."""
+        self.pullable = pullable
+        """Which image references exist; a pod with another one waits in ErrImagePull (image_pull.py)."""
+        self.pull_backoff_seconds = pull_backoff_seconds
         self.running: dict[str, _Running] = {}  # pod uid -> process
+        self.pull_failures: dict[str, PullFailure] = {}  # pod uid -> pulls of a pod not started
         self.errors: list[BaseException] = []
         self._lock = threading.Lock()
         self._kick = threading.Event()
@@ -345,6 +358,8 @@ class FakeKubelet:
         with self._lock:
             gone = [uid for uid in self.running if uid not in seen]
             procs = [self.running.pop(uid) for uid in gone]
+            for uid in [uid for uid in self.pull_failures if uid not in seen]:
+                del self.pull_failures[uid]
         for proc in procs:  # force-deleted behind our back: the containers still have to stop
             self._terminate(proc.handle, 0)
 
@@ -363,6 +378,8 @@ class FakeKubelet:
         uid = pod.metadata.uid
         with self._lock:
             proc = self.running.get(uid)
+        if proc is None and self._waiting_for_images(pod):
+            return
         if proc is None:
             proc = _Running(self.launcher(pod), _now_dt())
             with self._lock:
@@ -400,6 +417,26 @@ class FakeKubelet:
         if phase != "Running":
             with self._lock:
                 self.running.pop(uid, None)
+
+    def _waiting_for_images(self, pod: Any) -> bool:
+        """True (and the pod's status reported) while an image of a pod not started cannot be pulled."""
+        uid = pod.metadata.uid
+        if not missing_images(pod, self.pullable):
+            self.pull_failures.pop(uid, None)
+            return False
+        now = _now_dt()
+        failure = self.pull_failures.setdefault(uid, PullFailure(started=now, next_attempt=now))
+        failure.step(now, self.pull_backoff_seconds)
+        ip = self.pod_ip(pod) if callable(self.pod_ip) else self.pod_ip
+        status = pending_status(pod, failure, self.pullable, ip, POD_IP)
+        if status != failure.reported:
+            stamped = _stamp(status, failure.reported)
+            self.core.patch_namespaced_pod_status(
+                pod.metadata.name, self.namespace, {"status": stamped}, _content_type=SMP
+            )
+            failure.reported = status
+        failure.reported_error = True
+        return True
 
     def _delete(self, pod: Any) -> None:
         uid = pod.metadata.uid

@@ -20,7 +20,9 @@ from kappaflow_operator.desired import (
     describe_access,
     desired_resources,
 )
+from kappaflow_operator.main import PEERING_LIFETIME_ENV, peering_lifetime
 from tests.harness.helm import helm_binary
+from tests.harness.kopf_peering import peering_crds
 
 from .specs import REF, spec
 
@@ -165,6 +167,14 @@ def test_peering_creates_the_object_the_replicas_elect_a_leader_in(helm):
     assert cluster["metadata"]["name"] == "kappaflow"
     args = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]
     assert "--peering=kappaflow" in args["args"] and "--standalone" not in args["args"]
+    env = {e["name"]: e.get("value") for e in args["env"]}
+    assert env[PEERING_LIFETIME_ENV] == "60", "kopf's default peer lifetime unless set"
+    docs = _render(helm, "--set", "peering.enabled=true", "--set", "peering.lifetimeSeconds=15")
+    container = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][
+        0
+    ]
+    assert {"name": PEERING_LIFETIME_ENV, "value": "15"} in container["env"]
+    assert peering_lifetime("15") == 15, "the operator reads what the chart sets"
     docs = _render(helm, "--set", "peering.enabled=true", "--set", "watchNamespaces={team-a,team-b}")
     peerings = [d for d in docs if d["kind"] == "KopfPeering"]
     assert sorted((d["metadata"]["namespace"], d["metadata"]["name"]) for d in peerings) == [
@@ -176,8 +186,11 @@ def test_peering_creates_the_object_the_replicas_elect_a_leader_in(helm):
 
 def test_crd_is_shipped_with_the_chart(helm):
     docs = _render(helm, "--include-crds")
-    (crd,) = [d for d in docs if d["kind"] == "CustomResourceDefinition"]
-    assert crd == yaml.safe_load((ROOT / "crds" / "streamapps.kappaflow.io.yaml").read_text())
+    crds = {d["metadata"]["name"]: d for d in docs if d["kind"] == "CustomResourceDefinition"}
+    ours = yaml.safe_load((ROOT / "crds" / "streamapps.kappaflow.io.yaml").read_text())
+    assert crds.pop(ours["metadata"]["name"]) == ours
+    # kopf's peering CRDs, exactly as kopf's pinned release publishes them (sha256-checked sdist).
+    assert list(crds.values()) == peering_crds()
 
 
 @pytest.mark.parametrize(
@@ -187,9 +200,21 @@ def test_crd_is_shipped_with_the_chart(helm):
         (["--set", "replicaCount=3"], "/peering/enabled"),
         (["--set", "watchNamespaces={Bad_NS}"], "/watchNamespaces/0"),
         (["--set", "unknownKey=1"], "unknownKey"),
+        (["--set", "peering.lifetimeSeconds=2"], "/peering/lifetimeSeconds"),
     ],
 )
 def test_values_schema_rejects_bad_values(helm, args, message):
     result = _run(helm, "template", "kf", str(CHART), *args)
     assert result.returncode != 0
     assert message in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"), [(None, 60), ("", 60), ("10", 10), ("ten", "whole seconds"), ("4", "at least 5")]
+)
+def test_peering_lifetime_from_the_environment(value, expected):
+    if isinstance(expected, int):
+        assert peering_lifetime(value) == expected
+    else:
+        with pytest.raises(ValueError, match=f"{PEERING_LIFETIME_ENV}=.*{expected}"):
+            peering_lifetime(value)

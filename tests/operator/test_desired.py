@@ -18,6 +18,7 @@ from kappaflow_operator.desired import (
     build_statefulset,
     config_hash,
     desired_resources,
+    job_outdated,
     obsolete_resources,
     render_properties,
     runtime_config,
@@ -276,3 +277,14 @@ def test_stream_threads_validated_and_reserved():
         spec(streamThreads=0)
     with pytest.raises(ValidationError, match="spec.streamThreads"):
         spec(config={"num.stream.threads": "2"})
+
+
+def test_a_describe_job_from_another_pod_template_is_replaced_unless_it_succeeded():
+    live = build_describe_job(spec(), REF)
+    assert not job_outdated(live, build_describe_job(spec(replicas=9), REF)), "same template: keep"
+    want = build_describe_job(spec(podTemplate={"nodeSelector": {"disk": "ssd"}}), REF)
+    assert want["metadata"]["name"] == live["metadata"]["name"], "same name: the old Job must go first"
+    assert job_outdated(live, want)
+    assert job_outdated({"metadata": {"name": "old"}}, want), "a Job of an older operator (no hash)"
+    done = {**live, "status": {"conditions": [{"type": "Complete", "status": "True"}]}}
+    assert not job_outdated(done, want), "a Job that succeeded published what counts"

@@ -1,7 +1,8 @@
 """Failures on the real control plane end in status: a condition with the cause a user can act on.
 
 kopf runs in-process against the local apiserver, a fake kubelet runs the pods (a `:crash` image tag
-makes the app container exit at once, as a broken release would), and the local broker is Kafka.
+makes the app container exit at once, as a broken release would; an image the test registry does not
+have, `REGISTRY`, is never pulled), and the local broker is Kafka.
 """
 
 from __future__ import annotations
@@ -26,6 +27,19 @@ def crd_installed(kube_cluster: Any) -> Any:
 
     install_crd(kube_cluster)
     return kube_cluster
+
+
+#: The test registry: the tags each repository has. The fake kubelet cannot pull any other tag of these
+#: repositories (ErrImagePull, then ImagePullBackOff); images of other repositories are not its concern.
+REGISTRY = {
+    "registry.example/wordcount": {"1.0.0", "2.0.0", "9.9.9", "crash", "hang"},
+    "registry.example/log-shipper": {"1.4.2"},
+}
+
+
+def published(image: str) -> bool:
+    repository, _, tag = image.rpartition(":")
+    return repository not in REGISTRY or tag in REGISTRY[repository]
 
 
 def crashing_launcher(api: Any, input_topic: str, output_topic: str) -> Any:
@@ -55,7 +69,10 @@ def env(crd_installed: Any, kafka_bootstrap: str, kafka_topics: Any) -> Iterator
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     with crd_installed.api_client() as api:
         launcher = crashing_launcher(api, input_topic, output_topic)
-        kubelet = FakeKubelet(api, namespace, launcher, max_grace_seconds=2, crash_backoff_seconds=1)
+        kubelet = FakeKubelet(
+            api, namespace, launcher, max_grace_seconds=2, crash_backoff_seconds=1,
+            pullable=published, pull_backoff_seconds=1,
+        )  # fmt: skip
         with kubelet, running_operator(crd_installed.kubeconfig, namespace):
             yield Env(api, namespace, kafka_bootstrap, input_topic, output_topic, admin)
 
@@ -146,6 +163,93 @@ def test_describe_job_past_its_deadline_is_in_status(env: Env) -> None:
     cond = _degraded(env, "hang", "JobFailed", timeout=90)
     assert job.metadata.name in cond["message"] and "DeadlineExceeded" in cond["message"]
     assert env.status("hang")["phase"] == "Degraded"
+
+
+def _waiting_reasons(env: Env, selector: str, image: str) -> set[str]:
+    """Waiting reasons (with the kubelet's message) of the containers running `image`."""
+    pods = env.core.list_namespaced_pod(env.namespace, label_selector=selector).items
+    return {
+        f"{cs.state.waiting.reason}: {cs.state.waiting.message}"
+        for p in pods
+        for cs in p.status.container_statuses or []
+        if cs.image == image and cs.state.waiting is not None
+    }
+
+
+def test_images_that_cannot_be_pulled_are_in_status_and_a_fixed_tag_recovers(env: Env) -> None:
+    # The describe Job's pod cannot pull a tag that was never pushed.
+    typo = "registry.example/wordcount:1.0.1"
+    env.create("pull", env.spec(_app_id(), replicas=1, image=typo))
+    cond = _degraded(env, "pull", "ImagePullFailed", timeout=90)
+    assert cond["message"].startswith("Job ") and f"cannot pull image {typo}" in cond["message"]
+    assert f"{typo}: not found" in cond["message"], "the kubelet's own message"
+    wait_for(
+        "the kubelet backing off the pull",
+        lambda: any(
+            r.startswith(f'ImagePullBackOff: Back-off pulling image "{typo}"')
+            for r in _waiting_reasons(env, "job-name", typo)
+        ),
+    )
+    assert env.status("pull")["phase"] == "Degraded"
+    env.patch_spec("pull", {"image": "registry.example/wordcount:1.0.0"})
+    env.wait_running("pull", 1)
+    assert env.condition("pull", "Degraded")["status"] == "False"
+
+    # The app pods: a sidecar whose tag is missing keeps the rolled pod from starting.
+    missing = "registry.example/log-shipper:1.4.20"
+    env.patch_spec("pull", {"podTemplate": {"sidecars": [{"name": "shipper", "image": missing}]}})
+    cond = _degraded(env, "pull", "ImagePullFailed", timeout=90)
+    assert "pod pull-0 container shipper" in cond["message"], cond["message"]
+    assert f"cannot pull image {missing}" in cond["message"] and "not found" in cond["message"]
+    env.patch_spec("pull", {"podTemplate": {"sidecars": [{"name": "shipper", "image": missing[:-1]}]}})
+    env.wait_running("pull", 1, timeout=120)
+    assert env.condition("pull", "Degraded")["status"] == "False"
+    assert env.condition("pull", "Stalled")["status"] == "False"
+
+
+def test_describe_job_refused_by_pod_security_is_in_status_and_a_fixed_spec_recovers(env: Env) -> None:
+    env.core.patch_namespace(
+        env.namespace, {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}
+    )
+    escalating = {"containerSecurityContext": {"allowPrivilegeEscalation": True}}
+    env.create("psa", env.spec(_app_id(), replicas=1, podTemplate=escalating))
+    cond = _degraded(env, "psa", "JobFailed", timeout=90)
+    assert "cannot create its pod" in cond["message"] and "violates PodSecurity" in cond["message"]
+    assert "allowPrivilegeEscalation" in cond["message"], cond["message"]
+    # The Job's name depends on the image and entry point only: the fix has to replace it.
+    env.patch_spec("psa", {"podTemplate": {"containerSecurityContext": {"allowPrivilegeEscalation": False}}})
+    env.wait_running("psa", 1, timeout=120)
+    assert env.condition("psa", "Degraded")["status"] == "False"
+    assert "DescribeJobReplaced" in env.event_reasons("psa")
+
+
+def test_app_pods_refused_at_admission_are_in_status_and_a_fixed_spec_recovers(env: Env) -> None:
+    env.core.patch_namespace(
+        env.namespace, {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}
+    )
+    shipper = {"name": "shipper", "image": "registry.example/log-shipper:1.4.2"}
+    privileged = {**shipper, "securityContext": {"capabilities": {"add": ["NET_ADMIN"]}}}
+    # The describe Job has no sidecars, so it runs: only the StatefulSet's pods are refused.
+    env.create("adm", env.spec(_app_id(), replicas=1, podTemplate={"sidecars": [privileged]}))
+    cond = _degraded(env, "adm", "PodsRefused", timeout=90)
+    assert cond["message"].startswith("StatefulSet adm cannot create its pods")
+    assert "violates PodSecurity" in cond["message"] and "NET_ADMIN" in cond["message"], cond["message"]
+    env.patch_spec("adm", {"podTemplate": {"sidecars": [shipper]}})
+    env.wait_running("adm", 1, timeout=120)
+    assert env.condition("adm", "Degraded")["status"] == "False"
+
+
+def test_a_manifest_the_api_server_rejects_is_in_status_and_a_fixed_spec_recovers(env: Env) -> None:
+    shipper = {"name": "shipper", "image": "registry.example/log-shipper:1.4.2"}
+    # privileged with allowPrivilegeEscalation false (the operator's default) is invalid: a 422 on apply.
+    privileged = {**shipper, "securityContext": {"privileged": True}}
+    env.create("inv", env.spec(_app_id(), replicas=1, podTemplate={"sidecars": [privileged]}))
+    cond = _degraded(env, "inv", "KubernetesApiError")
+    assert "StatefulSet.apps" in cond["message"] and "is invalid" in cond["message"], cond["message"]
+    assert "containers[1].securityContext" in cond["message"], cond["message"]
+    env.patch_spec("inv", {"podTemplate": {"sidecars": [shipper]}})
+    env.wait_running("inv", 1, timeout=120)
+    assert env.condition("inv", "Degraded")["status"] == "False"
 
 
 def test_crash_looping_upgrade_is_reported_then_rolled_back(env: Env) -> None:

@@ -1,4 +1,6 @@
-"""Two operator processes against the real apiserver: kopf peering elects one, the other takes over.
+"""Two operator processes against the real apiserver: kopf peering elects one, the other takes over,
+on a clean stop (SIGTERM: the leader removes its record) and on a hard kill (SIGKILL: the record stays
+until its lifetime, shortened here through KAPPAFLOW_OPERATOR_PEERING_LIFETIME_SECONDS, runs out).
 
 Each process is a real `kopf run -m kappaflow_operator.main --peering=...` with its own HOSTNAME (the
 chart's pod name, from which `main.peering_priority` derives a distinct priority) and its own metrics
@@ -22,50 +24,30 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from kappaflow_operator.main import peering_priority
+from kappaflow_operator.main import PEERING_LIFETIME_ENV, peering_priority
 from tests.e2e.operator_env import ROOT, install_crd, wait_for
 from tests.harness.kube_control_plane import free_port
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(120)]
 
 PEERING = "kappaflow"
+#: The peer lifetime of the hard-kill test: kopf renews a record every 1-5 s at this lifetime.
+LIFETIME_S = 10
 #: kopf's own log lines (--verbose) when it holds back or resumes handling StreamApps for peering.
 PAUSED = "Pausing the watch-stream for streamapps.v1alpha1.kappaflow.io"
 RESUMED = "Resuming the watch-stream for streamapps.v1alpha1.kappaflow.io"
-#: The minimal definition kopf's peering needs (kopf documents that users install it; it keeps each
-#: peer's keep-alive under `status`); namespaced, as the operators here watch one namespace.
-PEERING_CRD = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "kopfpeerings.kopf.dev"},
-    "spec": {
-        "group": "kopf.dev",
-        "scope": "Namespaced",
-        "names": {"kind": "KopfPeering", "plural": "kopfpeerings", "singular": "kopfpeering"},
-        "versions": [
-            {
-                "name": "v1",
-                "served": True,
-                "storage": True,
-                "schema": {
-                    "openAPIV3Schema": {
-                        "type": "object",
-                        "properties": {
-                            "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-                        },
-                    }
-                },
-            }
-        ],
-    },
-}
+#: kopf's own peering CRDs, as the chart ships them (tests/harness/kopf_peering.py vendors them).
+PEERING_CRDS = ROOT / "charts" / "kappaflow" / "crds" / "kopf.dev_peerings.yaml"
 
 
 class OperatorProcess:
     """`kopf run` in a subprocess with peering on, identified by `hostname` (its peer id too)."""
 
-    def __init__(self, hostname: str, namespace: str, kubeconfig: Path, logs: Path) -> None:
+    def __init__(
+        self, hostname: str, namespace: str, kubeconfig: Path, logs: Path, lifetime: int | None = None
+    ) -> None:
         self.hostname = hostname
         self.metrics_port = free_port()
         self.log = logs / f"{hostname}.log"
@@ -77,6 +59,8 @@ class OperatorProcess:
             "KAPPAFLOW_OPERATOR_METRICS_PORT": str(self.metrics_port),
             "KAPPAFLOW_OPERATOR_RESYNC_SECONDS": "1",
         }
+        if lifetime is not None:
+            env[PEERING_LIFETIME_ENV] = str(lifetime)
         argv = [str(ROOT / ".venv" / "bin" / "kopf"), "run", "-m", "kappaflow_operator.main"]
         argv += [f"--namespace={namespace}", f"--peering={PEERING}", "--verbose"]
         with self.log.open("wb") as out:
@@ -103,6 +87,11 @@ class OperatorProcess:
                 self.proc.kill()
                 self.proc.wait()
 
+    def kill(self) -> None:
+        """SIGKILL, as a node that dies or the OOM killer: no goodbye, the peer record stays behind."""
+        self.proc.kill()
+        self.proc.wait(timeout=20)
+
 
 @pytest.fixture
 def namespace(kube_cluster: Any) -> Iterator[str]:
@@ -113,7 +102,9 @@ def namespace(kube_cluster: Any) -> Iterator[str]:
     with kube_cluster.api_client() as api:
         dyn = dynamic.DynamicClient(api)
         crds = dyn.resources.get(api_version="apiextensions.k8s.io/v1", kind="CustomResourceDefinition")
-        crds.server_side_apply(body=PEERING_CRD, field_manager="kappaflow-tests", force_conflicts=True)
+        for crd in yaml.safe_load_all(PEERING_CRDS.read_text()):
+            if crd:
+                crds.server_side_apply(body=crd, field_manager="kappaflow-tests", force_conflicts=True)
         wait_for("the KopfPeering CRD served", lambda: _peering_api(dyn), timeout=30)
         body = {"apiVersion": "kopf.dev/v1", "kind": "KopfPeering", "metadata": {"name": PEERING}}
         _peering_api(dyn).create(body=body, namespace=namespace)
@@ -144,6 +135,21 @@ def _reporters(kube_cluster: Any, namespace: str, reason: str) -> list[str]:
     return [e.reporting_instance for e in events.items]
 
 
+def _create_app(api: Any, namespace: str, image: str) -> None:
+    from kubernetes import client
+
+    spec = {
+        "image": image,
+        "entryPoint": "examples.wordcount:build_topology",
+        "applicationId": f"wc-{uuid.uuid4().hex[:6]}",
+        "kafka": {"bootstrapServers": "127.0.0.1:9"},
+    }
+    body = {"apiVersion": "kappaflow.io/v1alpha1", "kind": "StreamApp", "metadata": {"name": "wc"}}
+    client.CustomObjectsApi(api).create_namespaced_custom_object(
+        "kappaflow.io", "v1alpha1", namespace, "streamapps", {**body, "spec": spec}
+    )
+
+
 def test_only_the_leader_reconciles_and_the_follower_takes_over(
     kube_cluster: Any, namespace: str, tmp_path: Path
 ) -> None:
@@ -159,18 +165,9 @@ def test_only_the_leader_reconciles_and_the_follower_takes_over(
         wait_for("the follower paused", lambda: PAUSED in follower.output())
         assert RESUMED in leader.output() and RESUMED not in follower.output()
 
-        spec = {
-            "image": "registry.example/wordcount:1.0.0",
-            "entryPoint": "examples.wordcount:build_topology",
-            "applicationId": f"wc-{uuid.uuid4().hex[:6]}",
-            "kafka": {"bootstrapServers": "127.0.0.1:9"},
-        }
-        body = {"apiVersion": "kappaflow.io/v1alpha1", "kind": "StreamApp", "metadata": {"name": "wc"}}
         with kube_cluster.api_client() as api:
             custom = client.CustomObjectsApi(api)
-            custom.create_namespaced_custom_object(
-                "kappaflow.io", "v1alpha1", namespace, "streamapps", {**body, "spec": spec}
-            )
+            _create_app(api, namespace, "registry.example/wordcount:1.0.0")
             wait_for("three passes by the leader", lambda: leader.reconciles() >= 3)
             assert follower.reconciles() == 0, "the follower never reconciles while the leader lives"
             assert _reporters(kube_cluster, namespace, "DescribingTopology") == [leader.hostname]
@@ -194,3 +191,40 @@ def test_only_the_leader_reconciles_and_the_follower_takes_over(
             if proc is not None:
                 proc.stop()
         assert time.monotonic() - started < 30
+
+
+def test_a_hard_killed_leader_is_replaced_once_its_peer_record_expires(
+    kube_cluster: Any, namespace: str, tmp_path: Path
+) -> None:
+    names = sorted(("kappaflow-operator-c", "kappaflow-operator-d"), key=peering_priority, reverse=True)
+    leader = OperatorProcess(names[0], namespace, kube_cluster.kubeconfig, tmp_path, LIFETIME_S)
+    follower: OperatorProcess | None = None
+    try:
+        wait_for("the leader's peer record", lambda: leader.hostname in _peers(kube_cluster, namespace))
+        follower = OperatorProcess(names[1], namespace, kube_cluster.kubeconfig, tmp_path, LIFETIME_S)
+        wait_for("the follower paused", lambda: PAUSED in follower.output())
+
+        leader.kill()
+        killed = time.monotonic()
+        # The record was renewed at most 5 s ago (every 1-5 s at this lifetime): it is still valid.
+        assert leader.hostname in _peers(kube_cluster, namespace), "a killed leader cannot say goodbye"
+        assert RESUMED not in follower.output(), "the follower waits for the record to expire"
+        wait_for("the follower resumed", lambda: RESUMED in follower.output(), timeout=LIFETIME_S + 20)
+        waited = time.monotonic() - killed
+        assert waited <= LIFETIME_S + 5, f"took over {waited:.1f}s after the kill (lifetime {LIFETIME_S}s)"
+        wait_for(
+            "the dead leader's record cleaned up",
+            lambda: leader.hostname not in _peers(kube_cluster, namespace),
+            timeout=10,
+        )
+        with kube_cluster.api_client() as api:
+            _create_app(api, namespace, "registry.example/wordcount:1.0.0")
+        wait_for("passes by the new leader", lambda: follower.reconciles() >= 1)
+        wait_for(
+            "the describe Job started by the new leader",
+            lambda: _reporters(kube_cluster, namespace, "DescribingTopology") == [follower.hostname],
+        )
+    finally:
+        for proc in (leader, follower):
+            if proc is not None:
+                proc.stop()

@@ -12,6 +12,7 @@ from kappaflow_operator.status import (
     Problem,
     compute_status,
     condition,
+    creation_problem,
     name_problem,
     pod_problems,
     rollback_due,
@@ -206,3 +207,18 @@ def test_rollback_is_due_only_after_the_deadline_of_a_pod_change():
     assert rollback_due(spec=scaled, now=T0 + timedelta(seconds=600), **kw) is None, "a scale is no upgrade"
     done = {**kw, "statefulset": _sts(1, 1)}
     assert rollback_due(spec=broken, now=T0 + timedelta(seconds=600), **done) is None
+
+
+def test_pods_refused_at_admission_count_only_while_missing_and_newer_than_every_pod():
+    sts = {"metadata": {"name": "wc"}, "spec": {"replicas": 2}}
+    refused = {
+        "message": 'pods "wc-1" is forbidden: violates PodSecurity',
+        "lastTimestamp": "2026-01-01T10:05:00Z",
+    }
+    older = {"message": "exceeded quota", "lastTimestamp": "2026-01-01T10:01:00Z"}
+    pod = {"metadata": {"name": "wc-0", "creationTimestamp": "2026-01-01T10:02:00Z"}}
+    found = creation_problem(sts, [pod], [older, refused])
+    assert found == Problem("PodsRefused", f"StatefulSet wc cannot create its pods: {refused['message']}")
+    assert creation_problem(sts, [pod], [older]) is None, "refused before a pod was created since: fixed"
+    assert creation_problem(sts, [pod, pod], [refused]) is None, "no pod missing"
+    assert creation_problem(sts, [], []) is None and creation_problem(None, [], [refused]) is None

@@ -13,7 +13,7 @@ from ..models import StreamAppSpec
 from .common import AppRef, query_service_name, selector_string, spec_hash
 from .config import build_configmap, config_hash, render_properties, runtime_config
 from .describe import describe_access, published_topology
-from .jobs import build_describe_job, build_reset_job, describe_job_name, describe_key
+from .jobs import build_describe_job, build_reset_job, describe_job_name, describe_key, job_outdated
 from .services import build_headless_service, build_pdb, build_query_service
 from .spark import (
     build_spark_application,
@@ -74,6 +74,7 @@ __all__ = [
     "describe_job_name",
     "describe_key",
     "desired_resources",
+    "job_outdated",
     "obsolete_resources",
     "previous_id_topics",
     "published_topology",

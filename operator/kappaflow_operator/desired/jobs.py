@@ -10,6 +10,7 @@ topologies describe to tens of kilobytes. The termination message still carries 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ..models import StreamAppSpec
@@ -41,6 +42,24 @@ def _job_name(app: str, kind: str, digest: str) -> str:
 def describe_key(spec: StreamAppSpec) -> str:
     """What a topology description depends on: the image and the entry point (not config, not replicas)."""
     return stable_hash({"image": spec.image, "entryPoint": spec.entry_point}, 8)
+
+
+#: The hash of the pod template a Job was built from (a Job's template is immutable).
+JOB_TEMPLATE_ANNOTATION = "kappaflow.io/pod-template-hash"
+
+
+def job_outdated(live: Mapping[str, Any], want: Mapping[str, Any]) -> bool:
+    """True for a live Job that has not succeeded and was built from another pod template than `want`.
+
+    A describe Job is named after the image and entry point only, so a fix elsewhere in the spec (a
+    securityContext PodSecurity refused, pull secrets, node selector) would otherwise leave the failed
+    Job in place forever; it has to be replaced. A Job that succeeded stays: its result is what counts.
+    """
+    conditions = (live.get("status") or {}).get("conditions") or []
+    if any(c.get("type") == "Complete" and c.get("status") == "True" for c in conditions):
+        return False
+    live_hash = ((live.get("metadata") or {}).get("annotations") or {}).get(JOB_TEMPLATE_ANNOTATION)
+    return bool(live_hash != want["metadata"]["annotations"][JOB_TEMPLATE_ANNOTATION])
 
 
 def describe_job_name(spec: StreamAppSpec, ref: AppRef) -> str:
@@ -116,7 +135,8 @@ def build_describe_job(spec: StreamAppSpec, ref: AppRef) -> dict[str, Any]:
         f"--service-account-dir {SERVICE_ACCOUNT_DIR}"
     )
     job = _job(spec, ref, describe_job_name(spec, ref), "describe", script, mount_config=False)
-    pod = job["spec"]["template"]["spec"]
+    template = job["spec"]["template"]
+    pod = template["spec"]
     container = pod["containers"][0]
     container["env"] += [
         {"name": "KAPPAFLOW_TOPOLOGY_CONFIGMAP", "value": topology_configmap_name(ref.name)},
@@ -126,6 +146,7 @@ def build_describe_job(spec: StreamAppSpec, ref: AppRef) -> dict[str, Any]:
     pod["volumes"] = [{"name": "scratch", "emptyDir": {"sizeLimit": "64Mi"}}]
     pod["serviceAccountName"] = describe_service_account_name(ref.name)
     pod["automountServiceAccountToken"] = True
+    job["metadata"].setdefault("annotations", {})[JOB_TEMPLATE_ANNOTATION] = stable_hash(template, 10)
     return job
 
 
