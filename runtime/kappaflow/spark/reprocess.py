@@ -13,6 +13,10 @@ The plan, stage by stage (a stage is a sub-topology, in the order repartition to
    per Kafka partition); otherwise rows are keyed by task partition and shuffled with an identity
    partitioner. Repartition records carry the partition murmur2 chose when they were emitted (as the
    runtime's producer would), travelling in one pickled batch per (upstream task, target partition).
+   A stage without state that reads one user topic and writes only repartition topics (the stateless
+   work before the first shuffle) may be split: each partition's range is cut into offset ranges run by
+   separate Spark tasks, so such a stage uses more cores than its input has partitions (`splits`; see
+   `splittable`). The next stage sees the chunks' records in offset order, as from one task.
 3. Execution: `executor.run_partitions` runs the runtime's StreamTask per partition; see executor.py.
 4. Bootstrap: the changelogs hold the compacted final state; the group `<app id>` gets the range's end
    offsets committed on the input topics (and the repartition topics' ends). Where the executors share
