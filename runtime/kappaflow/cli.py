@@ -218,6 +218,7 @@ def _reprocess(args: argparse.Namespace) -> int:
         output_map=output_map,
         skip_outputs=args.skip_outputs,
         reader=args.reader,
+        splits=args.splits,
         progress=lambda text: print(f"==> {text}", flush=True),
     )
     if args.json:
@@ -276,6 +277,13 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["spark", "kafka-client"],
         default="spark",
         help="read input with Spark's Kafka source, or with librdkafka inside Spark tasks (faster)",
+    )
+    reprocess.add_argument(
+        "--splits",
+        type=int,
+        default=None,
+        help="offset ranges per input partition for stateless stages before the first shuffle (default: "
+        "enough for twice Spark's task slots; 1: never split)",
     )
     reprocess.add_argument("--skip-outputs", action="store_true", help="rebuild state only, write no outputs")
     reprocess.add_argument(

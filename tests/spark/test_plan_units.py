@@ -9,7 +9,14 @@ import pytest
 from kappaflow import Materialized, StreamsBuilder, serdes
 from kappaflow.api.errors import StreamsError
 from kappaflow.spark.executor import _ordered_records
-from kappaflow.spark.reprocess import parse_offsets, stage_order
+from kappaflow.spark.reprocess import (
+    offset_chunks,
+    parse_offsets,
+    split_count,
+    splittable,
+    stage_order,
+    task_slots,
+)
 from tests.kafka.streams_support import wordcount_topology
 
 
@@ -62,3 +69,18 @@ def test_records_reach_a_task_in_offset_order_and_repartitioned_ones_merged_by_t
     # Stable timestamp merge that never reorders one upstream's records (1a before 1b despite 15 > 12).
     assert [r.value for r in merged] == [b"0a", b"1a", b"1b", b"0b"]
     assert [r.offset for r in merged] == [0, 1, 2, 3]
+
+
+def test_offset_ranges_cover_a_partition_in_order_and_only_stateless_stages_split():
+    assert offset_chunks(10, 20, 3) == [(10, 13), (13, 16), (16, 20)]
+    assert offset_chunks(0, 2, 5) == [(0, 1), (1, 2)]  # never an empty chunk ...
+    assert offset_chunks(7, 7, 4) == [(7, 7)]  # ... but an empty range still runs (and reports)
+    assert task_slots("local[4]", 2) == 4 and task_slots("local", 2) == 1 and task_slots("k8s://x", 6) == 6
+    assert split_count(None, 2, 4, 100_000) == 1  # 4 partitions already fill 2 slots twice
+    assert split_count(None, 4, 2, 100_000) == 4
+    assert split_count(None, 4, 2, 30_000) == 1  # chunks would be too small to pay for their tasks
+    assert split_count(3, 1, 8, 10) == 3
+    first, second = stage_order(wordcount_topology("lines", "counts"))
+    assert splittable(first, ["lines"], ["lines"], ["app-counts-repartition"], ["app-counts-repartition"])
+    assert not splittable(first, ["lines"], ["lines"], ["out"], [])  # outputs would interleave chunks
+    assert not splittable(second, ["app-counts-repartition"], [], ["counts"], ["app-counts-repartition"])

@@ -24,6 +24,11 @@ serializers costs more than the topology itself, so what crosses Spark is few, l
                             value, headers), ...] in emit order)
     output                  ("R", target_partition, topic, source_partition, pickled batch)
                             ("S", task_partition, stats_json)
+
+A stateless stage may be split: several Spark tasks each run the partition's task over one offset range of
+it (a "chunk"). Each chunk numbers what it emits from its first offset up (`sequence_base`), so the next
+stage, sorting one upstream partition's records by sequence, sees the chunks concatenated in offset order:
+exactly the emit order of one unsplit task.
 """
 
 from __future__ import annotations
@@ -58,6 +63,12 @@ InputRow = RecordRow | BatchRow | RangeRow
 OutputRow = tuple[Any, ...]
 Emitted = tuple[int, int, bytes | None, bytes | None, HeaderList]  # sequence, timestamp, key, value, headers
 
+# Keys whose repartition target a task remembers (per topic); past it the memo starts over.
+_PARTITION_MEMO = 200_000
+
+# A chunk's emit sequence starts at its first input offset shifted past any count one chunk can emit.
+SEQUENCE_SHIFT = 40
+
 
 @dataclass
 class StageJob:
@@ -88,7 +99,7 @@ def load_app(app: Topology | Callable[[], Topology]) -> Topology:
 class SparkCollector:
     """The RecordCollector of one reprocessing task (see the module docstring for where records go)."""
 
-    def __init__(self, job: StageJob, task_partition: int, producer: Any) -> None:
+    def __init__(self, job: StageJob, task_partition: int, producer: Any, sequence_base: int = 0) -> None:
         self.job = job
         self.task_partition = task_partition
         self.producer = producer
@@ -100,7 +111,8 @@ class SparkCollector:
         self.outputs = 0
         self.delivered: dict[tuple[str, int], int] = {}
         self.error: Any = None
-        self._sequence = 0
+        self._sequence = sequence_base
+        self._partitions: dict[str, dict[bytes, int]] = {}
 
     def partition_count(self, topic: str) -> int | None:
         return self.job.partition_counts.get(topic)
@@ -111,7 +123,17 @@ class SparkCollector:
         count = self.job.partition_counts[topic]
         if key is None:
             return self.task_partition % count
-        return partition_for_key(key, count)
+        # murmur2 in Python costs more than the rest of a repartition send; keys repeat (that is why
+        # they are regrouped), so each (topic, key) is hashed once per task, in a bounded memo.
+        memo = self._partitions.get(topic)
+        if memo is None:
+            memo = self._partitions[topic] = {}
+        target = memo.get(key)
+        if target is None:
+            if len(memo) >= _PARTITION_MEMO:
+                memo.clear()
+            target = memo[key] = partition_for_key(key, count)
+        return target
 
     def send(
         self,
@@ -190,6 +212,16 @@ class SparkCollector:
             raise StreamsError(f"reprocessing: producing failed: {self.error}")
 
 
+# One range is read front to back as fast as the broker serves it: large fetches, a deep local queue.
+_READ_TUNING: dict[str, Any] = {
+    "fetch.max.bytes": 64 * 1024 * 1024,
+    "max.partition.fetch.bytes": 16 * 1024 * 1024,
+    "queued.max.messages.kbytes": 256 * 1024,
+    "fetch.wait.max.ms": 10,
+}
+_READ_BATCH = 50_000
+
+
 def read_range(settings: dict[str, Any], topic: str, partition: int, start: int, end: int) -> list[RawRecord]:
     """Records [start, end) of one partition, read with librdkafka (the `kafka-client` reader).
 
@@ -203,13 +235,17 @@ def read_range(settings: dict[str, Any], topic: str, partition: int, start: int,
     records: list[RawRecord] = []
     if end <= start:
         return records
-    consumer = Consumer({**settings, "enable.partition.eof": True, "enable.auto.commit": False})
+    consumer = Consumer(
+        {**settings, **_READ_TUNING, "enable.partition.eof": True, "enable.auto.commit": False}
+    )
     try:
         consumer.assign([TopicPartition(topic, partition, start)])
         position = start
         deadline = time.monotonic() + 300
         while position < end:
-            messages: list[Any] = consumer.consume(10_000, 1.0)
+            # consume() returns when it has the count asked for or at the timeout: asking for what is
+            # left (markers aside) keeps the last call from idling a whole timeout on a short batch.
+            messages: list[Any] = consumer.consume(max(1, min(_READ_BATCH, end - position)), 0.5)
             for msg in messages:
                 err = msg.error()
                 if err is not None:
@@ -269,6 +305,15 @@ def _ordered_records(
     return result
 
 
+def _first_offset(rows: list[InputRow]) -> int:
+    """The lowest input offset among topic rows (a range's start or a record's offset); 0 if none.
+
+    Only a split stage's chunks need it (see the module docstring); an unsplit task's base is harmless.
+    """
+    offsets = [row[3] for row in rows if len(row) != 4]
+    return min(offsets) if offsets else 0
+
+
 def run_task(job: StageJob, topology: Topology, partition: int, rows: list[InputRow]) -> list[OutputRow]:
     """Run one task over its rows; return repartition rows and one stats row."""
     from confluent_kafka import Producer
@@ -282,7 +327,7 @@ def run_task(job: StageJob, topology: Topology, partition: int, rows: list[Input
         state_root = state_root / app_id
     task_id = TaskId(job.subtopology, partition)
     producer = Producer(job.producer)
-    collector = SparkCollector(job, partition, producer)
+    collector = SparkCollector(job, partition, producer, _first_offset(rows) << SEQUENCE_SHIFT)
     task = StreamTask(
         task_id,
         topology,

@@ -13,6 +13,10 @@ The plan, stage by stage (a stage is a sub-topology, in the order repartition to
    per Kafka partition); otherwise rows are keyed by task partition and shuffled with an identity
    partitioner. Repartition records carry the partition murmur2 chose when they were emitted (as the
    runtime's producer would), travelling in one pickled batch per (upstream task, target partition).
+   A stage without state that reads one user topic and writes only repartition topics (the stateless
+   work before the first shuffle) may be split: each partition's range is cut into offset ranges run by
+   separate Spark tasks, so such a stage uses more cores than its input has partitions (`splits`; see
+   `splittable`). The next stage sees the chunks' records in offset order, as from one task.
 3. Execution: `executor.run_partitions` runs the runtime's StreamTask per partition; see executor.py.
 4. Bootstrap: the changelogs hold the compacted final state; the group `<app id>` gets the range's end
    offsets committed on the input topics (and the repartition topics' ends). Where the executors share
@@ -31,6 +35,8 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
+import re
 import shutil
 import time
 from collections.abc import Callable, Mapping
@@ -235,7 +241,9 @@ class Reprocessor:
     `app` is a Topology (pickled to the executors) or a zero-argument function building one (shipped by
     reference and called there). `config` is the *new* application's StreamsConfig. `start`/`end` are
     `earliest`/`latest` or per-partition offsets. `write_state=None` writes RocksDB state only when Spark
-    runs locally. `output_map` renames output topics; `skip_outputs` rebuilds state only.
+    runs locally. `output_map` renames output topics; `skip_outputs` rebuilds state only. `splits` is how
+    many offset ranges each input partition of a splittable stage is cut into (None: enough for twice
+    Spark's default parallelism; 1: never split).
     """
 
     def __init__(
@@ -250,11 +258,15 @@ class Reprocessor:
         output_map: Mapping[str, str] | None = None,
         skip_outputs: bool = False,
         reader: str = "spark",
+        splits: int | None = None,
         progress: Callable[[str], None] | None = None,
     ) -> None:
         if reader not in READERS:
             raise StreamsError(f"reader must be one of {', '.join(READERS)}, got '{reader}'")
         self.reader = reader
+        if splits is not None and splits < 1:
+            raise StreamsError(f"splits must be at least 1, got {splits}")
+        self.splits = splits
         self.app = app
         self.topology = load_app(app)
         self.config = config if isinstance(config, StreamsConfig) else StreamsConfig(dict(config))
@@ -397,8 +409,22 @@ class Reprocessor:
                 consumer,
             )
             parts: list[Any] = []
+            resolved_sinks = [self.topology.resolve_topic(t, self.app_id) for t in sub.sink_topics]
+            chunks = 1
+            if splittable(sub, sources, user_topics, resolved_sinks, repartition):
+                largest = max(ends[sources[0]][p] - o for p, o in starts[sources[0]].items())
+                parallelism = task_slots(
+                    str(spark.sparkContext.master), spark.sparkContext.defaultParallelism
+                )
+                chunks = split_count(self.splits, parallelism, counts[sources[0]], largest)
+                job.state_root = None  # no stores; chunks of one task must not share its directory
             if user_topics and self.reader == "kafka-client":
-                ranges = [(p, t, p, starts[t][p], ends[t][p]) for t in user_topics for p in sorted(starts[t])]
+                ranges = [
+                    (p, t, p, lo, hi)
+                    for t in user_topics
+                    for p in sorted(starts[t])
+                    for lo, hi in offset_chunks(starts[t][p], ends[t][p], chunks)
+                ]
                 parts.append(spark.sparkContext.parallelize(ranges, max(1, len(ranges))))
             elif user_topics:
                 offsets_from = {t: {str(p): o for p, o in starts[t].items()} for t in user_topics}
@@ -410,6 +436,7 @@ class Reprocessor:
                     .option("startingOffsets", json.dumps(offsets_from))
                     .option("endingOffsets", json.dumps(offsets_to))
                     .option("includeHeaders", "true")
+                    .option("minPartitions", str(chunks * tasks))
                     .load()
                     .selectExpr(
                         "partition",
@@ -427,7 +454,9 @@ class Reprocessor:
                 if topic in shuffled:
                     parts.append(shuffled[topic].map(_shuffled_to_input))
             if len(parts) == 1 and len(user_topics) == 1 and len(sources) == 1:
-                rows = parts[0]  # one Kafka partition per Spark partition, in offset order: no shuffle
+                # One offset range of one Kafka partition per Spark partition, in offset order: no shuffle.
+                # Unsplit, that is the partition's whole range; split, each chunk runs its own task.
+                rows = parts[0]
             else:
                 union = parts[0] if len(parts) == 1 else spark.sparkContext.union(parts)
                 rows = union.map(_task_partition).partitionBy(tasks, _identity).map(_second)
@@ -458,6 +487,62 @@ class Reprocessor:
         result.seconds = time.monotonic() - started
         self.progress(result.summary())
         return result
+
+
+def splittable(
+    sub: SubTopology, sources: list[str], user_topics: list[str], sinks: list[str], repartition: list[str]
+) -> bool:
+    """Whether a stage's partitions may be cut into offset ranges run by separate tasks.
+
+    Only a stage with no state reading one user topic and writing only repartition topics: each chunk then
+    emits exactly what the unsplit task would for those offsets, and the next stage restores their order
+    (executor.SEQUENCE_SHIFT). Stores would need the whole history; output topics would interleave chunks
+    within a partition; several inputs are interleaved by timestamp across the whole range.
+    """
+    return (
+        not sub.stores
+        and len(sources) == 1
+        and sources == user_topics
+        and bool(sinks)
+        and all(t in repartition for t in sinks)
+    )
+
+
+# Below this many records per chunk, a task's fixed cost (producer, StreamTask, reader) outweighs the split.
+MIN_CHUNK_RECORDS = 20_000
+
+
+def task_slots(master: str, default: int) -> int:
+    """How many Spark tasks run at once: N of local[N] (cores for local[*]), else the default parallelism.
+
+    The session pins spark.default.parallelism for its own shuffles, so in local mode the master says more.
+    """
+    match = re.fullmatch(r"local\[(\d+|\*)(?:,\s*\d+)?\]", master.strip())
+    if match:
+        return (os.cpu_count() or 1) if match.group(1) == "*" else int(match.group(1))
+    return 1 if master.strip() == "local" else max(1, default)
+
+
+def split_count(splits: int | None, parallelism: int, partitions: int, largest: int) -> int:
+    """Chunks per partition: the explicit `splits`, or enough that tasks outnumber cores twice over.
+
+    Automatic splits keep chunks of at least MIN_CHUNK_RECORDS of the `largest` partition's range.
+    """
+    if splits is not None:
+        return splits
+    wanted = -(-2 * parallelism // max(1, partitions))
+    return max(1, min(wanted, largest // MIN_CHUNK_RECORDS))
+
+
+def offset_chunks(start: int, end: int, chunks: int) -> list[tuple[int, int]]:
+    """[start, end) cut into up to `chunks` contiguous, non-empty ranges of near-equal size, in offset order.
+
+    An empty range stays one (empty) range so that its task still runs and reports.
+    """
+    size = end - start
+    chunks = max(1, min(chunks, size))
+    bounds = [start + size * i // chunks for i in range(chunks + 1)]
+    return [(bounds[i], bounds[i + 1]) for i in range(chunks)]
 
 
 def _check_picklable(topology: Topology) -> None:
