@@ -84,3 +84,16 @@ def test_offset_ranges_cover_a_partition_in_order_and_only_stateless_stages_spli
     assert splittable(first, ["lines"], ["lines"], ["app-counts-repartition"], ["app-counts-repartition"])
     assert not splittable(first, ["lines"], ["lines"], ["out"], [])  # outputs would interleave chunks
     assert not splittable(second, ["app-counts-repartition"], [], ["counts"], ["app-counts-repartition"])
+
+
+def test_a_stage_with_a_user_processor_is_not_split():
+    """A user processor may keep state in memory or punctuate on stream time, which each chunk would
+    start afresh: only the DSL's own stateless processors run split."""
+    builder = StreamsBuilder()
+    text = serdes.String()
+    lines = builder.stream("lines", key_serde=text, value_serde=text)
+    lines.process(lambda record, context: context.forward(record)).group_by(
+        lambda _key, value: value, key_serde=text, value_serde=text
+    ).count(Materialized.as_("counts"))
+    first = stage_order(builder.build())[0]
+    assert not splittable(first, ["lines"], ["lines"], ["app-counts-repartition"], ["app-counts-repartition"])

@@ -50,9 +50,10 @@ from kappaflow.api.config import StreamsConfig
 from kappaflow.api.errors import StreamsError
 from kappaflow.clients.admin import InternalTopicManager
 from kappaflow.clients.kafka import client_configs
+from kappaflow.dsl.stream_processors import CallableProcessorAdapter, FixedKeyProcessorAdapter
 from kappaflow.runner.topics import prepare_topics
 from kappaflow.spark.executor import InputRow, OutputRow, RecordRow, StageJob, load_app, run_partitions
-from kappaflow.topology.nodes import SubTopology
+from kappaflow.topology.nodes import ProcessorSpec, SubTopology
 from kappaflow.topology.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -501,10 +502,22 @@ def splittable(
     """
     return (
         not sub.stores
+        and all(_is_builtin_stateless(spec) for spec in sub.nodes)
         and len(sources) == 1
         and sources == user_topics
         and bool(sinks)
         and all(t in repartition for t in sinks)
+    )
+
+
+def _is_builtin_stateless(spec: object) -> bool:
+    """A node whose processor is one of the DSL's own: user processors (process(), process_values())
+    may keep state in memory or punctuate on stream time, which each chunk would start afresh."""
+    if not isinstance(spec, ProcessorSpec):
+        return True  # sources and sinks
+    processor = spec.supplier()
+    return type(processor).__module__.startswith("kappaflow.dsl.") and not isinstance(
+        processor, FixedKeyProcessorAdapter | CallableProcessorAdapter
     )
 
 
