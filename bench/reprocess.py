@@ -34,6 +34,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.local_broker import bench_broker  # noqa: E402
 from bench.throughput import WORDS, create_topic  # noqa: E402
 from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]  # noqa: E402
@@ -126,76 +127,63 @@ def main() -> int:
     args = parser.parse_args()
     masters = [m.strip() for m in args.masters.split(",") if m.strip()]
     readers = [r.strip() for r in args.readers.split(",") if r.strip()]
-    broker = None
-    bootstrap = args.bootstrap
     state_dir = tempfile.mkdtemp(prefix="kappaflow-bench-reprocess-")
-    if not bootstrap:
-        from tests.harness.kafka_broker import LocalKafkaBroker
-        from tests.harness.kafka_fixtures import free_port
-
-        broker = LocalKafkaBroker(
-            free_port(), Path(tempfile.mkdtemp(prefix="kafka-bench-")), controller_port=free_port()
-        )
-        print("==> starting the broker", flush=True)
-        broker.start()
-        bootstrap = broker.bootstrap_servers
     best: dict[str, float] = {}
 
     def record(label: str, seconds: float) -> None:
         best[label] = min(seconds, best.get(label, seconds))
 
     replay_label = "replay through the runtime (at_least_once)"
-    try:
-        admin = AdminClient({"bootstrap.servers": bootstrap})
-        source = f"bench-rp-in-{uuid.uuid4().hex[:6]}"
-        create_topic(admin, source, args.partitions)
-        print(f"==> writing {args.lines} lines of {args.words} words to {source}", flush=True)
-        fill(bootstrap, source, args.lines, args.words)
-        for round_no in range(1, args.rounds + 1):
-            sink = f"bench-rp-out-replay-{uuid.uuid4().hex[:6]}"
-            create_topic(admin, sink, args.partitions)
-            print(f"==> round {round_no}: replay through the runtime ...", flush=True)
-            replay_s = replay(bootstrap, source, sink, args.lines, args.words, state_dir)
-            print(f"    {replay_s:.1f}s", flush=True)
-            record(replay_label, replay_s)
-            for master in masters:
-                print(f"==> round {round_no}: Spark session {master} ...", flush=True)
-                started = time.perf_counter()
-                spark = create_session(master, "kappaflow-bench", {"spark.sql.shuffle.partitions": "4"})
-                print(f"    {time.perf_counter() - started:.1f}s", flush=True)
-                record(f"Spark {master} session start (JVM)", time.perf_counter() - started)
-                try:
-                    for reader in readers:
-                        sink = f"bench-rp-out-{reader}-{uuid.uuid4().hex[:6]}"
-                        create_topic(admin, sink, args.partitions)
-                        print(f"==> reprocess on Spark {master}, reader {reader} ...", flush=True)
-                        seconds, processed = spark_run(
-                            spark, bootstrap, source, sink, state_dir, reader, args.splits
-                        )
-                        print(
-                            f"    {seconds:.1f}s ({processed} records through both sub-topologies)",
-                            flush=True,
-                        )
-                        record(f"Spark {master} reprocess, reader {reader}", seconds)
-                finally:
-                    spark.stop()
-        print()
-        splits = "auto" if args.splits is None else str(args.splits)
-        print(
-            f"best of {args.rounds} round(s); {args.lines} lines, {args.partitions} partitions, "
-            f"splits {splits}"
-        )
-        print(f"{'run':<64}{'seconds':>9}{'lines/s':>12}{'/ replay':>10}")
-        for label, seconds in best.items():
-            if "session start" in label:
-                print(f"{label:<64}{seconds:>9.1f}")
-                continue
-            rate = args.lines / seconds
-            print(f"{label:<64}{seconds:>9.1f}{rate:>12,.0f}{best[replay_label] / seconds:>10.2f}")
-    finally:
-        if broker is not None:
-            broker.stop()
-        shutil.rmtree(state_dir, ignore_errors=True)
+    with bench_broker(args.bootstrap) as (bootstrap, _broker):
+        try:
+            admin = AdminClient({"bootstrap.servers": bootstrap})
+            source = f"bench-rp-in-{uuid.uuid4().hex[:6]}"
+            create_topic(admin, source, args.partitions)
+            print(f"==> writing {args.lines} lines of {args.words} words to {source}", flush=True)
+            fill(bootstrap, source, args.lines, args.words)
+            for round_no in range(1, args.rounds + 1):
+                sink = f"bench-rp-out-replay-{uuid.uuid4().hex[:6]}"
+                create_topic(admin, sink, args.partitions)
+                print(f"==> round {round_no}: replay through the runtime ...", flush=True)
+                replay_s = replay(bootstrap, source, sink, args.lines, args.words, state_dir)
+                print(f"    {replay_s:.1f}s", flush=True)
+                record(replay_label, replay_s)
+                for master in masters:
+                    print(f"==> round {round_no}: Spark session {master} ...", flush=True)
+                    started = time.perf_counter()
+                    spark = create_session(master, "kappaflow-bench", {"spark.sql.shuffle.partitions": "4"})
+                    print(f"    {time.perf_counter() - started:.1f}s", flush=True)
+                    record(f"Spark {master} session start (JVM)", time.perf_counter() - started)
+                    try:
+                        for reader in readers:
+                            sink = f"bench-rp-out-{reader}-{uuid.uuid4().hex[:6]}"
+                            create_topic(admin, sink, args.partitions)
+                            print(f"==> reprocess on Spark {master}, reader {reader} ...", flush=True)
+                            seconds, processed = spark_run(
+                                spark, bootstrap, source, sink, state_dir, reader, args.splits
+                            )
+                            print(
+                                f"    {seconds:.1f}s ({processed} records through both sub-topologies)",
+                                flush=True,
+                            )
+                            record(f"Spark {master} reprocess, reader {reader}", seconds)
+                    finally:
+                        spark.stop()
+            print()
+            splits = "auto" if args.splits is None else str(args.splits)
+            print(
+                f"best of {args.rounds} round(s); {args.lines} lines, {args.partitions} partitions, "
+                f"splits {splits}"
+            )
+            print(f"{'run':<64}{'seconds':>9}{'lines/s':>12}{'/ replay':>10}")
+            for label, seconds in best.items():
+                if "session start" in label:
+                    print(f"{label:<64}{seconds:>9.1f}")
+                    continue
+                rate = args.lines / seconds
+                print(f"{label:<64}{seconds:>9.1f}{rate:>12,.0f}{best[replay_label] / seconds:>10.2f}")
+        finally:
+            shutil.rmtree(state_dir, ignore_errors=True)
     return 0
 
 

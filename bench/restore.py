@@ -51,6 +51,7 @@ sys.path.insert(0, str(ROOT))
 
 import rocksdict  # noqa: E402
 from bench import kafka_streams_peer  # noqa: E402
+from bench.local_broker import bench_broker  # noqa: E402
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]  # noqa: E402
 
@@ -283,19 +284,7 @@ def main() -> int:
         except kafka_streams_peer.PeerError as err:
             print(f"==> Java Kafka Streams peer unavailable, skipped: {err}", flush=True)
             runs.remove("java")
-    broker = None
-    bootstrap = args.bootstrap
-    if not bootstrap:
-        from tests.harness.kafka_broker import LocalKafkaBroker
-        from tests.harness.kafka_fixtures import free_port
-
-        broker = LocalKafkaBroker(
-            free_port(), Path(tempfile.mkdtemp(prefix="kafka-bench-")), controller_port=free_port()
-        )
-        print("==> starting the broker", flush=True)
-        broker.start()
-        bootstrap = broker.bootstrap_servers
-    try:
+    with bench_broker(args.bootstrap) as (bootstrap, _broker):
         admin = AdminClient({"bootstrap.servers": bootstrap})
         app_id = f"restore-bench-{uuid.uuid4().hex[:6]}"
         source, changelog = f"{app_id}-source", f"{app_id}-{STORE}-changelog"
@@ -337,9 +326,6 @@ def main() -> int:
                 print(f"    {value:,.0f} records/s", flush=True)
                 results[name].append(value)
         print_table(results)
-    finally:
-        if broker is not None:
-            broker.stop()
     return 0
 
 

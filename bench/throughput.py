@@ -50,6 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench import kafka_streams_peer, python_peers  # noqa: E402
+from bench.local_broker import bench_broker  # noqa: E402
 from confluent_kafka import Consumer, Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]  # noqa: E402
 from examples.wordcount import split_words  # noqa: E402
@@ -386,19 +387,7 @@ def main() -> int:
         except kafka_streams_peer.PeerError as err:
             print(f"==> Java Kafka Streams peer unavailable, skipped: {err}", flush=True)
             runs = [name for name in runs if not name.startswith("java_")]
-    broker = None
-    bootstrap = args.bootstrap
-    if not bootstrap:
-        from tests.harness.kafka_broker import LocalKafkaBroker
-        from tests.harness.kafka_fixtures import free_port
-
-        broker = LocalKafkaBroker(
-            free_port(), Path(tempfile.mkdtemp(prefix="kafka-bench-")), controller_port=free_port()
-        )
-        print("==> starting the broker", flush=True)
-        broker.start()
-        bootstrap = broker.bootstrap_servers
-    try:
+    with bench_broker(args.bootstrap) as (bootstrap, _broker):
         admin = AdminClient({"bootstrap.servers": bootstrap})
         source = f"bench-in-{uuid.uuid4().hex[:6]}"
         create_topic(admin, source, args.partitions)
@@ -420,9 +409,6 @@ def main() -> int:
                 print(f"    {value:,.0f} lines/s", flush=True)
                 results[name] = max(value, results.get(name) or 0.0)
         print_table(results)
-    finally:
-        if broker is not None:
-            broker.stop()
     return 0
 
 

@@ -35,6 +35,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.local_broker import bench_broker  # noqa: E402
 from bench.throughput import create_topic, fill  # noqa: E402
 from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]  # noqa: E402
 from tests.kafka.streams_support import wordcount_topology  # noqa: E402
@@ -144,19 +145,7 @@ def main() -> int:
         one_run = run(args, args.bootstrap, args.source, args.one, args.broker_pid or None)
         print("RESULT " + json.dumps(dataclasses.asdict(one_run)), flush=True)
         return 0
-    broker = None
-    bootstrap = args.bootstrap
-    if not bootstrap:
-        from tests.harness.kafka_broker import LocalKafkaBroker
-        from tests.harness.kafka_fixtures import free_port
-
-        broker = LocalKafkaBroker(
-            free_port(), Path(tempfile.mkdtemp(prefix="kafka-bench-")), controller_port=free_port()
-        )
-        print("==> starting the broker", flush=True)
-        broker.start()
-        bootstrap = broker.bootstrap_servers
-    try:
+    with bench_broker(args.bootstrap) as (bootstrap, broker):
         source = f"bench-in-{uuid.uuid4().hex[:6]}"
         create_topic(AdminClient({"bootstrap.servers": bootstrap}), source, args.partitions)
         print(f"==> writing {args.lines} lines of {args.words} words to {source}", flush=True)
@@ -176,9 +165,6 @@ def main() -> int:
         print(f"ratio {args.threads} workers / 1 worker: {many.lines_per_s / one.lines_per_s:.2f}x")
         print(f"  1 worker:  {one.text()}")
         print(f"  {args.threads} workers: {many.text()}")
-    finally:
-        if broker is not None:
-            broker.stop()
     return 0
 
 
