@@ -7,7 +7,6 @@ maps `None` to `None` in both directions, as Kafka's do.
 
 from __future__ import annotations
 
-import importlib
 import json
 import struct
 from typing import Any, Generic, TypeVar
@@ -15,6 +14,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel
 
 from kappaflow.api.errors import ConfigError, SerializationError
+from kappaflow.api.imports import import_object
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
@@ -254,12 +254,5 @@ def serde_from_config(value: object, key: str) -> Serde[Any] | None:
         short = value.rsplit(".", 1)[-1].rsplit(":", 1)[-1]
         if short in _BUILTIN and (value == short or value.startswith("kappaflow")):
             return _BUILTIN[short]()
-        module_name, sep, attr = value.partition(":")
-        if not sep:
-            module_name, _, attr = value.rpartition(".")
-        try:
-            found = getattr(importlib.import_module(module_name), attr)
-        except (ImportError, AttributeError, ValueError) as exc:
-            raise ConfigError(f"config '{key}': cannot import serde '{value}': {exc}") from exc
-        return serde_from_config(found, key)
+        return serde_from_config(import_object(value, key, "serde"), key)
     raise ConfigError(f"config '{key}': {value!r} is not a serde")

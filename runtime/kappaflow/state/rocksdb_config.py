@@ -16,13 +16,13 @@ number of stores.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
 from typing import Any, Protocol
 
 import rocksdict
 
 from kappaflow.api.errors import ConfigError
+from kappaflow.api.imports import import_object
 
 CONFIG_KEY = "rocksdb.config.setter"
 
@@ -39,13 +39,7 @@ def resolve_config_setter(value: object) -> RocksDBConfigSetter | None:
     if value is None or value == "":
         return None
     if isinstance(value, str):
-        module_name, sep, attr = value.partition(":")
-        if not sep:
-            module_name, _, attr = value.rpartition(".")
-        try:
-            value = getattr(importlib.import_module(module_name), attr)
-        except (ImportError, AttributeError, ValueError) as exc:
-            raise ConfigError(f"config '{CONFIG_KEY}': cannot import '{value}': {exc}") from exc
+        value = import_object(value, CONFIG_KEY, "setter")
     if isinstance(value, type):
         value = value()
     if not callable(value):
