@@ -159,6 +159,13 @@ def start_cli_app(
     return process
 
 
+def kill_if_running(process: Any) -> None:
+    """A test's cleanup of a `start_cli_app` process the test did not already stop (or that hung)."""
+    if process.poll() is None:
+        process.kill()
+        process.wait(10)
+
+
 def http_get(port: int, path: str) -> tuple[int, str]:
     import urllib.error
     import urllib.request

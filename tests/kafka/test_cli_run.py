@@ -12,6 +12,7 @@ from tests.harness.kafka_fixtures import free_port
 from tests.kafka.streams_support import (
     fast_config,
     http_get,
+    kill_if_running,
     latest_counts,
     produce_lines,
     read_topic,
@@ -53,9 +54,7 @@ def test_run_serves_health_and_metrics_and_stops_cleanly_on_sigterm(kafka_bootst
         process.send_signal(signal.SIGTERM)
         assert process.wait(30) == 0
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(10)
+        kill_if_running(process)
     assert latest_counts(read_topic(kafka_bootstrap, sink, expected=3, timeout=20)) == {
         "a": 1,
         "b": 2,
@@ -74,6 +73,4 @@ def test_run_serves_health_and_metrics_and_stops_cleanly_on_sigterm(kafka_bootst
         process.send_signal(signal.SIGTERM)
         assert process.wait(30) == 0
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(10)
+        kill_if_running(process)

@@ -21,7 +21,13 @@ import pytest
 from examples.queryable_app import COUNTS_STORE, SESSION_STORE, WINDOWED_STORE
 
 from tests.harness.kafka_fixtures import free_port
-from tests.kafka.streams_support import fast_config, produce_lines, start_cli_app, wait_for
+from tests.kafka.streams_support import (
+    fast_config,
+    kill_if_running,
+    produce_lines,
+    start_cli_app,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(150)]
 
@@ -148,6 +154,4 @@ def test_any_instance_answers_every_key_before_and_after_a_kill(kafka_bootstrap,
         assert [p.wait(30) for p in processes[:2]] == [0, 0]
     finally:
         for process in processes:
-            if process.poll() is None:
-                process.kill()
-                process.wait(10)
+            kill_if_running(process)

@@ -34,6 +34,7 @@ from tests.kafka.chaos import audit
 from tests.kafka.streams_support import (
     fast_config,
     http_get,
+    kill_if_running,
     produce_lines,
     read_topic,
     start_cli_app,
@@ -115,9 +116,7 @@ def test_two_workers_exactly_once_with_kill_queries_and_sigterm(kafka_bootstrap,
         process.send_signal(signal.SIGTERM)
         assert process.wait(45) == 0
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(10)
+        kill_if_running(process)
     assert not any(Path(f"/proc/{pid}").exists() for pid in workers), "a worker outlived its parent"
     _assert_exactly_once(kafka_bootstrap, sink, total)
 
@@ -142,9 +141,7 @@ def test_a_worker_failing_stops_the_instance_and_every_worker(kafka_bootstrap, k
         produce_lines(kafka_bootstrap, source, ["fine", "boom"])
         assert process.wait(60) == 1
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(10)
+        kill_if_running(process)
     assert not any(Path(f"/proc/{pid}").exists() for pid in workers), "a worker outlived its parent"
     log = (tmp_path / "app.log").read_text()
     assert "RuntimeError: boom" in log and "stopped (error)" in log
