@@ -27,6 +27,8 @@ from typing import Any
 
 import yaml
 
+from tests.harness.downloads import fetch_verified
+
 KOPF_VERSION = "1.45.2"
 SDIST_SHA256 = "5baa180cfdebe1c5095d2a0a96d7d91825b6920541a0825c55719c36abb0054f"
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,12 +87,7 @@ def sdist() -> Path:
     url, published = _sdist_url()
     if published != SDIST_SHA256:
         raise RuntimeError(f"{url}: the index publishes sha256 {published!r}, pinned {SDIST_SHA256}")
-    print(f"==> kopf {KOPF_VERSION} sdist: downloading {url}", file=sys.stderr)
-    with urllib.request.urlopen(url, timeout=120) as response:
-        data = response.read()
-    digest = hashlib.sha256(data).hexdigest()
-    if digest != SDIST_SHA256:
-        raise RuntimeError(f"{url}: sha256 {digest}, expected {SDIST_SHA256}")
+    data = fetch_verified(url, SDIST_SHA256, f"kopf {KOPF_VERSION} sdist")
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(".partial")
     partial.write_bytes(data)

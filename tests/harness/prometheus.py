@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
@@ -28,6 +27,8 @@ import urllib.request
 import zipfile
 from pathlib import Path
 from typing import Any
+
+from tests.harness.downloads import fetch_verified
 
 OPERATOR_VERSION = "v0.85.0"
 OPERATOR_ZIP_SHA256 = "0bdb88ed823d0f2e86cf909638439b6ad1da744a228172c7411d9987527dc5d1"
@@ -49,12 +50,7 @@ def monitoring_crds() -> list[Path]:
         return paths
     proxy = os.environ.get("GOPROXY", "https://proxy.golang.org").split(",")[0].rstrip("/")
     url = f"{proxy}/{MODULE}/@v/{OPERATOR_VERSION}.zip"
-    print(f"==> prometheus-operator CRDs {OPERATOR_VERSION}: downloading {url}", file=sys.stderr)
-    with urllib.request.urlopen(url, timeout=120) as response:
-        data = response.read()
-    digest = hashlib.sha256(data).hexdigest()
-    if digest != OPERATOR_ZIP_SHA256:
-        raise RuntimeError(f"{url}: sha256 {digest}, expected {OPERATOR_ZIP_SHA256}")
+    data = fetch_verified(url, OPERATOR_ZIP_SHA256, f"prometheus-operator CRDs {OPERATOR_VERSION}")
     target.mkdir(parents=True, exist_ok=True)
     prefix = f"{MODULE}@{OPERATOR_VERSION}/{CRD_DIR}/"
     with zipfile.ZipFile(io.BytesIO(data)) as archive:
