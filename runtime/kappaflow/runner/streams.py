@@ -63,6 +63,9 @@ from kappaflow.topology.topology import Topology
 
 log = logging.getLogger(__name__)
 
+# How long a worker process gives its own close (commit, tasks, clients) on SIGTERM.
+WORKER_CLOSE_TIMEOUT_S = 60.0
+
 
 class State(enum.Enum):
     CREATED = "CREATED"
@@ -133,7 +136,6 @@ class KafkaStreams:
         self._threads = self.config.get_int("num.stream.threads")
         self._workers: WorkerPool | None = None
         self._is_worker = False  # set in a worker process: it runs its stream thread in-process
-        self._close_timeout_s = 60.0
 
     # ----------------------------------------------------------------- listeners
     def set_state_listener(self, listener: StateListener) -> None:
@@ -207,7 +209,7 @@ class KafkaStreams:
                 values["group.instance.id"] = f"{instance}-{index}"
             process_id = f"{self._process_id.value}-{index}" if self._process_id is not None else None
             build = _worker_builder(self.topology, StreamsConfig(values), process_id)
-            specs.append(WorkerSpec(index, name, build, self._close_timeout_s))
+            specs.append(WorkerSpec(index, name, build, WORKER_CLOSE_TIMEOUT_S))
         self._workers = WorkerPool(specs, self.metrics, self._thread_state)
         self._workers.start()
         self._start_http()
