@@ -204,9 +204,21 @@ class KafkaRecordCollector:
     """The RecordCollector of every task in a process, over one (possibly transactional) producer.
 
     `written` holds the last acknowledged offset of each partition records were sent to explicitly
-    (changelogs, custom partitioners), not of partitions the producer's partitioner chose."""
+    (changelogs, custom partitioners), not of partitions the producer's partitioner chose.
 
-    def __init__(self, producer: Producer, metadata_source: Any, production_handler: Any = None) -> None:
+    Over a `transactional` producer, records the partitioner places get no delivery report at all: a
+    record that fails puts librdkafka's transaction in its abortable state, so the commit fails and
+    names it (the producer's commit turns that into TransactionAbortedError). Skipping the report saves
+    a Python call and a Message object per record, about a third of what producing one costs."""
+
+    def __init__(
+        self,
+        producer: Producer,
+        metadata_source: Any,
+        production_handler: Any = None,
+        *,
+        transactional: bool = False,
+    ) -> None:
         self.producer = producer
         self._metadata_source = metadata_source
         self._partition_counts: dict[str, int] = {}
@@ -217,7 +229,7 @@ class KafkaRecordCollector:
         self.sent = 0
         # bound once, not per record
         self._report_offset = self._on_delivery
-        self._report_error = self._on_error_only
+        self._report_error: Any = None if transactional else self._on_error_only
 
     def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
         if err is not None:
@@ -251,7 +263,7 @@ class KafkaRecordCollector:
     ) -> None:
         # Offsets are tracked for records sent to a chosen partition: changelog records always are, and
         # their offsets are what a commit checkpoints. Records the partitioner places (sinks, repartition
-        # topics: most records) get a report that only looks at the error.
+        # topics: most records) get a report that only looks at the error, or none in a transaction.
         if partition is None and timestamp >= 0 and not headers:
             try:  # the commonest record, produced without produce_record's frame
                 self.producer.produce(topic, value, key, on_delivery=self._report_error, timestamp=timestamp)

@@ -52,7 +52,10 @@ class StreamsProducer:
         self._factory = factory
         self._in_transaction = False
         self.collector = KafkaRecordCollector(
-            self._create(), metadata_source, None if exactly_once else production_handler
+            self._create(),
+            metadata_source,
+            None if exactly_once else production_handler,
+            transactional=exactly_once,
         )
 
     def _create(self) -> Producer:
