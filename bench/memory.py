@@ -62,6 +62,9 @@ class DiscardingCollector:
     def send(self, topic: str, key: Any, value: Any, headers: Any, timestamp: int, partition: Any) -> None:
         self.sent += 1
 
+    def send_changelog(self, topic: str, key: Any, value: Any, timestamp: int, partition: int) -> None:
+        self.send(topic, key, value, None, timestamp, partition)
+
     def partition_count(self, topic: str) -> int:
         return 1
 

@@ -67,6 +67,11 @@ class _DriverCollector:
     ) -> None:
         self._driver._route(ProducedRecord(topic, key, value, (headers or Headers()).copy(), timestamp))
 
+    def send_changelog(
+        self, topic: str, key: bytes, value: bytes | None, timestamp: int, partition: int
+    ) -> None:
+        self.send(topic, key, value, None, timestamp, partition)
+
     def partition_count(self, topic: str) -> int | None:
         return 1
 

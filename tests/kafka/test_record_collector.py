@@ -1,45 +1,78 @@
-"""KafkaRecordCollector against the real broker: which delivery reports it keeps, and that none is lost.
+"""The record collector against the real broker: which delivery reports it keeps, and that none is lost.
 
-Records the producer's partitioner places (sinks, repartition topics) get an error-only delivery report,
-or none under exactly_once_v2, where the transaction's commit reports them; records sent to a chosen
-partition (changelogs) also record their acknowledged offset. A rejected record must surface either way:
-on flush, or as a commit that fails and leaves nothing of the transaction visible.
+Changelog records report their acknowledged offsets (a commit checkpoints them). Every other record
+(sinks, repartition topics) reports only a failure at at_least_once, through a producer of its own, and
+nothing under exactly_once_v2, where the transaction's commit reports it. A rejected record must surface
+either way: on flush, to the production handler, or as a commit that fails and leaves nothing of the
+transaction visible.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
-from confluent_kafka import Producer
 
 from kappaflow.api.errors import TransactionAbortedError
+from kappaflow.api.record import Headers
 from kappaflow.clients.admin import InternalTopicManager
-from kappaflow.clients.kafka import KafkaRecordCollector, ProductionError
+from kappaflow.clients.kafka import ProductionError
 from kappaflow.runner.producer import StreamsProducer
 from tests.kafka.streams_support import read_topic
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
 
 
-def _collector(bootstrap: str) -> KafkaRecordCollector:
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"})
-    return KafkaRecordCollector(producer, metadata_source=None)
+def _producer(bootstrap: str, exactly_once: bool, handler: Any = None, txn: str = "") -> StreamsProducer:
+    settings: dict[str, Any] = {"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"}
+    if exactly_once:
+        settings["transactional.id"] = txn
+    admin = InternalTopicManager({"bootstrap.servers": bootstrap})
+    return StreamsProducer(settings, exactly_once, admin, handler, api_timeout_s=30)
 
 
-def test_changelog_offsets_are_tracked_and_a_rejected_sink_record_fails_the_flush(
+def test_at_least_once_tracks_changelog_offsets_only_and_a_rejected_record_fails_the_flush(
     kafka_bootstrap, kafka_topics
 ):
     changelog = kafka_topics("changelog", partitions=2)
-    sink = kafka_topics("sink", config={"max.message.bytes": "1024"})
-    collector = _collector(kafka_bootstrap)
+    sink = kafka_topics("sink", partitions=2, config={"max.message.bytes": "1024"})
+    producer = _producer(kafka_bootstrap, exactly_once=False)
+    collector = producer.collector
     for i in range(3):
-        collector.send(changelog, b"k%d" % i, b"v", None, 1000 + i, 1)
+        collector.send_changelog(changelog, b"k%d" % i, b"v", 1000 + i, 1)
     collector.send(sink, b"small", b"v", None, 1000, None)
-    collector.flush(30)
-    assert collector.written == {(changelog, 1): 2}  # the third record on partition 1: offset 2
+    collector.send(sink, b"chosen", b"v", Headers([("h", b"1")]), 1000, 1)  # a StreamPartitioner's pick
+    producer.flush()
+    # the third record on changelog partition 1 has offset 2; sink partitions are not tracked
+    assert producer.acknowledged == {(changelog, 1): 2}
+    assert [m.value() for m in read_topic(kafka_bootstrap, sink, expected=2, timeout=10)] == [b"v", b"v"]
 
     collector.send(sink, b"big", b"x" * 4096, None, 1000, None)  # over the topic's max.message.bytes
     with pytest.raises(ProductionError, match=sink):
-        collector.flush(30)
+        producer.flush()
+    big_changelog = kafka_topics("changelog-small", config={"max.message.bytes": "1024"})
+    collector.send_changelog(big_changelog, b"big", b"x" * 4096, 1000, 0)
+    with pytest.raises(ProductionError, match=big_changelog):
+        producer.flush()
+    producer.close()
+
+
+def test_at_least_once_hands_a_rejected_record_to_the_production_handler(kafka_bootstrap, kafka_topics):
+    sink = kafka_topics("sink", config={"max.message.bytes": "1024"})
+    handled: list[tuple[str, bytes]] = []
+
+    def drop(err: Any, msg: Any) -> bool:
+        handled.append((msg.topic(), msg.key()))
+        return True  # continue: the record is dropped, the flush succeeds
+
+    producer = _producer(kafka_bootstrap, exactly_once=False, handler=drop)
+    producer.collector.send(sink, b"big", b"x" * 4096, None, 1000, None)
+    producer.flush()  # (flushed alone: the broker rejects a whole batch holding it)
+    producer.collector.send(sink, b"small", b"v", None, 1000, None)
+    producer.flush()
+    assert handled == [(sink, b"big")]
+    assert [m.key() for m in read_topic(kafka_bootstrap, sink, expected=1, timeout=10)] == [b"small"]
+    producer.close()
 
 
 def test_a_rejected_sink_record_in_a_transaction_fails_the_commit_and_nothing_of_it_is_read(
@@ -47,13 +80,10 @@ def test_a_rejected_sink_record_in_a_transaction_fails_the_commit_and_nothing_of
 ):
     changelog = kafka_topics("changelog", partitions=2)
     sink = kafka_topics("sink", config={"max.message.bytes": "1024"})
-    settings = {"bootstrap.servers": kafka_bootstrap, "transactional.id": f"collector-{sink}"}
-    producer = StreamsProducer(
-        settings, True, InternalTopicManager({"bootstrap.servers": kafka_bootstrap}), None, 30
-    )
+    producer = _producer(kafka_bootstrap, exactly_once=True, txn=f"collector-{sink}")
     producer.begin()
     for i in range(3):
-        producer.collector.send(changelog, b"k%d" % i, b"v", None, 1000 + i, 1)
+        producer.collector.send_changelog(changelog, b"k%d" % i, b"v", 1000 + i, 1)
     producer.collector.send(sink, b"small", b"committed", None, 1000, None)
     producer.commit([], None)
     assert producer.acknowledged == {(changelog, 1): 2}  # changelog offsets are reported in a transaction

@@ -217,6 +217,9 @@ def test_a_task_whose_wall_clock_punctuation_ran_asks_for_a_commit_with_no_input
         def send(self, *args: Any) -> None:
             pass
 
+        def send_changelog(self, *args: Any) -> None:
+            pass
+
         def partition_count(self, topic: str) -> int:
             return 1
 

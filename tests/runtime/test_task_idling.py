@@ -25,6 +25,9 @@ class Collected:
         if topic == "out":  # not the table's changelog
             self.sent.append((topic, key, value))
 
+    def send_changelog(self, topic: str, key: Any, value: Any, timestamp: int, partition: int) -> None:
+        self.send(topic, key, value, None, timestamp, partition)
+
     def partition_count(self, topic: str) -> int:
         return 1
 

@@ -10,6 +10,7 @@ partition (from delivery reports) so a commit can checkpoint stores at exactly w
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from typing import Any
 
@@ -201,15 +202,19 @@ def produce_record(
 
 
 class KafkaRecordCollector:
-    """The RecordCollector of every task in a process, over one (possibly transactional) producer.
+    """The RecordCollector of every task in a process, over one transactional producer or, at
+    at_least_once, a producer for changelogs and one for everything else.
 
-    `written` holds the last acknowledged offset of each partition records were sent to explicitly
-    (changelogs, custom partitioners), not of partitions the producer's partitioner chose.
-
-    Over a `transactional` producer, records the partitioner places get no delivery report at all: a
-    record that fails puts librdkafka's transaction in its abortable state, so the commit fails and
-    names it (the producer's commit turns that into TransactionAbortedError). Skipping the report saves
-    a Python call and a Message object per record, about a third of what producing one costs."""
+    `written` holds the last acknowledged offset of each changelog partition: a commit checkpoints it,
+    so changelog records are the only ones whose successful delivery is reported to Python. Every other
+    record (sinks, repartition topics: most records) costs no Python call when delivered. At
+    at_least_once they go through `producer`, created with `delivery.report.only.error`, and the error
+    report reaches the production handler; the changelog records then go through their own
+    `changelog_producer`, which reports every delivery (the option is per producer). Over a
+    `transactional` producer, which writes both, non-changelog records have no delivery report at all: a
+    record that fails puts librdkafka's transaction in its abortable state, so the commit fails and names
+    it (the producer's commit turns that into TransactionAbortedError). A delivery report served in
+    Python costs about a third of producing the record."""
 
     def __init__(
         self,
@@ -218,8 +223,10 @@ class KafkaRecordCollector:
         production_handler: Any = None,
         *,
         transactional: bool = False,
+        changelog_producer: Producer | None = None,
     ) -> None:
         self.producer = producer
+        self.changelog_producer = changelog_producer or producer
         self._metadata_source = metadata_source
         self._partition_counts: dict[str, int] = {}
         self.written: dict[tuple[str, int], int] = {}
@@ -261,9 +268,6 @@ class KafkaRecordCollector:
         timestamp: int,
         partition: int | None,
     ) -> None:
-        # Offsets are tracked for records sent to a chosen partition: changelog records always are, and
-        # their offsets are what a commit checkpoints. Records the partitioner places (sinks, repartition
-        # topics: most records) get a report that only looks at the error, or none in a transaction.
         if partition is None and timestamp >= 0 and not headers:
             try:  # the commonest record, produced without produce_record's frame
                 self.producer.produce(topic, value, key, on_delivery=self._report_error, timestamp=timestamp)
@@ -272,12 +276,27 @@ class KafkaRecordCollector:
             except (KafkaException, SystemError) as exc:
                 raise production_failure(exc, f"cannot produce to '{topic}'") from exc
         else:
-            on_delivery = self._report_error if partition is None else self._report_offset
-            produce_record(self.producer, topic, key, value, headers, timestamp, partition, on_delivery)
+            produce_record(
+                self.producer, topic, key, value, headers, timestamp, partition, self._report_error
+            )
+        self._count_sent()
+
+    def send_changelog(
+        self, topic: str, key: bytes, value: bytes | None, timestamp: int, partition: int
+    ) -> None:
+        produce_record(
+            self.changelog_producer, topic, key, value, None, timestamp, partition, self._report_offset
+        )
+        self._count_sent()
+
+    def _count_sent(self) -> None:
+        """Serve delivery reports every 1024 records, so neither producer's queue of them grows."""
         self.sent += 1
         if self.sent & 0x3FF == 0:
             try:
                 self.producer.poll(0)
+                if self.changelog_producer is not self.producer:
+                    self.changelog_producer.poll(0)
             except (KafkaException, SystemError) as exc:
                 raise production_failure(exc, "serving delivery reports") from exc
 
@@ -291,18 +310,28 @@ class KafkaRecordCollector:
             count = self._partition_counts[topic] = len(found.partitions)
         return count
 
-    def use_producer(self, producer: Producer) -> None:
-        """Send through `producer` from now on (a fenced one was replaced); forget the old one's error."""
+    def use_producers(self, producer: Producer, changelog_producer: Producer | None = None) -> None:
+        """Send through these from now on (fenced or failed ones were replaced); forget the old error."""
         self.producer = producer
+        self.changelog_producer = changelog_producer or producer
         self.error = None
+
+    def producers(self) -> list[Producer]:
+        """The producers records go through: one, or at at_least_once two."""
+        if self.changelog_producer is self.producer:
+            return [self.producer]
+        return [self.producer, self.changelog_producer]
 
     def flush(self, timeout: float = 60.0) -> None:
         """Wait for every record's delivery; raise the first production error (ProducerFencedError
         when the producer itself failed)."""
-        try:
-            remaining = self.producer.flush(timeout)
-        except (KafkaException, SystemError) as exc:
-            raise production_failure(exc, "flushing the producer") from exc
+        remaining = 0
+        deadline = time.monotonic() + timeout
+        for producer in self.producers():
+            try:
+                remaining += producer.flush(max(deadline - time.monotonic(), 0.0))
+            except (KafkaException, SystemError) as exc:
+                raise production_failure(exc, "flushing the producer") from exc
         if remaining:
             raise ProductionError(f"{remaining} records not delivered within {timeout}s")
         self.raise_error()

@@ -51,15 +51,28 @@ class StreamsProducer:
         self._api_timeout_s = api_timeout_s
         self._factory = factory
         self._in_transaction = False
+        producer, changelog_producer = self._create()
         self.collector = KafkaRecordCollector(
-            self._create(),
+            producer,
             metadata_source,
             None if exactly_once else production_handler,
             transactional=exactly_once,
+            changelog_producer=changelog_producer,
         )
 
-    def _create(self) -> Producer:
-        producer = self._factory(dict(self._settings))
+    def _create(self) -> tuple[Producer, Producer | None]:
+        """The producer and, at at_least_once, the changelog producer (see KafkaRecordCollector):
+        sinks and repartition topics report only failed deliveries, changelogs every delivery."""
+        if self.exactly_once:
+            return self._create_one(self._settings), None
+        client_id = self._settings.get("client.id", "kappaflow-producer")
+        return (
+            self._create_one({**self._settings, "delivery.report.only.error": True}),
+            self._create_one({**self._settings, "client.id": f"{client_id}-changelog"}),
+        )
+
+    def _create_one(self, settings: dict[str, Any]) -> Producer:
+        producer = self._factory(dict(settings))
         if self.exactly_once:
             retry_unreachable(
                 "initializing the transactional producer",
@@ -170,16 +183,18 @@ class StreamsProducer:
         id: its init_transactions fences the old epoch). Records the old one still held are dropped."""
         log.warning("replacing the producer")
         self._in_transaction = False
-        old = self.collector.producer
-        self.collector.use_producer(self._create())
-        with contextlib.suppress(KafkaException, SystemError, RuntimeError):
-            old.purge()  # a fatally failed producer may refuse even this; it is dropped either way
+        old = self.collector.producers()
+        self.collector.use_producers(*self._create())
+        for producer in old:
+            with contextlib.suppress(KafkaException, SystemError, RuntimeError):
+                producer.purge()  # a fatally failed producer may refuse even this; dropped either way
 
     def close(self) -> None:
         """Abort an open transaction and deliver what at_least_once still holds (bounded)."""
         try:
             self.abort()
-            self.collector.producer.flush(10)
+            for producer in self.collector.producers():
+                producer.flush(10)
         except (KafkaException, SystemError, StreamsError) as exc:
             log.warning("closing the producer: %s", exc)
 

@@ -165,6 +165,11 @@ class SparkCollector:
         self._produce(self.job.output_map.get(topic, topic), key, value, headers, timestamp, partition)
         self.outputs += 1
 
+    def send_changelog(
+        self, topic: str, key: bytes, value: bytes | None, timestamp: int, partition: int
+    ) -> None:
+        self.send(topic, key, value, None, timestamp, partition)
+
     def _on_delivery(self, err: Any, msg: Any) -> None:
         if err is not None:
             if self.error is None:

@@ -24,6 +24,13 @@ class RecordCollector(Protocol):
         """Send a record. `partition=None` means: choose it with the murmur2 partitioner on the key."""
         ...
 
+    def send_changelog(
+        self, topic: str, key: bytes, value: bytes | None, timestamp: int, partition: int
+    ) -> None:
+        """Send a store's changelog record. Changelog records are the ones whose acknowledged offsets
+        a commit checkpoints; a collector may send them apart from the others (see KafkaRecordCollector)."""
+        ...
+
     def partition_count(self, topic: str) -> int | None:
         """The topic's partition count, if known; stream partitioners need it."""
         ...

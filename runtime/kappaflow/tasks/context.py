@@ -179,7 +179,7 @@ class ProcessorContextImpl:
         topic = self._changelog_topics.get(store_name)
         if topic is None:  # named once per store, not formatted per changelog record
             topic = self._changelog_topics[store_name] = self._changelog_topic(store_name)
-        self.collector.send(topic, key, value, None, timestamp, self.changelog_partition)
+        self.collector.send_changelog(topic, key, value, timestamp, self.changelog_partition)
 
     def record_context(self) -> RecordContext:
         return self.current
