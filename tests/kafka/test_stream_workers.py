@@ -197,11 +197,20 @@ def _queried_all(query_port: int) -> dict[str, int]:
 
 
 def _children(pid: int) -> list[int]:
-    return [
-        int(c)
-        for task in Path(f"/proc/{pid}/task").iterdir()
-        for c in (task / "children").read_text().split()
-    ]
+    """The live child processes of `pid`, by the parent id in each process's /proc stat line (a
+    thread's `children` file vanishes with the thread, and the parent's threads come and go)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # the process ended while being listed
+            continue
+        fields = stat.rsplit(")", 1)[1].split()  # after "pid (comm)": state, ppid, ...
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(entry.name))
+    return found
 
 
 def _assert_exactly_once(bootstrap: str, sink: str, expected: dict[str, int]) -> None:
