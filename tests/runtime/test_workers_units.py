@@ -1,6 +1,7 @@
 """The pure parts of `num.stream.threads` > 1 without a broker: combined state, scatter-gather results,
-metrics snapshots from workers, one metadata entry per instance, the task-directory lock hand-over, and
-the check that refuses to fork workers from a process running RocksDB's threads."""
+metrics snapshots from workers, one metadata entry per instance, standbys placed on other instances than
+their task's owner (never on a sibling worker), the task-directory lock hand-over, and the check that
+refuses to fork workers from a process running RocksDB's threads."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from examples.queryable_app import build_topology
 
 from kappaflow.api.errors import StreamsError
 from kappaflow.api.metrics import Metrics
+from kappaflow.api.processor import TaskId
 from kappaflow.clients.admin import GroupMember
 from kappaflow.runner.managed_task import TaskDirLock
 from kappaflow.runner.metadata import HostInfo, TopologyIndex, consumer_client_id, interpret_group
@@ -97,3 +99,48 @@ def test_fork_hazards_name_rocksdb_background_threads(tmp_path: Path):
         (tmp_path / str(tid) / "comm").write_text(name + "\n")
     assert fork_hazards(tmp_path) == ["rocksdb:low", "rocksdb:high"]
     assert fork_hazards(tmp_path / "2") == []  # a thread dir with no sub-threads: nothing found
+
+
+def _worker(instance: str, index: int, host: str, partitions: list[int], endpoint: str = "") -> GroupMember:
+    client_id = consumer_client_id(f"{instance}-StreamThread-{index}-consumer", endpoint)
+    member_id = f"{instance}-m{index}@{host}"
+    return GroupMember(member_id, client_id, "", tuple(("t", p) for p in partitions), host)
+
+
+def _tasks_of(partitions: list[tuple[str, int]]) -> dict[TaskId, list[tuple[str, int]]]:
+    return {TaskId(0, p): [("t", p)] for _t, p in partitions}
+
+
+def test_standbys_go_to_another_instance_never_a_sibling_worker_and_once_per_task():
+    members = [
+        _worker("pod-a", 1, "10.0.0.1", [0, 1]),
+        _worker("pod-a", 2, "10.0.0.1", [2, 3]),
+        _worker("pod-b", 1, "10.0.0.2", [4, 5]),
+        _worker("pod-b", 2, "10.0.0.2", [6, 7]),
+    ]
+    placed = {
+        m.member_id.split("@")[0]: standby_tasks_for(m.member_id, members, _tasks_of, 1) for m in members
+    }
+    a_tasks = {TaskId(0, p) for p in range(4)}
+    b_tasks = {TaskId(0, p) for p in range(4, 8)}
+    assert placed["pod-a-m1"] | placed["pod-a-m2"] == b_tasks  # pod-a keeps pod-b's standbys ...
+    assert placed["pod-b-m1"] | placed["pod-b-m2"] == a_tasks  # ... and pod-b pod-a's
+    assert not placed["pod-a-m1"] & placed["pod-a-m2"]  # each standby once: siblings share them out
+    assert not placed["pod-b-m1"] & placed["pod-b-m2"]
+    assert all(len(tasks) == 2 for tasks in placed.values())
+
+
+def test_instances_are_told_apart_by_host_and_endpoint_not_only_client_id():
+    same_client_id = [
+        _worker("app", 1, "10.0.0.1", [0]),
+        _worker("app", 1, "10.0.0.2", [1]),  # another pod someone gave the same client.id
+    ]
+    assert standby_tasks_for("app-m1@10.0.0.1", same_client_id, _tasks_of, 1) == {TaskId(0, 1)}
+    assert standby_tasks_for("app-m1@10.0.0.2", same_client_id, _tasks_of, 1) == {TaskId(0, 0)}
+    one_pod = [_worker("app", 1, "10.0.0.1", [0]), _worker("app", 2, "10.0.0.1", [1])]
+    assert standby_tasks_for("app-m1@10.0.0.1", one_pod, _tasks_of, 1) == set()  # no other instance
+    endpoints = [
+        _worker("app", 1, "127.0.0.1", [0], "127.0.0.1:7001"),
+        _worker("app", 2, "127.0.0.1", [1], "127.0.0.1:7002"),  # same host, two instances (local runs)
+    ]
+    assert standby_tasks_for("app-m2@127.0.0.1", endpoints, _tasks_of, 1) == {TaskId(0, 0)}

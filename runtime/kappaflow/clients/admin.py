@@ -44,6 +44,7 @@ class GroupMember:
     client_id: str
     instance_id: str
     assignment: tuple[tuple[str, int], ...]
+    host: str = ""  # the address the member connects from, as the coordinator saw it
 
     @property
     def sort_key(self) -> str:
@@ -169,6 +170,7 @@ class InternalTopicManager:
                     member.client_id,
                     member.group_instance_id or "",
                     tuple(sorted((tp.topic, tp.partition) for tp in parts)),
+                    member.host or "",
                 )
             )
         members.sort(key=lambda m: m.sort_key)
