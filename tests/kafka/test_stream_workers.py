@@ -121,6 +121,56 @@ def test_two_workers_exactly_once_with_kill_queries_and_sigterm(kafka_bootstrap,
     _assert_exactly_once(kafka_bootstrap, sink, total)
 
 
+def test_two_instances_of_two_workers_keep_each_others_standbys_never_a_siblings(
+    kafka_bootstrap, kafka_topics, tmp_path
+):
+    """num.standby.replicas=1 over two instances of two workers: each instance keeps a standby of every
+    stateful task the other instance runs, one copy, and no worker keeps one of its sibling's tasks."""
+    source = kafka_topics("wksb-in", partitions=4)
+    sink = kafka_topics("wksb-out", partitions=4)
+    app_id = f"wksb-{uuid.uuid4().hex[:8]}"
+    env = {"WC_INPUT": source, "WC_OUTPUT": sink}
+    ports, processes = [free_port(), free_port()], []
+    try:
+        for n, port in enumerate(ports):
+            props = fast_config(
+                kafka_bootstrap,
+                app_id,
+                str(tmp_path / f"state-{n}"),
+                **{"metrics.port": port, "num.stream.threads": 2, "num.standby.replicas": 1},
+            )
+            processes.append(start_cli_app("tests.kafka.apps:wordcount", props, tmp_path, env, f"app{n}"))
+
+        def placed() -> tuple[list[set[str]], list[set[str]]] | None:
+            described = [_describe(port) for port in ports]
+            if any(d.get("state") != "RUNNING" or len(d.get("threads", [])) != 2 for d in described):
+                return None
+            active = [{t for w in d["threads"] for t in w["active_tasks"]} for d in described]
+            standby = [[set(w["standby_tasks"]) for w in d["threads"]] for d in described]
+            stateful = {t for t in active[0] | active[1] if t.startswith("1_")}  # the count's tasks
+            if len(active[0] | active[1]) != 8 or any(not a for a in active):
+                return None
+            for me, other in ((0, 1), (1, 0)):
+                if set().union(*standby[me]) != active[other] & stateful:
+                    return None  # not settled yet (standbys follow each rebalance)
+            return active, [set().union(*s) for s in standby]
+
+        wait_for(lambda: placed() is not None, 90, "standbys placed on the other instance")
+        for port in ports:
+            first, second = (set(w["standby_tasks"]) for w in _threads(port))
+            mine = [set(w["active_tasks"]) for w in _threads(port)]
+            assert not first & second, "a standby kept twice in one instance"
+            assert not (first | second) & (mine[0] | mine[1]), "a standby of a sibling worker's task"
+    finally:
+        for process in processes:
+            process.send_signal(signal.SIGTERM)
+        for process in processes:
+            try:
+                process.wait(45)
+            finally:
+                kill_if_running(process)
+
+
 def test_a_worker_failing_stops_the_instance_and_every_worker(kafka_bootstrap, kafka_topics, tmp_path):
     """SHUTDOWN_CLIENT (the default answer) in one worker ends the whole instance, as a Kafka Streams
     client shuts down all its threads: the parent goes to ERROR, stops the other worker, exits 1."""
