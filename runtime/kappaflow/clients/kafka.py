@@ -279,7 +279,9 @@ class KafkaRecordCollector:
             produce_record(
                 self.producer, topic, key, value, headers, timestamp, partition, self._report_error
             )
-        self._count_sent()
+        self.sent += 1  # counted inline: this runs for every record
+        if self.sent & 0x3FF == 0:
+            self._serve_reports()
 
     def send_changelog(
         self, topic: str, key: bytes, value: bytes | None, timestamp: int, partition: int
@@ -287,18 +289,18 @@ class KafkaRecordCollector:
         produce_record(
             self.changelog_producer, topic, key, value, None, timestamp, partition, self._report_offset
         )
-        self._count_sent()
-
-    def _count_sent(self) -> None:
-        """Serve delivery reports every 1024 records, so neither producer's queue of them grows."""
         self.sent += 1
         if self.sent & 0x3FF == 0:
-            try:
-                self.producer.poll(0)
-                if self.changelog_producer is not self.producer:
-                    self.changelog_producer.poll(0)
-            except (KafkaException, SystemError) as exc:
-                raise production_failure(exc, "serving delivery reports") from exc
+            self._serve_reports()
+
+    def _serve_reports(self) -> None:
+        """Every 1024 records: serve delivery reports, so neither producer's queue of them grows."""
+        try:
+            self.producer.poll(0)
+            if self.changelog_producer is not self.producer:
+                self.changelog_producer.poll(0)
+        except (KafkaException, SystemError) as exc:
+            raise production_failure(exc, "serving delivery reports") from exc
 
     def partition_count(self, topic: str) -> int | None:
         count = self._partition_counts.get(topic)
