@@ -13,7 +13,7 @@ The plan, stage by stage (a stage is a sub-topology, in the order repartition to
    maintained connector, a cross-check of the librdkafka path. A stage fed by one topic keeps the
    source's partitioning (one Spark partition per Kafka partition); otherwise rows are keyed by task
    partition and shuffled with an identity partitioner. Repartition records carry the partition murmur2
-   chose when they were emitted (as the runtime's producer would), travelling in one pickled batch per
+   chose when they were emitted (as the runtime's producer would), travelling in one encoded batch per
    (upstream task, target partition). A stage without state that reads one user topic and writes only
    repartition topics (the stateless work before the first shuffle) may be split: each partition's range
    is cut into offset ranges run by separate Spark tasks, so such a stage uses more cores than its input
