@@ -115,3 +115,23 @@ def test_worker_daemon_drops_sparks_archives_only_where_pyspark_is_installed(tmp
     assert installed_path(path) == [str(tmp_path), user_zip, missing, str(installed)]
     bare = [p for p in path if p != str(installed)]
     assert installed_path(bare) == bare
+
+
+def test_timestamp_merge_fast_path_orders_exactly_like_heapq_merge():
+    """The sort taken when every run is in timestamp order must give heapq.merge's sequence: ties go to
+    the earlier run, and a run out of timestamp order (the fallback) is never reordered."""
+    import heapq
+    import random
+
+    from kappaflow.spark.executor import merge_by_timestamp
+
+    rng = random.Random(3)
+    for ordered in (True, False):
+        for _ in range(50):
+            runs = []
+            for run_no in range(rng.randint(1, 4)):
+                stamps = [rng.randint(0, 6) for _ in range(rng.randint(0, 12))]
+                stamps = sorted(stamps) if ordered else stamps
+                runs.append([(i, ts, f"{run_no}-{i}".encode(), None, None) for i, ts in enumerate(stamps)])
+            expected = list(heapq.merge(*runs, key=lambda e: e[1]))
+            assert list(merge_by_timestamp(runs)) == expected

@@ -41,8 +41,12 @@ def installed_path(path: list[str]) -> list[str]:
 
 def _main() -> None:
     kept = installed_path(sys.path)
-    for entry in set(sys.path) - set(kept):
-        sys.path_importer_cache.pop(entry, None)
+    dropped = set(sys.path) - set(kept)
+    inside = tuple(entry + os.sep for entry in dropped)
+    # Importers of the archives and of packages inside them (a namespace package `org` in the jar).
+    for entry in list(sys.path_importer_cache):
+        if entry in dropped or entry.startswith(inside):
+            del sys.path_importer_cache[entry]
     sys.path[:] = kept
     from pyspark.daemon import manager
 

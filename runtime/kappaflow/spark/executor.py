@@ -34,6 +34,7 @@ exactly the emit order of one unsplit task.
 from __future__ import annotations
 
 import heapq
+import itertools
 import json
 import marshal
 import operator
@@ -326,9 +327,26 @@ def _ordered_records(
         result[tp] = [RawRecord(r[3], r[4], r[5], r[6], Headers(r[7] or [])) for r in group]
     for tp, upstream in batches.items():
         runs = [sorted(batch, key=_SEQUENCE) for _, batch in sorted(upstream.items())]
-        merged: Iterable[Emitted] = heapq.merge(*runs, key=_TIMESTAMP)
+        merged = merge_by_timestamp(runs)
         result[tp] = [RawRecord(i, e[1], e[2], e[3], Headers(e[4] or [])) for i, e in enumerate(merged)]
     return result
+
+
+def merge_by_timestamp(runs: list[list[Emitted]]) -> Iterable[Emitted]:
+    """The runs merged by timestamp, stably: on a tie the earlier run first, and a run never reordered.
+
+    That is `heapq.merge`, a Python generator (about a microsecond per record). When every run is already
+    in timestamp order - the usual case: a producer's timestamps rise within a partition - a stable sort
+    of the runs one after another yields the same sequence, and timsort merges such runs in C.
+    """
+    if all(_ascending(run) for run in runs):
+        return sorted(itertools.chain.from_iterable(runs), key=_TIMESTAMP)
+    return heapq.merge(*runs, key=_TIMESTAMP)
+
+
+def _ascending(run: list[Emitted]) -> bool:
+    stamps = list(map(_TIMESTAMP, run))
+    return all(map(operator.le, stamps, itertools.islice(stamps, 1, None)))
 
 
 def _first_offset(rows: list[InputRow]) -> int:
