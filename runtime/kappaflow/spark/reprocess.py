@@ -62,9 +62,7 @@ log = logging.getLogger(__name__)
 
 Offsets = dict[str, dict[int, int]]
 
-# "kafka-client" (the default): each Spark task reads its own offset ranges with librdkafka; "spark":
-# Spark's Kafka source (the connector). Same records, same offsets; the first skips a JVM -> Python Row
-# per record, which costs more than the topology (see bench/reprocess.py).
+# Each Spark task reads its offset ranges with librdkafka, or Spark's Kafka source does (see the docstring).
 READERS = ("kafka-client", "spark")
 DEFAULT_READER = "kafka-client"
 
