@@ -274,9 +274,10 @@ def build_parser() -> argparse.ArgumentParser:
     reprocess.add_argument("--no-state", action="store_true", help="write changelogs only, no local state")
     reprocess.add_argument(
         "--reader",
-        choices=["spark", "kafka-client"],
-        default="spark",
-        help="read input with Spark's Kafka source, or with librdkafka inside Spark tasks (faster)",
+        choices=["kafka-client", "spark"],
+        default="kafka-client",
+        help="read input with librdkafka inside the Spark tasks (default, faster), or with Spark's Kafka "
+        "source",
     )
     reprocess.add_argument(
         "--splits",

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import pickle
-
 import pytest
 
 from kappaflow import Materialized, StreamsBuilder, serdes
 from kappaflow.api.errors import StreamsError
-from kappaflow.spark.executor import _ordered_records
+from kappaflow.spark.executor import _ordered_records, encode_batch
 from kappaflow.spark.reprocess import (
     offset_chunks,
     parse_offsets,
@@ -59,8 +57,8 @@ def test_records_reach_a_task_in_offset_order_and_repartitioned_ones_merged_by_t
         (0, "in", 0, 0, 10, b"k", b"a", None),
         (0, "in", 0, 1, 20, b"k", b"b", [("h", b"1")]),
         # Two upstream tasks' batches for the same repartition partition, each in emit order.
-        (0, "app-x-repartition", 0, pickle.dumps([(0, 5, b"u", b"0a", None), (1, 25, b"u", b"0b", None)])),
-        (0, "app-x-repartition", 1, pickle.dumps([(0, 15, b"v", b"1a", None), (1, 12, b"v", b"1b", None)])),
+        (0, "app-x-repartition", 0, encode_batch([(0, 5, b"u", b"0a", None), (1, 25, b"u", b"0b", None)])),
+        (0, "app-x-repartition", 1, encode_batch([(0, 15, b"v", b"1a", None), (1, 12, b"v", b"1b", None)])),
     ]
     ordered = _ordered_records(rows, {})
     assert [(r.offset, r.value) for r in ordered[("in", 0)]] == [(0, b"a"), (1, b"b"), (2, b"c")]
@@ -97,3 +95,43 @@ def test_a_stage_with_a_user_processor_is_not_split():
     ).count(Materialized.as_("counts"))
     first = stage_order(builder.build())[0]
     assert not splittable(first, ["lines"], ["lines"], ["app-counts-repartition"], ["app-counts-repartition"])
+
+
+def test_worker_daemon_drops_sparks_archives_only_where_pyspark_is_installed(tmp_path):
+    """Spark's zips and jars leave the workers' path when installed pyspark and py4j can replace them;
+    a path where the archives are the only pyspark keeps them (a bare Spark distribution)."""
+    from kappaflow.spark.daemon import installed_path
+
+    archives = [tmp_path / "pyspark.zip", tmp_path / "py4j-0.10.9.9-src.zip", tmp_path / "spark-core.jar"]
+    for archive in archives:
+        archive.write_bytes(b"")
+    installed = tmp_path / "site-packages"
+    for package in ("pyspark", "py4j"):
+        (installed / package).mkdir(parents=True)
+        (installed / package / "__init__.py").write_text("")
+    user_zip, missing = str(tmp_path / "deps.zip"), str(tmp_path / "python311.zip")
+    (tmp_path / "deps.zip").write_bytes(b"")
+    path = [str(tmp_path), *map(str, archives), user_zip, missing, str(installed)]
+    assert installed_path(path) == [str(tmp_path), user_zip, missing, str(installed)]
+    bare = [p for p in path if p != str(installed)]
+    assert installed_path(bare) == bare
+
+
+def test_timestamp_merge_fast_path_orders_exactly_like_heapq_merge():
+    """The sort taken when every run is in timestamp order must give heapq.merge's sequence: ties go to
+    the earlier run, and a run out of timestamp order (the fallback) is never reordered."""
+    import heapq
+    import random
+
+    from kappaflow.spark.executor import merge_by_timestamp
+
+    rng = random.Random(3)
+    for ordered in (True, False):
+        for _ in range(50):
+            runs = []
+            for run_no in range(rng.randint(1, 4)):
+                stamps = [rng.randint(0, 6) for _ in range(rng.randint(0, 12))]
+                stamps = sorted(stamps) if ordered else stamps
+                runs.append([(i, ts, f"{run_no}-{i}".encode(), None, None) for i, ts in enumerate(stamps)])
+            expected = list(heapq.merge(*runs, key=lambda e: e[1]))
+            assert list(merge_by_timestamp(runs)) == expected

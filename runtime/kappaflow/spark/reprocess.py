@@ -6,17 +6,19 @@ The plan, stage by stage (a stage is a sub-topology, in the order repartition to
    would, and must be empty - a used application id is refused, because its changelogs and committed
    offsets would not match the state written here.
 2. Input: each user topic's range [from, to) is fixed on the driver first, so the committed offsets
-   written at the end are exactly the range's end. It is read with Spark's Kafka source in batch mode
-   (reader `spark`, the default), or by each Spark task itself with librdkafka (reader `kafka-client`:
-   the same records, without one JVM -> Python Row per record, which costs more than the topology; see
-   bench/reprocess.py). A stage fed by one topic keeps the source's partitioning (one Spark partition
-   per Kafka partition); otherwise rows are keyed by task partition and shuffled with an identity
-   partitioner. Repartition records carry the partition murmur2 chose when they were emitted (as the
-   runtime's producer would), travelling in one pickled batch per (upstream task, target partition).
-   A stage without state that reads one user topic and writes only repartition topics (the stateless
-   work before the first shuffle) may be split: each partition's range is cut into offset ranges run by
-   separate Spark tasks, so such a stage uses more cores than its input has partitions (`splits`; see
-   `splittable`). The next stage sees the chunks' records in offset order, as from one task.
+   written at the end are exactly the range's end. Each Spark task reads its own offset ranges with
+   librdkafka (reader `kafka-client`, the default), or Spark's Kafka source reads them in batch mode
+   (reader `spark`: the same records, but one JVM -> Python Row per record, which costs more than the
+   topology itself; see bench/reprocess.py). `spark` stays selectable (`--reader spark`) as Spark's own
+   maintained connector, a cross-check of the librdkafka path. A stage fed by one topic keeps the
+   source's partitioning (one Spark partition per Kafka partition); otherwise rows are keyed by task
+   partition and shuffled with an identity partitioner. Repartition records carry the partition murmur2
+   chose when they were emitted (as the runtime's producer would), travelling in one encoded batch per
+   (upstream task, target partition). A stage without state that reads one user topic and writes only
+   repartition topics (the stateless work before the first shuffle) may be split: each partition's range
+   is cut into offset ranges run by separate Spark tasks, so such a stage uses more cores than its input
+   has partitions (`splits`; see `splittable`). The next stage sees the chunks' records in offset order,
+   as from one task.
 3. Execution: `executor.run_partitions` runs the runtime's StreamTask per partition; see executor.py.
 4. Bootstrap: the changelogs hold the compacted final state; the group `<app id>` gets the range's end
    offsets committed on the input topics (and the repartition topics' ends). Where the executors share
@@ -60,9 +62,9 @@ log = logging.getLogger(__name__)
 
 Offsets = dict[str, dict[int, int]]
 
-# "spark": Spark's Kafka source (the connector); "kafka-client": each Spark task reads its own offset
-# ranges with librdkafka. Same records, same offsets; the second skips a JVM -> Python Row per record.
-READERS = ("spark", "kafka-client")
+# Each Spark task reads its offset ranges with librdkafka, or Spark's Kafka source does (see the docstring).
+READERS = ("kafka-client", "spark")
+DEFAULT_READER = "kafka-client"
 
 
 @dataclass
@@ -258,7 +260,7 @@ class Reprocessor:
         write_state: bool | None = None,
         output_map: Mapping[str, str] | None = None,
         skip_outputs: bool = False,
-        reader: str = "spark",
+        reader: str = DEFAULT_READER,
         splits: int | None = None,
         progress: Callable[[str], None] | None = None,
     ) -> None:

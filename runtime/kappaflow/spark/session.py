@@ -55,6 +55,8 @@ def create_session(
         # A retried task would produce its outputs twice: fail the job instead (see reprocess docstring).
         "spark.task.maxFailures": "1",
         "spark.python.worker.reuse": "true",
+        # Workers fork from a daemon that imported kappaflow once and loads the installed pyspark (daemon.py).
+        "spark.python.daemon.module": "kappaflow.spark.daemon",
     }
     settings.update(conf or {})
     for key, value in settings.items():
