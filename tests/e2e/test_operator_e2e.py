@@ -21,6 +21,10 @@ pytestmark = [pytest.mark.kube, pytest.mark.kafka, pytest.mark.timeout(600)]
 GROUP, VERSION, PLURAL = "kappaflow.io", "v1alpha1", "streamapps"
 PARTITIONS = 4
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"]
+#: The pods are static group members (group.instance.id = pod name): one that stops keeps its partitions
+#: until its session expires, which a scale-down and a reset wait for. librdkafka's 45 s default session
+#: would make each of those waits 45 s; a short one takes the same path (the broker allows >= 500 ms).
+APP_CONFIG = {"commit.interval.ms": "200", "session.timeout.ms": "6000", "heartbeat.interval.ms": "1000"}
 
 
 def _produce(bootstrap: str, topic: str, batch: int, expected: Counter[str]) -> None:
@@ -118,7 +122,7 @@ def test_counts_stay_exact_through_scaling_and_a_rolling_upgrade(
                     "replicas": 1,
                     "processingGuarantee": "exactly_once_v2",
                     "kafka": {"bootstrapServers": kafka_bootstrap, "replicationFactor": 1},
-                    "config": {"commit.interval.ms": "200"},
+                    "config": APP_CONFIG,
                     "topicCleanupPolicy": "Delete",
                 }
                 body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "StreamApp", "metadata": {"name": "wc"}}
@@ -212,7 +216,7 @@ def test_reset_upgrade_recounts_from_scratch(
                     "replicas": 1,
                     "processingGuarantee": "exactly_once_v2",
                     "kafka": {"bootstrapServers": kafka_bootstrap, "replicationFactor": 1},
-                    "config": {"commit.interval.ms": "200"},
+                    "config": APP_CONFIG,
                     "upgrade": {"mode": "reset"},
                     "topicCleanupPolicy": "Delete",
                 }
