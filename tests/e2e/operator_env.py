@@ -122,7 +122,7 @@ def running_operator(kubeconfig: Path, namespace: str) -> Iterator[Any]:
     # The timer's interval was fixed when main was first imported (tests/conftest.py sets it first); a
     # slower one would not fail the tests, only make every wait for a pass silently take longer.
     wanted = float(os.environ["KAPPAFLOW_OPERATOR_RESYNC_SECONDS"])
-    assert main.RESYNC_S == wanted, f"operator resync is {main.RESYNC_S}s, the tests expect {wanted}s"
+    assert wanted == main.RESYNC_S, f"operator resync is {main.RESYNC_S}s, the tests expect {wanted}s"
     os.environ["KUBECONFIG"] = str(kubeconfig)
     args = ["run", "--standalone", "--namespace", namespace, "-m", "kappaflow_operator.main", "--verbose"]
     with kopf.testing.KopfRunner(args, timeout=60) as runner:
