@@ -46,8 +46,9 @@ $(VENV)/.installed: pyproject.toml
 setup: $(VENV)/.installed
 
 # The servers the tiers need are fetched/built first, with progress, so no single test pays for them.
+# --durations=25: every run (CI's too) ends naming its slowest tests, where the time budget goes.
 test: lint typecheck crds-check docs kafka-download kube-build spark-jars prometheus conformance-jars
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q --durations=25 $(PYTEST_ARGS)
 
 # The docs site (MkDocs + Material); --strict turns every warning (broken link, missing page) into an error.
 docs: setup

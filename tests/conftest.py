@@ -6,6 +6,17 @@ heavy; the fixtures start their servers lazily, only when a test asks for them.
 
 from __future__ import annotations
 
+import os
+
+#: The in-process operator's periods in the tests: its resync (status refresh, autoscaler ticks) and how
+#: soon a handler waiting on a Job, topics or a Spark run looks again (x5 after an error). The operator
+#: reads both once, when its modules are first imported, and test modules import them at collection
+#: (test_chart, test_leader_election_kube): set here, before any test module loads, or every in-process
+#: operator of the session runs at the production 15 s and 3 s and each wait takes that much longer.
+OPERATOR_PERIODS = {"KAPPAFLOW_OPERATOR_RESYNC_SECONDS": "2", "KAPPAFLOW_OPERATOR_RETRY_SECONDS": "1"}
+for _name, _seconds in OPERATOR_PERIODS.items():
+    os.environ.setdefault(_name, _seconds)
+
 pytest_plugins = [
     "tests.harness.kafka_fixtures",
     "tests.harness.kube_fixtures",

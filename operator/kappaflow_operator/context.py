@@ -4,6 +4,7 @@ reconcile loop that calls them."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -16,6 +17,9 @@ from .kafka import KafkaAdmin
 
 # An event with the same object, type, reason and message is posted again only after this long.
 EVENT_REPEAT_S = 600.0
+#: How soon a handler waiting for something outside our control (a Job, a topic, a Spark run) looks
+#: again; waits after errors are multiples of it. From the environment at import, so tests can shorten it.
+RETRY_S = float(os.environ.get("KAPPAFLOW_OPERATOR_RETRY_SECONDS", "3"))
 KafkaFactory = Callable[..., KafkaAdmin]
 
 

@@ -30,7 +30,7 @@ from pydantic import ValidationError
 
 from . import desired, expansion, metrics, reprocess, reset, scaling, status
 from .admins import KafkaAdmins, SecretReferenceError
-from .context import Context, KafkaFactory
+from .context import RETRY_S, Context, KafkaFactory
 from .desired.common import (
     ACCEPTED_DESCRIBE_KEY,
     TOPOLOGY_KEY,
@@ -50,8 +50,6 @@ TOPOLOGY_ANNOTATION = "kappaflow.io/topology-hash"
 UPGRADED_AT_ANNOTATION = "kappaflow.io/upgraded-at"
 DESCRIBE_KEY = ACCEPTED_DESCRIBE_KEY
 TOPOLOGY_FILE = TOPOLOGY_KEY
-#: How soon to look again while waiting for something outside our control (a Job, a topic).
-RETRY_S = 3.0
 #: The same event (app, type, reason, message) is posted at most once in this many seconds.
 
 

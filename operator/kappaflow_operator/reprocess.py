@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import kopf
 
 from . import desired, status
+from .context import RETRY_S
 from .desired.common import APP_LABEL, AppRef, spec_hash
 from .desired.spark import SPARK_API_VERSION
 from .diff import Action
@@ -37,7 +38,6 @@ from .topics import plan_internal_topics
 if TYPE_CHECKING:
     from .context import Context
 
-RETRY_S = 3.0
 _STATES = {"COMPLETED": "Completed", "FAILED": "Failed", "SUBMISSION_FAILED": "Failed"}
 
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import kopf
 
 from . import desired, status
+from .context import RETRY_S
 from .desired.common import APP_LABEL, AppRef
 from .desired.jobs import DESCRIBE_JOB_LABEL
 from .kafka import KafkaError
@@ -16,8 +17,6 @@ from .observe import job_problem
 
 if TYPE_CHECKING:
     from .context import Context
-
-RETRY_S = 3.0
 
 
 def run_reset(

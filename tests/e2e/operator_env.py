@@ -117,8 +117,14 @@ def running_operator(kubeconfig: Path, namespace: str) -> Iterator[Any]:
     """kopf in a thread, watching only `namespace` (tests run side by side in one cluster)."""
     import kopf.testing
 
+    from kappaflow_operator import context, main
+
+    # Both periods were fixed when the operator was first imported (tests/conftest.py sets them first); a
+    # slower one would not fail the tests, only make every wait for a pass or a retry silently longer.
+    for name, seconds in (("RESYNC", main.RESYNC_S), ("RETRY", context.RETRY_S)):
+        wanted = float(os.environ[f"KAPPAFLOW_OPERATOR_{name}_SECONDS"])
+        assert wanted == seconds, f"operator {name.lower()} period is {seconds}s, the tests expect {wanted}s"
     os.environ["KUBECONFIG"] = str(kubeconfig)
-    os.environ.setdefault("KAPPAFLOW_OPERATOR_RESYNC_SECONDS", "2")
     args = ["run", "--standalone", "--namespace", namespace, "-m", "kappaflow_operator.main", "--verbose"]
     with kopf.testing.KopfRunner(args, timeout=60) as runner:
         yield runner

@@ -21,6 +21,11 @@ pytestmark = [pytest.mark.kube, pytest.mark.kafka, pytest.mark.timeout(600)]
 GROUP, VERSION, PLURAL = "kappaflow.io", "v1alpha1", "streamapps"
 PARTITIONS = 4
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"]
+#: The pods are static group members (group.instance.id = pod name): one that stops keeps its partitions
+#: until its session expires, which a scale-down and a reset wait for. librdkafka's 45 s default session
+#: would make each of those waits 45 s; 10 s takes the same path and still outlasts a pod's restart in a
+#: rolling update, so that one rejoins without a rebalance as on a cluster.
+APP_CONFIG = {"commit.interval.ms": "200", "session.timeout.ms": "10000", "heartbeat.interval.ms": "1000"}
 
 
 def _produce(bootstrap: str, topic: str, batch: int, expected: Counter[str]) -> None:
@@ -118,7 +123,7 @@ def test_counts_stay_exact_through_scaling_and_a_rolling_upgrade(
                     "replicas": 1,
                     "processingGuarantee": "exactly_once_v2",
                     "kafka": {"bootstrapServers": kafka_bootstrap, "replicationFactor": 1},
-                    "config": {"commit.interval.ms": "200"},
+                    "config": APP_CONFIG,
                     "topicCleanupPolicy": "Delete",
                 }
                 body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "StreamApp", "metadata": {"name": "wc"}}
@@ -145,14 +150,22 @@ def test_counts_stay_exact_through_scaling_and_a_rolling_upgrade(
                     "wc",
                     {"spec": {"image": "registry.example/wordcount:2"}},
                 )
-                wait_for(
-                    "the rolled StatefulSet",
-                    lambda: (
-                        apps.read_namespaced_stateful_set("wc", namespace).status.updated_replicas == 2
-                        and status().get("phase") == "Running"
-                    ),
-                    timeout=180,
-                )
+
+                def rolled() -> bool:
+                    # Before the operator applies the new image, the StatefulSet's status (all pods updated
+                    # to the old revision) and the StreamApp's (Running) already look like this; the
+                    # template's image, a finished roll and the new spec recorded as stable do not.
+                    sts = apps.read_namespaced_stateful_set("wc", namespace)
+                    st = status()
+                    return (
+                        sts.spec.template.spec.containers[0].image == "registry.example/wordcount:2"
+                        and sts.status.updated_replicas == 2
+                        and sts.status.current_revision == sts.status.update_revision
+                        and st.get("phase") == "Running"
+                        and st.get("lastStableSpec", {}).get("image") == "registry.example/wordcount:2"
+                    )
+
+                wait_for("the rolled StatefulSet", rolled, timeout=180)
                 _produce(kafka_bootstrap, input_topic, 3, expected)
                 counts_match()
                 assert status()["readyReplicas"] == 2
@@ -212,7 +225,7 @@ def test_reset_upgrade_recounts_from_scratch(
                     "replicas": 1,
                     "processingGuarantee": "exactly_once_v2",
                     "kafka": {"bootstrapServers": kafka_bootstrap, "replicationFactor": 1},
-                    "config": {"commit.interval.ms": "200"},
+                    "config": APP_CONFIG,
                     "upgrade": {"mode": "reset"},
                     "topicCleanupPolicy": "Delete",
                 }

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from kappaflow.cli import CLOSE_GRACE_S
 from tests.kafka.streams_support import fast_config, start_cli_app
@@ -153,7 +153,10 @@ class Feeder(threading.Thread):
 
 def positions(bootstrap: str, group: str, topics: list[str], partitions: int) -> str:
     """Per partition: log start, last stable offset (read_committed end), high watermark, and the
-    group's committed offset - where a stalled run stopped, for the failure message."""
+    group's committed offset - where a stalled run stopped, for the failure message.
+
+    A topic whose positions cannot be read (a coordinator still loading after a broker restart) gets a
+    line saying so: the diagnostics must not replace the audit's own failure with a timeout of theirs."""
     settings = {"bootstrap.servers": bootstrap, "enable.auto.commit": False}
     committed_reader = Consumer({**settings, "group.id": group, "isolation.level": "read_committed"})
     uncommitted = Consumer({**settings, "group.id": f"{group}-diag", "isolation.level": "read_uncommitted"})
@@ -161,12 +164,17 @@ def positions(bootstrap: str, group: str, topics: list[str], partitions: int) ->
     try:
         for topic in topics:
             tps = [TopicPartition(topic, p) for p in range(partitions)]
-            committed = {tp.partition: tp.offset for tp in committed_reader.committed(tps, timeout=10)}
-            for tp in tps:
-                low, lso = committed_reader.get_watermark_offsets(tp, timeout=10)
-                _low, high = uncommitted.get_watermark_offsets(tp, timeout=10)
-                group_at = committed[tp.partition]
-                lines.append(f"{topic}-{tp.partition}: start {low} lso {lso} hw {high} committed {group_at}")
+            try:
+                committed = {tp.partition: tp.offset for tp in committed_reader.committed(tps, timeout=10)}
+                for tp in tps:
+                    low, lso = committed_reader.get_watermark_offsets(tp, timeout=10)
+                    _low, high = uncommitted.get_watermark_offsets(tp, timeout=10)
+                    group_at = committed[tp.partition]
+                    lines.append(
+                        f"{topic}-{tp.partition}: start {low} lso {lso} hw {high} committed {group_at}"
+                    )
+            except KafkaException as err:
+                lines.append(f"{topic}: positions unavailable: {err}")
     finally:
         committed_reader.close()
         uncommitted.close()
