@@ -262,16 +262,20 @@ def test_a_commit_that_fails_leaves_the_tasks_uncommitted():
 
 
 # ----------------------------------------------------------------- rebalances
-class AbortingProducer:
+class ResettingProducer:
+    """exactly_once_v2: lost or uncommitted tasks make the handler reset (re-initialize) the producer."""
+
+    exactly_once = True
+
     def __init__(self) -> None:
-        self.aborts = 0
+        self.resets: list[bool] = []
 
-    def abort(self) -> None:
-        self.aborts += 1
+    def reset(self, fenced: bool) -> None:
+        self.resets.append(fenced)
 
 
-def _handler(tasks: FakeTasks, commit, changes: list[bool]) -> tuple[RebalanceHandler, AbortingProducer]:
-    producer = AbortingProducer()
+def _handler(tasks: FakeTasks, commit, changes: list[bool]) -> tuple[RebalanceHandler, ResettingProducer]:
+    producer = ResettingProducer()
     handler = RebalanceHandler(tasks, producer, commit, changes.append, threading.RLock(), incremental=False)  # type: ignore[arg-type]
     return handler, producer
 
@@ -292,7 +296,7 @@ def test_revocation_commits_then_closes_clean():
     consumer = FakeConsumer()
     handler.on_assign(consumer, [TopicPartition("t", 0)])  # type: ignore[arg-type]
     handler.on_revoke(consumer, [TopicPartition("t", 0)])  # type: ignore[arg-type]
-    assert commits == [1] and tasks.closed == [(TaskId(0, 0), True)] and producer.aborts == 0
+    assert commits == [1] and tasks.closed == [(TaskId(0, 0), True)] and producer.resets == []
     assert not handler.in_group and handler.assigned == []
 
 
@@ -306,7 +310,7 @@ def test_a_failed_commit_on_revocation_hands_the_tasks_over_dirty_without_failin
     consumer = FakeConsumer()
     handler.on_assign(consumer, [TopicPartition("t", 0)])  # type: ignore[arg-type]
     handler.on_revoke(consumer, [TopicPartition("t", 0)])  # type: ignore[arg-type]
-    assert tasks.closed == [(TaskId(0, 0), False)] and producer.aborts == 1
+    assert tasks.closed == [(TaskId(0, 0), False)] and producer.resets == [True]
     handler.raise_error()  # nothing kept for the thread
 
 
@@ -334,7 +338,7 @@ def test_a_dirty_member_never_commits_on_revocation_and_lost_partitions_are_clos
     handler.dirty = False
     handler.on_assign(consumer, [TopicPartition("t", 1)])  # type: ignore[arg-type]
     handler.on_lost(consumer, [TopicPartition("t", 1)])  # type: ignore[arg-type]
-    assert commits == [] and producer.aborts == 1
+    assert commits == [] and producer.resets == [True]
     assert tasks.closed == [(TaskId(0, 0), False), (TaskId(0, 1), False)]
 
 
