@@ -262,20 +262,16 @@ def test_a_commit_that_fails_leaves_the_tasks_uncommitted():
 
 
 # ----------------------------------------------------------------- rebalances
-class ResettingProducer:
-    """exactly_once_v2: lost or uncommitted tasks make the handler reset (re-initialize) the producer."""
-
-    exactly_once = True
-
+class AbortingProducer:
     def __init__(self) -> None:
-        self.resets: list[bool] = []
+        self.aborts = 0
 
-    def reset(self, fenced: bool) -> None:
-        self.resets.append(fenced)
+    def abort(self) -> None:
+        self.aborts += 1
 
 
-def _handler(tasks: FakeTasks, commit, changes: list[bool]) -> tuple[RebalanceHandler, ResettingProducer]:
-    producer = ResettingProducer()
+def _handler(tasks: FakeTasks, commit, changes: list[bool]) -> tuple[RebalanceHandler, AbortingProducer]:
+    producer = AbortingProducer()
     handler = RebalanceHandler(tasks, producer, commit, changes.append, threading.RLock(), incremental=False)  # type: ignore[arg-type]
     return handler, producer
 
@@ -296,7 +292,7 @@ def test_revocation_commits_then_closes_clean():
     consumer = FakeConsumer()
     handler.on_assign(consumer, [TopicPartition("t", 0)])  # type: ignore[arg-type]
     handler.on_revoke(consumer, [TopicPartition("t", 0)])  # type: ignore[arg-type]
-    assert commits == [1] and tasks.closed == [(TaskId(0, 0), True)] and producer.resets == []
+    assert commits == [1] and tasks.closed == [(TaskId(0, 0), True)] and producer.aborts == 0
     assert not handler.in_group and handler.assigned == []
 
 
@@ -310,7 +306,7 @@ def test_a_failed_commit_on_revocation_hands_the_tasks_over_dirty_without_failin
     consumer = FakeConsumer()
     handler.on_assign(consumer, [TopicPartition("t", 0)])  # type: ignore[arg-type]
     handler.on_revoke(consumer, [TopicPartition("t", 0)])  # type: ignore[arg-type]
-    assert tasks.closed == [(TaskId(0, 0), False)] and producer.resets == [True]
+    assert tasks.closed == [(TaskId(0, 0), False)] and producer.aborts == 1
     handler.raise_error()  # nothing kept for the thread
 
 
@@ -338,7 +334,7 @@ def test_a_dirty_member_never_commits_on_revocation_and_lost_partitions_are_clos
     handler.dirty = False
     handler.on_assign(consumer, [TopicPartition("t", 1)])  # type: ignore[arg-type]
     handler.on_lost(consumer, [TopicPartition("t", 1)])  # type: ignore[arg-type]
-    assert commits == [] and producer.resets == [True]
+    assert commits == [] and producer.aborts == 1
     assert tasks.closed == [(TaskId(0, 0), False), (TaskId(0, 1), False)]
 
 

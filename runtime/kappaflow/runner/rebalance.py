@@ -135,17 +135,9 @@ class RebalanceHandler:
         self._on_change(False)
 
     def _abort(self) -> None:
-        """Drop the open transaction of the lost tasks. Under exactly_once_v2 the producer is replaced,
-        as Kafka Streams re-initializes its thread producer when tasks are lost: the new producer's
-        init_transactions makes the coordinator end whatever the old epoch left open. An abort alone
-        trusts the client's view of the transaction, and after a broker restart a transaction of an
-        instance that lost its partitions was seen left open (its records below every read_committed
-        consumer's reach and its offsets pending, which stalled the whole group)."""
-        if not self._producer.exactly_once:
-            return
         try:
-            self._producer.reset(fenced=True)
-        except StreamsError as exc:  # the broker stayed unreachable: the next transaction call fails
+            self._producer.abort()
+        except StreamsError as exc:  # fenced: the next transaction call replaces the producer
             log.warning("%s", exc)
 
     def _close(self, partitions: set[tuple[str, int]], clean: bool) -> None:
