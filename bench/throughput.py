@@ -43,6 +43,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -242,21 +243,31 @@ def kappaflow_run(bootstrap: str, source: str, sink: str, lines: int, words: int
     app = KafkaStreams(wordcount_topology(source, sink), config)
     app.start()
     try:
-        started = 0.0
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline:
-            done = app.metrics.counter("records-processed-total")
-            if done and not started:
-                started = time.perf_counter()
-            if done >= expected:
-                break
-            if app.state is State.ERROR:
-                raise RuntimeError(f"kappaflow failed: {app.error}")
-            time.sleep(0.02)
-        elapsed = time.perf_counter() - started
+        elapsed = wait_processed(app, expected)
     finally:
         app.close(60)
     return lines / elapsed
+
+
+def wait_processed(
+    app: KafkaStreams, expected: int, timeout_s: float = 600.0, on_first: Callable[[], None] | None = None
+) -> float:
+    """Seconds from the first record `app` processed to the `expected`-th, on its own processed-records
+    counter; `on_first()` runs when the first record is seen (a caller's own start readings)."""
+    started = 0.0
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        done = app.metrics.counter("records-processed-total")
+        if done and not started:
+            started = time.perf_counter()
+            if on_first is not None:
+                on_first()
+        if done >= expected:
+            break
+        if app.state is State.ERROR:
+            raise RuntimeError(f"kappaflow failed: {app.error}")
+        time.sleep(0.02)
+    return time.perf_counter() - started
 
 
 RUNS = {

@@ -26,7 +26,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,11 +35,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.local_broker import bench_broker  # noqa: E402
-from bench.throughput import create_topic, fill  # noqa: E402
+from bench.throughput import create_topic, fill, wait_processed  # noqa: E402
 from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]  # noqa: E402
 from tests.kafka.streams_support import wordcount_topology  # noqa: E402
 
-from kappaflow.runner import KafkaStreams, State  # noqa: E402
+from kappaflow.runner import KafkaStreams  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -96,20 +95,12 @@ def run(args: argparse.Namespace, bootstrap: str, source: str, threads: int, bro
         return [t.pid for t in app.local_threads_metadata()]
 
     try:
-        started = 0.0
-        before: tuple[float, float, float] = (0.0, 0.0, 0.0)
-        deadline = time.monotonic() + 900
-        while time.monotonic() < deadline:
-            done = app.metrics.counter("records-processed-total")
-            if done and not started:
-                started = time.perf_counter()
-                before = (cpu_seconds(broker_pid), sum(map(cpu_seconds, pids())), idle_seconds())
-            if done >= expected:
-                break
-            if app.state is State.ERROR:
-                raise RuntimeError(f"kappaflow failed: {app.error}")
-            time.sleep(0.02)
-        elapsed = time.perf_counter() - started
+        before: list[float] = [0.0, 0.0, 0.0]
+
+        def read_before() -> None:
+            before[:] = [cpu_seconds(broker_pid), sum(map(cpu_seconds, pids())), idle_seconds()]
+
+        elapsed = wait_processed(app, expected, 900.0, read_before)
         after = (cpu_seconds(broker_pid), sum(map(cpu_seconds, pids())), idle_seconds())
     finally:
         app.close(60)
