@@ -1,18 +1,21 @@
 """Recovery from client failures on the real broker: a fenced producer (whichever call sees it first), a
-static member fenced by another consumer with its group.instance.id, a broker unreachable at start-up."""
+commit whose reply is lost after the broker took it, a static member fenced by another consumer with its
+group.instance.id, a broker unreachable at start-up."""
 
 from __future__ import annotations
 
+import functools
 import socket
 import threading
 import uuid
+from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
 from kappaflow.api.errors import ProducerFencedError
 from kappaflow.clients.admin import InternalTopicManager
-from kappaflow.runner import KafkaStreams, State
+from kappaflow.runner import KafkaStreams, State, assembly
 from kappaflow.runner.producer import StreamsProducer
 from tests.kafka.streams_support import (
     assert_exact_counts,
@@ -54,6 +57,62 @@ def test_a_producer_fenced_while_producing_is_replaced_and_its_records_never_see
     ]
     assert values == [b"committed"]
     producer.close()
+
+
+LOSE_NEXT_COMMIT_REPLY = threading.Event()
+
+
+class LostCommitReplyProducer(Producer):  # type: ignore[misc]
+    """A real transactional producer whose commit, once `LOSE_NEXT_COMMIT_REPLY` is set, completes on the
+    broker and then reports a timeout: the commit's reply lost, its outcome unknown to the caller."""
+
+    def commit_transaction(self, *args: Any) -> None:
+        super().commit_transaction(*args)
+        if LOSE_NEXT_COMMIT_REPLY.is_set():
+            LOSE_NEXT_COMMIT_REPLY.clear()
+            raise KafkaException(
+                KafkaError(KafkaError._TIMED_OUT, "injected: the commit's reply was lost", retriable=True)
+            )
+
+
+def test_a_commit_whose_reply_was_lost_is_not_redone(kafka_bootstrap, kafka_topics, tmp_path, monkeypatch):
+    """The thread cannot tell a lost commit reply from a failed commit: it drops its work and replaces the
+    producer. It must then resume where the broker says the group committed, not where it last saw a
+    commit succeed, or the committed batch is processed again and counted twice."""
+    source = kafka_topics("lost-reply-in", partitions=2)
+    sink = kafka_topics("lost-reply-out", partitions=2)
+    monkeypatch.setattr(
+        assembly, "StreamsProducer", functools.partial(StreamsProducer, factory=LostCommitReplyProducer)
+    )
+    config = fast_config(
+        kafka_bootstrap,
+        f"lost-reply-{uuid.uuid4().hex[:8]}",
+        str(tmp_path),
+        **{"processing.guarantee": "exactly_once_v2", "statestore.cache.max.bytes": 0},
+    )
+    first = [f"a{i % 7} b{i % 3}" for i in range(100)]
+    second = [f"a{i % 5} c{i % 4}" for i in range(100)]
+    app = KafkaStreams(wordcount_topology(source, sink), config)
+    app.start()
+    try:
+        wait_running(app)
+        produce_lines(kafka_bootstrap, source, first)
+        wait_for(
+            lambda: len(read_topic(kafka_bootstrap, sink, timeout=2, committed_only=True)) >= 200, 60, "first"
+        )
+        LOSE_NEXT_COMMIT_REPLY.set()
+        produce_lines(kafka_bootstrap, source, second)
+        wait_for(lambda: not LOSE_NEXT_COMMIT_REPLY.is_set(), 30, "a commit with its reply lost")
+        wait_for(
+            lambda: len(read_topic(kafka_bootstrap, sink, timeout=2, committed_only=True)) >= 400,
+            60,
+            "second",
+        )
+        assert app.metrics.counter("transaction-aborts-total") >= 1  # the work was dropped, then resumed
+    finally:
+        LOSE_NEXT_COMMIT_REPLY.clear()
+        app.close(30)
+    assert_exact_counts(kafka_bootstrap, sink, first + second)
 
 
 def test_a_static_member_fenced_by_its_namesake_rejoins_and_counts_stay_exact(

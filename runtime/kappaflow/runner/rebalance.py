@@ -169,15 +169,22 @@ class RebalanceHandler:
         self, consumer: Consumer, resume: dict[tuple[str, int], int], api_timeout_s: float
     ) -> None:
         """After `close_all_dirty`: reopen the owned partitions' tasks (restoring what their stores lack)
-        and seek their input back to `resume`; a partition missing there (no record reached a task
-        since it was assigned) resumes at the group's committed offset."""
-        unknown = [TopicPartition(t, p) for t, p in self.assigned if (t, p) not in resume]
-        if unknown:
-            what = "reading the committed offsets"
+        and seek their input to the group's committed offsets, read back from the broker.
+
+        The broker, not this thread, owns what was committed: a commit whose reply was lost (timed out
+        after the broker took it) may have committed, and the replaced producer's init_transactions
+        finishes it. Resuming from the thread's own last commit would then redo committed work and count
+        it twice. Under read_committed the fetch waits for pending transactional offsets to settle.
+        `resume` (the thread's own record) is used only for partitions the group has never committed."""
+        assigned = [TopicPartition(t, p) for t, p in self.assigned]
+        if assigned:
             committed = retry_unreachable(
-                what, lambda: consumer.committed(unknown, timeout=10), api_timeout_s
+                "reading the committed offsets",
+                lambda: consumer.committed(assigned, timeout=10),
+                api_timeout_s,
             )
-            resume = {**resume, **{(tp.topic, tp.partition): tp.offset for tp in committed}}
+            broker = {(tp.topic, tp.partition): tp.offset for tp in committed if tp.offset >= 0}
+            resume = {**resume, **broker}
         for (topic, partition), offset in resume.items():
             if (topic, partition) in self.partition_tasks:
                 start = offset if offset >= 0 else OFFSET_BEGINNING
