@@ -320,7 +320,9 @@ def run_chaos(
     started = time.monotonic()
     next_kill = started + rng.uniform(*kill_every)
     try:
-        while time.monotonic() - started < duration_s:
+        # Until every broker restart planned has happened too: a slow restart (a loaded machine) can
+        # push the next one past `duration_s`.
+        while time.monotonic() - started < duration_s or broker_at:
             time.sleep(0.2)
             if broker_at and time.monotonic() - started >= broker_at[0]:
                 broker_at.pop(0)
