@@ -11,9 +11,9 @@ import uuid
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from kappaflow.api.errors import ProducerFencedError
+from kappaflow.api.errors import ProducerFencedError, TransactionAbortedError
 from kappaflow.clients.admin import InternalTopicManager
 from kappaflow.runner import KafkaStreams, State, assembly
 from kappaflow.runner.producer import StreamsProducer
@@ -57,6 +57,61 @@ def test_a_producer_fenced_while_producing_is_replaced_and_its_records_never_see
     ]
     assert values == [b"committed"]
     producer.close()
+
+
+class OffsetsReplyLostProducer(Producer):  # type: ignore[misc]
+    """A real transactional producer whose send_offsets_to_transaction reaches the broker and then reports
+    a timeout, as when librdkafka gives up waiting while its TxnOffsetCommit is still under way."""
+
+    def send_offsets_to_transaction(self, *args: Any) -> None:
+        super().send_offsets_to_transaction(*args)
+        raise KafkaException(
+            KafkaError(KafkaError._TIMED_OUT, "injected: adding the offsets timed out", retriable=True)
+        )
+
+
+def test_a_transaction_whose_offsets_call_failed_is_aborted_under_a_new_epoch(kafka_bootstrap, kafka_topics):
+    """An EndTxn abort after a failed offsets call can leave a hanging transaction (a late TxnOffsetCommit
+    after the abort's markers blocks every read_committed offset fetch of the group): such a transaction is
+    aborted by re-initializing the producer. One whose calls all succeeded is aborted with an EndTxn."""
+    topic = kafka_topics("offsets-failed-out")
+    group = f"offsets-failed-{uuid.uuid4().hex[:8]}"
+    settings = {"bootstrap.servers": kafka_bootstrap, "transactional.id": group, "linger.ms": 5}
+    admin = InternalTopicManager({"bootstrap.servers": kafka_bootstrap})
+    producer = StreamsProducer(
+        settings, True, admin, None, api_timeout_s=30, factory=OffsetsReplyLostProducer
+    )
+    consumer = Consumer(
+        {"bootstrap.servers": kafka_bootstrap, "group.id": group, "isolation.level": "read_committed"}
+    )
+    try:
+        producer.begin()
+        producer.collector.send(topic, b"k", b"aborted-by-endtxn", None, -1, None)
+        producer.flush()
+        healthy = producer.collector.producer
+        producer.abort()
+        assert producer.collector.producer is healthy  # every call succeeded: a plain EndTxn
+
+        producer.begin()
+        producer.collector.send(topic, b"k", b"aborted-by-new-epoch", None, -1, None)
+        with pytest.raises(TransactionAbortedError, match="adding the offsets timed out"):
+            producer.commit([TopicPartition(topic, 0, 5)], consumer.consumer_group_metadata())
+        producer.abort()
+        assert producer.collector.producer is not healthy  # re-initialized: the coordinator aborted it
+        # the group's offsets are settled (the fetch waits for pending ones) and not the aborted ones
+        [committed] = consumer.committed([TopicPartition(topic, 0)], timeout=10)
+        assert committed.offset < 0
+
+        producer.begin()
+        producer.collector.send(topic, b"k", b"committed", None, -1, None)
+        producer.commit([], None)
+        values = [
+            m.value() for m in read_topic(kafka_bootstrap, topic, expected=1, timeout=10, committed_only=True)
+        ]
+        assert values == [b"committed"]
+    finally:
+        consumer.close()
+        producer.close()
 
 
 LOSE_NEXT_COMMIT_REPLY = threading.Event()

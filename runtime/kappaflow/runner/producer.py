@@ -8,6 +8,13 @@ one). Every failure leaves as a typed error the stream thread acts on:
 
 - ProducerFencedError: the producer is done for; `replace()` it and redo the work since the last commit.
 - TransactionAbortedError: the transaction cannot commit; `abort()` it and redo the work.
+
+An abort is an EndTxn only while every call of the transaction has succeeded. Once adding the offsets or
+committing has failed or timed out, librdkafka may still hold that call's requests and retry them: a
+TxnOffsetCommit landing after the abort's markers leaves offsets pending that no marker ever settles (a
+hanging transaction), and every read_committed offset fetch of the group then waits on it for good. Such
+a transaction is ended by re-initializing the producer instead: the coordinator aborts it under a bumped
+epoch, which the partitions' leaders then hold against any late request of the old one.
 - ProductionError (at_least_once): a record was not delivered and the production handler said fail.
 """
 
@@ -51,6 +58,8 @@ class StreamsProducer:
         self._api_timeout_s = api_timeout_s
         self._factory = factory
         self._in_transaction = False
+        # a call of the open transaction failed or timed out: abort by re-initializing (module docstring)
+        self._call_failed = False
         producer, changelog_producer = self._create()
         self.collector = KafkaRecordCollector(
             producer,
@@ -93,11 +102,13 @@ class StreamsProducer:
         """Open a transaction unless one is open (exactly_once_v2 only; a no-op otherwise)."""
         if not self.exactly_once or self._in_transaction:
             return
+        self._in_transaction = True
         try:
             self.collector.producer.begin_transaction()
         except (KafkaException, SystemError) as exc:
+            # a producer that cannot begin is in no state to abort with an EndTxn: the reset replaces it
+            self._call_failed = True
             raise self._typed(exc, "beginning a transaction") from exc
-        self._in_transaction = True
 
     def flush(self) -> None:
         """Wait until every record sent is acknowledged (or raise why one was not)."""
@@ -129,6 +140,7 @@ class StreamsProducer:
                 )
             self._bounded("committing the transaction", lambda: producer.commit_transaction(timeout))
         except (KafkaException, SystemError) as exc:
+            self._call_failed = True
             raise self._typed(exc, "committing the transaction") from exc
         self._in_transaction = False
 
@@ -156,34 +168,38 @@ class StreamsProducer:
             raise outcome[0]
 
     def abort(self) -> None:
-        """Abort the open transaction, if any; ProducerFencedError when the producer cannot."""
+        """Abort the open transaction, if any: an EndTxn while every call of the transaction succeeded,
+        else (or when the EndTxn fails) a new producer, whose init_transactions aborts it (module
+        docstring)."""
+        if self._call_failed:
+            log.warning("a call of the transaction failed: aborting it by re-initializing the producer")
+            self.replace()
+            return
         if not self._in_transaction:
             return
         self._in_transaction = False
         producer, timeout = self.collector.producer, self._api_timeout_s
         try:
             self._bounded("aborting the transaction", lambda: producer.abort_transaction(timeout))
-        except (KafkaException, SystemError) as exc:
-            raise ProducerFencedError(f"aborting the transaction: {exc}") from exc
+        except (KafkaException, SystemError, ProducerFencedError) as exc:
+            log.warning("aborting the transaction: %s", exc)
+            self.replace()
 
     def reset(self, fenced: bool) -> None:
         """Drop the work since the last commit: abort the transaction, or replace the producer when it
-        was `fenced` or cannot abort."""
-        try:
-            if not fenced:
-                self.abort()
-                return
-        except ProducerFencedError as exc:
-            log.warning("%s", exc)
-        self.replace()
+        was `fenced`."""
+        if fenced:
+            self.replace()
+        else:
+            self.abort()
 
     def replace(self) -> None:
         """A new producer in place of a fenced or failed one (same settings, so the same transactional
         id: its init_transactions fences the old epoch). Records the old one still held are dropped."""
         log.warning("replacing the producer")
-        self._in_transaction = False
         old = self.collector.producers()
         self.collector.use_producers(*self._create())
+        self._in_transaction = self._call_failed = False  # only now: a failed replacement is tried again
         for producer in old:
             with contextlib.suppress(KafkaException, SystemError, RuntimeError):
                 producer.purge()  # a fatally failed producer may refuse even this; dropped either way

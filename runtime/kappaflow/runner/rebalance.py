@@ -137,8 +137,10 @@ class RebalanceHandler:
     def _abort(self) -> None:
         try:
             self._producer.abort()
-        except StreamsError as exc:  # fenced: the next transaction call replaces the producer
-            log.warning("%s", exc)
+        except (StreamsError, KafkaException) as exc:
+            # no producer could replace the failed one (broker unreachable): the transaction stays marked
+            # failed, so the stream thread's reset tries the replacement again
+            log.warning("aborting the transaction: %s", exc)
 
     def _close(self, partitions: set[tuple[str, int]], clean: bool) -> None:
         """Close the tasks owning `partitions` and forget those partitions."""
