@@ -443,21 +443,22 @@ class LocalKafkaBroker:
             f"{self.server_log}:\n{_tail(self.server_log)}"
         )
 
-    def stop(self, timeout: float = 30.0) -> None:
-        """SIGTERM (a clean controlled shutdown), wait, then SIGKILL if it will not go."""
+    def stop(self, timeout: float = 30.0, *, graceful: bool = True) -> None:
+        """SIGTERM (a clean controlled shutdown), wait, then SIGKILL if it will not go; not `graceful`:
+        SIGKILL at once, a crash."""
         pid = self.pid
         if pid is None:
             return
         if self._proc is not None:
             if self._proc.poll() is None:
-                self._proc.send_signal(signal.SIGTERM)
+                self._proc.send_signal(signal.SIGTERM if graceful else signal.SIGKILL)
                 try:
                     self._proc.wait(timeout)
                 except subprocess.TimeoutExpired:
                     self._proc.kill()
                     self._proc.wait()
         else:
-            _terminate_pid(pid, timeout)
+            _terminate_pid(pid, timeout if graceful else 0.0)
         self._proc = None
         self.pid = None
         with contextlib.suppress(FileNotFoundError):

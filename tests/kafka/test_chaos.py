@@ -61,8 +61,9 @@ def test_kill_loop_at_least_once_loses_nothing(kafka_bootstrap, tmp_path):
 @pytest.mark.kafka
 @pytest.mark.timeout(400)
 def test_broker_restarts_with_kills_exactly_once(tmp_path):
-    """A broker of its own, stopped and restarted twice while instances are killed (static members: the
-    case where librdkafka reports `Static consumer fenced` after the restart)."""
+    """A broker of its own, crashed and restarted twice while instances are killed (static members: the
+    case where librdkafka reports `Static consumer fenced` after the restart). Why a crash and not a
+    controlled shutdown: run_chaos."""
     broker = LocalKafkaBroker(free_port(), tmp_path / "broker", controller_port=free_port())
     broker.start()
     try:
