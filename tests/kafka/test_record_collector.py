@@ -1,9 +1,10 @@
 """The record collector against the real broker: which delivery reports it keeps, and that none is lost.
 
 Changelog records report their acknowledged offsets (a commit checkpoints them). Every other record
-(sinks, repartition topics) reports only a failure: at at_least_once through a producer of its own. A
-rejected record must surface either way: on flush, to the production handler, or under exactly_once_v2 as
-a commit that fails and leaves nothing of the transaction visible.
+(sinks, repartition topics) reports only a failure at at_least_once, through a producer of its own, and
+nothing under exactly_once_v2, where the transaction's commit reports it. A rejected record must surface
+either way: on flush, to the production handler, or as a commit that fails and leaves nothing of the
+transaction visible.
 """
 
 from __future__ import annotations

@@ -65,6 +65,7 @@ class StreamsProducer:
             producer,
             metadata_source,
             None if exactly_once else production_handler,
+            transactional=exactly_once,
             changelog_producer=changelog_producer,
         )
 
