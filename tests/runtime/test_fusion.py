@@ -119,8 +119,8 @@ def test_wordcount_is_identical_fused_and_not() -> None:
         wordcount_topology(), lines([*WORDS[:50], "", None, *WORDS[50:]]), False, "counts"
     )
     assert generic_nodes == 0
-    # flat_map_values, select_key, the repartition filter and sink; the count and the output sink
-    assert fused_nodes == 6
+    # flat_map_values, select_key, the repartition filter and sink; the count, to_stream and the output sink
+    assert fused_nodes == 7
     assert fused == generic
     assert fused["cache"][2] > 0, "the cache must have evicted: the flush order is part of the comparison"
     assert any(t == "wordcount-output" for t, *_ in fused["sent"])

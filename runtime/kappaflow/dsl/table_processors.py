@@ -199,6 +199,19 @@ class KTableToStreamProcessor:
             route.handle(out)
             context.current_node = route.node
 
+    def fuse(self, downstream: Stage, node: str) -> Stage:
+        context = self.context
+
+        def stage(key: Any, change: Any, timestamp: int, headers: Headers) -> None:
+            try:
+                value = change.new_value
+            except BaseException:
+                mark_failed(context, node)
+                raise
+            downstream(key, value, timestamp, headers)
+
+        return stage
+
     def close(self) -> None:
         return None
 
