@@ -8,6 +8,7 @@ interactive query reads through the cache must be identical, and the fused run m
 
 from __future__ import annotations
 
+import random
 import re
 import tempfile
 from collections import deque
@@ -23,6 +24,7 @@ from kappaflow.api.errors import ProcessingError, SerializationError
 from kappaflow.api.metrics import Metrics
 from kappaflow.api.processor import TaskId
 from kappaflow.api.record import Headers, Record
+from kappaflow.state.api import RecordContext
 from kappaflow.state.cache import ThreadCache
 from kappaflow.tasks.task import RawRecord, StreamTask
 from kappaflow.testing import TopologyTestDriver
@@ -224,3 +226,47 @@ def test_errors_name_the_node_they_came_from(fused: bool, topic: str, value: str
         assert re.fullmatch(node, error.value.node)
         if topic == "in2":
             assert isinstance(error.value.__cause__, SerializationError)
+
+
+def test_bound_cache_get_and_put_are_get_and_put() -> None:
+    """ThreadCache.bind (the fused aggregation's cache calls) against get/put, op for op, evicting."""
+    rng = random.Random(3)
+    caches = [ThreadCache(2500), ThreadCache(2500)]
+    flushed: list[list[Any]] = [[], []]
+    for i, cache in enumerate(caches):
+        cache.add_dirty_entry_flush_listener(
+            "t-s", lambda batch, i=i: flushed[i].append([(k, e.value) for k, e in batch])
+        )
+        cache.put("t-other", b"x", b"y", True, RecordContext(0, "t", 0, 0, Headers()))  # another namespace
+    get, put_dirty = caches[1].bind("t-s")
+    for step in range(600):
+        key = f"k{rng.randrange(12)}".encode()
+        context = RecordContext(step, "topic" * rng.randrange(3), 0, step, Headers())
+        if rng.random() < 0.4:
+            first, second = caches[0].get("t-s", key), get(key)
+            assert (first and first.value) == (second and second.value)
+        else:
+            value = None if rng.random() < 0.1 else bytes(rng.randrange(40))
+            caches[0].put("t-s", key, value, True, context, step)
+            put_dirty(key, value, context, step)
+        if step % 97 == 0:
+            for cache in caches:
+                cache.flush("t-s")
+
+    def state(cache: ThreadCache) -> Any:
+        named = cache.named("t-s")
+        entries = [
+            (k, e.value, e.dirty, e.size, e.decoded, e.context.offset) for k, e in named.entries.items()
+        ]
+        return (
+            entries,
+            list(named.dirty),
+            named.size,
+            cache.size_bytes,
+            cache.hits,
+            cache.misses,
+            cache.evictions,
+        )
+
+    assert state(caches[0]) == state(caches[1])
+    assert flushed[0] == flushed[1] and caches[0].evictions > 10
