@@ -95,7 +95,7 @@ def sink_stage(sink: SinkNode, context: FailureContext) -> Stage | None:
     key_utf8, value_utf8 = sink.key_utf8, sink.value_utf8
     key_serializer, value_serializer = sink.key_serializer, sink.value_serializer
     partitioner = sink.partitioner
-    partition_count = sink.context.collector.partition_count
+    sink_context = sink.context  # its collector asked per record, as SinkNode._partition does
 
     def write(key: Any, value: Any, timestamp: int, headers: Headers) -> None:
         try:
@@ -112,7 +112,7 @@ def sink_stage(sink: SinkNode, context: FailureContext) -> Stage | None:
             if partitioner is None:
                 send(topic, raw_key, raw_value, headers, timestamp, None)
             else:
-                count = partition_count(topic)
+                count = sink_context.collector.partition_count(topic)
                 partition = partitioner(topic, key, value, count) if count else None
                 send(topic, raw_key, raw_value, headers, timestamp, partition)
         except BaseException:
