@@ -270,3 +270,22 @@ def test_bound_cache_get_and_put_are_get_and_put() -> None:
 
     assert state(caches[0]) == state(caches[1])
     assert flushed[0] == flushed[1] and caches[0].evictions > 10
+
+
+def test_only_builtin_processors_compiling_their_own_process_are_fused() -> None:
+    from kappaflow.dsl.stream_processors import FilterProcessor
+    from kappaflow.tasks.fusion import fusable
+
+    class Audited(FilterProcessor):  # a user subclass changing process(): its parent's stage would be wrong
+        def process(self, record: Record[Any, Any]) -> None:
+            super().process(record)
+
+    class OwnFuse:  # a user processor that happens to have a method named fuse
+        def process(self, record: Record[Any, Any]) -> None: ...
+
+        def fuse(self, downstream: Any, node: str) -> Any:
+            raise AssertionError("a user processor's fuse() must never be called")
+
+    assert fusable(FilterProcessor(bool, False))
+    assert not fusable(Audited(bool, False))
+    assert not fusable(OwnFuse())

@@ -14,7 +14,7 @@ from kappaflow.api.errors import StreamsError
 from kappaflow.api.processor import Processor, ProcessorContext
 from kappaflow.api.record import Headers, Record
 from kappaflow.tasks.context import DirectRoute
-from kappaflow.tasks.fusion import Stage, mark_failed
+from kappaflow.tasks.fusion import Fusable, Stage, mark_failed
 
 AnyRecord = Record[Any, Any]
 
@@ -37,7 +37,7 @@ class _Base:
         return None
 
 
-class FilterProcessor(_Base):
+class FilterProcessor(_Base, Fusable):
     def __init__(self, predicate: Callable[[Any, Any], bool], negate: bool) -> None:
         self.predicate = predicate
         self.negate = negate
@@ -74,7 +74,7 @@ def _pair(result: Any, op: str) -> tuple[Any, Any]:
     return result
 
 
-class MapProcessor(_Base):
+class MapProcessor(_Base, Fusable):
     def __init__(self, mapper: Callable[[Any, Any], tuple[Any, Any]]) -> None:
         self.mapper = mapper
 
@@ -96,7 +96,7 @@ class MapProcessor(_Base):
         return stage
 
 
-class MapValuesProcessor(_Base):
+class MapValuesProcessor(_Base, Fusable):
     def __init__(self, mapper: Callable[..., Any], with_key: bool) -> None:
         self.mapper = mapper
         self.with_key = with_key
@@ -127,7 +127,7 @@ class MapValuesProcessor(_Base):
         return stage
 
 
-class FlatMapProcessor(_Base):
+class FlatMapProcessor(_Base, Fusable):
     def __init__(self, mapper: Callable[[Any, Any], Iterable[tuple[Any, Any]]]) -> None:
         self.mapper = mapper
 
@@ -151,7 +151,7 @@ class FlatMapProcessor(_Base):
         return stage
 
 
-class FlatMapValuesProcessor(_Base):
+class FlatMapValuesProcessor(_Base, Fusable):
     def __init__(self, mapper: Callable[..., Iterable[Any]], with_key: bool) -> None:
         self.mapper = mapper
         self.with_key = with_key
@@ -190,7 +190,7 @@ class FlatMapValuesProcessor(_Base):
         return stage
 
 
-class SelectKeyProcessor(_Base):
+class SelectKeyProcessor(_Base, Fusable):
     def __init__(self, selector: Callable[[Any, Any], Any]) -> None:
         self.selector = selector
 
@@ -219,7 +219,7 @@ class SelectKeyProcessor(_Base):
         return stage
 
 
-class PeekProcessor(_Base):
+class PeekProcessor(_Base, Fusable):
     def __init__(self, action: Callable[[Any, Any], None], forward: bool) -> None:
         self.action = action
         self.forwards = forward
@@ -263,7 +263,7 @@ class BranchProcessor(_Base):
             self.context.forward(record, self.default)
 
 
-class PassThroughProcessor(_Base):
+class PassThroughProcessor(_Base, Fusable):
     def process(self, record: AnyRecord) -> None:
         self.context.forward(record)
 
@@ -271,7 +271,7 @@ class PassThroughProcessor(_Base):
         return downstream
 
 
-class NullKeyFilter(_Base):
+class NullKeyFilter(_Base, Fusable):
     """Before a repartition topic: records with a null key cannot be partitioned, so Kafka Streams
     drops them (counted in dropped-records)."""
 

@@ -19,7 +19,7 @@ from kappaflow.dsl.change import Change
 from kappaflow.dsl.stream_processors import direct_route, drop_record
 from kappaflow.state.api import RecordContext
 from kappaflow.state.timestamped import ValueAndTimestamp
-from kappaflow.tasks.fusion import Stage, mark_failed
+from kappaflow.tasks.fusion import Fusable, Stage, mark_failed
 
 log = logging.getLogger(__name__)
 AnyRecord = Record[Any, Any]
@@ -178,7 +178,7 @@ class KTableMapValuesProcessor(_Stateful):
         self._emit(record, new, old, record.timestamp)
 
 
-class KTableToStreamProcessor:
+class KTableToStreamProcessor(Fusable):
     context: ProcessorContext
 
     def __init__(self, mapper: Callable[[Any, Any], Any] | None = None) -> None:
@@ -275,7 +275,7 @@ def count_initial() -> int:
     return 0
 
 
-class KStreamAggregateProcessor(_Stateful):
+class KStreamAggregateProcessor(_Stateful, Fusable):
     """Aggregates a stream per key: `aggregator(key, value, aggregate)`, starting from `initializer()`.
     With `reducer` instead, the first value is the aggregate (KGroupedStream.reduce)."""
 

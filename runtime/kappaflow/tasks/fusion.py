@@ -16,9 +16,10 @@ What must not change is kept by the stages themselves:
 - every fused node keeps a `handle` (a `Record` adapter over its stage), so a generic parent (a table
   flush, a branch, a merge) reaches the same code.
 
-A processor takes part by offering `fuse(downstream, node_name) -> Stage | None` (None: not in this
-configuration, e.g. an aggregation whose store has no cache). `kappaflow.fusion.enabled=false` turns it
-all off, which the tests use to compare both paths.
+A built-in processor takes part by being `Fusable` and defining `fuse(downstream, node_name) -> Stage |
+None` next to its `process` (None: not in this configuration, e.g. an aggregation whose store has no
+cache); a subclass that overrides `process` without its own `fuse` stays generic.
+`kappaflow.fusion.enabled=false` turns it all off, which the tests use to compare both paths.
 """
 
 from __future__ import annotations
@@ -37,6 +38,22 @@ Stage = Callable[[Any, Any, int, Headers], None]
 class FailureContext(Protocol):
     failed_node: str | None
     current_node: ProcessorNode | None
+
+
+class Fusable:
+    """A built-in processor that can compile itself into a stage (see the module's docstring)."""
+
+    __slots__ = ()
+
+    def fuse(self, downstream: Stage, node: str) -> Stage | None:
+        """The stage doing what `process` does, calling `downstream` where it would forward."""
+        return None
+
+
+def fusable(processor: object) -> bool:
+    """Whether `processor.fuse` compiles exactly its `process`: both defined by its own class."""
+    own = vars(type(processor))
+    return isinstance(processor, Fusable) and "fuse" in own and "process" in own
 
 
 def mark_failed(context: Any, node: str) -> None:
@@ -142,11 +159,9 @@ def fuse_nodes(nodes: list[ProcessorNode], context: FailureContext) -> int:
         stage: Stage | None = None
         if isinstance(node, SinkNode):
             stage = sink_stage(node, context)
-        else:
-            fuse = getattr(node.processor, "fuse", None)
-            if fuse is not None:
-                downstream = fan_out([compile_node(c) or boundary(c, context) for c in node.children])
-                stage = fuse(downstream, node.name)
+        elif isinstance(node.processor, Fusable) and fusable(node.processor):
+            downstream = fan_out([compile_node(c) or boundary(c, context) for c in node.children])
+            stage = node.processor.fuse(downstream, node.name)
         stages[id(node)] = stage
         return stage
 
