@@ -328,6 +328,8 @@ class KStreamAggregateProcessor(_Stateful, Fusable):
         read, write = pair
         context, label = self.context, self.label
         initializer, aggregator, reducer = self.initializer, self.aggregator, self.reducer
+        # count(): its own initializer and adder, computed inline (0 + 1, then aggregate + 1)
+        counting = reducer is None and aggregator is count_add and initializer is count_initial
 
         def stage(key: Any, value: Any, timestamp: int, headers: Headers) -> None:
             try:
@@ -337,12 +339,18 @@ class KStreamAggregateProcessor(_Stateful, Fusable):
                     return
                 raw_key, previous = read(key)
                 if previous is None:
-                    new = value if reducer is not None else aggregator(key, value, initializer())  # type: ignore[misc]
+                    if counting:
+                        new = 1
+                    else:
+                        new = value if reducer is not None else aggregator(key, value, initializer())  # type: ignore[misc]
                 else:
                     if previous.timestamp > timestamp:
                         timestamp = previous.timestamp
                     old = previous.value
-                    new = reducer(old, value) if reducer is not None else aggregator(key, value, old)  # type: ignore[misc]
+                    if counting:
+                        new = old + 1
+                    else:
+                        new = reducer(old, value) if reducer is not None else aggregator(key, value, old)  # type: ignore[misc]
                 write(raw_key, None if new is None else ValueAndTimestamp(new, timestamp))
             except BaseException:
                 mark_failed(context, node)
