@@ -289,3 +289,37 @@ def test_only_builtin_processors_compiling_their_own_process_are_fused() -> None
     assert fusable(FilterProcessor(bool, False))
     assert not fusable(Audited(bool, False))
     assert not fusable(OwnFuse())
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_a_generic_node_between_stages_names_the_node_that_failed(fused: bool) -> None:
+    """A fused map_values hands over to a user subclass of a built-in processor (generic, forwarding
+    through its DirectRoute) whose child fails: the child is named, as forward() names it."""
+    from kappaflow.dsl.stream_processors import FilterProcessor
+
+    class Audited(FilterProcessor):
+        def process(self, record: Record[Any, Any]) -> None:
+            super().process(record)
+
+    def raiser(record: Record[Any, Any], context: Any) -> None:
+        if record.value == "BAD":
+            raise RuntimeError("refused")
+        context.forward(record)
+
+    builder = StreamsBuilder()
+    (
+        builder.stream("in", key_serde=S, value_serde=S)
+        .map_values(str.upper, name="upper")
+        .process(lambda: Audited(lambda k, v: True, False), name="audited")
+        .process(raiser, name="raiser")
+        .to("out", key_serde=S, value_serde=S)
+    )
+    with TopologyTestDriver(builder.build(), {"kappaflow.fusion.enabled": fused}) as driver:
+        fused_nodes = {n.name for task in driver._tasks.values() for n in task.nodes if n.fused is not None}
+        assert fused_nodes == ({"upper", "KSTREAM-SINK-0000000001"} if fused else set())
+        source = driver.create_input_topic("in", S, S)
+        source.pipe_input("k", "ok")
+        assert driver.create_output_topic("out", S, S).read_key_values_to_list() == [("k", "OK")]
+        with pytest.raises(ProcessingError, match="in node 'raiser': RuntimeError: refused") as error:
+            source.pipe_input("k", "bad")
+        assert error.value.node == "raiser"

@@ -85,7 +85,6 @@ def boundary(node: ProcessorNode, context: FailureContext) -> Stage:
     """The stage for a node the fusion does not compile: a `Record` to its `handle`, as `forward()`
     delivers it (the node current while it runs, the previous one restored, the node named on error)."""
     handle = node.handle
-    name = node.name
 
     def deliver(key: Any, value: Any, timestamp: int, headers: Headers) -> None:
         previous = context.current_node
@@ -93,8 +92,11 @@ def boundary(node: ProcessorNode, context: FailureContext) -> Stage:
         try:
             handle(Record(key, value, timestamp, headers))
         except BaseException:
-            if context.failed_node is None:
-                context.failed_node = name
+            # as forward(): the node left current names the error (a DirectRoute inside leaves the
+            # failing child current)
+            failed = context.current_node
+            if context.failed_node is None and failed is not None:
+                context.failed_node = failed.name
             context.current_node = previous
             raise
         context.current_node = previous
