@@ -47,7 +47,11 @@ class Collector:
 
 
 def run(
-    topology: Topology, inputs: list[tuple[str, RawRecord]], fused: bool, store: str
+    topology: Topology,
+    inputs: list[tuple[str, RawRecord]],
+    fused: bool,
+    store: str,
+    guarantee: str = "at_least_once",
 ) -> tuple[dict[str, Any], int]:
     """All sub-topologies, batch by batch (internal topics fed on), commits every 7 records."""
     state_dir = tempfile.mkdtemp(prefix="kappaflow-fusion-")
@@ -57,6 +61,7 @@ def run(
             "state.dir": state_dir,
             "kappaflow.fusion.enabled": fused,
             "processing.exception.handler": "log_and_continue",
+            "processing.guarantee": guarantee,  # exactly_once_v2: transactional stores under the cache
         }
     )
     collector, metrics, cache = Collector(), Metrics(), ThreadCache(4000)
@@ -114,12 +119,11 @@ def lines(values: list[str | None]) -> list[tuple[str, RawRecord]]:
 WORDS = [f"w{i % 23} w{i % 5} w{(i * 7) % 31}" for i in range(120)]
 
 
-def test_wordcount_is_identical_fused_and_not() -> None:
-    inputs = lines([*WORDS[:50], "", None, *WORDS[50:]])
-    fused, fused_nodes = run(wordcount_topology(), inputs, True, "counts")
-    generic, generic_nodes = run(
-        wordcount_topology(), lines([*WORDS[:50], "", None, *WORDS[50:]]), False, "counts"
-    )
+@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once_v2"])
+def test_wordcount_is_identical_fused_and_not(guarantee: str) -> None:
+    values = [*WORDS[:50], "", None, *WORDS[50:]]
+    fused, fused_nodes = run(wordcount_topology(), lines(values), True, "counts", guarantee)
+    generic, generic_nodes = run(wordcount_topology(), lines(values), False, "counts", guarantee)
     assert generic_nodes == 0
     # flat_map_values, select_key, the repartition filter and sink; the count, to_stream and the output sink
     assert fused_nodes == 7
