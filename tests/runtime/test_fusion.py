@@ -209,6 +209,14 @@ def failing_topology() -> Topology:
         .aggregate(lambda: 0, lambda k, v, agg: agg + int(v), Materialized.as_("agg").with_value_serde(L))
     )
     builder.stream("in2", key_serde=S, value_serde=S).map_values(int, name="to-int").to("out", value_serde=S)
+
+    def words(value: str) -> Any:  # a generator failing after its first value, while its child ran
+        yield value
+        raise ValueError("no second word")
+
+    builder.stream("in3", key_serde=S, value_serde=S).flat_map_values(words, name="gen").map_values(
+        str.upper, name="after"
+    ).to("out3", key_serde=S, value_serde=S)
     return builder.build()
 
 
@@ -219,6 +227,7 @@ def failing_topology() -> Topology:
         ("in", "bad", "boom"),  # a user mapper inside a chain
         ("in", "not-a-number", r"KSTREAM-AGGREGATE-\d+"),  # the aggregator, after a repartition
         ("in2", "12", r"KSTREAM-SINK-\d+"),  # a sink's serializer (an int for a String serde)
+        ("in3", "one", "gen"),  # a flat_map_values iterable failing between its children's calls
     ],
 )
 def test_errors_name_the_node_they_came_from(fused: bool, topic: str, value: str, node: str) -> None:
