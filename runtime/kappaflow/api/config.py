@@ -55,6 +55,9 @@ DEFAULTS: dict[str, Any] = {
     "metrics.port": 9464,
     "query.http.enabled": False,
     "kappaflow.internal.topics.create": True,
+    # compile chains of built-in processors into direct calls (kappaflow.tasks.fusion); false keeps every
+    # record on the generic node-by-node path, the same results slower
+    "kappaflow.fusion.enabled": True,
     "topology.optimization": "none",
     # Kafka Streams' internal throttles (StreamsConfig.InternalConfig): unmatched left/outer stream-stream
     # join results and emit-on-window-close results are looked for at most once per interval of wall-clock
@@ -128,7 +131,7 @@ _INT_KEYS = {
     "repartition.purge.interval.ms",
     "default.api.timeout.ms",
 }
-_BOOL_KEYS = {"query.http.enabled", "kappaflow.internal.topics.create"}
+_BOOL_KEYS = {"query.http.enabled", "kappaflow.internal.topics.create", "kappaflow.fusion.enabled"}
 ENV_PREFIX = "KAPPAFLOW_"
 
 

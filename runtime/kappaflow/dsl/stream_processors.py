@@ -12,8 +12,9 @@ from typing import Any
 
 from kappaflow.api.errors import StreamsError
 from kappaflow.api.processor import Processor, ProcessorContext
-from kappaflow.api.record import Record
+from kappaflow.api.record import Headers, Record
 from kappaflow.tasks.context import DirectRoute
+from kappaflow.tasks.fusion import Fusable, Stage, mark_failed
 
 AnyRecord = Record[Any, Any]
 
@@ -36,7 +37,7 @@ class _Base:
         return None
 
 
-class FilterProcessor(_Base):
+class FilterProcessor(_Base, Fusable):
     def __init__(self, predicate: Callable[[Any, Any], bool], negate: bool) -> None:
         self.predicate = predicate
         self.negate = negate
@@ -52,6 +53,20 @@ class FilterProcessor(_Base):
                 route.handle(record)
                 context.current_node = route.node
 
+    def fuse(self, downstream: Stage, node: str) -> Stage:
+        predicate, negate, context = self.predicate, self.negate, self.context
+
+        def stage(key: Any, value: Any, timestamp: int, headers: Headers) -> None:
+            try:
+                keep = bool(predicate(key, value)) != negate
+            except BaseException:
+                mark_failed(context, node)
+                raise
+            if keep:
+                downstream(key, value, timestamp, headers)
+
+        return stage
+
 
 def _pair(result: Any, op: str) -> tuple[Any, Any]:
     if not isinstance(result, tuple) or len(result) != 2:
@@ -59,7 +74,7 @@ def _pair(result: Any, op: str) -> tuple[Any, Any]:
     return result
 
 
-class MapProcessor(_Base):
+class MapProcessor(_Base, Fusable):
     def __init__(self, mapper: Callable[[Any, Any], tuple[Any, Any]]) -> None:
         self.mapper = mapper
 
@@ -67,8 +82,21 @@ class MapProcessor(_Base):
         key, value = _pair(self.mapper(record.key, record.value), "map")
         self.context.forward(Record(key, value, record.timestamp, record.headers))
 
+    def fuse(self, downstream: Stage, node: str) -> Stage:
+        mapper, context = self.mapper, self.context
 
-class MapValuesProcessor(_Base):
+        def stage(key: Any, value: Any, timestamp: int, headers: Headers) -> None:
+            try:
+                key, value = _pair(mapper(key, value), "map")
+            except BaseException:
+                mark_failed(context, node)
+                raise
+            downstream(key, value, timestamp, headers)
+
+        return stage
+
+
+class MapValuesProcessor(_Base, Fusable):
     def __init__(self, mapper: Callable[..., Any], with_key: bool) -> None:
         self.mapper = mapper
         self.with_key = with_key
@@ -85,8 +113,21 @@ class MapValuesProcessor(_Base):
             route.handle(out)
             context.current_node = route.node
 
+    def fuse(self, downstream: Stage, node: str) -> Stage:
+        mapper, with_key, context = self.mapper, self.with_key, self.context
 
-class FlatMapProcessor(_Base):
+        def stage(key: Any, value: Any, timestamp: int, headers: Headers) -> None:
+            try:
+                value = mapper(key, value) if with_key else mapper(value)
+            except BaseException:
+                mark_failed(context, node)
+                raise
+            downstream(key, value, timestamp, headers)
+
+        return stage
+
+
+class FlatMapProcessor(_Base, Fusable):
     def __init__(self, mapper: Callable[[Any, Any], Iterable[tuple[Any, Any]]]) -> None:
         self.mapper = mapper
 
@@ -95,8 +136,22 @@ class FlatMapProcessor(_Base):
             key, value = _pair(result, "flat_map")
             self.context.forward(Record(key, value, record.timestamp, record.headers))
 
+    def fuse(self, downstream: Stage, node: str) -> Stage:
+        mapper, context = self.mapper, self.context
 
-class FlatMapValuesProcessor(_Base):
+        def stage(key: Any, value: Any, timestamp: int, headers: Headers) -> None:
+            try:  # the mapper, its iteration and the pairs fail in this node; a child names itself
+                for result in mapper(key, value) or ():
+                    out_key, out_value = _pair(result, "flat_map")
+                    downstream(out_key, out_value, timestamp, headers)
+            except BaseException:
+                mark_failed(context, node)
+                raise
+
+        return stage
+
+
+class FlatMapValuesProcessor(_Base, Fusable):
     def __init__(self, mapper: Callable[..., Iterable[Any]], with_key: bool) -> None:
         self.mapper = mapper
         self.with_key = with_key
@@ -113,14 +168,29 @@ class FlatMapValuesProcessor(_Base):
             for value in values:
                 forward(Record(key, value, timestamp, headers))
             return
-        handle, context = route.handle, route.context
-        context.current_node = route.child  # and again after each call (see DirectRoute)
-        for value in values:
+        handle, context, child, node = route.handle, route.context, route.child, route.node
+        for value in values:  # this node current while `values` iterates: its errors are this node's
+            context.current_node = child
             handle(Record(key, value, timestamp, headers))
-        context.current_node = route.node
+            context.current_node = node
+
+    def fuse(self, downstream: Stage, node: str) -> Stage:
+        mapper, with_key, context = self.mapper, self.with_key, self.context
+
+        def stage(key: Any, value: Any, timestamp: int, headers: Headers) -> None:
+            try:  # the mapper and its iteration fail in this node; a child names itself
+                values = mapper(key, value) if with_key else mapper(value)
+                if values:
+                    for out in values:
+                        downstream(key, out, timestamp, headers)
+            except BaseException:
+                mark_failed(context, node)
+                raise
+
+        return stage
 
 
-class SelectKeyProcessor(_Base):
+class SelectKeyProcessor(_Base, Fusable):
     def __init__(self, selector: Callable[[Any, Any], Any]) -> None:
         self.selector = selector
 
@@ -135,8 +205,21 @@ class SelectKeyProcessor(_Base):
             route.handle(out)
             context.current_node = route.node
 
+    def fuse(self, downstream: Stage, node: str) -> Stage:
+        selector, context = self.selector, self.context
 
-class PeekProcessor(_Base):
+        def stage(key: Any, value: Any, timestamp: int, headers: Headers) -> None:
+            try:
+                key = selector(key, value)
+            except BaseException:
+                mark_failed(context, node)
+                raise
+            downstream(key, value, timestamp, headers)
+
+        return stage
+
+
+class PeekProcessor(_Base, Fusable):
     def __init__(self, action: Callable[[Any, Any], None], forward: bool) -> None:
         self.action = action
         self.forwards = forward
@@ -145,6 +228,20 @@ class PeekProcessor(_Base):
         self.action(record.key, record.value)
         if self.forwards:
             self.context.forward(record)
+
+    def fuse(self, downstream: Stage, node: str) -> Stage:
+        action, forwards, context = self.action, self.forwards, self.context
+
+        def stage(key: Any, value: Any, timestamp: int, headers: Headers) -> None:
+            try:
+                action(key, value)
+            except BaseException:
+                mark_failed(context, node)
+                raise
+            if forwards:
+                downstream(key, value, timestamp, headers)
+
+        return stage
 
 
 class BranchProcessor(_Base):
@@ -166,12 +263,15 @@ class BranchProcessor(_Base):
             self.context.forward(record, self.default)
 
 
-class PassThroughProcessor(_Base):
+class PassThroughProcessor(_Base, Fusable):
     def process(self, record: AnyRecord) -> None:
         self.context.forward(record)
 
+    def fuse(self, downstream: Stage, node: str) -> Stage:
+        return downstream
 
-class NullKeyFilter(_Base):
+
+class NullKeyFilter(_Base, Fusable):
     """Before a repartition topic: records with a null key cannot be partitioned, so Kafka Streams
     drops them (counted in dropped-records)."""
 
@@ -191,6 +291,23 @@ class NullKeyFilter(_Base):
             context.current_node = route.child
             route.handle(record)
             context.current_node = route.node
+
+    def fuse(self, downstream: Stage, node: str) -> Stage:
+        context, label = self.context, self.label
+        if not self.enabled:
+            return downstream
+
+        def stage(key: Any, value: Any, timestamp: int, headers: Headers) -> None:
+            if key is None:
+                try:
+                    drop_record(context, "null-key", label)
+                except BaseException:
+                    mark_failed(context, node)
+                    raise
+                return
+            downstream(key, value, timestamp, headers)
+
+        return stage
 
 
 def drop_record(context: ProcessorContext, reason: str, node: str) -> None:

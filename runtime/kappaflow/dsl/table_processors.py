@@ -14,11 +14,12 @@ from typing import Any
 
 from kappaflow.api.errors import StreamsError
 from kappaflow.api.processor import ProcessorContext
-from kappaflow.api.record import Record
+from kappaflow.api.record import Headers, Record
 from kappaflow.dsl.change import Change
 from kappaflow.dsl.stream_processors import direct_route, drop_record
 from kappaflow.state.api import RecordContext
 from kappaflow.state.timestamped import ValueAndTimestamp
+from kappaflow.tasks.fusion import Fusable, Stage, mark_failed
 
 log = logging.getLogger(__name__)
 AnyRecord = Record[Any, Any]
@@ -177,7 +178,7 @@ class KTableMapValuesProcessor(_Stateful):
         self._emit(record, new, old, record.timestamp)
 
 
-class KTableToStreamProcessor:
+class KTableToStreamProcessor(Fusable):
     context: ProcessorContext
 
     def __init__(self, mapper: Callable[[Any, Any], Any] | None = None) -> None:
@@ -197,6 +198,19 @@ class KTableToStreamProcessor:
             context.current_node = route.child
             route.handle(out)
             context.current_node = route.node
+
+    def fuse(self, downstream: Stage, node: str) -> Stage:
+        context = self.context
+
+        def stage(key: Any, change: Any, timestamp: int, headers: Headers) -> None:
+            try:
+                value = change.new_value
+            except BaseException:
+                mark_failed(context, node)
+                raise
+            downstream(key, value, timestamp, headers)
+
+        return stage
 
     def close(self) -> None:
         return None
@@ -261,7 +275,7 @@ def count_initial() -> int:
     return 0
 
 
-class KStreamAggregateProcessor(_Stateful):
+class KStreamAggregateProcessor(_Stateful, Fusable):
     """Aggregates a stream per key: `aggregator(key, value, aggregate)`, starting from `initializer()`.
     With `reducer` instead, the first value is the aggregate (KGroupedStream.reduce)."""
 
@@ -303,6 +317,46 @@ class KStreamAggregateProcessor(_Stateful):
             return  # the cache forwards this update when it flushes
         out = Record(key, Change(new, old if self.send_old() else None), timestamp, record.headers)
         self.context.forward(out)
+
+    def fuse(self, downstream: Stage, node: str) -> Stage | None:
+        """`process` over a cached store, compiled (kappaflow.tasks.fusion): the cache forwards on flush,
+        so nothing goes downstream here. Without a cache the update is forwarded now: not fused."""
+        read_write = getattr(self.store, "cached_read_write", None)
+        pair = read_write() if read_write is not None and self.forwarder.cached else None
+        if pair is None:
+            return None
+        read, write = pair
+        context, label = self.context, self.label
+        initializer, aggregator, reducer = self.initializer, self.aggregator, self.reducer
+        # count(): its own initializer and adder, computed inline (0 + 1, then aggregate + 1)
+        counting = reducer is None and aggregator is count_add and initializer is count_initial
+
+        def stage(key: Any, value: Any, timestamp: int, headers: Headers) -> None:
+            try:
+                if key is None or value is None:
+                    log.debug("skipping record with null key or value in %s", label)
+                    drop_record(context, "null-key-or-value", label)
+                    return
+                raw_key, previous = read(key)
+                if previous is None:
+                    if counting:
+                        new = 1
+                    else:
+                        new = value if reducer is not None else aggregator(key, value, initializer())  # type: ignore[misc]
+                else:
+                    if previous.timestamp > timestamp:
+                        timestamp = previous.timestamp
+                    old = previous.value
+                    if counting:
+                        new = old + 1
+                    else:
+                        new = reducer(old, value) if reducer is not None else aggregator(key, value, old)  # type: ignore[misc]
+                write(raw_key, None if new is None else ValueAndTimestamp(new, timestamp))
+            except BaseException:
+                mark_failed(context, node)
+                raise
+
+        return stage
 
 
 class KTableAggregateProcessor(_Stateful):

@@ -39,6 +39,8 @@ class CacheEntry:
 
 DirtyEntries = list[tuple[bytes, CacheEntry]]
 FlushListener = Callable[[DirtyEntries], None]
+BoundGet = Callable[[bytes], CacheEntry | None]
+BoundPutDirty = Callable[[bytes, bytes | None, RecordContext, object], None]
 
 
 class NamedCache:
@@ -153,6 +155,50 @@ class ThreadCache:
         self._size += delta
         if self._size > self.max_bytes:
             self._maybe_evict(cache)
+
+    def bind(self, namespace: str) -> tuple[BoundGet, BoundPutDirty]:
+        """`get` and a dirty `put` for one namespace, its NamedCache looked up once: the per-record
+        calls of a fused aggregation (kappaflow.tasks.fusion). Hits and misses, LRU and dirty order,
+        size accounting and eviction are exactly those of `get` and `put(..., dirty=True, ...)`."""
+        cache = self.named(namespace)
+        entries, dirty_keys = cache.entries, cache.dirty
+        move_to_end, move_dirty_to_end = entries.move_to_end, dirty_keys.move_to_end
+
+        def get(key: bytes) -> CacheEntry | None:
+            entry = entries.get(key)
+            if entry is None:
+                self.misses += 1
+                return None
+            self.hits += 1
+            move_to_end(key)
+            return entry
+
+        def put_dirty(key: bytes, value: bytes | None, context: RecordContext, decoded: object) -> None:
+            size = len(key) + len(context.topic) + _ENTRY_OVERHEAD
+            if value is not None:
+                size += len(value)
+            old = entries.get(key)
+            if old is None:
+                entries[key] = CacheEntry(value, True, context, size, decoded)
+                delta = size
+            else:
+                delta = size - old.size
+                old.value = value
+                old.context = context
+                old.size = size
+                old.decoded = decoded
+                old.dirty = True
+                move_to_end(key)
+            if key in dirty_keys:
+                move_dirty_to_end(key)
+            else:
+                dirty_keys[key] = None
+            cache.size += delta
+            self._size += delta
+            if self._size > self.max_bytes:
+                self._maybe_evict(cache)
+
+        return get, put_dirty
 
     def _maybe_evict(self, cache: NamedCache) -> None:
         while self._size > self.max_bytes and cache.entries:

@@ -7,6 +7,7 @@ to a key between two commits collapse into one downstream record and one changel
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
@@ -23,10 +24,16 @@ from kappaflow.state.api import (
 )
 from kappaflow.state.cache import NOT_DECODED, CacheEntry, DirtyEntries, ThreadCache
 from kappaflow.state.metered import MeteredStoreBase
+from kappaflow.state.timestamped import TIMESTAMPED_LONG, ValueAndTimestamp, ValueAndTimestampSerde
 from kappaflow.state.uncommitted import overlay
 
 K = TypeVar("K")
 V = TypeVar("V")
+
+CachedRead = Callable[[K], tuple[bytes, V | None]]
+"""A fused aggregation's `get`: the value and the key's bytes (MeteredKeyValueStore.cached_read_write)."""
+CachedWrite = Callable[[bytes, V | None], None]
+"""A fused aggregation's `put`, given the key's bytes its read returned."""
 
 # (key bytes, new value bytes, old value bytes, the record context of the write)
 BytesFlushListener = Callable[[bytes, bytes | None, bytes | None, RecordContext], None]
@@ -400,6 +407,56 @@ class MeteredKeyValueStore(MeteredStoreBase, Generic[K, V]):
             cache.put(self._namespace, raw_key, raw_value, True, context.record_context(), value)
         else:
             caching.put(raw_key, raw_value)
+
+    def cached_read_write(self) -> tuple[CachedRead[K, V], CachedWrite[V]] | None:
+        """A read-modify-write pair for a fused aggregation (kappaflow.tasks.fusion), caching on only.
+
+        `read(key)` is `get(key)` that also returns the key's bytes; `write(raw_key, value)` is
+        `put(key, value)` given them: the key is serialized once per update, and the calls skip the
+        generic layers' frames. Counters, cache hits and misses, entry sizes, dirty order and evictions
+        are those of `get` and `put`."""
+        caching, cache, context = self._caching, self._thread_cache, self._context
+        if caching is None or cache is None or context is None:
+            return None
+        cache_get, cache_put = cache.bind(self._namespace)
+        inner_get, caching_put, record_context = caching.inner.get, caching.put, context.record_context
+        value_serde: Any = self.value_serde
+        serialize, deserialize, decodes = (
+            value_serde.serialize,
+            value_serde.deserialize,
+            value_serde.decodes_to_itself,
+        )
+        # timestamped Long values (counts): packed here, as ValueAndTimestampSerde would, without its calls
+        longs = type(value_serde) is ValueAndTimestampSerde and value_serde.packs_longs
+        pack = TIMESTAMPED_LONG.pack
+        topic, utf8, serialize_key = self._topic, self._utf8_keys, self._k
+
+        def read(key: K) -> tuple[bytes, V | None]:
+            self.gets += 1
+            text: Any = key
+            raw_key = text.encode() if utf8 and type(key) is str else serialize_key(key)
+            entry = cache_get(raw_key)
+            if entry is None:
+                return raw_key, deserialize(topic, inner_get(raw_key))
+            decoded: Any = entry.decoded
+            return raw_key, deserialize(topic, entry.value) if decoded is NOT_DECODED else decoded
+
+        def write(raw_key: bytes, value: V | None) -> None:
+            self.puts += 1
+            stamped: Any = value
+            if longs and type(value) is ValueAndTimestamp and type(stamped.value) is int:
+                try:
+                    cache_put(raw_key, pack(stamped.timestamp, stamped.value), record_context(), value)
+                    return
+                except struct.error:
+                    pass  # out of range: the serde raises its error
+            raw_value = serialize(topic, value)
+            if decodes(value):
+                cache_put(raw_key, raw_value, record_context(), value)
+            else:
+                caching_put(raw_key, raw_value)
+
+        return read, write
 
     def put_if_absent(self, key: K, value: V | None) -> V | None:
         self.puts += 1

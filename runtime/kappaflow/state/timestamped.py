@@ -14,7 +14,8 @@ from typing import Any, Generic, TypeVar
 from kappaflow.api.serdes import Long, Serde
 
 V = TypeVar("V")
-_TS_LONG = struct.Struct(">qq")  # a timestamp and a Long value: counts, the commonest aggregate
+TIMESTAMPED_LONG = struct.Struct(">qq")  # a timestamp and a Long value: counts, the commonest aggregate
+_TS_LONG = TIMESTAMPED_LONG
 
 
 @dataclass(slots=True)
@@ -42,6 +43,11 @@ class ValueAndTimestampSerde(Serde[ValueAndTimestamp[Any]]):
         self.inner = inner
         # Long values (counts, sums) pack with their timestamp in one struct call, both ways
         self._long = type(inner) is Long
+
+    @property
+    def packs_longs(self) -> bool:
+        """Whether an int value is written as TIMESTAMPED_LONG (timestamp and value, 16 bytes)."""
+        return self._long
 
     def serialize(self, topic: str, data: ValueAndTimestamp[Any] | None) -> bytes | None:
         if data is None:

@@ -28,7 +28,7 @@ UNSET: Any = object()
 
 
 class ProcessorNode:
-    __slots__ = ("children", "children_by_name", "handle", "name", "processor")
+    __slots__ = ("children", "children_by_name", "fused", "handle", "name", "processor")
 
     def __init__(self, name: str, processor: Processor[Any, Any] | None) -> None:
         self.name = name
@@ -38,6 +38,13 @@ class ProcessorNode:
         # what forward() calls: the processor's own process() (one Python frame less per hop), or
         # this node's process() for sources and sinks
         self.handle: Any = processor.process if processor is not None else self.process
+        # the node compiled with its successors (kappaflow.tasks.fusion), called with the record's parts
+        self.fused: Any = None
+
+    def unfuse(self) -> None:
+        """Back to the generic path (before a task's processors are initialized again, over new stores)."""
+        self.fused = None
+        self.handle = self.processor.process if self.processor is not None else self.process
 
     def add_child(self, child: ProcessorNode) -> None:
         self.children.append(child)

@@ -33,6 +33,7 @@ from kappaflow.state.api import RecordContext
 from kappaflow.state.cache import ThreadCache
 from kappaflow.tasks.collector import RecordCollector
 from kappaflow.tasks.context import ProcessorContextImpl
+from kappaflow.tasks.fusion import fuse_nodes
 from kappaflow.tasks.handlers import FailedRecord, dead_letter_headers, resolve_handler
 from kappaflow.tasks.nodes import UNSET, ProcessorNode, SinkNode, SourceNode
 from kappaflow.tasks.punctuation import PunctuationQueue
@@ -217,7 +218,11 @@ class StreamTask:
     def complete_restoration(self) -> None:
         """Restoration is done: initialize the processors (in topology order) and start running."""
         for node in self.nodes:
+            node.unfuse()  # initialized again (new stores): compiled again, no route to an old stage
+        for node in self.nodes:
             node.init(self.context)
+        if self.config.get_bool("kappaflow.fusion.enabled"):
+            fuse_nodes(self.nodes, self.context)
         self._transition(TaskState.RUNNING)
 
     # ----------------------------------------------------------------- input
@@ -348,6 +353,7 @@ class StreamTask:
         forward = context.forward
         only_child = source.children[0] if len(source.children) == 1 else None
         only_handle: Any = only_child.handle if only_child is not None else None
+        only_fused: Any = only_child.fused if only_child is not None else None  # no Record built
         custom_extractor = source.timestamp_extractor is not record_timestamp
         schedules = context.stream_time_punctuations.schedules
         tp = (topic, partition)
@@ -393,7 +399,10 @@ class StreamTask:
                     headers = raw.headers
                     context.current = RecordContext(timestamp, topic, partition, offset, headers)
                     try:
-                        if only_child is not None:  # the source's one child, called directly
+                        if only_fused is not None:  # compiled: key and value passed as they are
+                            context.current_node = only_child
+                            only_fused(key, value, timestamp, headers)
+                        elif only_child is not None:  # the source's one child, called directly
                             context.current_node = only_child
                             only_handle(Record(key, value, timestamp, headers))
                         else:  # the source node's process() is a plain forward to its children
