@@ -42,6 +42,8 @@ CONTROLLER_ID = 1000
 SESSION_TIMEOUT_MS = 6000
 HEARTBEAT_INTERVAL_MS = 1000
 CONTROLLER_HEAP = "256m"
+# TransactionMarkerChannelManager's line when it completes a transaction without some of its markers.
+DROPPED_MARKERS = "these partitions are likely deleted already"
 
 
 def fencing_line(broker_id: int) -> str:
@@ -196,6 +198,13 @@ class SplitKafkaCluster:
             f"the controller did not fence the crashed broker within {timeout:.0f}s "
             f"(broker.session.timeout.ms={self.session_timeout_ms}); {log}:\n{_tail(log)}"
         )
+
+    def dropped_markers(self) -> list[str]:
+        """The broker's log lines saying its transaction coordinator skipped markers of partitions with no
+        leader (what this split setup is there to prevent; empty when it works)."""
+        logs = [self.broker.server_log.with_name(f"{self.broker.server_log.name}.{i}") for i in (2, 1)]
+        text = "".join(_read_from(log, 0) for log in [*logs, self.broker.server_log])
+        return [line for line in text.splitlines() if DROPPED_MARKERS in line]
 
     def stop(self) -> None:
         try:
