@@ -92,7 +92,7 @@ def controller_answers(port: int, timeout: float = 1.0) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
             sock.sendall(struct.pack(">i", len(request)) + request)
-            header = sock.recv(8)
+            header = sock.makefile("rb").read(8)
     except OSError:
         return False
     return len(header) == 8 and struct.unpack(">ii", header)[1] == 7  # size, then our correlation id
