@@ -321,6 +321,7 @@ class LocalKafkaBroker:
         heap: str = HEAP,
         extra_properties: Mapping[str, str] | None = None,
         start_timeout: float = 60.0,
+        cluster_id: str | None = None,
     ) -> None:
         self.port = port
         self.controller_port = controller_port if controller_port is not None else port + 1
@@ -329,6 +330,7 @@ class LocalKafkaBroker:
         self.heap = heap
         self.extra_properties = dict(extra_properties or {})
         self.start_timeout = start_timeout
+        self.cluster_id = cluster_id or _cluster_id()  # nodes of one cluster share it
         self._proc: subprocess.Popen[bytes] | None = None
         self.pid: int | None = None
 
@@ -357,10 +359,18 @@ class LocalKafkaBroker:
             f"{libs}/*",
         ]
 
+    def properties(self) -> dict[str, str]:
+        """This node's server.properties (a node of another role overrides it: tests.harness.kafka_split)."""
+        props = broker_properties(self.port, self.controller_port, self.data_dir / "data")
+        return {**props, **self.extra_properties}
+
+    def ready(self) -> bool:
+        """One readiness check: a metadata request answered, the node listing itself as a broker."""
+        return probe(self.bootstrap_servers, timeout=1.0)
+
     def _configure(self) -> Path:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        props = broker_properties(self.port, self.controller_port, self.data_dir / "data")
-        props.update(self.extra_properties)
+        props = self.properties()
         config = self.data_dir / "server.properties"
         _write_properties(config, props)
         (self.data_dir / "log4j2.properties").write_text(_LOG4J2.format(log=self.server_log))
@@ -376,7 +386,7 @@ class LocalKafkaBroker:
             STORAGE_TOOL,
             "format",
             "--ignore-formatted",
-            f"--cluster-id={_cluster_id()}",
+            f"--cluster-id={self.cluster_id}",
             "--config",
             str(config),
         ]
@@ -435,7 +445,7 @@ class LocalKafkaBroker:
                     f"Kafka broker exited with code {self._proc.returncode} during start-up; "
                     f"{self.server_log}:\n{_tail(self.server_log)}\n{self.console_log}:\n{_tail(self.console_log)}"
                 )
-            if probe(self.bootstrap_servers, timeout=1.0):
+            if self.ready():
                 return
             time.sleep(0.1)
         raise BrokerError(

@@ -10,8 +10,15 @@ the committed output has to be exactly 1, 2, 3, ..., N. The audit counts, per ke
   - regressions: a count not greater than the one before it (aggregates going backwards).
 Under exactly_once_v2 all three must be 0; under at_least_once duplicates are allowed, losses are not.
 
+Broker restarts need a cluster of their own, split like production KRaft clusters (tests.harness.kafka_split):
+a controller-only process that stays up and a broker-only process that is crashed (SIGKILL) and started
+again once the controller has fenced it. Restarting the single combined node instead (the session broker
+of the other tests) makes Kafka's transaction coordinator drop markers: it completes transactions while
+the partitions have no leader, which it takes for deleted partitions, leaving hanging or wrongly committed
+transactions - the broker's failure, not the application's (the module docstring of kafka_split says how).
+
 The CI tests (tests/kafka/test_chaos.py) run it for well under a minute per mode; `make chaos` runs
-`python -m tests.kafka.chaos --minutes N` against a broker of its own for as long as asked.
+`python -m tests.kafka.chaos --minutes N` against a cluster of its own for as long as asked.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from kappaflow.cli import CLOSE_GRACE_S
+from tests.harness.kafka_split import SplitKafkaCluster
 from tests.kafka.streams_support import fast_config, start_cli_app
 
 APP = "tests.kafka.apps:wordcount"
@@ -279,19 +287,18 @@ def run_chaos(
     keys: int = 40,
     rate: float = 150.0,
     partitions: int = 4,
-    broker: Any = None,
+    broker: SplitKafkaCluster | None = None,
     broker_restarts: int = 0,
     drain_timeout_s: float = 120.0,
     seed: int | None = None,
 ) -> ChaosResult:
     """Run the kill loop for `duration_s`, then let every instance catch up and audit the output.
 
-    `broker` (a LocalKafkaBroker) with `broker_restarts` > 0 also crashes (SIGKILL) and restarts the
-    broker that many times, spread over the run. A crash, not a controlled shutdown: the one broker's
-    controlled shutdown (Kafka 4.3.1) can complete a transaction without writing its markers (likely
-    its coordinator finding no leader for the partitions, which it takes for deleted ones), leaving a
-    hanging transaction no client can end (seen here: CompleteCommit in __transaction_state, no marker in the
-    partitions). After a crash the coordinator reloads its log and finishes or aborts what was open."""
+    `broker` (the split cluster `bootstrap` belongs to) with `broker_restarts` > 0 also crashes (SIGKILL)
+    its broker that many times, spread over the run, and starts it again once the controller has fenced
+    it (then a little later, at random): the restarted coordinator reloads its log and finishes or aborts
+    what was open, with every partition led again. Why split and why wait for the fencing: the module
+    docstring."""
     seed = seed if seed is not None else random.randrange(1 << 30)
     rng = random.Random(seed)
     app_id = f"chaos-{uuid.uuid4().hex[:8]}"
@@ -330,9 +337,10 @@ def run_chaos(
             time.sleep(0.2)
             if broker_at and time.monotonic() - started >= broker_at[0]:
                 broker_at.pop(0)
-                broker.stop(graceful=False)
-                time.sleep(rng.uniform(1.0, 5.0))
-                broker.start()
+                assert broker is not None
+                broker.crash_broker()
+                time.sleep(rng.uniform(0.0, 2.0))
+                broker.start_broker()
                 restarts += 1
             if time.monotonic() >= next_kill:
                 victim = rng.choice(fleet)
@@ -374,7 +382,6 @@ def main(argv: list[str] | None = None) -> int:
     """`make chaos`: a long kill loop (each mode in turn) against a broker of its own."""
     import tempfile
 
-    from tests.harness.kafka_broker import LocalKafkaBroker
     from tests.harness.kafka_fixtures import free_port
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -385,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
     modes = [("exactly_once_v2", False), ("exactly_once_v2", True), ("at_least_once", False)]
     failures = 0
     with tempfile.TemporaryDirectory(prefix="kappaflow-chaos-") as tmp:
-        broker = LocalKafkaBroker(free_port(), Path(tmp) / "broker", controller_port=free_port())
+        broker = SplitKafkaCluster(free_port(), free_port(), Path(tmp) / "kafka")
         broker.start()
         try:
             for guarantee, static in modes:
