@@ -8,6 +8,7 @@ one). Every failure leaves as a typed error the stream thread acts on:
 
 - ProducerFencedError: the producer is done for; `replace()` it and redo the work since the last commit.
 - TransactionAbortedError: the transaction cannot commit; `abort()` it and redo the work.
+- ProductionError (at_least_once): a record was not delivered and the production handler said fail.
 
 An abort is an EndTxn only while every call of the transaction has succeeded. Once adding the offsets or
 committing has failed or timed out, librdkafka may still hold that call's requests and retry them: a
@@ -15,7 +16,6 @@ TxnOffsetCommit landing after the abort's markers leaves offsets pending that no
 hanging transaction), and every read_committed offset fetch of the group then waits on it for good. Such
 a transaction is ended by re-initializing the producer instead: the coordinator aborts it under a bumped
 epoch, which the partitions' leaders then hold against any late request of the old one.
-- ProductionError (at_least_once): a record was not delivered and the production handler said fail.
 """
 
 from __future__ import annotations
@@ -184,6 +184,7 @@ class StreamsProducer:
             self._bounded("aborting the transaction", lambda: producer.abort_transaction(timeout))
         except (KafkaException, SystemError, ProducerFencedError) as exc:
             log.warning("aborting the transaction: %s", exc)
+            self._call_failed = True  # kept until a replacement succeeds: the next reset tries again
             self.replace()
 
     def reset(self, fenced: bool) -> None:
