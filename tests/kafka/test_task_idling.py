@@ -28,8 +28,12 @@ TABLE_ROWS = 20_000
 STREAM_RECORDS = 200
 
 
-def _produce_timed(bootstrap: str, topic: str, records: list[tuple[str, str, int]]) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+def _produce_timed(
+    bootstrap: str, topic: str, records: list[tuple[str, str, int]], batch_bytes: int = 16384
+) -> None:
+    """`batch_bytes`: the producer's batch size. A fetch returns at least one whole batch per partition,
+    so a small `max.partition.fetch.bytes` trickles a partition in only if its batches are small too."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": batch_bytes})
     for i, (key, value, timestamp) in enumerate(records):
         producer.produce(topic, key=key.encode(), value=value.encode(), timestamp=timestamp)
         if i % 1000 == 0:
@@ -54,12 +58,13 @@ def _run_join(
     # Recent timestamps: records dated 1970 are deleted by the broker's next retention check (every 5
     # minutes), which on a broker up for a while lands in the middle of the test.
     base = int(time.time() * 1000) - 3_600_000
-    _produce_timed(bootstrap, table, [(f"k{i}", f"row{i}", base + i) for i in range(table_rows)])
+    _produce_timed(bootstrap, table, [(f"k{i}", f"row{i}", base + i) for i in range(table_rows)], fetch_bytes)
     # every click is later than every row and joins one of the last rows written
     _produce_timed(
         bootstrap,
         stream,
         [(f"k{TABLE_ROWS - 1 - i}", f"click{i}", base + TABLE_ROWS + i) for i in range(STREAM_RECORDS)],
+        fetch_bytes,
     )
     config = fast_config(
         bootstrap,
