@@ -82,6 +82,13 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str, interval:
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+def wait_committed(bootstrap: str, topic: str, count: int, timeout: float, what: str) -> None:
+    """Wait until `topic` holds at least `count` committed (read_committed) records."""
+    wait_for(
+        lambda: len(read_topic(bootstrap, topic, timeout=2, committed_only=True)) >= count, timeout, what
+    )
+
+
 def wait_running(*apps: KafkaStreams, timeout: float = 60.0) -> None:
     wait_for(lambda: all(a.state is State.RUNNING for a in apps), timeout, "RUNNING")
 

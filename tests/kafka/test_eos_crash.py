@@ -22,6 +22,7 @@ from tests.kafka.streams_support import (
     produce_lines,
     read_topic,
     start_cli_app,
+    wait_committed,
     wait_for,
 )
 
@@ -139,11 +140,7 @@ def test_kill_9_mid_run_keeps_exactly_once_counts(kafka_bootstrap, kafka_topics,
         expected = Counter(w for line in lines for w in line.split())
         total = sum(expected.values())
         assert killed_at < total, "the crash must happen mid-run"
-        wait_for(
-            lambda: len(read_topic(kafka_bootstrap, sink, timeout=2, committed_only=True)) >= total,
-            120,
-            "all counts committed after the restart",
-        )
+        wait_committed(kafka_bootstrap, sink, total, 120, "all counts committed after the restart")
         records = read_topic(kafka_bootstrap, sink, expected=total + 1, timeout=5, committed_only=True)
         sequences: dict[str, list[int]] = defaultdict(list)
         for msg in records:

@@ -12,8 +12,7 @@ from tests.kafka.streams_support import (
     assert_exact_counts,
     fast_config,
     produce_lines,
-    read_topic,
-    wait_for,
+    wait_committed,
     wait_running,
     wordcount_topology,
 )
@@ -42,19 +41,13 @@ def test_fenced_producer_rejoins_and_counts_stay_exact(kafka_bootstrap, kafka_to
     try:
         wait_running(app)
         produce_lines(kafka_bootstrap, source, first)
-        wait_for(
-            lambda: len(read_topic(kafka_bootstrap, sink, timeout=2, committed_only=True)) >= 400, 60, "first"
-        )
+        wait_committed(kafka_bootstrap, sink, 400, 60, "first")
         # A zombie with the same transactional.id bumps the epoch: the app's producer is now fenced.
         zombie = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{app_id}-pod-0"})
         zombie.init_transactions(30)
         produce_lines(kafka_bootstrap, source, second)
         total = 400 + 100
-        wait_for(
-            lambda: len(read_topic(kafka_bootstrap, sink, timeout=2, committed_only=True)) >= total,
-            60,
-            "second",
-        )
+        wait_committed(kafka_bootstrap, sink, total, 60, "second")
         assert app.state is State.RUNNING
         assert app.metrics.counter("transaction-aborts-total") >= 1
     finally:

@@ -22,6 +22,7 @@ from tests.kafka.streams_support import (
     fast_config,
     produce_lines,
     read_topic,
+    wait_committed,
     wait_for,
     wait_running,
     wordcount_topology,
@@ -152,17 +153,11 @@ def test_a_commit_whose_reply_was_lost_is_not_redone(kafka_bootstrap, kafka_topi
     try:
         wait_running(app)
         produce_lines(kafka_bootstrap, source, first)
-        wait_for(
-            lambda: len(read_topic(kafka_bootstrap, sink, timeout=2, committed_only=True)) >= 200, 60, "first"
-        )
+        wait_committed(kafka_bootstrap, sink, 200, 60, "first")
         LOSE_NEXT_COMMIT_REPLY.set()
         produce_lines(kafka_bootstrap, source, second)
         wait_for(lambda: not LOSE_NEXT_COMMIT_REPLY.is_set(), 30, "a commit with its reply lost")
-        wait_for(
-            lambda: len(read_topic(kafka_bootstrap, sink, timeout=2, committed_only=True)) >= 400,
-            60,
-            "second",
-        )
+        wait_committed(kafka_bootstrap, sink, 400, 60, "second")
         assert app.metrics.counter("transaction-aborts-total") >= 1  # the work was dropped, then resumed
     finally:
         LOSE_NEXT_COMMIT_REPLY.clear()
@@ -193,9 +188,7 @@ def test_a_static_member_fenced_by_its_namesake_rejoins_and_counts_stay_exact(
     try:
         wait_running(app)
         produce_lines(kafka_bootstrap, source, first)
-        wait_for(
-            lambda: len(read_topic(kafka_bootstrap, sink, timeout=2, committed_only=True)) >= 300, 60, "first"
-        )
+        wait_committed(kafka_bootstrap, sink, 300, 60, "first")
         # Another consumer joins with the app's group.instance.id, as a stale pod would after a broker
         # restart: the coordinator fences the app's consumer, which librdkafka reports as fatal.
         namesake = Consumer(
@@ -206,11 +199,7 @@ def test_a_static_member_fenced_by_its_namesake_rejoins_and_counts_stay_exact(
         namesake.consume(1, 5)
         namesake.close()
         produce_lines(kafka_bootstrap, source, second)
-        wait_for(
-            lambda: len(read_topic(kafka_bootstrap, sink, timeout=2, committed_only=True)) >= 400,
-            90,
-            "second",
-        )
+        wait_committed(kafka_bootstrap, sink, 400, 90, "second")
         assert app.state is State.RUNNING
         assert app.metrics.counter("consumer-rejoins-total") >= 1
     finally:
