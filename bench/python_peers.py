@@ -76,18 +76,24 @@ def prepare(peer: PythonPeer) -> Path:
 
 
 def run_peer(peer: PythonPeer, args: list[str], timeout: float = 900.0) -> float:
-    """Run the peer's word count with `args` and return the lines/s it measured."""
+    """Run the peer's word count with `args` and return the lines/s it measured.
+
+    The peer runs in a scratch directory removed afterwards: the libraries keep their local state in
+    files (Faust's `<app id>-data` lands in the working directory), and a benchmark leaves nothing behind.
+    """
     python = prepare(peer)
-    try:
-        done = subprocess.run(
-            [str(python), str(PEERS_DIR / peer.script), *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as err:
-        raise PeerError(f"{peer.name} did not finish within {timeout:.0f} s") from err
+    with tempfile.TemporaryDirectory(prefix=f"{peer.name}-bench-") as workdir:
+        try:
+            done = subprocess.run(
+                [str(python), str(PEERS_DIR / peer.script), *args],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+                cwd=workdir,
+            )
+        except subprocess.TimeoutExpired as err:
+            raise PeerError(f"{peer.name} did not finish within {timeout:.0f} s") from err
     for line in done.stdout.splitlines():
         # Faust's worker writes terminal control codes (cursor hide/show) to stdout ahead of the line
         _, found, result = line.partition(RESULT_PREFIX)
@@ -97,9 +103,9 @@ def run_peer(peer: PythonPeer, args: list[str], timeout: float = 900.0) -> float
 
 
 def run_quix(bootstrap: str, source: str, sink: str, lines: int, words: int, guarantee: str) -> float:
-    """Quix Streams' word count at `guarantee` (kappaflow's name for it), with a fresh state dir."""
-    state_dir = tempfile.mkdtemp(prefix="quix-bench-")
-    return run_peer(QUIX, [bootstrap, source, sink, str(lines), str(words), guarantee, state_dir])
+    """Quix Streams' word count at `guarantee` (kappaflow's name for it), with a fresh state dir (inside
+    the scratch directory `run_peer` runs it in)."""
+    return run_peer(QUIX, [bootstrap, source, sink, str(lines), str(words), guarantee, "state"])
 
 
 def run_faust(
