@@ -48,7 +48,7 @@ from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]  # noqa: E402
 from tests.kafka.streams_support import wordcount_topology  # noqa: E402
 
-from kappaflow.runner import KafkaStreams, State  # noqa: E402
+from kappaflow.runner import KafkaStreams, State, tune_gc_for_streaming  # noqa: E402
 from kappaflow.spark import reprocess  # noqa: E402
 from kappaflow.spark.session import create_session  # noqa: E402
 
@@ -162,6 +162,7 @@ def main() -> int:
         times.setdefault(label, []).append(seconds)
 
     replay_label = "replay through the runtime (at_least_once)"
+    tune_gc_for_streaming()  # the collector `kappaflow run` sets (runner/gc_tuning.py)
     with bench_broker(args.bootstrap) as (bootstrap, _broker):
         try:
             admin = AdminClient({"bootstrap.servers": bootstrap})

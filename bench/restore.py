@@ -57,7 +57,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from kappaflow import Materialized, StreamsBuilder, serdes  # noqa: E402
 from kappaflow.clients.kafka import RESTORE_FETCH_TUNING  # noqa: E402
-from kappaflow.runner import KafkaStreams, State  # noqa: E402
+from kappaflow.runner import KafkaStreams, State, tune_gc_for_streaming  # noqa: E402
 from kappaflow.runner.changelog_reader import ChangelogReader  # noqa: E402
 
 STORE = "store"
@@ -284,6 +284,7 @@ def main() -> int:
         except kafka_streams_peer.PeerError as err:
             print(f"==> Java Kafka Streams peer unavailable, skipped: {err}", flush=True)
             runs.remove("java")
+    tune_gc_for_streaming()  # the collector `kappaflow run` sets (runner/gc_tuning.py)
     with bench_broker(args.bootstrap) as (bootstrap, _broker):
         admin = AdminClient({"bootstrap.servers": bootstrap})
         app_id = f"restore-bench-{uuid.uuid4().hex[:6]}"

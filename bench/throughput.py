@@ -11,7 +11,9 @@ once; each run uses a fresh consumer group / application id and output topic. Th
 - hand-written word count via repartition: Kafka Streams' data flow by hand (lines -> words keyed by
   word through a repartition topic -> dict counts -> output every 30000 words, then flush and commit);
   each word makes the broker round trip, so this is the floor for any Python implementation of it.
-- kappaflow at_least_once / exactly_once_v2: examples/wordcount.py's topology on ``KafkaStreams``.
+- kappaflow at_least_once / exactly_once_v2: examples/wordcount.py's topology on ``KafkaStreams``, in
+  a process whose garbage collector is set as `kappaflow run` sets its own (runner/gc_tuning.py); the
+  bench sets it at start, so the hand-written Python rows run with the same collector.
 - Java Kafka Streams at_least_once / exactly_once_v2: the same topology on Apache Kafka Streams at the
   broker's version (bench/peers/WordCountPeer.java, run as a JVM by bench/kafka_streams_peer.py, which
   fetches its pinned jars once); one stream thread, default caching and commit interval.
@@ -57,7 +59,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from examples.wordcount import split_words  # noqa: E402
 from tests.kafka.streams_support import wordcount_topology  # noqa: E402
 
-from kappaflow.runner import KafkaStreams, State  # noqa: E402
+from kappaflow.runner import KafkaStreams, State, tune_gc_for_streaming  # noqa: E402
 
 WORDS = [f"w{i}" for i in range(1000)]
 # The fetch tuning kappaflow's consumer has (clients/kafka.py), given to every Python consumer here so each
@@ -398,6 +400,7 @@ def main() -> int:
         except kafka_streams_peer.PeerError as err:
             print(f"==> Java Kafka Streams peer unavailable, skipped: {err}", flush=True)
             runs = [name for name in runs if not name.startswith("java_")]
+    tune_gc_for_streaming()  # as `kappaflow run` does for the application's process
     with bench_broker(args.bootstrap) as (bootstrap, _broker):
         admin = AdminClient({"bootstrap.servers": bootstrap})
         source = f"bench-in-{uuid.uuid4().hex[:6]}"

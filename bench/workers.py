@@ -39,7 +39,7 @@ from bench.throughput import create_topic, fill, wait_processed  # noqa: E402
 from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]  # noqa: E402
 from tests.kafka.streams_support import wordcount_topology  # noqa: E402
 
-from kappaflow.runner import KafkaStreams  # noqa: E402
+from kappaflow.runner import KafkaStreams, tune_gc_for_streaming  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -136,6 +136,7 @@ def main() -> int:
         one_run = run(args, args.bootstrap, args.source, args.one, args.broker_pid or None)
         print("RESULT " + json.dumps(dataclasses.asdict(one_run)), flush=True)
         return 0
+    tune_gc_for_streaming()  # the collector `kappaflow run` sets (runner/gc_tuning.py)
     with bench_broker(args.bootstrap) as (bootstrap, broker):
         source = f"bench-in-{uuid.uuid4().hex[:6]}"
         create_topic(AdminClient({"bootstrap.servers": bootstrap}), source, args.partitions)

@@ -76,7 +76,7 @@ def _config(args: argparse.Namespace) -> Any:
 
 def _run(args: argparse.Namespace) -> int:
     """Run until SIGTERM/SIGINT, then commit and close (exit 0), or exit 1 if the app failed."""
-    from kappaflow.runner import KafkaStreams, State
+    from kappaflow.runner import KafkaStreams, State, tune_gc_for_streaming
     from kappaflow.runner.logs import configure_json_logging
 
     configure_json_logging(args.log_level)
@@ -92,6 +92,7 @@ def _run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     queries = _start_query_server(streams)  # before start(): a bad setting fails before joining the group
+    tune_gc_for_streaming()  # this process is the application's: its collector is set for stream work
     streams.start()
     while not stop.wait(0.2):
         if streams.state is State.ERROR:

@@ -64,6 +64,7 @@ def test_run_serves_health_and_metrics_and_stops_cleanly_on_sigterm(kafka_bootst
     entries = [json.loads(line) for line in log_lines if line.startswith("{")]
     assert any("SIGTERM" in e["msg"] for e in entries)
     assert any(e["msg"].startswith("stopped (clean)") for e in entries)
+    assert any(e["msg"].startswith("garbage collector set for stream work") for e in entries)
 
     # The offsets were committed on SIGTERM: a restart processes nothing again.
     process = start_cli_app("tests.kafka.apps:wordcount", props, tmp_path, env, name="again")

@@ -13,7 +13,6 @@ SIGTERM commits and closes the worker (the parent sends it on close()); SIGINT i
 
 from __future__ import annotations
 
-import gc
 import importlib
 import logging
 import os
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from kappaflow.api.metrics import Metrics
+from kappaflow.runner.gc_tuning import tune_gc_for_streaming
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +113,9 @@ def answer(instance: LocalInstance, request: Request) -> Any:
 def worker_main(spec: WorkerSpec, status: Connection, queries: Connection) -> None:
     """The forked child's entry point: run the instance until SIGTERM, then close it and exit."""
     # Objects inherited from the parent (its librdkafka handles among them) must never be collected
-    # here: destroying a handle whose threads stayed in the parent would wait for them forever.
-    gc.freeze()
+    # here: destroying a handle whose threads stayed in the parent would wait for them forever. The
+    # freeze that keeps them out of every collection also sets the collector for stream work.
+    tune_gc_for_streaming()
     stop = threading.Event()
     parent = os.getppid()
     signal.signal(signal.SIGTERM, lambda _signum, _frame: stop.set())
