@@ -115,6 +115,50 @@ def test_a_transaction_whose_offsets_call_failed_is_aborted_under_a_new_epoch(ka
         producer.close()
 
 
+class InFlightAtOffsetsProducer(Producer):  # type: ignore[misc]
+    """A real transactional producer that notes how many of its records were still unacknowledged when
+    the transaction's offsets were added."""
+
+    in_flight_at_offsets: list[int] = []
+
+    def send_offsets_to_transaction(self, *args: Any) -> None:
+        self.in_flight_at_offsets.append(len(self))
+        super().send_offsets_to_transaction(*args)
+
+
+def test_the_offsets_are_added_while_the_records_are_still_in_flight(kafka_bootstrap, kafka_topics):
+    """The commit adds the offsets before it waits for the records' acknowledgements, so the two overlap
+    (runner/producer.py `commit`); the records and the offsets still commit together."""
+    topic = kafka_topics("offsets-first-out")
+    group = f"offsets-first-{uuid.uuid4().hex[:8]}"
+    # a long linger holds the records in the client until something flushes them
+    settings = {"bootstrap.servers": kafka_bootstrap, "transactional.id": group, "linger.ms": 2000}
+    admin = InternalTopicManager({"bootstrap.servers": kafka_bootstrap})
+    producer = StreamsProducer(
+        settings, True, admin, None, api_timeout_s=30, factory=InFlightAtOffsetsProducer
+    )
+    consumer = Consumer(
+        {"bootstrap.servers": kafka_bootstrap, "group.id": group, "isolation.level": "read_committed"}
+    )
+    InFlightAtOffsetsProducer.in_flight_at_offsets.clear()
+    try:
+        producer.begin()
+        for i in range(3):
+            producer.collector.send(topic, b"k", f"v{i}".encode(), None, -1, None)
+        producer.commit([TopicPartition(topic, 0, 7)], consumer.consumer_group_metadata())
+        assert InFlightAtOffsetsProducer.in_flight_at_offsets == [3]
+        assert len(producer.collector.producer) == 0  # committed: acknowledged by then
+        values = [
+            m.value() for m in read_topic(kafka_bootstrap, topic, expected=3, timeout=10, committed_only=True)
+        ]
+        assert values == [b"v0", b"v1", b"v2"]
+        [committed] = consumer.committed([TopicPartition(topic, 0)], timeout=10)
+        assert committed.offset == 7
+    finally:
+        consumer.close()
+        producer.close()
+
+
 LOSE_NEXT_COMMIT_REPLY = threading.Event()
 
 

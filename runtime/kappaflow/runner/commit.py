@@ -5,9 +5,10 @@ at_least_once:
   2. flush the producer, so changelog and sink records are acknowledged,
   3. commit the consumed offsets, synchronously,
   4. checkpoint each store at the changelog offset Kafka acknowledged.
-exactly_once_v2: 1. flush stores, 2. flush the producer, 3. add the consumed offsets to the transaction
-(with the consumer's group metadata, which fences zombies of an older generation), 4. commit the
-transaction, 5. checkpoint (transactional stores apply the commit's writes only now).
+exactly_once_v2: 1. flush stores, 2. add the consumed offsets to the transaction (with the consumer's
+group metadata, which fences zombies of an older generation), 3. flush the producer (its wait overlaps
+the offsets' round trips), 4. commit the transaction, 5. checkpoint (transactional stores apply the
+commit's writes only now).
 
 A commit either completes or raises a typed error and changes nothing local: TaskMigratedError when the
 group moved on (at_least_once) or the producer was fenced (ProducerFencedError), TransactionAbortedError

@@ -121,12 +121,19 @@ class StreamsProducer:
             raise
 
     def commit(self, offsets: list[TopicPartition], group_metadata: Any) -> None:
-        """exactly_once_v2: flush, add `offsets` to the transaction and commit it. at_least_once: flush
-        only (the consumer commits the offsets)."""
+        """exactly_once_v2: add `offsets` to the transaction, flush and commit it. at_least_once: flush
+        only (the consumer commits the offsets).
+
+        The offsets go first: their two coordinator round trips (AddOffsetsToTxn, TxnOffsetCommit) then
+        overlap the wait for the records' acknowledgements instead of following it (measured in the word
+        count benchmark's 100 ms commits: adding the offsets took about two thirds as long as the flush
+        that preceded it). Nothing is visible before
+        the commit, so the order changes no outcome: a record that fails in the flush aborts the
+        transaction, offsets included."""
         if self.exactly_once and offsets:
             self.begin()
-        self.flush()
         if not self._in_transaction:
+            self.flush()
             return
         producer = self.collector.producer
         # No retry here: a transaction that cannot commit now is aborted and its work redone, which
@@ -139,6 +146,11 @@ class StreamsProducer:
                     "adding offsets to the transaction",
                     lambda: producer.send_offsets_to_transaction(offsets, group_metadata, timeout),
                 )
+        except (KafkaException, SystemError) as exc:
+            self._call_failed = True
+            raise self._typed(exc, "adding offsets to the transaction") from exc
+        self.flush()
+        try:
             self._bounded("committing the transaction", lambda: producer.commit_transaction(timeout))
         except (KafkaException, SystemError) as exc:
             self._call_failed = True
