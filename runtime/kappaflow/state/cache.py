@@ -180,21 +180,24 @@ class ThreadCache:
             old = entries.get(key)
             if old is None:
                 entries[key] = CacheEntry(value, True, context, size, decoded)
-                delta = size
-            else:
-                delta = size - old.size
+                dirty_keys[key] = None
+                cache.size += size
+                self._size += size
+            else:  # the hot key of an aggregation: in place, most often already dirty and the same size
                 old.value = value
                 old.context = context
-                old.size = size
                 old.decoded = decoded
-                old.dirty = True
                 move_to_end(key)
-            if key in dirty_keys:
-                move_dirty_to_end(key)
-            else:
-                dirty_keys[key] = None
-            cache.size += delta
-            self._size += delta
+                if old.dirty:  # a dirty entry's key is in `dirty_keys` (NamedCache.flush clears both)
+                    move_dirty_to_end(key)
+                else:
+                    old.dirty = True
+                    dirty_keys[key] = None
+                delta = size - old.size
+                if delta:
+                    old.size = size
+                    cache.size += delta
+                    self._size += delta
             if self._size > self.max_bytes:
                 self._maybe_evict(cache)
 
