@@ -132,11 +132,11 @@ def main() -> int:
     parser.add_argument("--source", default="", help=argparse.SUPPRESS)
     parser.add_argument("--broker-pid", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.one:
+    if args.one:  # the measured run's own process, as `kappaflow run`'s with its collector settings
+        tune_gc_for_streaming()
         one_run = run(args, args.bootstrap, args.source, args.one, args.broker_pid or None)
         print("RESULT " + json.dumps(dataclasses.asdict(one_run)), flush=True)
         return 0
-    tune_gc_for_streaming()  # the collector `kappaflow run` sets (runner/gc_tuning.py)
     with bench_broker(args.bootstrap) as (bootstrap, broker):
         source = f"bench-in-{uuid.uuid4().hex[:6]}"
         create_topic(AdminClient({"bootstrap.servers": bootstrap}), source, args.partitions)
