@@ -71,20 +71,27 @@ class OffsetsReplyLostProducer(Producer):  # type: ignore[misc]
         )
 
 
+def transactional_pair(
+    bootstrap: str, group: str, factory: Any, linger_ms: int
+) -> tuple[StreamsProducer, Consumer]:
+    """A StreamsProducer (transactional id `group`, clients made by `factory`) and a read_committed
+    consumer of the same group, whose metadata its commits carry."""
+    settings = {"bootstrap.servers": bootstrap, "transactional.id": group, "linger.ms": linger_ms}
+    admin = InternalTopicManager({"bootstrap.servers": bootstrap})
+    producer = StreamsProducer(settings, True, admin, None, api_timeout_s=30, factory=factory)
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": group, "isolation.level": "read_committed"}
+    )
+    return producer, consumer
+
+
 def test_a_transaction_whose_offsets_call_failed_is_aborted_under_a_new_epoch(kafka_bootstrap, kafka_topics):
     """An EndTxn abort after a failed offsets call can leave a hanging transaction (a late TxnOffsetCommit
     after the abort's markers blocks every read_committed offset fetch of the group): such a transaction is
     aborted by re-initializing the producer. One whose calls all succeeded is aborted with an EndTxn."""
     topic = kafka_topics("offsets-failed-out")
     group = f"offsets-failed-{uuid.uuid4().hex[:8]}"
-    settings = {"bootstrap.servers": kafka_bootstrap, "transactional.id": group, "linger.ms": 5}
-    admin = InternalTopicManager({"bootstrap.servers": kafka_bootstrap})
-    producer = StreamsProducer(
-        settings, True, admin, None, api_timeout_s=30, factory=OffsetsReplyLostProducer
-    )
-    consumer = Consumer(
-        {"bootstrap.servers": kafka_bootstrap, "group.id": group, "isolation.level": "read_committed"}
-    )
+    producer, consumer = transactional_pair(kafka_bootstrap, group, OffsetsReplyLostProducer, linger_ms=5)
     try:
         producer.begin()
         producer.collector.send(topic, b"k", b"aborted-by-endtxn", None, -1, None)
@@ -132,14 +139,7 @@ def test_the_offsets_are_added_while_the_records_are_still_in_flight(kafka_boots
     topic = kafka_topics("offsets-first-out")
     group = f"offsets-first-{uuid.uuid4().hex[:8]}"
     # a long linger holds the records in the client until something flushes them
-    settings = {"bootstrap.servers": kafka_bootstrap, "transactional.id": group, "linger.ms": 2000}
-    admin = InternalTopicManager({"bootstrap.servers": kafka_bootstrap})
-    producer = StreamsProducer(
-        settings, True, admin, None, api_timeout_s=30, factory=InFlightAtOffsetsProducer
-    )
-    consumer = Consumer(
-        {"bootstrap.servers": kafka_bootstrap, "group.id": group, "isolation.level": "read_committed"}
-    )
+    producer, consumer = transactional_pair(kafka_bootstrap, group, InFlightAtOffsetsProducer, linger_ms=2000)
     InFlightAtOffsetsProducer.in_flight_at_offsets.clear()
     try:
         producer.begin()

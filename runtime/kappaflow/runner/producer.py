@@ -127,9 +127,8 @@ class StreamsProducer:
         The offsets go first: their two coordinator round trips (AddOffsetsToTxn, TxnOffsetCommit) then
         overlap the wait for the records' acknowledgements instead of following it (measured in the word
         count benchmark's 100 ms commits: adding the offsets took about two thirds as long as the flush
-        that preceded it). Nothing is visible before
-        the commit, so the order changes no outcome: a record that fails in the flush aborts the
-        transaction, offsets included."""
+        that preceded it). Nothing is visible before the commit, so the order changes no outcome: a
+        record that fails in the flush aborts the transaction, offsets included."""
         if self.exactly_once and offsets:
             self.begin()
         if not self._in_transaction:
@@ -140,22 +139,23 @@ class StreamsProducer:
         # leaves nothing open meanwhile (a blocked commit holds its changelog records' transaction
         # open, and with it the restoration of any task that reads that changelog).
         timeout = self._api_timeout_s
-        try:
-            if offsets:
-                self._bounded(
-                    "adding offsets to the transaction",
-                    lambda: producer.send_offsets_to_transaction(offsets, group_metadata, timeout),
-                )
-        except (KafkaException, SystemError) as exc:
-            self._call_failed = True
-            raise self._typed(exc, "adding offsets to the transaction") from exc
+        if offsets:
+            self._transaction_call(
+                "adding offsets to the transaction",
+                lambda: producer.send_offsets_to_transaction(offsets, group_metadata, timeout),
+            )
         self.flush()
+        self._transaction_call("committing the transaction", lambda: producer.commit_transaction(timeout))
+        self._in_transaction = False
+
+    def _transaction_call(self, what: str, call: Callable[[], None]) -> None:
+        """A bounded call of the open transaction; its failure marks the transaction for an abort by
+        re-initialization (module docstring) and leaves as a typed error."""
         try:
-            self._bounded("committing the transaction", lambda: producer.commit_transaction(timeout))
+            self._bounded(what, call)
         except (KafkaException, SystemError) as exc:
             self._call_failed = True
-            raise self._typed(exc, "committing the transaction") from exc
-        self._in_transaction = False
+            raise self._typed(exc, what) from exc
 
     def _bounded(self, what: str, call: Callable[[], None]) -> None:
         """`call()`, given at most the API timeout plus a grace: librdkafka's send_offsets_to_transaction
