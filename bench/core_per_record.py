@@ -24,6 +24,7 @@ from examples.wordcount import INPUT_TOPIC, build_topology, split_words
 from kappaflow.api.config import StreamsConfig
 from kappaflow.api.metrics import Metrics
 from kappaflow.api.processor import TaskId
+from kappaflow.api.record import Headers
 from kappaflow.state.cache import ThreadCache
 from kappaflow.tasks.task import RawRecord, StreamTask
 
@@ -67,11 +68,11 @@ def run_kappaflow(lines: list[bytes], fused: bool = True) -> tuple[float, float,
         task.initialize()
         task.complete_restoration()
     start = time.perf_counter()
-    tasks[0].add_records(INPUT_TOPIC, 0, [RawRecord(i, i, None, v) for i, v in enumerate(lines)])
+    tasks[0].add_records(INPUT_TOPIC, 0, [RawRecord(i, i, None, v, Headers()) for i, v in enumerate(lines)])
     cpu = time.process_time()  # each sub-topology's own work: not the building of its input here
     tasks[0].process_buffered()
     first = time.process_time() - cpu
-    repartitioned = [RawRecord(i, ts, k, v) for i, (_, k, v, ts) in enumerate(collector.records)]
+    repartitioned = [RawRecord(i, ts, k, v, Headers()) for i, (_, k, v, ts) in enumerate(collector.records)]
     collector.records.clear()
     tasks[1].add_records("bench-counts-repartition", 0, repartitioned)
     cpu = time.process_time()

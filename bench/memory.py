@@ -75,6 +75,7 @@ def child(name: str, keys: int) -> dict[str, float]:
     from kappaflow.api.config import StreamsConfig
     from kappaflow.api.metrics import Metrics
     from kappaflow.api.processor import TaskId
+    from kappaflow.api.record import Headers
     from kappaflow.state.cache import ThreadCache
     from kappaflow.state.rocksdb_config import BoundedMemoryConfigSetter
     from kappaflow.tasks.task import RawRecord, StreamTask
@@ -103,7 +104,8 @@ def child(name: str, keys: int) -> dict[str, float]:
     batch = 50_000
     for first in range(0, keys, batch):
         records = [
-            RawRecord(i, i, f"key-{i:09d}".encode(), b"x") for i in range(first, min(first + batch, keys))
+            RawRecord(i, i, f"key-{i:09d}".encode(), b"x", Headers())
+            for i in range(first, min(first + batch, keys))
         ]
         task.add_records("memory-in", 0, records)
         while task.process_buffered(COMMIT_EVERY):

@@ -79,7 +79,8 @@ def run(
     while pending:
         topic, raw = pending.popleft()
         task = by_topic[topic]
-        raw.offset = offsets[topic] = offsets.get(topic, -1) + 1
+        raw = raw._replace(offset=offsets.get(topic, -1) + 1)
+        offsets[topic] = raw.offset
         before = len(collector.sent)
         task.add_records(topic, 0, [raw])
         task.process_buffered()
@@ -110,7 +111,7 @@ def lines(values: list[str | None]) -> list[tuple[str, RawRecord]]:
     return [
         (
             "wordcount-input",
-            RawRecord(0, 1000 + 10 * i - 25 * (i % 3), None, None if v is None else v.encode()),
+            RawRecord(0, 1000 + 10 * i - 25 * (i % 3), None, None if v is None else v.encode(), Headers()),
         )
         for i, v in enumerate(values)
     ]

@@ -1,4 +1,4 @@
-"""From consumed messages to task input: confluent-kafka `Message`s become `RawRecord`s per partition."""
+"""From consumed messages to task input: confluent-kafka `Message`s become queued tuples per partition."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from confluent_kafka import KafkaError
 
 from kappaflow.api.errors import StreamsError
 from kappaflow.api.record import Headers
-from kappaflow.tasks.task import RawRecord
+from kappaflow.tasks.task import RawTuple
 
 log = logging.getLogger(__name__)
 
@@ -20,14 +20,15 @@ class ConsumerFailedError(StreamsError):
     group.instance.id after a broker restart): it must be replaced, and the group rejoined."""
 
 
-def raw_records_by_partition(messages: list[Any]) -> Iterator[tuple[tuple[str, int], list[RawRecord]]]:
+def raw_records_by_partition(messages: list[Any]) -> Iterator[tuple[tuple[str, int], list[RawTuple]]]:
     """Yield `((topic, partition), records)` for each run of one partition in a `consume()` batch.
 
     librdkafka hands a batch over in runs of one partition, so grouping by runs keeps per-partition order
-    and costs one queue lookup per run instead of one per message. Consumer errors are logged and
+    and costs one queue lookup per run instead of one per message. Each record is a plain
+    `(offset, timestamp, key, value, headers)` tuple (`RawTuple`). Consumer errors are logged and
     skipped, fatal ones raised as ConsumerFailedError."""
     current: tuple[str, int] = ("", -1)
-    batch: list[RawRecord] = []
+    batch: list[RawTuple] = []
     append = batch.append
     for msg in messages:
         err = msg.error()
@@ -43,14 +44,6 @@ def raw_records_by_partition(messages: list[Any]) -> Iterator[tuple[tuple[str, i
             current, batch = tp, []
             append = batch.append
         headers = msg.headers()
-        append(
-            RawRecord(
-                msg.offset(),
-                msg.timestamp()[1],
-                msg.key(),
-                msg.value(),
-                Headers(headers) if headers else Headers(),
-            )
-        )
+        append((msg.offset(), msg.timestamp()[1], msg.key(), msg.value(), Headers(headers or ())))
     if batch:
         yield current, batch

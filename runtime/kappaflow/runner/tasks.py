@@ -19,7 +19,7 @@ from kappaflow.api.processor import TaskId
 from kappaflow.runner.changelog_reader import RESTORE_BATCH, ChangelogReader
 from kappaflow.runner.managed_task import ManagedTask, TaskDirLock
 from kappaflow.state.cache import ThreadCache
-from kappaflow.tasks.task import RawRecord, StreamTask, TaskState
+from kappaflow.tasks.task import RawTuple, StreamTask, TaskState
 from kappaflow.topology.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -139,7 +139,7 @@ class TaskManager:
         if managed is not None:
             self._close(managed, clean=True)
 
-    def add_records(self, task_id: TaskId | None, tp: tuple[str, int], records: list[RawRecord]) -> None:
+    def add_records(self, task_id: TaskId | None, tp: tuple[str, int], records: list[RawTuple]) -> None:
         """Queue consumed records for the active task `task_id` (dropped if it is not open: the
         partition is being handed over, and its new owner reads from the committed offset)."""
         managed = self.active.get(task_id) if task_id is not None else None
