@@ -13,6 +13,11 @@ KAFKA_PORT ?= 9092
 KAFKA_DIR ?= .run/kafka
 KUBE_DIR ?= .run/kube
 PYTEST_ARGS ?=
+# What `make test` runs a second time with --python-loops: the unit tier and the Kafka tests that run the
+# stream thread in-process (routing, drain, failures), not the tests of other processes or control planes.
+PYTHON_LOOPS_TESTS ?= tests/runtime --ignore=tests/runtime/test_native_loops.py \
+	tests/kafka/test_dead_letter.py tests/kafka/test_runner_recovery.py tests/kafka/test_task_idling.py \
+	tests/kafka/test_wordcount_e2e.py
 
 .PHONY: docs docs-serve prometheus conformance-golden conformance-jars run bench bench-reprocess spark-jars test-spark setup test test-unit test-kafka chaos test-kube lint typecheck crds crds-check chart-lint describe \
 	kafka-up kafka-down kafka-status kafka-download kube-build kube-up kube-down kube-status operator-run test-operator kind-up kind-down clean
@@ -43,12 +48,36 @@ $(VENV)/.installed: pyproject.toml
 	@echo "==> Python packages: $$($(PY) -m pip list --format=freeze 2>/dev/null | wc -l) installed"
 	@touch $@
 
-setup: $(VENV)/.installed
+# kappaflow's native core (runtime/native: the per-record loops in Rust, PyO3), built by maturin through
+# pip when cargo is on the machine; without it the runtime runs the loops' Python twins (same results,
+# slower). Cargo's builds are cached outside the clone; CI must have it (its tests compare both loops).
+export CARGO_TARGET_DIR ?= $(KAPPAFLOW_CACHE)/cargo-target
+NATIVE_SOURCES := $(wildcard runtime/native/src/*.rs) runtime/native/Cargo.toml runtime/native/Cargo.lock \
+	runtime/native/pyproject.toml
+$(VENV)/.native: $(VENV)/.installed $(NATIVE_SOURCES)
+	@export PATH="$$PATH:$$HOME/.cargo/bin"; \
+	if command -v cargo >/dev/null; then \
+	  echo "==> native core: building kappaflow_native with $$(cargo --version | cut -d' ' -f1-2) and maturin (log .run/logs/native-build.log)"; \
+	  $(PY) -m pip install ./runtime/native > .run/logs/native-build.log 2>&1 || \
+	    { tail -n 30 .run/logs/native-build.log; echo "native core build failed: see .run/logs/native-build.log"; exit 1; }; \
+	elif [ "$${CI:-}" = true ]; then \
+	  echo "native core: cargo not found, and CI tests the native core (install Rust: https://rustup.rs)"; exit 1; \
+	else \
+	  echo "==> native core: cargo not found - the runtime runs its Python loops (install Rust for the native core)"; \
+	  $(PY) -m pip uninstall -y -q kappaflow-native >/dev/null 2>&1 || true; \
+	fi
+	@touch $@
+
+setup: $(VENV)/.installed $(VENV)/.native
 
 # The servers the tiers need are fetched/built first, with progress, so no single test pays for them.
 # --durations=25: every run (CI's too) ends naming its slowest tests, where the time budget goes.
+# Then the in-process tiers once more with the per-record loops in Python (--python-loops), so both the
+# native core and its Python twins pass them.
 test: lint typecheck crds-check docs kafka-download kube-build spark-jars prometheus conformance-jars
 	$(PY) -m pytest -q --durations=25 $(PYTEST_ARGS)
+	@echo "==> the in-process tiers again, with the Python loops"
+	$(PY) -m pytest -q --python-loops $(PYTHON_LOOPS_TESTS) $(PYTEST_ARGS)
 
 # The docs site (MkDocs + Material); --strict turns every warning (broken link, missing page) into an error.
 docs: setup
@@ -108,6 +137,9 @@ lint: setup
 	@$(VENV)/bin/ruff format --check --quiet runtime operator tests examples bench
 	@mkdir -p .run/logs && $(VENV)/bin/lint-imports > .run/logs/lint-imports.log 2>&1 || \
 	  { cat .run/logs/lint-imports.log; exit 1; }
+	@export PATH="$$PATH:$$HOME/.cargo/bin"; if command -v cargo >/dev/null; then \
+	  cd runtime/native && cargo fmt --check && cargo clippy --quiet --release -- -D warnings && \
+	  echo "==> lint: the native core's cargo fmt and clippy clean"; fi
 	@echo "==> lint: ruff check, ruff format and import contracts clean"
 
 typecheck: setup

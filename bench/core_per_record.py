@@ -26,7 +26,8 @@ from kappaflow.api.metrics import Metrics
 from kappaflow.api.processor import TaskId
 from kappaflow.api.record import Headers
 from kappaflow.state.cache import ThreadCache
-from kappaflow.tasks.task import RawRecord, StreamTask
+from kappaflow.tasks.drain import RawRecord
+from kappaflow.tasks.task import StreamTask
 
 COMMIT_EVERY = 10_000
 

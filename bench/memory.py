@@ -78,7 +78,8 @@ def child(name: str, keys: int) -> dict[str, float]:
     from kappaflow.api.record import Headers
     from kappaflow.state.cache import ThreadCache
     from kappaflow.state.rocksdb_config import BoundedMemoryConfigSetter
-    from kappaflow.tasks.task import RawRecord, StreamTask
+    from kappaflow.tasks.drain import RawRecord
+    from kappaflow.tasks.task import StreamTask
 
     cache_bytes, bounded = CONFIGS[name]
     builder = StreamsBuilder()

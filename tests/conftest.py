@@ -7,6 +7,9 @@ heavy; the fixtures start their servers lazily, only when a test asks for them.
 from __future__ import annotations
 
 import os
+import sys
+
+import pytest
 
 #: The in-process operator's periods in the tests: its resync (status refresh, autoscaler ticks) and how
 #: soon a handler waiting on a Job, topics or a Spark run looks again (x5 after an error). The operator
@@ -22,3 +25,17 @@ pytest_plugins = [
     "tests.harness.kube_fixtures",
     "tests.harness.registry_fixtures",
 ]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--python-loops",
+        action="store_true",
+        help="run the runtime's per-record loops in Python although the native core (kappaflow_native) is "
+        "installed: `make test` runs the in-process tiers once more this way, so both loops pass them",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--python-loops"):
+        sys.modules["kappaflow_native"] = None  # type: ignore[assignment]  # makes its import fail

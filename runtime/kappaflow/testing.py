@@ -32,8 +32,9 @@ from kappaflow.state.builders import ReadOnlyKeyValueView
 from kappaflow.state.cache import ThreadCache
 from kappaflow.state.session_store import ReadOnlySessionView
 from kappaflow.state.window_store import ReadOnlyWindowView
+from kappaflow.tasks.drain import RawRecord
 from kappaflow.tasks.global_task import GlobalTask
-from kappaflow.tasks.task import RawRecord, StreamTask
+from kappaflow.tasks.task import StreamTask
 from kappaflow.topology.topology import Topology
 
 __all__ = ["EmptyTopicError", "TestInputTopic", "TestOutputTopic", "TestRecord", "TopologyTestDriver"]

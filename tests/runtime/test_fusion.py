@@ -26,7 +26,8 @@ from kappaflow.api.processor import TaskId
 from kappaflow.api.record import Headers, Record
 from kappaflow.state.api import RecordContext
 from kappaflow.state.cache import ThreadCache
-from kappaflow.tasks.task import RawRecord, StreamTask
+from kappaflow.tasks.drain import RawRecord
+from kappaflow.tasks.task import StreamTask
 from kappaflow.testing import TopologyTestDriver
 
 S, L = serdes.String(), serdes.Long()

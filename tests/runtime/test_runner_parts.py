@@ -149,13 +149,21 @@ def test_standbys_are_placed_once_the_group_is_stable_and_this_member_sees_its_o
         ]
     )
     placer = StandbyPlacer(tasks, lambda: next(views), lambda _t: True, 1, clock)  # type: ignore[arg-type]
-    placer.maybe_place("a", [("t", 0)])
-    assert tasks.standby == {}  # nothing scheduled yet
+    asked: list[str] = []
+
+    def member_id() -> str:  # librdkafka's memberid() is a round trip: asked only when placing
+        asked.append("a")
+        return "a"
+
+    placer.maybe_place(member_id, [("t", 0)])
+    assert tasks.standby == {} and asked == []  # nothing scheduled yet
     placer.schedule()
     for _ in range(3):
-        placer.maybe_place("a", [("t", 0)])
+        placer.maybe_place(member_id, [("t", 0)])
+        placer.maybe_place(member_id, [("t", 0)])  # not due again until the retry delay passed
         clock.now += 1.0
     assert set(tasks.standby) == {TaskId(0, 1)}  # b's task; never a's own
+    assert len(asked) == 3
 
 
 def test_no_standby_for_tasks_without_stores_and_none_when_not_configured():
@@ -164,11 +172,11 @@ def test_no_standby_for_tasks_without_stores_and_none_when_not_configured():
     StandbyPlacer(tasks, lambda: view, lambda _t: False, 1, FakeClock()).schedule()  # type: ignore[arg-type]
     placer = StandbyPlacer(tasks, lambda: view, lambda _t: False, 1, FakeClock())  # type: ignore[arg-type]
     placer.schedule()
-    placer.maybe_place("a", [("t", 0)])
+    placer.maybe_place(lambda: "a", [("t", 0)])
     assert tasks.standby == {}
     unconfigured = StandbyPlacer(tasks, lambda: view, lambda _t: True, 0, FakeClock())  # type: ignore[arg-type]
     unconfigured.schedule()
-    unconfigured.maybe_place("a", [("t", 0)])
+    unconfigured.maybe_place(lambda: "a", [("t", 0)])
     assert tasks.standby == {}
 
 

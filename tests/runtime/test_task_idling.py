@@ -13,7 +13,8 @@ from kappaflow.api.metrics import Metrics
 from kappaflow.api.processor import TaskId
 from kappaflow.api.record import Headers
 from kappaflow.state.cache import ThreadCache
-from kappaflow.tasks.task import LAGGING_STALL_MS, RawRecord, StreamTask
+from kappaflow.tasks.drain import RawRecord
+from kappaflow.tasks.task import LAGGING_STALL_MS, StreamTask
 
 S = serdes.String()
 

@@ -58,6 +58,9 @@ DEFAULTS: dict[str, Any] = {
     # compile chains of built-in processors into direct calls (kappaflow.tasks.fusion); false keeps every
     # record on the generic node-by-node path, the same results slower
     "kappaflow.fusion.enabled": True,
+    # run the per-record loops (message routing, the task drain) in the native core when it is installed
+    # (kappaflow_native, Rust); false, or the core absent, runs their Python twins: same results, slower
+    "kappaflow.native.enabled": True,
     "topology.optimization": "none",
     # Kafka Streams' internal throttles (StreamsConfig.InternalConfig): unmatched left/outer stream-stream
     # join results and emit-on-window-close results are looked for at most once per interval of wall-clock
@@ -131,7 +134,12 @@ _INT_KEYS = {
     "repartition.purge.interval.ms",
     "default.api.timeout.ms",
 }
-_BOOL_KEYS = {"query.http.enabled", "kappaflow.internal.topics.create", "kappaflow.fusion.enabled"}
+_BOOL_KEYS = {
+    "query.http.enabled",
+    "kappaflow.internal.topics.create",
+    "kappaflow.fusion.enabled",
+    "kappaflow.native.enabled",
+}
 ENV_PREFIX = "KAPPAFLOW_"
 
 

@@ -23,8 +23,8 @@ from kappaflow.api.config import StreamsConfig
 from kappaflow.api.errors import StreamsError
 from kappaflow.api.metrics import Metrics
 from kappaflow.api.record import Headers
+from kappaflow.tasks.drain import RawRecord
 from kappaflow.tasks.global_task import GlobalTask
-from kappaflow.tasks.task import RawRecord
 from kappaflow.topology.topology import Topology
 
 log = logging.getLogger(__name__)

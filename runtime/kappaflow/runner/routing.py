@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from confluent_kafka import KafkaError
 
 from kappaflow.api.errors import StreamsError
 from kappaflow.api.record import Headers
-from kappaflow.tasks.task import RawTuple
+from kappaflow.tasks.drain import RawTuple
+from kappaflow.tasks.native import NativeCore
 
 log = logging.getLogger(__name__)
 
@@ -33,9 +34,7 @@ def raw_records_by_partition(messages: list[Any]) -> Iterator[tuple[tuple[str, i
     for msg in messages:
         err = msg.error()
         if err is not None:
-            if err.fatal() or err.code() == KafkaError._FATAL:
-                raise ConsumerFailedError(f"the consumer failed fatally: {err}")
-            log.warning("consumer error: %s", err)
+            consumer_error(err)
             continue
         tp = (msg.topic(), msg.partition())
         if tp != current:
@@ -47,3 +46,26 @@ def raw_records_by_partition(messages: list[Any]) -> Iterator[tuple[tuple[str, i
         append((msg.offset(), msg.timestamp()[1], msg.key(), msg.value(), Headers(headers or ())))
     if batch:
         yield current, batch
+
+
+def consumer_error(err: KafkaError) -> None:
+    """A consumed message that carries an error: a fatal one fails the consumer, the rest are logged
+    (librdkafka retries them) and the message skipped."""
+    if err.fatal() or err.code() == KafkaError._FATAL:
+        raise ConsumerFailedError(f"the consumer failed fatally: {err}")
+    log.warning("consumer error: %s", err)
+
+
+Router = Callable[[list[Any]], Iterable[tuple[tuple[str, int], list[RawTuple]]]]
+
+
+def router(core: NativeCore | None) -> Router:
+    """`raw_records_by_partition`, or its native twin (the same runs, as one list) when `core` is given."""
+    if core is None:
+        return raw_records_by_partition
+    route = core.route
+
+    def native_runs(messages: list[Any]) -> list[tuple[tuple[str, int], list[RawTuple]]]:
+        return route(messages, Headers, consumer_error)
+
+    return native_runs

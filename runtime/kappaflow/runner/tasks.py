@@ -19,7 +19,8 @@ from kappaflow.api.processor import TaskId
 from kappaflow.runner.changelog_reader import RESTORE_BATCH, ChangelogReader
 from kappaflow.runner.managed_task import ManagedTask, TaskDirLock
 from kappaflow.state.cache import ThreadCache
-from kappaflow.tasks.task import RawTuple, StreamTask, TaskState
+from kappaflow.tasks.drain import RawTuple
+from kappaflow.tasks.task import StreamTask, TaskState
 from kappaflow.topology.topology import Topology
 
 log = logging.getLogger(__name__)

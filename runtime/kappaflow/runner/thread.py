@@ -35,8 +35,10 @@ from kappaflow.runner.assembly import assemble, now_ms
 from kappaflow.runner.fetch_lag import LAG_INTERVAL_S, FetchedLag, report_consumer_lag
 from kappaflow.runner.global_state import GlobalStateUpdater
 from kappaflow.runner.metadata import consumer_client_id
-from kappaflow.runner.routing import ConsumerFailedError, raw_records_by_partition
+from kappaflow.runner.routing import ConsumerFailedError, router
 from kappaflow.runner.tasks import TaskManager
+from kappaflow.tasks import native
+from kappaflow.tasks.task import StreamTask
 from kappaflow.topology.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -74,6 +76,9 @@ class StreamThread:
         self.partition_counts: dict[str, int] = {}
         self.tm: TaskManager | None = None
         self.global_state: GlobalStateUpdater | None = None
+        native_enabled = config.get_bool("kappaflow.native.enabled")
+        self._route = router(native.core(native_enabled))
+        log.info("per-record loops: %s", native.describe(native_enabled))
 
     # ----------------------------------------------------------------- set-up
     def _assemble(self) -> None:
@@ -132,14 +137,15 @@ class StreamThread:
         with self.state_lock:
             if self.global_state is not None:
                 self.global_state.poll()
-            for tp, records in raw_records_by_partition(messages):
+            for tp, records in self._route(messages):
                 tm.add_records(self.rebalance.partition_tasks.get(tp), tp, records)
             for managed in tm.restore_step(timeout=0.02 if busy else 0.0):
                 consumer.resume(self.rebalance.partitions_of(managed.task.id))
-            self.standbys.maybe_place(consumer.memberid(), self.rebalance.assigned)
-            self._process()
+            self.standbys.maybe_place(consumer.memberid, self.rebalance.assigned)
+            running = tm.running()
+            self._process(running)
             if time.monotonic() - self._last_commit >= self.commit_interval or any(
-                t.context.commit_requested for t in tm.running()
+                t.context.commit_requested for t in running
             ):
                 self.commit()
         self._update_state()
@@ -147,16 +153,14 @@ class StreamThread:
             self._last_lag = time.monotonic()
             report_consumer_lag(consumer, self.rebalance.assigned, self.metrics)
 
-    def _process(self) -> None:
-        tm = self.tm
-        assert tm is not None
+    def _process(self, running: list[StreamTask]) -> None:
         count, started, now = 0, time.perf_counter(), now_ms()
-        for task in tm.running():
-            if task.buffered():
+        for task in running:
+            if task.has_buffered():
                 self.producer.begin()
                 count += task.process_buffered(fetched_lag=self.fetched_lag, now_ms=now)
                 task.publish_metrics()  # per batch, so scrapes see progress between commits
-        for task in tm.running():
+        for task in running:
             if task.context.system_time_punctuations:
                 self.producer.begin()
                 task.maybe_punctuate_system_time(now)

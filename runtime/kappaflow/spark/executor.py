@@ -56,7 +56,8 @@ from kappaflow.api.record import Headers
 from kappaflow.clients.kafka import produce_record
 from kappaflow.clients.murmur2 import partition_for_key
 from kappaflow.state.cache import ThreadCache
-from kappaflow.tasks.task import RawRecord, StreamTask
+from kappaflow.tasks.drain import RawRecord
+from kappaflow.tasks.task import StreamTask
 from kappaflow.topology.topology import Topology
 
 HeaderList = list[tuple[str, bytes | None]] | None

@@ -1,6 +1,7 @@
 """Tasks: a sub-topology partition bound to the runtime (processors, stores, queues, commits)."""
 
+from kappaflow.tasks.drain import RawRecord
 from kappaflow.tasks.global_task import GlobalTask
-from kappaflow.tasks.task import RawRecord, StreamTask, TaskState
+from kappaflow.tasks.task import StreamTask, TaskState
 
 __all__ = ["GlobalTask", "RawRecord", "StreamTask", "TaskState"]

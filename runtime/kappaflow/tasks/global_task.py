@@ -18,9 +18,10 @@ from kappaflow.api.record import Record
 from kappaflow.state.api import RecordContext
 from kappaflow.tasks.collector import RecordCollector
 from kappaflow.tasks.context import ProcessorContextImpl
+from kappaflow.tasks.drain import RawRecord
 from kappaflow.tasks.nodes import ProcessorNode, SourceNode
 from kappaflow.tasks.state_manager import ProcessorStateManager
-from kappaflow.tasks.task import RawRecord, resolve_serde
+from kappaflow.tasks.task import resolve_serde
 from kappaflow.topology.topology import Topology
 
 GLOBAL_TASK_ID = TaskId(-1, -1)

@@ -8,12 +8,13 @@ a silent corruption.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from enum import Enum
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from kappaflow.api.config import StreamsConfig
 from kappaflow.api.errors import (
@@ -30,11 +31,13 @@ from kappaflow.api.serdes import Serde, is_utf8
 from kappaflow.api.time import ConsumedRecord, TimestampExtractor, record_timestamp
 from kappaflow.state.api import RecordContext
 from kappaflow.state.cache import ThreadCache
+from kappaflow.tasks import native
 from kappaflow.tasks.collector import RecordCollector
 from kappaflow.tasks.context import ProcessorContextImpl
+from kappaflow.tasks.drain import DrainPlan, RawRecord, RawTuple, drain_python
 from kappaflow.tasks.fusion import fuse_nodes
 from kappaflow.tasks.handlers import FailedRecord, dead_letter_headers, resolve_handler
-from kappaflow.tasks.nodes import UNSET, ProcessorNode, SinkNode, SourceNode
+from kappaflow.tasks.nodes import ProcessorNode, SinkNode, SourceNode
 from kappaflow.tasks.punctuation import PunctuationQueue
 from kappaflow.tasks.state_manager import ProcessorStateManager
 from kappaflow.topology.nodes import ProcessorSpec, SinkSpec, SourceSpec
@@ -63,24 +66,6 @@ _TRANSITIONS: dict[TaskState, set[TaskState]] = {
 LAGGING_STALL_MS = 10_000
 """How long a task waits for a lagging input that delivers nothing before it processes without it: a
 guard against a partition whose fetches stall (Kafka Streams waits as long as the lag is positive)."""
-
-_SKIP: Any = object()  # a record the handlers or the extractor dropped: counted as consumed, not processed
-
-
-class RawRecord(NamedTuple):
-    """A record as consumed: bytes plus position, with names for the places that read it by name."""
-
-    offset: int
-    timestamp: int
-    key: bytes | None
-    value: bytes | None
-    headers: Headers
-
-
-RawTuple = tuple[int, int, bytes | None, bytes | None, Headers]
-"""What a task queues: `(offset, timestamp, key, value, headers)`, a RawRecord or the plain tuple the
-runner's routing builds per consumed message (a tuple display costs a fraction of a constructor call,
-and the drain loop reads both by position)."""
 
 
 def resolve_serde(explicit: Serde[Any] | None, config: StreamsConfig, key: str) -> Serde[Any] | None:
@@ -152,6 +137,9 @@ class StreamTask:
         self._enforced = 0  # records processed with an input empty (enforced processing), likewise
         self.max_task_idle_ms = config.get_int("max.task.idle.ms")
         self._empty_since: dict[tuple[str, int], int] = {}  # input partitions with nothing buffered
+        self._plans: dict[tuple[str, int], DrainPlan] = {}  # per input partition, while running
+        core = native.core(config.get_bool("kappaflow.native.enabled"))
+        self._run_drain = core.drain if core is not None else drain_python
         self._build_nodes()
         self.input_partitions = [(topic, task_id.partition) for topic in sorted(self.sources)]
 
@@ -221,6 +209,7 @@ class StreamTask:
 
     def complete_restoration(self) -> None:
         """Restoration is done: initialize the processors (in topology order) and start running."""
+        self._plans.clear()  # they hold the nodes' handles and stages
         for node in self.nodes:
             node.unfuse()  # initialized again (new stores): compiled again, no route to an old stage
         for node in self.nodes:
@@ -248,6 +237,10 @@ class StreamTask:
 
     def buffered(self) -> int:
         return sum(len(q) for q in self.queues.values())
+
+    def has_buffered(self) -> bool:
+        """Whether any input has a record queued (asked every loop: no count)."""
+        return any(self.queues.values())
 
     def _next_queue(self) -> tuple[tuple[str, int], deque[RawTuple]] | None:
         if len(self.queues) == 1:
@@ -345,94 +338,79 @@ class StreamTask:
         return True
 
     def _drain(self, topic: str, partition: int, queue: deque[RawTuple], limit: int) -> int:
-        """Process up to `limit` records from the head of one partition's queue.
+        """Process up to `limit` records from the head of one partition's queue (`kappaflow.tasks.drain`);
+        the consumed offset, partition time and processed count are written back however it ends."""
+        tp = (topic, partition)
+        plan = self._plans.get(tp)
+        if plan is None:
+            plan = self._plans[tp] = self._plan(topic, partition)
+        context = self.context
+        partition_time = self.partition_time.get(tp, -1)
+        count, last, partition_time, processed, error = self._run_drain(
+            queue, limit, plan, partition_time, context.stream_time
+        )
+        if count:
+            self.consumed_offsets[tp] = last
+        if partition_time >= 0:
+            self.partition_time[tp] = partition_time
+        self._processed += processed
+        if error is not None:
+            raise error
+        return count
 
-        This is the per-record hot path, so the loop keeps what it needs in locals; the consumed offset,
-        partition time and processed count are written back once, also when a record fails the task."""
+    def _plan(self, topic: str, partition: int) -> DrainPlan:
+        """What the loop needs for one input partition (kept while the task runs: fusion is done by
+        then, and a task is reinitialized, with new plans, when its processors are)."""
         source = self.sources[topic]
         context = self.context
-        key_deserializer = source.key_deserializer
-        value_deserializer = source.value_deserializer
-        key_utf8, value_utf8 = is_utf8(source.key_serde), is_utf8(source.value_serde)  # decoded inline
-        forward = context.forward
         only_child = source.children[0] if len(source.children) == 1 else None
-        only_handle: Any = only_child.handle if only_child is not None else None
-        only_fused: Any = only_child.fused if only_child is not None else None  # no Record built
-        custom_extractor = source.timestamp_extractor is not record_timestamp
-        schedules = context.stream_time_punctuations.schedules
-        tp = (topic, partition)
-        partition_time = self.partition_time.get(tp, -1)
-        stream_time = context.stream_time
-        count = processed = 0
-        last = -1
-        try:
-            while queue and count < limit:
-                raw = queue[0]
-                offset, timestamp, raw_key, raw_value, headers = raw
-                key: Any = UNSET
-                value: Any = None
-                try:
-                    key = (
-                        raw_key.decode()
-                        if key_utf8 and raw_key is not None
-                        else key_deserializer(topic, raw_key)
-                    )
-                    if value_utf8 and raw_value is not None:
-                        value = raw_value.decode()
-                    else:
-                        value = value_deserializer(topic, raw_value)
-                except SchemaRegistryUnavailableError:
-                    raise
-                except Exception as exc:
-                    error = source.deserialization_error(exc, key is UNSET, topic, partition, offset)
-                    self._handle_failure(
-                        self._deserialization_handler, error, topic, partition, RawRecord(*raw), source.name
-                    )
-                    key = value = _SKIP
-                if key is not _SKIP and (timestamp < 0 or custom_extractor):
-                    timestamp = self._extract_timestamp(
-                        source, RawRecord(*raw), key, value, tp, partition_time
-                    )
-                    if timestamp < 0:
-                        key = _SKIP
-                if key is not _SKIP:
-                    if timestamp > partition_time:
-                        partition_time = timestamp
-                    if timestamp > stream_time:
-                        stream_time = context.stream_time = timestamp
-                    context.current = RecordContext(timestamp, topic, partition, offset, headers)
-                    try:
-                        if only_fused is not None:  # compiled: key and value passed as they are
-                            context.current_node = only_child
-                            only_fused(key, value, timestamp, headers)
-                        elif only_child is not None:  # the source's one child, called directly
-                            context.current_node = only_child
-                            only_handle(Record(key, value, timestamp, headers))
-                        else:  # the source node's process() is a plain forward to its children
-                            context.current_node = source
-                            forward(Record(key, value, timestamp, headers))
-                    except (TaskMigratedError, ProcessingError, SchemaRegistryUnavailableError):
-                        raise  # an unreachable registry is not this record's fault: no handler skips it
-                    except Exception as exc:
-                        if context.failed_node is None and context.current_node is not None:
-                            context.failed_node = context.current_node.name  # raised outside forward()
-                        self._processing_failure(exc, topic, partition, RawRecord(*raw), source.name)
-                    finally:
-                        context.current_node = None
-                        context.failed_node = None
-                    processed += 1
-                    if schedules:
-                        self._punctuate(context.stream_time_punctuations, stream_time)
-                queue.popleft()
-                last = offset
-                count += 1
-        finally:
-            if count:
-                self.consumed_offsets[tp] = last
-            if partition_time >= 0:
-                self.partition_time[tp] = partition_time
-            self._processed += processed
-        return count
+        node: ProcessorNode = source
+        call: Callable[..., None] = context.forward
+        record_type: type[Record[Any, Any]] | None = Record
+        if only_child is not None and only_child.fused is not None:  # compiled: no Record built
+            node, call, record_type = only_child, only_child.fused, None
+        elif only_child is not None:  # the source's one child, called directly
+            node, call = only_child, only_child.handle
+        name = source.name
+
+        def extract_timestamp(raw: RawTuple, key: Any, value: Any, partition_time: int) -> int:
+            return self._extract_timestamp(
+                source, RawRecord(*raw), key, value, (topic, partition), partition_time
+            )
+
+        def deserialization_failed(exc: Exception, key_failed: bool, raw: RawTuple) -> None:
+            error = source.deserialization_error(exc, key_failed, topic, partition, raw[0])
+            self._handle_failure(
+                self._deserialization_handler, error, topic, partition, RawRecord(*raw), name
+            )
+
+        def processing_failed(exc: Exception, raw: RawTuple) -> None:
+            if context.failed_node is None and context.current_node is not None:
+                context.failed_node = context.current_node.name  # raised outside forward()
+            self._processing_failure(exc, topic, partition, RawRecord(*raw), name)
+
+        return DrainPlan(
+            topic=topic,
+            partition=partition,
+            key_utf8=is_utf8(source.key_serde),
+            value_utf8=is_utf8(source.value_serde),
+            key_deserializer=source.key_deserializer,
+            value_deserializer=source.value_deserializer,
+            custom_extractor=source.timestamp_extractor is not record_timestamp,
+            extract_timestamp=extract_timestamp,
+            deserialization_failed=deserialization_failed,
+            registry_unavailable=SchemaRegistryUnavailableError,
+            processing_failed=processing_failed,
+            # an unreachable registry is not this record's fault: no handler skips it
+            passed_through=(TaskMigratedError, ProcessingError, SchemaRegistryUnavailableError),
+            context=context,
+            record_context=RecordContext,
+            node=node,
+            call=call,
+            record_type=record_type,
+            schedules=context.stream_time_punctuations.schedules,
+            punctuate=functools.partial(self._punctuate, context.stream_time_punctuations),
+        )
 
     def _extract_timestamp(
         self,

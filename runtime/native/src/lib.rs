@@ -1,0 +1,379 @@
+//! kappaflow's per-record machinery in Rust: the two loops every consumed record goes through.
+//!
+//! `route` turns a `consume()` batch of confluent-kafka messages into runs of one partition, each record
+//! a plain `(offset, timestamp, key, value, headers)` tuple; `drain` is a task's loop over one input
+//! partition's queue. Both mirror their Python twins step for step (`kappaflow.runner.routing` and
+//! `kappaflow.tasks.drain`), which stay the reference and the fallback: user callbacks, serdes, handlers
+//! and every failure path are Python objects called from here, in the same order, with the same
+//! arguments. What moves to Rust is only the interpreter's own work per record.
+
+use pyo3::exceptions::{PyException, PyTypeError};
+use pyo3::ffi;
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyString, PyTuple, PyType};
+
+type Run<'py> = (
+    Bound<'py, PyAny>,
+    i64,
+    Bound<'py, PyAny>,
+    Bound<'py, PyList>,
+);
+
+/// Runs of one partition from a `consume()` batch: `[((topic, partition), [record tuple, ...]), ...]`.
+///
+/// A message with an error is handed to `on_error` (which raises for a fatal one) and skipped.
+#[pyfunction]
+fn route<'py>(
+    py: Python<'py>,
+    messages: &Bound<'py, PyList>,
+    headers_type: &Bound<'py, PyAny>,
+    on_error: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyList>> {
+    let runs = PyList::empty(py);
+    let mut current: Option<Run<'py>> = None;
+    for msg in messages.iter() {
+        let err = msg.call_method0(intern!(py, "error"))?;
+        if !err.is_none() {
+            on_error.call1((err,))?;
+            continue;
+        }
+        let topic = msg.call_method0(intern!(py, "topic"))?;
+        let partition_obj = msg.call_method0(intern!(py, "partition"))?;
+        let partition: i64 = partition_obj.extract()?;
+        let same = match &current {
+            Some((t, p, _, _)) => *p == partition && (t.is(&topic) || t.eq(&topic)?),
+            None => false,
+        };
+        if !same {
+            if let Some((t, _, p, records)) = current.take() {
+                runs.append(((t, p), records))?;
+            }
+            current = Some((topic, partition, partition_obj, PyList::empty(py)));
+        }
+        let offset = msg.call_method0(intern!(py, "offset"))?;
+        let stamp = msg.call_method0(intern!(py, "timestamp"))?;
+        let timestamp = stamp.cast::<PyTuple>()?.get_item(1)?;
+        let key = msg.call_method0(intern!(py, "key"))?;
+        let value = msg.call_method0(intern!(py, "value"))?;
+        let headers = msg.call_method0(intern!(py, "headers"))?;
+        let headers = if headers.is_truthy()? {
+            headers_type.call1((headers,))?
+        } else {
+            headers_type.call0()?
+        };
+        let record = PyTuple::new(py, [offset, timestamp, key, value, headers])?;
+        if let Some((_, _, _, records)) = &current {
+            records.append(record)?;
+        }
+    }
+    if let Some((t, _, p, records)) = current {
+        runs.append(((t, p), records))?;
+    }
+    Ok(runs)
+}
+
+/// `bytes.decode()` (strict UTF-8): the same str, or the same UnicodeDecodeError.
+fn decode_utf8<'py>(py: Python<'py>, raw: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    match raw.cast::<PyBytes>() {
+        Ok(bytes) => {
+            let data = bytes.as_bytes();
+            // SAFETY: `data` is borrowed from a live bytes object for the duration of the call; the
+            // result is a new reference or NULL with the Python error set, which `from_owned_ptr_or_err`
+            // turns into a PyErr.
+            unsafe {
+                let decoded = ffi::PyUnicode_DecodeUTF8(
+                    data.as_ptr().cast(),
+                    data.len() as ffi::Py_ssize_t,
+                    c"strict".as_ptr(),
+                );
+                Bound::from_owned_ptr_or_err(py, decoded)
+            }
+        }
+        Err(_) => raw.call_method0(intern!(py, "decode")),
+    }
+}
+
+/// The fields of `kappaflow.state.api.RecordContext`, in the order `new_record_context` sets them.
+const RECORD_CONTEXT_FIELDS: [&str; 5] = ["timestamp", "topic", "partition", "offset", "headers"];
+
+/// The plan's RecordContext class, checked to be the slots class whose fields `new_record_context` sets:
+/// a field added on the Python side must fail here, not leave instances without it.
+fn record_context_type<'py>(
+    py: Python<'py>,
+    cls: Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyType>> {
+    let cls = cls.cast_into::<PyType>()?;
+    let slots: Vec<String> = cls.getattr(intern!(py, "__slots__"))?.extract()?;
+    if slots != RECORD_CONTEXT_FIELDS {
+        return Err(PyTypeError::new_err(format!(
+            "kappaflow_native sets RecordContext fields {RECORD_CONTEXT_FIELDS:?}, the class has {slots:?}"
+        )));
+    }
+    Ok(cls)
+}
+
+/// A RecordContext with its fields set, without running its Python `__init__` (a frame per record,
+/// the largest cost left in the loop): allocated as `object.__new__` would, then each slot assigned.
+fn new_record_context<'py>(
+    py: Python<'py>,
+    cls: &Bound<'py, PyType>,
+    names: &[Bound<'py, PyString>; 5],
+    fields: [Bound<'py, PyAny>; 5],
+) -> PyResult<Bound<'py, PyAny>> {
+    // SAFETY: `cls` is a live type object (checked above to be a class); `tp_alloc` returns a new
+    // reference to a zeroed instance or NULL with an error set, which `from_owned_ptr_or_err` handles.
+    let instance = unsafe {
+        let type_ptr = cls.as_type_ptr();
+        let alloc = (*type_ptr).tp_alloc.unwrap_or(ffi::PyType_GenericAlloc);
+        Bound::from_owned_ptr_or_err(py, alloc(type_ptr, 0))?
+    };
+    for (name, value) in names.iter().zip(fields) {
+        instance.setattr(name, value)?;
+    }
+    Ok(instance)
+}
+
+/// What `drain` needs from its Python plan, read once per call.
+struct Plan<'py> {
+    topic: Bound<'py, PyAny>,
+    partition: Bound<'py, PyAny>,
+    key_utf8: bool,
+    value_utf8: bool,
+    key_deserializer: Bound<'py, PyAny>,
+    value_deserializer: Bound<'py, PyAny>,
+    custom_extractor: bool,
+    extract_timestamp: Bound<'py, PyAny>,
+    deserialization_failed: Bound<'py, PyAny>,
+    registry_unavailable: Bound<'py, PyAny>,
+    processing_failed: Bound<'py, PyAny>,
+    passed_through: Bound<'py, PyAny>,
+    context: Bound<'py, PyAny>,
+    record_context: Bound<'py, PyType>,
+    record_context_fields: [Bound<'py, PyString>; 5],
+    node: Bound<'py, PyAny>,
+    call: Bound<'py, PyAny>,
+    record_type: Bound<'py, PyAny>,
+    schedules: Bound<'py, PyAny>,
+    punctuate: Bound<'py, PyAny>,
+}
+
+impl<'py> Plan<'py> {
+    fn read(py: Python<'py>, plan: &Bound<'py, PyAny>) -> PyResult<Self> {
+        let get = |name: &Bound<'py, pyo3::types::PyString>| plan.getattr(name);
+        Ok(Plan {
+            topic: get(intern!(py, "topic"))?,
+            partition: get(intern!(py, "partition"))?,
+            key_utf8: get(intern!(py, "key_utf8"))?.is_truthy()?,
+            value_utf8: get(intern!(py, "value_utf8"))?.is_truthy()?,
+            key_deserializer: get(intern!(py, "key_deserializer"))?,
+            value_deserializer: get(intern!(py, "value_deserializer"))?,
+            custom_extractor: get(intern!(py, "custom_extractor"))?.is_truthy()?,
+            extract_timestamp: get(intern!(py, "extract_timestamp"))?,
+            deserialization_failed: get(intern!(py, "deserialization_failed"))?,
+            registry_unavailable: get(intern!(py, "registry_unavailable"))?,
+            processing_failed: get(intern!(py, "processing_failed"))?,
+            passed_through: get(intern!(py, "passed_through"))?,
+            context: get(intern!(py, "context"))?,
+            record_context: record_context_type(py, get(intern!(py, "record_context"))?)?,
+            record_context_fields: RECORD_CONTEXT_FIELDS.map(|name| PyString::intern(py, name)),
+            node: get(intern!(py, "node"))?,
+            call: get(intern!(py, "call"))?,
+            record_type: get(intern!(py, "record_type"))?,
+            schedules: get(intern!(py, "schedules"))?,
+            punctuate: get(intern!(py, "punctuate"))?,
+        })
+    }
+
+    /// The record's key and value as the source's serdes make them; on failure, whether the key failed.
+    fn deserialize(
+        &self,
+        py: Python<'py>,
+        raw_key: &Bound<'py, PyAny>,
+        raw_value: &Bound<'py, PyAny>,
+    ) -> Result<(Bound<'py, PyAny>, Bound<'py, PyAny>), (PyErr, bool)> {
+        let key = if self.key_utf8 && !raw_key.is_none() {
+            decode_utf8(py, raw_key)
+        } else {
+            self.key_deserializer.call1((&self.topic, raw_key))
+        }
+        .map_err(|e| (e, true))?;
+        let value = if self.value_utf8 && !raw_value.is_none() {
+            decode_utf8(py, raw_value)
+        } else {
+            self.value_deserializer.call1((&self.topic, raw_value))
+        }
+        .map_err(|e| (e, false))?;
+        Ok((key, value))
+    }
+
+    /// Hand the record to the source's child (or the source), as current node.
+    fn deliver(
+        &self,
+        key: &Bound<'py, PyAny>,
+        value: &Bound<'py, PyAny>,
+        timestamp: i64,
+        headers: &Bound<'py, PyAny>,
+    ) -> PyResult<()> {
+        if self.record_type.is_none() {
+            self.call.call1((key, value, timestamp, headers))?;
+        } else {
+            let record = self.record_type.call1((key, value, timestamp, headers))?;
+            self.call.call1((record,))?;
+        }
+        Ok(())
+    }
+}
+
+/// The result handed back to Python: `(count, last_offset, partition_time, processed, error)`.
+type Drained = (i64, i64, i64, i64, Option<Py<PyAny>>);
+
+/// The loop's running state: what the task writes back however the loop ends.
+struct Progress {
+    partition_time: i64,
+    stream_time: i64,
+    processed: i64,
+}
+
+impl<'py> Plan<'py> {
+    /// One record from the head of `queue`: its offset once it is consumed (and popped), None when the
+    /// queue is empty. An error leaves the record at the head, as the Python loop does.
+    fn one(
+        &self,
+        py: Python<'py>,
+        queue: &Bound<'py, PyAny>,
+        popleft: &Bound<'py, PyAny>,
+        progress: &mut Progress,
+    ) -> PyResult<Option<i64>> {
+        if queue.len()? == 0 {
+            return Ok(None);
+        }
+        let raw_any = queue.get_item(0)?;
+        let raw = raw_any.cast::<PyTuple>()?;
+        let offset_obj = raw.get_item(0)?;
+        let offset: i64 = offset_obj.extract()?;
+        let mut timestamp: i64 = raw.get_item(1)?.extract()?;
+        let (raw_key, raw_value, headers) = (raw.get_item(2)?, raw.get_item(3)?, raw.get_item(4)?);
+        let mut skip = false;
+        let none = py.None().into_bound(py);
+        let (key, value) = match self.deserialize(py, &raw_key, &raw_value) {
+            Ok(kv) => kv,
+            Err((e, key_failed)) => {
+                if e.is_instance(py, &self.registry_unavailable)
+                    || !e.is_instance_of::<PyException>(py)
+                {
+                    return Err(e);
+                }
+                self.deserialization_failed
+                    .call1((e.into_value(py), key_failed, &raw_any))?;
+                skip = true;
+                (none.clone(), none.clone())
+            }
+        };
+        if !skip && (timestamp < 0 || self.custom_extractor) {
+            timestamp = self
+                .extract_timestamp
+                .call1((&raw_any, &key, &value, progress.partition_time))?
+                .extract()?;
+            skip = timestamp < 0;
+        }
+        if !skip {
+            if timestamp > progress.partition_time {
+                progress.partition_time = timestamp;
+            }
+            let context = &self.context;
+            if timestamp > progress.stream_time {
+                progress.stream_time = timestamp;
+                context.setattr(intern!(py, "stream_time"), timestamp)?;
+            }
+            let record_context = new_record_context(
+                py,
+                &self.record_context,
+                &self.record_context_fields,
+                [
+                    timestamp.into_pyobject(py)?.into_any(),
+                    self.topic.clone(),
+                    self.partition.clone(),
+                    offset_obj,
+                    headers.clone(),
+                ],
+            )?;
+            context.setattr(intern!(py, "current"), record_context)?;
+            context.setattr(intern!(py, "current_node"), &self.node)?;
+            let outcome = match self.deliver(&key, &value, timestamp, &headers) {
+                Ok(()) => Ok(()),
+                Err(e)
+                    if e.is_instance(py, &self.passed_through)
+                        || !e.is_instance_of::<PyException>(py) =>
+                {
+                    Err(e)
+                }
+                Err(e) => self
+                    .processing_failed
+                    .call1((e.into_value(py), &raw_any))
+                    .map(|_| ()),
+            };
+            context.setattr(intern!(py, "current_node"), &none)?;
+            context.setattr(intern!(py, "failed_node"), &none)?;
+            outcome?;
+            progress.processed += 1;
+            if self.schedules.len()? > 0 {
+                self.punctuate.call1((progress.stream_time,))?;
+            }
+        }
+        popleft.call0()?;
+        Ok(Some(offset))
+    }
+}
+
+/// Process up to `limit` records from the head of `queue` (a deque of record tuples), as
+/// `kappaflow.tasks.drain.drain_python` does. Never raises for what happens inside the loop: the error
+/// that ends it comes back as the last element, after the progress the task must keep.
+#[pyfunction]
+fn drain<'py>(
+    py: Python<'py>,
+    queue: &Bound<'py, PyAny>,
+    limit: i64,
+    plan: &Bound<'py, PyAny>,
+    partition_time: i64,
+    stream_time: i64,
+) -> PyResult<Drained> {
+    let plan = Plan::read(py, plan)?;
+    let popleft = queue.getattr(intern!(py, "popleft"))?;
+    let mut progress = Progress {
+        partition_time,
+        stream_time,
+        processed: 0,
+    };
+    let (mut count, mut last) = (0i64, -1i64);
+    let mut error: Option<PyErr> = None;
+    while count < limit {
+        match plan.one(py, queue, &popleft, &mut progress) {
+            Ok(Some(offset)) => {
+                last = offset;
+                count += 1;
+            }
+            Ok(None) => break,
+            Err(e) => {
+                error = Some(e);
+                break;
+            }
+        }
+    }
+    let error = error.map(|e| e.into_value(py).into_any());
+    Ok((
+        count,
+        last,
+        progress.partition_time,
+        progress.processed,
+        error,
+    ))
+}
+
+#[pymodule]
+fn kappaflow_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("PROTOCOL", 1)?;
+    m.add_function(wrap_pyfunction!(route, m)?)?;
+    m.add_function(wrap_pyfunction!(drain, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,239 @@
+"""The native core's loops (`kappaflow_native`) against their Python twins: the same records in, the same
+outputs, dead letters, metrics, progress and errors out. `make test` also runs the in-process tiers with
+`--python-loops`, so every other test passes with both; these compare them directly, on the edges."""
+
+from __future__ import annotations
+
+import os
+import random
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, Message
+
+from kappaflow import HandlerResponse, StreamsBuilder, serdes
+from kappaflow.api.config import StreamsConfig
+from kappaflow.api.errors import ProcessingError
+from kappaflow.api.metrics import Metrics
+from kappaflow.api.processor import BaseProcessor, ProcessorContext, PunctuationType, TaskId
+from kappaflow.api.record import Headers, Record
+from kappaflow.runner.routing import ConsumerFailedError, consumer_error, raw_records_by_partition
+from kappaflow.state.cache import ThreadCache
+from kappaflow.tasks.drain import RawRecord
+from kappaflow.tasks.native import NativeCore, installed_core
+from kappaflow.tasks.task import StreamTask
+from kappaflow.testing import TopologyTestDriver
+from kappaflow.topology.topology import Topology
+
+S, L = serdes.String(), serdes.Long()
+
+
+@pytest.fixture
+def core() -> NativeCore:
+    found = installed_core()
+    if found is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("the native core is not installed: `make setup` builds it (needs cargo)")
+        pytest.skip("the native core is not installed (no cargo when `make setup` ran)")
+    return found
+
+
+class EveryTenthTicks(BaseProcessor):
+    """Forwards the value doubled; a stream-time punctuation every 10 ms forwards a tick."""
+
+    def init(self, context: ProcessorContext) -> None:
+        super().init(context)
+        context.schedule(10, PunctuationType.STREAM_TIME, self.tick)
+
+    def tick(self, timestamp: int) -> None:
+        self.context.forward(Record("tick", timestamp, timestamp))
+
+    def process(self, record: Record[str, int]) -> None:
+        if record.value == 13:
+            raise ValueError("thirteen")
+        self.context.forward(record.with_value(record.value * 2))
+
+
+def odd_stamps(record: Any, partition_time: int) -> int:
+    return -1 if record.value == 7 else int(record.timestamp)
+
+
+def edge_topology() -> Topology:
+    """Each way a record can go: inline UTF-8 keys, a Long value serde that fails on bad bytes, a
+    processing error (100 // 0), a custom extractor that drops records, a Processor API node with a
+    stream-time punctuation, a cached count and plain sinks."""
+    builder = StreamsBuilder()
+    numbers = builder.stream("numbers", key_serde=S, value_serde=L)
+    numbers.map_values(lambda v: 100 // v).to("quotients", value_serde=L)
+    numbers.group_by_key().count().to_stream().to("counts", value_serde=L)
+    stamped = builder.stream("stamped", key_serde=S, value_serde=L, timestamp_extractor=odd_stamps)
+    stamped.process(EveryTenthTicks).to("doubled", key_serde=S, value_serde=L)
+    return builder.build()
+
+
+def edge_inputs(seed: int) -> list[tuple[str, bytes | None, bytes, int, list[tuple[str, bytes]]]]:
+    rng = random.Random(seed)
+    inputs = []
+    for i in range(300):
+        topic = rng.choice(["numbers", "stamped"])
+        key = rng.choice([b"a", b"b", "é".encode(), b"\xff\xfe", None])  # \xff\xfe is not UTF-8
+        value = rng.choice([L.serialize(topic, rng.randrange(-3, 20)), b"\x01\x02"])  # 2 bytes: not a Long
+        # negative timestamps only where the custom extractor drops them (the default one fails the task)
+        timestamp = rng.choice([i * 3, i * 3 - 50, -1]) if topic == "stamped" else i * 3 - rng.choice([0, 40])
+        timestamp = max(timestamp, 0) if topic == "numbers" else timestamp
+        headers = [("n", str(i).encode())] if rng.random() < 0.3 else []
+        inputs.append((topic, key, value, timestamp, headers))
+    return inputs
+
+
+def run_edges(native: bool, seed: int, fused: bool) -> dict[str, Any]:
+    config = {
+        "default.deserialization.exception.handler": "log_and_continue",
+        "processing.exception.handler": "log_and_continue",
+        "errors.dead.letter.queue.topic.name": "dlq",
+        "kappaflow.native.enabled": native,
+        "kappaflow.fusion.enabled": fused,
+        "statestore.cache.max.bytes": 2000,  # evicts now and then: cache flushes forward mid-batch
+    }
+    with TopologyTestDriver(edge_topology(), config) as driver:
+        raw = {
+            t: driver.create_input_topic(t, serdes.Bytes(), serdes.Bytes()) for t in ("numbers", "stamped")
+        }
+        for topic, key, value, timestamp, headers in edge_inputs(seed):
+            raw[topic].pipe_input(key, value, timestamp=timestamp, headers=headers)
+        out = {
+            name: [
+                (r.key, r.value, r.timestamp, r.headers.to_list())
+                for r in driver.create_output_topic(
+                    name, serdes.Bytes(), serdes.Bytes()
+                ).read_records_to_list()
+            ]
+            for name in ("quotients", "counts", "doubled", "dlq")
+        }
+        metrics = driver.metrics()
+        out["dropped"] = metrics.counter("dropped-records-total")
+        out["processed"] = metrics.counter("records-processed-total")
+        return out
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "generic"])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_native_drain_matches_python_record_for_record(core: NativeCore, seed: int, fused: bool) -> None:
+    python, native = run_edges(False, seed, fused), run_edges(True, seed, fused)
+    assert python["dlq"] and python["doubled"] and python["dropped"]  # the edges were reached
+    assert any(key == b"tick" for key, *_ in python["doubled"])  # the punctuation fired
+    assert native == python
+
+
+def failing_task(native: bool, state_dir: str, handler: Any) -> StreamTask:
+    builder = StreamsBuilder()
+    builder.stream("in", key_serde=S, value_serde=L).map_values(lambda v: 100 // v).to("out", value_serde=L)
+    topology = builder.build()
+    config = StreamsConfig(
+        {
+            "application.id": "loops",
+            "state.dir": state_dir,
+            "processing.exception.handler": handler,
+            "kappaflow.native.enabled": native,
+        }
+    )
+
+    class Collector:
+        def __init__(self) -> None:
+            self.sent: list[tuple[Any, ...]] = []
+
+        def send(self, *args: Any) -> None:
+            self.sent.append(args[:3])
+
+        def partition_count(self, topic: str) -> int:
+            return 1
+
+    task = StreamTask(
+        TaskId(0, 0), topology, config, Collector(), ThreadCache(0), Metrics(), Path(state_dir), lambda: 0
+    )  # type: ignore[arg-type]
+    task.initialize()
+    task.complete_restoration()
+    return task
+
+
+def records(values: list[int]) -> list[RawRecord]:
+    return [RawRecord(10 + i, 1000 + i, b"k", L.serialize("in", v), Headers()) for i, v in enumerate(values)]
+
+
+def stop_state(native: bool, handler: Any) -> tuple[str, Any, Any, int, list[Any], int]:
+    with tempfile.TemporaryDirectory() as state_dir:
+        task = failing_task(native, state_dir, handler)
+        task.add_records("in", 0, records([5, 4, 0, 2]))
+        with pytest.raises(ProcessingError) as raised:
+            task.process_buffered()
+        remaining = task.buffered()
+        sent = list(task.context.collector.sent)  # type: ignore[attr-defined]
+        task.close(clean=False)
+        return (
+            str(raised.value),
+            task.consumed_offsets,
+            task.partition_time,
+            remaining,
+            sent,
+            raised.value.offset,
+        )
+
+
+def test_a_failing_record_stops_both_loops_in_the_same_place(core: NativeCore) -> None:
+    """log_and_fail: the records before are consumed and sent, the failing one stays queued."""
+    python, native = stop_state(False, "log_and_fail"), stop_state(True, "log_and_fail")
+    assert python[3] == 2 and python[5] == 12 and python[1] == {("in", 0): 11}
+    assert native == python
+
+
+def test_a_handler_that_raises_is_what_the_task_raises(core: NativeCore) -> None:
+    def give_up(error: BaseException, record: Any) -> HandlerResponse:
+        raise ProcessingError(
+            f"handler gave up at {record.offset}", node="x", topic="in", partition=0, offset=1
+        )
+
+    python, native = stop_state(False, give_up), stop_state(True, give_up)
+    assert python[0] == "handler gave up at 12" and python[3] == 2
+    assert native == python
+
+
+def messages(seed: int) -> Iterator[Message]:
+    rng = random.Random(seed)
+    for offset in range(200):
+        if rng.random() < 0.05:
+            yield Message(topic="in", partition=0, error=KafkaError(KafkaError._TRANSPORT))
+            continue
+        headers = [("h", bytes([offset % 256]))] if rng.random() < 0.3 else None
+        yield Message(
+            topic=rng.choice(["in", "in", "other"]),
+            partition=rng.choice([0, 0, 0, 1]),
+            offset=offset,
+            key=rng.choice([None, b"k"]),
+            value=rng.choice([None, b"v" * offset]),
+            headers=headers,
+            timestamp=(1, rng.choice([-1, offset])),
+        )
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_native_routing_matches_python_run_for_run(core: NativeCore, seed: int) -> None:
+    batch = list(messages(seed))
+    python = list(raw_records_by_partition(batch))
+    native = core.route(batch, Headers, consumer_error)
+    assert len(python) > 20  # runs of one partition, broken by the others
+    assert native == python
+    assert all(type(headers) is Headers for _, run in native for *_, headers in run)
+
+
+def test_a_fatal_consumer_error_fails_both_routings(core: NativeCore) -> None:
+    batch = [
+        Message(topic="in", partition=0, offset=0, value=b"v", timestamp=(1, 5)),
+        Message(topic="in", partition=0, error=KafkaError(KafkaError._FATAL, fatal=True)),
+    ]
+    with pytest.raises(ConsumerFailedError, match="failed fatally"):
+        list(raw_records_by_partition(batch))
+    with pytest.raises(ConsumerFailedError, match="failed fatally"):
+        core.route(batch, Headers, consumer_error)
