@@ -13,9 +13,9 @@ KAFKA_PORT ?= 9092
 KAFKA_DIR ?= .run/kafka
 KUBE_DIR ?= .run/kube
 PYTEST_ARGS ?=
-# What `make test` runs a second time with --python-loops: the unit tier and the Kafka tests that run the
-# stream thread in-process (routing, drain, failures), not the tests of other processes or control planes.
-PYTHON_LOOPS_TESTS ?= tests/runtime --ignore=tests/runtime/test_native_loops.py \
+# What `make test` runs a second time with --python-drain: the unit tier and the Kafka tests that run the
+# stream thread in-process (the drain, its failures), not the tests of other processes or control planes.
+PYTHON_DRAIN_TESTS ?= tests/runtime --ignore=tests/runtime/test_native_drain.py \
 	tests/kafka/test_dead_letter.py tests/kafka/test_runner_recovery.py tests/kafka/test_task_idling.py \
 	tests/kafka/test_wordcount_e2e.py
 
@@ -48,7 +48,7 @@ $(VENV)/.installed: pyproject.toml
 	@echo "==> Python packages: $$($(PY) -m pip list --format=freeze 2>/dev/null | wc -l) installed"
 	@touch $@
 
-# kappaflow's native core (runtime/native: the per-record loops in Rust, PyO3), built by maturin through
+# kappaflow's native core (runtime/native: the tasks' drain loop in Rust, PyO3), built by maturin through
 # pip when cargo is on the machine; without it the runtime runs the loops' Python twins (same results,
 # slower). Cargo's builds are cached outside the clone; CI must have it (its tests compare both loops).
 export CARGO_TARGET_DIR ?= $(KAPPAFLOW_CACHE)/cargo-target
@@ -63,7 +63,7 @@ $(VENV)/.native: $(VENV)/.installed $(NATIVE_SOURCES)
 	elif [ "$${CI:-}" = true ]; then \
 	  echo "native core: cargo not found, and CI tests the native core (install Rust: https://rustup.rs)"; exit 1; \
 	else \
-	  echo "==> native core: cargo not found - the runtime runs its Python loops (install Rust for the native core)"; \
+	  echo "==> native core: cargo not found - the runtime runs its Python drain loop (install Rust for the native core)"; \
 	  $(PY) -m pip uninstall -y -q kappaflow-native >/dev/null 2>&1 || true; \
 	fi
 	@touch $@
@@ -72,12 +72,12 @@ setup: $(VENV)/.installed $(VENV)/.native
 
 # The servers the tiers need are fetched/built first, with progress, so no single test pays for them.
 # --durations=25: every run (CI's too) ends naming its slowest tests, where the time budget goes.
-# Then the in-process tiers once more with the per-record loops in Python (--python-loops), so both the
-# native core and its Python twins pass them.
+# Then the in-process tiers once more with the drain loop in Python (--python-drain), so both the
+# native core and its Python twin pass them.
 test: lint typecheck crds-check docs kafka-download kube-build spark-jars prometheus conformance-jars
 	$(PY) -m pytest -q --durations=25 $(PYTEST_ARGS)
-	@echo "==> the in-process tiers again, with the Python loops"
-	$(PY) -m pytest -q --python-loops $(PYTHON_LOOPS_TESTS) $(PYTEST_ARGS)
+	@echo "==> the in-process tiers again, with the Python drain loop"
+	$(PY) -m pytest -q --python-drain $(PYTHON_DRAIN_TESTS) $(PYTEST_ARGS)
 
 # The docs site (MkDocs + Material); --strict turns every warning (broken link, missing page) into an error.
 docs: setup

@@ -29,13 +29,13 @@ pytest_plugins = [
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
-        "--python-loops",
+        "--python-drain",
         action="store_true",
-        help="run the runtime's per-record loops in Python although the native core (kappaflow_native) is "
+        help="run the tasks' drain loop in Python although the native core (kappaflow_native) is "
         "installed: `make test` runs the in-process tiers once more this way, so both loops pass them",
     )
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if config.getoption("--python-loops"):
+    if config.getoption("--python-drain"):
         sys.modules["kappaflow_native"] = None  # type: ignore[assignment]  # makes its import fail

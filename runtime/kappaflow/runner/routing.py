@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from confluent_kafka import KafkaError
@@ -11,7 +11,6 @@ from confluent_kafka import KafkaError
 from kappaflow.api.errors import StreamsError
 from kappaflow.api.record import Headers
 from kappaflow.tasks.drain import RawTuple
-from kappaflow.tasks.native import NativeCore
 
 log = logging.getLogger(__name__)
 
@@ -54,18 +53,3 @@ def consumer_error(err: KafkaError) -> None:
     if err.fatal() or err.code() == KafkaError._FATAL:
         raise ConsumerFailedError(f"the consumer failed fatally: {err}")
     log.warning("consumer error: %s", err)
-
-
-Router = Callable[[list[Any]], Iterable[tuple[tuple[str, int], list[RawTuple]]]]
-
-
-def router(core: NativeCore | None) -> Router:
-    """`raw_records_by_partition`, or its native twin (the same runs, as one list) when `core` is given."""
-    if core is None:
-        return raw_records_by_partition
-    route = core.route
-
-    def native_runs(messages: list[Any]) -> list[tuple[tuple[str, int], list[RawTuple]]]:
-        return route(messages, Headers, consumer_error)
-
-    return native_runs

@@ -35,7 +35,7 @@ from kappaflow.runner.assembly import assemble, now_ms
 from kappaflow.runner.fetch_lag import LAG_INTERVAL_S, FetchedLag, report_consumer_lag
 from kappaflow.runner.global_state import GlobalStateUpdater
 from kappaflow.runner.metadata import consumer_client_id
-from kappaflow.runner.routing import ConsumerFailedError, router
+from kappaflow.runner.routing import ConsumerFailedError, raw_records_by_partition
 from kappaflow.runner.tasks import TaskManager
 from kappaflow.tasks import native
 from kappaflow.tasks.task import StreamTask
@@ -76,9 +76,7 @@ class StreamThread:
         self.partition_counts: dict[str, int] = {}
         self.tm: TaskManager | None = None
         self.global_state: GlobalStateUpdater | None = None
-        native_enabled = config.get_bool("kappaflow.native.enabled")
-        self._route = router(native.core(native_enabled))
-        log.info("per-record loops: %s", native.describe(native_enabled))
+        log.info("drain loop: %s", native.describe(config.get_bool("kappaflow.native.enabled")))
 
     # ----------------------------------------------------------------- set-up
     def _assemble(self) -> None:
@@ -137,7 +135,7 @@ class StreamThread:
         with self.state_lock:
             if self.global_state is not None:
                 self.global_state.poll()
-            for tp, records in self._route(messages):
+            for tp, records in raw_records_by_partition(messages):
                 tm.add_records(self.rebalance.partition_tasks.get(tp), tp, records)
             for managed in tm.restore_step(timeout=0.02 if busy else 0.0):
                 consumer.resume(self.rebalance.partitions_of(managed.task.id))

@@ -42,6 +42,35 @@ class DirectRoute:
 
 
 class ProcessorContextImpl:
+    """A task's ProcessorContext and StoreContext. Slotted: the drain loop (`kappaflow.tasks.drain`, and
+    the native core's, through the slots' descriptors) sets the record's context and current node on it
+    for every record."""
+
+    __slots__ = (
+        "__weakref__",  # a stream-stream join's sides share a time tracker, weakly keyed by the context
+        "_application_id",
+        "_cache",
+        "_changelog_topic",
+        "_changelog_topics",
+        "_clock",
+        "_config",
+        "_metrics",
+        "_register",
+        "_state_dir",
+        "_task_id",
+        "changelog_partition",
+        "collector",
+        "commit_requested",
+        "current",
+        "current_node",
+        "failed_node",
+        "global_stores",
+        "stores",
+        "stream_time",
+        "stream_time_punctuations",
+        "system_time_punctuations",
+    )
+
     def __init__(
         self,
         task_id: TaskId,

@@ -5,9 +5,10 @@ Everything a record passes through is resolved once per batch into a `DrainPlan`
 strings decoded inline), the timestamp rule, the one callable the source hands records to (a fused stage,
 a child's `handle`, or the source's `forward`) and the task's failure paths. Two loops run a plan with the
 same steps and results: `drain_python` here, the reference, and `drain` of kappaflow's native core
-(`kappaflow.native`), the interpreter's per-record work done in Rust. Neither raises for what happens to a
-record: the error that ends the loop comes back after the progress the task must keep (how many were
-consumed, the last offset, partition time, how many were processed), so the task records it either way.
+(`kappaflow.tasks.native`), the interpreter's per-record work done in Rust. Neither raises for what
+happens to a record: the error that ends the loop comes back after the progress the task must keep (how
+many were consumed, the last offset, partition time, how many were processed), so the task records it
+either way.
 """
 
 from __future__ import annotations

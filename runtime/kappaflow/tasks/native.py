@@ -1,9 +1,9 @@
-"""kappaflow's native core: `kappaflow_native` (Rust, `runtime/native/`), the per-record loops compiled.
+"""kappaflow's native core: `kappaflow_native` (Rust, `runtime/native/`), a task's drain loop compiled.
 
 The core is optional. `make setup` builds it with maturin when Rust is on the machine; without it kappaflow
-runs the loops' Python twins (`kappaflow.tasks.drain.drain_python`, `kappaflow.runner.routing`), with the
-same results, slower. `kappaflow.native.enabled=false` keeps a process on the Python loops with the core
-installed: the tests run every loop test against both that way.
+runs the loop's Python twin (`kappaflow.tasks.drain.drain_python`), with the same results, slower.
+`kappaflow.native.enabled=false` keeps a process on the Python loop with the core installed: the tests run
+the in-process tiers with both that way.
 """
 
 from __future__ import annotations
@@ -12,26 +12,18 @@ import functools
 import importlib
 import logging
 from collections import deque
-from collections.abc import Callable
-from typing import Any, Protocol, cast
+from typing import Protocol, cast
 
-from kappaflow.api.record import Headers
 from kappaflow.tasks.drain import Drained, DrainPlan, RawTuple
 
 log = logging.getLogger(__name__)
 
-PROTOCOL = 1
+PROTOCOL = 2
 """The version of the calls below; a core built from other sources says another and is not used."""
 
 
 class NativeCore(Protocol):
     PROTOCOL: int
-
-    def route(
-        self, messages: list[Any], headers_type: type[Headers], on_error: Callable[[Any], None], /
-    ) -> list[tuple[tuple[str, int], list[RawTuple]]]:
-        """`kappaflow.runner.routing.raw_records_by_partition`'s runs, as one list."""
-        ...
 
     def drain(
         self, queue: deque[RawTuple], limit: int, plan: DrainPlan, partition_time: int, stream_time: int, /
@@ -50,19 +42,19 @@ def installed_core() -> NativeCore | None:
     found = getattr(module, "PROTOCOL", None)
     if found != PROTOCOL:
         log.warning(
-            "kappaflow_native speaks protocol %s, this kappaflow %s: using the Python loops", found, PROTOCOL
+            "kappaflow_native speaks protocol %s, this kappaflow %s: using the Python loop", found, PROTOCOL
         )
         return None
     return cast(NativeCore, module)
 
 
 def core(enabled: bool) -> NativeCore | None:
-    """The core to run the loops with: the installed one, unless `kappaflow.native.enabled` is false."""
+    """The core to run the drain loop with: the installed one, unless `kappaflow.native.enabled` is false."""
     return installed_core() if enabled else None
 
 
 def describe(enabled: bool) -> str:
-    """Which loops a process runs, for its start-up log."""
+    """Which drain loop a process runs, for its start-up log."""
     if not enabled:
         return "Python (kappaflow.native.enabled=false)"
     return (

@@ -1,77 +1,15 @@
-//! kappaflow's per-record machinery in Rust: the two loops every consumed record goes through.
+//! kappaflow's per-record machinery in Rust: a task's loop over one input partition's queue.
 //!
-//! `route` turns a `consume()` batch of confluent-kafka messages into runs of one partition, each record
-//! a plain `(offset, timestamp, key, value, headers)` tuple; `drain` is a task's loop over one input
-//! partition's queue. Both mirror their Python twins step for step (`kappaflow.runner.routing` and
-//! `kappaflow.tasks.drain`), which stay the reference and the fallback: user callbacks, serdes, handlers
-//! and every failure path are Python objects called from here, in the same order, with the same
-//! arguments. What moves to Rust is only the interpreter's own work per record.
+//! `drain` mirrors its Python twin step for step (`kappaflow.tasks.drain.drain_python`), which stays the
+//! reference and the fallback: user callbacks, serdes, handlers and every failure path are Python
+//! objects called from here, in the same order, with the same arguments. What moves to Rust is only the
+//! interpreter's own work per record.
 
 use pyo3::exceptions::{PyException, PyTypeError};
 use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyString, PyTuple, PyType};
-
-type Run<'py> = (
-    Bound<'py, PyAny>,
-    i64,
-    Bound<'py, PyAny>,
-    Bound<'py, PyList>,
-);
-
-/// Runs of one partition from a `consume()` batch: `[((topic, partition), [record tuple, ...]), ...]`.
-///
-/// A message with an error is handed to `on_error` (which raises for a fatal one) and skipped.
-#[pyfunction]
-fn route<'py>(
-    py: Python<'py>,
-    messages: &Bound<'py, PyList>,
-    headers_type: &Bound<'py, PyAny>,
-    on_error: &Bound<'py, PyAny>,
-) -> PyResult<Bound<'py, PyList>> {
-    let runs = PyList::empty(py);
-    let mut current: Option<Run<'py>> = None;
-    for msg in messages.iter() {
-        let err = msg.call_method0(intern!(py, "error"))?;
-        if !err.is_none() {
-            on_error.call1((err,))?;
-            continue;
-        }
-        let topic = msg.call_method0(intern!(py, "topic"))?;
-        let partition_obj = msg.call_method0(intern!(py, "partition"))?;
-        let partition: i64 = partition_obj.extract()?;
-        let same = match &current {
-            Some((t, p, _, _)) => *p == partition && (t.is(&topic) || t.eq(&topic)?),
-            None => false,
-        };
-        if !same {
-            if let Some((t, _, p, records)) = current.take() {
-                runs.append(((t, p), records))?;
-            }
-            current = Some((topic, partition, partition_obj, PyList::empty(py)));
-        }
-        let offset = msg.call_method0(intern!(py, "offset"))?;
-        let stamp = msg.call_method0(intern!(py, "timestamp"))?;
-        let timestamp = stamp.cast::<PyTuple>()?.get_item(1)?;
-        let key = msg.call_method0(intern!(py, "key"))?;
-        let value = msg.call_method0(intern!(py, "value"))?;
-        let headers = msg.call_method0(intern!(py, "headers"))?;
-        let headers = if headers.is_truthy()? {
-            headers_type.call1((headers,))?
-        } else {
-            headers_type.call0()?
-        };
-        let record = PyTuple::new(py, [offset, timestamp, key, value, headers])?;
-        if let Some((_, _, _, records)) = &current {
-            records.append(record)?;
-        }
-    }
-    if let Some((t, _, p, records)) = current {
-        runs.append(((t, p), records))?;
-    }
-    Ok(runs)
-}
+use pyo3::types::{PyBytes, PyString, PyTuple, PyType};
 
 /// `bytes.decode()` (strict UTF-8): the same str, or the same UnicodeDecodeError.
 fn decode_utf8<'py>(py: Python<'py>, raw: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
@@ -91,6 +29,53 @@ fn decode_utf8<'py>(py: Python<'py>, raw: &Bound<'py, PyAny>) -> PyResult<Bound<
             }
         }
         Err(_) => raw.call_method0(intern!(py, "decode")),
+    }
+}
+
+/// One slot of a slotted class, set through its member descriptor: what `setattr` ends in, without the
+/// lookup of the name on the instance's type that `setattr` does first, on every call.
+struct Slot<'py> {
+    descriptor: Bound<'py, PyAny>,
+    set: ffi::descrsetfunc,
+}
+
+impl<'py> Slot<'py> {
+    /// The slot `name` of `cls`; an error if `cls` has no such slot (a class that lost its `__slots__`).
+    fn of(cls: &Bound<'py, PyType>, name: &Bound<'py, PyString>) -> PyResult<Self> {
+        let descriptor = cls.getattr(name)?;
+        // CPython's static type object of slot descriptors (its address only; read below)
+        let member_type = std::ptr::addr_of_mut!(ffi::PyMemberDescr_Type);
+        let set = if descriptor.get_type().as_type_ptr() == member_type {
+            // SAFETY: a member descriptor's type is PyMemberDescr_Type, whose tp_descr_set is set.
+            unsafe { (*member_type).tp_descr_set }
+        } else {
+            None
+        };
+        match set {
+            Some(set) => Ok(Slot { descriptor, set }),
+            None => Err(PyTypeError::new_err(format!(
+                "kappaflow_native: {}.{} is not a slot",
+                cls.name()?,
+                name.to_cow()?
+            ))),
+        }
+    }
+
+    /// `instance.<slot> = value`, with the descriptor's own type check of `instance`.
+    fn put(
+        &self,
+        py: Python<'py>,
+        instance: &Bound<'py, PyAny>,
+        value: &Bound<'py, PyAny>,
+    ) -> PyResult<()> {
+        // SAFETY: all three are live objects; the descriptor checks the instance's type and returns -1
+        // with an error set on failure, which PyErr::fetch takes.
+        let status =
+            unsafe { (self.set)(self.descriptor.as_ptr(), instance.as_ptr(), value.as_ptr()) };
+        if status < 0 {
+            return Err(PyErr::fetch(py));
+        }
+        Ok(())
     }
 }
 
@@ -118,7 +103,7 @@ fn record_context_type<'py>(
 fn new_record_context<'py>(
     py: Python<'py>,
     cls: &Bound<'py, PyType>,
-    names: &[Bound<'py, PyString>; 5],
+    slots: &[Slot<'py>; 5],
     fields: [Bound<'py, PyAny>; 5],
 ) -> PyResult<Bound<'py, PyAny>> {
     // SAFETY: `cls` is a live type object (checked above to be a class); `tp_alloc` returns a new
@@ -128,8 +113,8 @@ fn new_record_context<'py>(
         let alloc = (*type_ptr).tp_alloc.unwrap_or(ffi::PyType_GenericAlloc);
         Bound::from_owned_ptr_or_err(py, alloc(type_ptr, 0))?
     };
-    for (name, value) in names.iter().zip(fields) {
-        instance.setattr(name, value)?;
+    for (slot, value) in slots.iter().zip(fields) {
+        slot.put(py, &instance, &value)?;
     }
     Ok(instance)
 }
@@ -150,7 +135,11 @@ struct Plan<'py> {
     passed_through: Bound<'py, PyAny>,
     context: Bound<'py, PyAny>,
     record_context: Bound<'py, PyType>,
-    record_context_fields: [Bound<'py, PyString>; 5],
+    record_context_slots: [Slot<'py>; 5],
+    context_current: Slot<'py>,
+    context_current_node: Slot<'py>,
+    context_failed_node: Slot<'py>,
+    context_stream_time: Slot<'py>,
     node: Bound<'py, PyAny>,
     call: Bound<'py, PyAny>,
     record_type: Bound<'py, PyAny>,
@@ -160,7 +149,18 @@ struct Plan<'py> {
 
 impl<'py> Plan<'py> {
     fn read(py: Python<'py>, plan: &Bound<'py, PyAny>) -> PyResult<Self> {
-        let get = |name: &Bound<'py, pyo3::types::PyString>| plan.getattr(name);
+        let get = |name: &Bound<'py, PyString>| plan.getattr(name);
+        let context = get(intern!(py, "context"))?;
+        let context_type = context.get_type();
+        let context_slot = |name: &Bound<'py, PyString>| Slot::of(&context_type, name);
+        let record_context = record_context_type(py, get(intern!(py, "record_context"))?)?;
+        let mut record_context_slots = Vec::with_capacity(RECORD_CONTEXT_FIELDS.len());
+        for name in RECORD_CONTEXT_FIELDS {
+            record_context_slots.push(Slot::of(&record_context, &PyString::intern(py, name))?);
+        }
+        let record_context_slots: [Slot<'py>; 5] = record_context_slots
+            .try_into()
+            .map_err(|_| PyTypeError::new_err("RecordContext has five fields"))?;
         Ok(Plan {
             topic: get(intern!(py, "topic"))?,
             partition: get(intern!(py, "partition"))?,
@@ -174,9 +174,13 @@ impl<'py> Plan<'py> {
             registry_unavailable: get(intern!(py, "registry_unavailable"))?,
             processing_failed: get(intern!(py, "processing_failed"))?,
             passed_through: get(intern!(py, "passed_through"))?,
-            context: get(intern!(py, "context"))?,
-            record_context: record_context_type(py, get(intern!(py, "record_context"))?)?,
-            record_context_fields: RECORD_CONTEXT_FIELDS.map(|name| PyString::intern(py, name)),
+            context_current: context_slot(intern!(py, "current"))?,
+            context_current_node: context_slot(intern!(py, "current_node"))?,
+            context_failed_node: context_slot(intern!(py, "failed_node"))?,
+            context_stream_time: context_slot(intern!(py, "stream_time"))?,
+            context,
+            record_context,
+            record_context_slots,
             node: get(intern!(py, "node"))?,
             call: get(intern!(py, "call"))?,
             record_type: get(intern!(py, "record_type"))?,
@@ -284,12 +288,16 @@ impl<'py> Plan<'py> {
             let context = &self.context;
             if timestamp > progress.stream_time {
                 progress.stream_time = timestamp;
-                context.setattr(intern!(py, "stream_time"), timestamp)?;
+                self.context_stream_time.put(
+                    py,
+                    context,
+                    &timestamp.into_pyobject(py)?.into_any(),
+                )?;
             }
             let record_context = new_record_context(
                 py,
                 &self.record_context,
-                &self.record_context_fields,
+                &self.record_context_slots,
                 [
                     timestamp.into_pyobject(py)?.into_any(),
                     self.topic.clone(),
@@ -298,8 +306,8 @@ impl<'py> Plan<'py> {
                     headers.clone(),
                 ],
             )?;
-            context.setattr(intern!(py, "current"), record_context)?;
-            context.setattr(intern!(py, "current_node"), &self.node)?;
+            self.context_current.put(py, context, &record_context)?;
+            self.context_current_node.put(py, context, &self.node)?;
             let outcome = match self.deliver(&key, &value, timestamp, &headers) {
                 Ok(()) => Ok(()),
                 Err(e)
@@ -313,8 +321,8 @@ impl<'py> Plan<'py> {
                     .call1((e.into_value(py), &raw_any))
                     .map(|_| ()),
             };
-            context.setattr(intern!(py, "current_node"), &none)?;
-            context.setattr(intern!(py, "failed_node"), &none)?;
+            self.context_current_node.put(py, context, &none)?;
+            self.context_failed_node.put(py, context, &none)?;
             outcome?;
             progress.processed += 1;
             if self.schedules.len()? > 0 {
@@ -372,8 +380,7 @@ fn drain<'py>(
 
 #[pymodule]
 fn kappaflow_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add("PROTOCOL", 1)?;
-    m.add_function(wrap_pyfunction!(route, m)?)?;
+    m.add("PROTOCOL", 2)?;
     m.add_function(wrap_pyfunction!(drain, m)?)?;
     Ok(())
 }

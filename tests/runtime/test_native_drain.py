@@ -1,18 +1,16 @@
-"""The native core's loops (`kappaflow_native`) against their Python twins: the same records in, the same
+"""The native core's drain loop (`kappaflow_native`) against its Python twin: the same records in, the same
 outputs, dead letters, metrics, progress and errors out. `make test` also runs the in-process tiers with
-`--python-loops`, so every other test passes with both; these compare them directly, on the edges."""
+`--python-drain`, so every other test passes with both; these compare them directly, on the edges."""
 
 from __future__ import annotations
 
 import os
 import random
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, Message
 
 from kappaflow import HandlerResponse, StreamsBuilder, serdes
 from kappaflow.api.config import StreamsConfig
@@ -20,7 +18,6 @@ from kappaflow.api.errors import ProcessingError
 from kappaflow.api.metrics import Metrics
 from kappaflow.api.processor import BaseProcessor, ProcessorContext, PunctuationType, TaskId
 from kappaflow.api.record import Headers, Record
-from kappaflow.runner.routing import ConsumerFailedError, consumer_error, raw_records_by_partition
 from kappaflow.state.cache import ThreadCache
 from kappaflow.tasks.drain import RawRecord
 from kappaflow.tasks.native import NativeCore, installed_core
@@ -198,42 +195,3 @@ def test_a_handler_that_raises_is_what_the_task_raises(core: NativeCore) -> None
     python, native = stop_state(False, give_up), stop_state(True, give_up)
     assert python[0] == "handler gave up at 12" and python[3] == 2
     assert native == python
-
-
-def messages(seed: int) -> Iterator[Message]:
-    rng = random.Random(seed)
-    for offset in range(200):
-        if rng.random() < 0.05:
-            yield Message(topic="in", partition=0, error=KafkaError(KafkaError._TRANSPORT))
-            continue
-        headers = [("h", bytes([offset % 256]))] if rng.random() < 0.3 else None
-        yield Message(
-            topic=rng.choice(["in", "in", "other"]),
-            partition=rng.choice([0, 0, 0, 1]),
-            offset=offset,
-            key=rng.choice([None, b"k"]),
-            value=rng.choice([None, b"v" * offset]),
-            headers=headers,
-            timestamp=(1, rng.choice([-1, offset])),
-        )
-
-
-@pytest.mark.parametrize("seed", [1, 2])
-def test_native_routing_matches_python_run_for_run(core: NativeCore, seed: int) -> None:
-    batch = list(messages(seed))
-    python = list(raw_records_by_partition(batch))
-    native = core.route(batch, Headers, consumer_error)
-    assert len(python) > 20  # runs of one partition, broken by the others
-    assert native == python
-    assert all(type(headers) is Headers for _, run in native for *_, headers in run)
-
-
-def test_a_fatal_consumer_error_fails_both_routings(core: NativeCore) -> None:
-    batch = [
-        Message(topic="in", partition=0, offset=0, value=b"v", timestamp=(1, 5)),
-        Message(topic="in", partition=0, error=KafkaError(KafkaError._FATAL, fatal=True)),
-    ]
-    with pytest.raises(ConsumerFailedError, match="failed fatally"):
-        list(raw_records_by_partition(batch))
-    with pytest.raises(ConsumerFailedError, match="failed fatally"):
-        core.route(batch, Headers, consumer_error)
