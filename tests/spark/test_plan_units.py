@@ -15,6 +15,7 @@ from kappaflow.spark.reprocess import (
     stage_order,
     task_slots,
 )
+from kappaflow.tasks.drain import RawRecord
 from tests.kafka.streams_support import wordcount_topology
 
 
@@ -60,7 +61,7 @@ def test_records_reach_a_task_in_offset_order_and_repartitioned_ones_merged_by_t
         (0, "app-x-repartition", 0, encode_batch([(0, 5, b"u", b"0a", None), (1, 25, b"u", b"0b", None)])),
         (0, "app-x-repartition", 1, encode_batch([(0, 15, b"v", b"1a", None), (1, 12, b"v", b"1b", None)])),
     ]
-    ordered = _ordered_records(rows, {})
+    ordered = {tp: [RawRecord(*raw) for raw in queued] for tp, queued in _ordered_records(rows, {}).items()}
     assert [(r.offset, r.value) for r in ordered[("in", 0)]] == [(0, b"a"), (1, b"b"), (2, b"c")]
     assert ordered[("in", 0)][1].headers.to_list() == [("h", b"1")]
     merged = ordered[("app-x-repartition", 0)]

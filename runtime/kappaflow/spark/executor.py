@@ -56,7 +56,7 @@ from kappaflow.api.record import Headers
 from kappaflow.clients.kafka import produce_record
 from kappaflow.clients.murmur2 import partition_for_key
 from kappaflow.state.cache import ThreadCache
-from kappaflow.tasks.drain import RawRecord
+from kappaflow.tasks.drain import RawTuple
 from kappaflow.tasks.task import StreamTask
 from kappaflow.topology.topology import Topology
 
@@ -239,7 +239,7 @@ _READ_TUNING: dict[str, Any] = {
 _READ_BATCH = 50_000
 
 
-def read_range(settings: dict[str, Any], topic: str, partition: int, start: int, end: int) -> list[RawRecord]:
+def read_range(settings: dict[str, Any], topic: str, partition: int, start: int, end: int) -> list[RawTuple]:
     """Records [start, end) of one partition, read with librdkafka (the `kafka-client` reader).
 
     Spark's Kafka source hands Python one Row object per record, which costs more than running the
@@ -249,7 +249,7 @@ def read_range(settings: dict[str, Any], topic: str, partition: int, start: int,
     """
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-    records: list[RawRecord] = []
+    records: list[RawTuple] = []
     if end <= start:
         return records
     consumer = Consumer(
@@ -274,16 +274,8 @@ def read_range(settings: dict[str, Any], topic: str, partition: int, start: int,
                 position = offset + 1
                 if offset >= end:
                     break
-                headers = msg.headers()
-                records.append(
-                    RawRecord(
-                        offset,
-                        msg.timestamp()[1],
-                        msg.key(),
-                        msg.value(),
-                        Headers(headers) if headers else Headers(),
-                    )
-                )
+                headers = msg.headers()  # queued as the runtime's routing queues them: a plain tuple
+                records.append((offset, msg.timestamp()[1], msg.key(), msg.value(), Headers(headers or ())))
             if not messages and time.monotonic() > deadline:
                 raise StreamsError(f"reading {topic}-{partition}: stuck at {position} before {end}")
     finally:
@@ -309,9 +301,7 @@ def decode_batch(data: bytes) -> list[Emitted]:
     return batch
 
 
-def _ordered_records(
-    rows: list[InputRow], consumer: dict[str, Any]
-) -> dict[tuple[str, int], list[RawRecord]]:
+def _ordered_records(rows: list[InputRow], consumer: dict[str, Any]) -> dict[tuple[str, int], list[RawTuple]]:
     """Per input (topic, partition), the records in the order the task must see them.
 
     Topic records keep offset order. A repartition partition is fed by several upstream tasks: each one's
@@ -321,7 +311,7 @@ def _ordered_records(
     """
     records: dict[tuple[str, int], list[RecordRow]] = {}
     batches: dict[tuple[str, int], dict[int, list[Emitted]]] = {}
-    result: dict[tuple[str, int], list[RawRecord]] = {}
+    result: dict[tuple[str, int], list[RawTuple]] = {}
     for row in rows:
         if len(row) == 5:
             result[(row[1], row[0])] = read_range(consumer, row[1], row[2], row[3], row[4])
@@ -332,11 +322,11 @@ def _ordered_records(
             records.setdefault((row[1], row[0]), []).append(row)
     for tp, group in records.items():
         group.sort(key=_OFFSET)
-        result[tp] = [RawRecord(r[3], r[4], r[5], r[6], Headers(r[7] or [])) for r in group]
+        result[tp] = [(r[3], r[4], r[5], r[6], Headers(r[7] or ())) for r in group]
     for tp, upstream in batches.items():
         runs = [sorted(batch, key=_SEQUENCE) for _, batch in sorted(upstream.items())]
         merged = merge_by_timestamp(runs)
-        result[tp] = [RawRecord(i, e[1], e[2], e[3], Headers(e[4] or [])) for i, e in enumerate(merged)]
+        result[tp] = [(i, e[1], e[2], e[3], Headers(e[4] or ())) for i, e in enumerate(merged)]
     return result
 
 
