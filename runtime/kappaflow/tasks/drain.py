@@ -45,6 +45,9 @@ Drained = tuple[int, int, int, int, BaseException | None]
 
 @dataclass(slots=True)
 class DrainPlan:
+    """One input partition's loop, resolved: what each record is decoded with, where it goes, and the
+    task's answers when it fails. Built by `StreamTask` once its processors are fused, kept while it runs."""
+
     topic: str
     partition: int
     key_utf8: bool  # decode the key inline (`bytes.decode()`) instead of calling the deserializer
