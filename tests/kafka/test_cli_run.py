@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import uuid
 
 import pytest
 
+from kappaflow.tasks.native import installed_core
 from tests.harness.kafka_fixtures import free_port
 from tests.kafka.streams_support import (
     fast_config,
@@ -65,6 +67,12 @@ def test_run_serves_health_and_metrics_and_stops_cleanly_on_sigterm(kafka_bootst
     assert any("SIGTERM" in e["msg"] for e in entries)
     assert any(e["msg"].startswith("stopped (clean)") for e in entries)
     assert any(e["msg"].startswith("garbage collector set for stream work") for e in entries)
+    # the app ran on the native drain loop wherever `make setup` could build it (CI always can)
+    loops = [e["msg"] for e in entries if e["msg"].startswith("drain loop: ")]
+    expected = "native (kappaflow_native)" if installed_core() is not None else "Python (kappaflow_native"
+    assert loops and all(expected in message for message in loops), loops
+    if os.environ.get("CI") == "true":
+        assert expected.startswith("native")
 
     # The offsets were committed on SIGTERM: a restart processes nothing again.
     process = start_cli_app("tests.kafka.apps:wordcount", props, tmp_path, env, name="again")
