@@ -71,7 +71,7 @@ def test_two_workers_exactly_once_with_kill_queries_and_sigterm(kafka_bootstrap,
     env = {"WC_INPUT": source, "WC_OUTPUT": sink}
     process = start_cli_app("tests.kafka.apps:wordcount", props, tmp_path, env)
     try:
-        wait_for(lambda: _both_workers_have_tasks(port), 60, "RUNNING with tasks on both workers")
+        wait_for(lambda: _both_workers_have_tasks(port, WORD_COUNT_TASKS), 60, "tasks on both workers")
         threads = _threads(port)
         pids = {t["thread_name"]: t["pid"] for t in threads}
         assert sorted(pids.values()) == sorted(_children(process.pid)), "each worker is a child process"
@@ -105,7 +105,7 @@ def test_two_workers_exactly_once_with_kill_queries_and_sigterm(kafka_bootstrap,
         wait_for(
             lambda: _pid_of(port, victim_name) not in (None, victim_pid), 15, "the killed worker replaced"
         )
-        wait_for(lambda: _both_workers_have_tasks(port), 60, "tasks back on both workers")
+        wait_for(lambda: _both_workers_have_tasks(port, WORD_COUNT_TASKS), 60, "tasks back on both workers")
         third = lines(200, 7)
         produce_lines(kafka_bootstrap, source, third)
         total = dict(Counter(w for line in first + second + third for w in line.split()))
@@ -225,11 +225,20 @@ def _threads(port: int) -> list[dict[str, Any]]:
     return threads
 
 
-def _both_workers_have_tasks(port: int) -> bool:
+WORD_COUNT_TASKS = [f"{sub}_{p}" for sub in (0, 1) for p in range(4)]
+
+
+def _both_workers_have_tasks(port: int, tasks: list[str] | None = None) -> bool:
+    """RUNNING and both workers with tasks; given `tasks`, also their last reports (every 0.5 s) naming
+    each of them once - a report from before the workers' rebalance settled names a task twice, or not."""
     described = _describe(port)
     threads = described.get("threads", [])
+    reported = sorted(task for t in threads for task in t["active_tasks"])
     return (
-        described.get("state") == "RUNNING" and len(threads) == 2 and all(t["active_tasks"] for t in threads)
+        described.get("state") == "RUNNING"
+        and len(threads) == 2
+        and all(t["active_tasks"] for t in threads)
+        and (tasks is None or reported == tasks)
     )
 
 

@@ -353,13 +353,18 @@ class KafkaStreams:
         return self.state not in (State.ERROR, State.NOT_RUNNING)
 
     def local_task_ids(self) -> tuple[list[str], list[str]]:
-        """(active, standby) task ids of this instance, as strings like `0_1`."""
+        """(active, standby) task ids of this instance, as strings like `0_1`.
+
+        Read under the state lock, which the rebalance callbacks hold while they open and close tasks: a
+        reader on another thread (a worker's status reports, the HTTP endpoints) sees an assignment whole
+        or not at all, never the tasks opened so far, nor a task map changing under its iteration."""
         if self._workers is not None:
             return self._workers.local_task_ids()
-        thread = self.stream_thread
-        if thread is None or thread.tm is None:
-            return [], []
-        return sorted(str(t) for t in thread.tm.active), sorted(str(t) for t in thread.tm.standby)
+        with self.state_lock:
+            thread = self.stream_thread
+            if thread is None or thread.tm is None:
+                return [], []
+            return sorted(str(t) for t in thread.tm.active), sorted(str(t) for t in thread.tm.standby)
 
     # ----------------------------------------------------------------- interactive queries
     def store(self, name: str, store_type: Any, enable_stale_stores: bool = False) -> Any:
