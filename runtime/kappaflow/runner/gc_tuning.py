@@ -1,7 +1,7 @@
 """Python's garbage collector set for a process whose work is stream threads.
 
 Why: CPython collects its youngest generation every 700 net allocations of container objects, and a
-stream thread allocates in batches - a consume() of 1000 records becomes RawRecords, Headers and record
+stream thread allocates in batches - a consume() of 1000 records becomes record tuples, Headers and record
 contexts that live until the batch is processed. Those survive the frequent young collections, are
 promoted, and their promotion is what triggers full collections, each of which walks every object of the
 process (the imported libraries, the topology, the clients: ~20 ms per collection in the word count
