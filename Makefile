@@ -15,7 +15,7 @@ KUBE_DIR ?= .run/kube
 PYTEST_ARGS ?=
 # What `make test` runs a second time with --python-drain: the unit tier and the Kafka tests that run the
 # stream thread in-process (the drain, its failures), not the tests of other processes or control planes.
-PYTHON_DRAIN_TESTS ?= tests/runtime --ignore=tests/runtime/test_native_drain.py \
+PYTHON_DRAIN_TESTS ?= tests/runtime --ignore=tests/runtime/test_native_core.py \
 	tests/kafka/test_dead_letter.py tests/kafka/test_runner_recovery.py tests/kafka/test_task_idling.py \
 	tests/kafka/test_wordcount_e2e.py
 

@@ -53,14 +53,18 @@ def run(
     fused: bool,
     store: str,
     guarantee: str = "at_least_once",
-) -> tuple[dict[str, Any], int]:
-    """All sub-topologies, batch by batch (internal topics fed on), commits every 7 records."""
+    native: bool = True,
+) -> tuple[dict[str, Any], int, list[str]]:
+    """All sub-topologies, batch by batch (internal topics fed on), commits every 7 records; with
+    `native`, on the native core when it is installed. Returns what was observed, how many nodes were
+    fused and the native core's stages among them."""
     state_dir = tempfile.mkdtemp(prefix="kappaflow-fusion-")
     config = StreamsConfig(
         {
             "application.id": "fusion",
             "state.dir": state_dir,
             "kappaflow.fusion.enabled": fused,
+            "kappaflow.native.enabled": native,
             "processing.exception.handler": "log_and_continue",
             "processing.guarantee": guarantee,  # exactly_once_v2: transactional stores under the cache
         }
@@ -98,6 +102,12 @@ def run(
         task.post_commit()
         task.close()
     fused_nodes = sum(node.fused is not None for task in tasks for node in task.nodes)
+    native_stages = sorted(
+        type(node.fused).__name__
+        for task in tasks
+        for node in task.nodes
+        if node.fused is not None and type(node.fused).__module__ == "kappaflow_native"
+    )
     observed = {
         "sent": collector.sent,
         "queried": queried,
@@ -105,7 +115,7 @@ def run(
         "gauges": metrics.gauges(),
         "cache": (cache.hits, cache.misses, cache.evictions, cache.size_bytes),
     }
-    return observed, fused_nodes
+    return observed, fused_nodes, native_stages
 
 
 def lines(values: list[str | None]) -> list[tuple[str, RawRecord]]:
@@ -124,12 +134,16 @@ WORDS = [f"w{i % 23} w{i % 5} w{(i * 7) % 31}" for i in range(120)]
 @pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once_v2"])
 def test_wordcount_is_identical_fused_and_not(guarantee: str) -> None:
     values = [*WORDS[:50], "", None, *WORDS[50:]]
-    fused, fused_nodes = run(wordcount_topology(), lines(values), True, "counts", guarantee)
-    generic, generic_nodes = run(wordcount_topology(), lines(values), False, "counts", guarantee)
+    fused, fused_nodes, native_stages = run(wordcount_topology(), lines(values), True, "counts", guarantee)
+    python, _, python_stages = run(wordcount_topology(), lines(values), True, "counts", guarantee, False)
+    generic, generic_nodes, _ = run(wordcount_topology(), lines(values), False, "counts", guarantee)
     assert generic_nodes == 0
     # flat_map_values, select_key, the repartition filter and sink; the count, to_stream and the output sink
     assert fused_nodes == 7
+    # the count compiled by the native core when it is installed (test_native_core fails CI without it)
+    assert native_stages in ([], ["AggregateStage"]) and python_stages == []
     assert fused == generic
+    assert python == generic
     assert fused["cache"][2] > 0, "the cache must have evicted: the flush order is part of the comparison"
     assert any(t == "wordcount-output" for t, *_ in fused["sent"])
 
@@ -185,11 +199,14 @@ def rich_inputs() -> list[tuple[str, RawRecord]]:
 def test_every_fused_processor_is_identical_with_generic_nodes_between() -> None:
     seen_fused: list[Any] = []
     seen_generic: list[Any] = []
-    fused, fused_nodes = run(rich_topology(seen_fused), rich_inputs(), True, "sums")
-    generic, generic_nodes = run(rich_topology(seen_generic), rich_inputs(), False, "sums")
+    seen_python: list[Any] = []
+    fused, fused_nodes, _ = run(rich_topology(seen_fused), rich_inputs(), True, "sums")
+    python, _, _ = run(rich_topology(seen_python), rich_inputs(), True, "sums", native=False)
+    generic, generic_nodes, _ = run(rich_topology(seen_generic), rich_inputs(), False, "sums")
     assert generic_nodes == 0 and fused_nodes > 10
-    assert seen_fused == seen_generic and len(seen_fused) == 60
+    assert seen_fused == seen_generic == seen_python and len(seen_fused) == 60
     assert fused == generic
+    assert python == generic
     topics = {sent[0] for sent in fused["sent"]}
     assert {"tagged", "lengths", "maxes-out", "changelog"} <= topics
     dropped = {labels: n for labels, n in fused["counters"]["dropped-records-total"].items()}

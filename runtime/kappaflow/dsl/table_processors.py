@@ -20,6 +20,7 @@ from kappaflow.dsl.stream_processors import direct_route, drop_record
 from kappaflow.state.api import RecordContext
 from kappaflow.state.timestamped import ValueAndTimestamp
 from kappaflow.tasks.fusion import Fusable, Stage, mark_failed
+from kappaflow.tasks.native import AggregatePlan, NativeCore
 
 log = logging.getLogger(__name__)
 AnyRecord = Record[Any, Any]
@@ -318,6 +319,34 @@ class KStreamAggregateProcessor(_Stateful, Fusable):
         out = Record(key, Change(new, old if self.send_old() else None), timestamp, record.headers)
         self.context.forward(out)
 
+    def fuse_native(self, downstream: Stage, node: str, core: NativeCore) -> Stage | None:
+        """`fuse`'s stage compiled by the native core (`kappaflow_native.AggregateStage`)."""
+        binding = getattr(self.store, "cached_binding", None)
+        store = binding() if binding is not None and self.forwarder.cached else None
+        if store is None or store.context is not self.context:
+            return None
+        context, label = self.context, self.label
+
+        def skip_null() -> None:
+            log.debug("skipping record with null key or value in %s", label)
+            drop_record(context, "null-key-or-value", label)
+
+        plan = AggregatePlan(
+            node=node,
+            context=context,
+            skip_null=skip_null,
+            counting=self._counting(),
+            initializer=self.initializer,
+            aggregator=self.aggregator,
+            reducer=self.reducer,
+            store=store,
+        )
+        return core.AggregateStage(plan)
+
+    def _counting(self) -> bool:
+        """`count()`: its own initializer and adder, computed inline (0 + 1, then aggregate + 1)."""
+        return self.reducer is None and self.aggregator is count_add and self.initializer is count_initial
+
     def fuse(self, downstream: Stage, node: str) -> Stage | None:
         """`process` over a cached store, compiled (kappaflow.tasks.fusion): the cache forwards on flush,
         so nothing goes downstream here. Without a cache the update is forwarded now: not fused."""
@@ -328,8 +357,7 @@ class KStreamAggregateProcessor(_Stateful, Fusable):
         read, write = pair
         context, label = self.context, self.label
         initializer, aggregator, reducer = self.initializer, self.aggregator, self.reducer
-        # count(): its own initializer and adder, computed inline (0 + 1, then aggregate + 1)
-        counting = reducer is None and aggregator is count_add and initializer is count_initial
+        counting = self._counting()
 
         def stage(key: Any, value: Any, timestamp: int, headers: Headers) -> None:
             try:

@@ -76,18 +76,27 @@ class NamedCache:
         return removed.size
 
 
+@dataclass(frozen=True, slots=True)
+class NamedCacheBinding:
+    """What a compiled stage updates the record cache through: the thread's cache (hits, misses,
+    `size_bytes` against `max_bytes`, `evict_over_bound`), the namespace's `NamedCache` (its ordered
+    `entries` and `dirty` keys, its size) and how entries are made and sized."""
+
+    thread: ThreadCache
+    cache: NamedCache
+    entry_type: type[CacheEntry]
+    entry_overhead: int
+    not_decoded: object
+
+
 class ThreadCache:
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self._caches: dict[str, NamedCache] = {}
-        self._size = 0
+        self.size_bytes = 0  # what all named caches hold, as counted by put (payload + _ENTRY_OVERHEAD)
         self.evictions = 0
         self.hits = 0
         self.misses = 0
-
-    @property
-    def size_bytes(self) -> int:
-        return self._size
 
     def named(self, namespace: str) -> NamedCache:
         cache = self._caches.get(namespace)
@@ -152,9 +161,14 @@ class ThreadCache:
             else:
                 dirty_keys[key] = None
         cache.size += delta
-        self._size += delta
-        if self._size > self.max_bytes:
-            self._maybe_evict(cache)
+        self.size_bytes += delta
+        if self.size_bytes > self.max_bytes:
+            self.evict_over_bound(cache)
+
+    def binding(self, namespace: str) -> NamedCacheBinding:
+        """One namespace's cache as a compiled stage updates it (kappaflow_native's AggregateStage): the
+        same operations as `bind`'s, on these objects."""
+        return NamedCacheBinding(self, self.named(namespace), CacheEntry, _ENTRY_OVERHEAD, NOT_DECODED)
 
     def bind(self, namespace: str) -> tuple[BoundGet, BoundPutDirty]:
         """`get` and a dirty `put` for one namespace, its NamedCache looked up once: the per-record
@@ -182,7 +196,7 @@ class ThreadCache:
                 entries[key] = CacheEntry(value, True, context, size, decoded)
                 dirty_keys[key] = None
                 cache.size += size
-                self._size += size
+                self.size_bytes += size
             else:  # the hot key of an aggregation: in place, most often already dirty and the same size
                 old.value = value
                 old.context = context
@@ -197,15 +211,16 @@ class ThreadCache:
                 if delta:
                     old.size = size
                     cache.size += delta
-                    self._size += delta
-            if self._size > self.max_bytes:
-                self._maybe_evict(cache)
+                    self.size_bytes += delta
+            if self.size_bytes > self.max_bytes:
+                self.evict_over_bound(cache)
 
         return get, put_dirty
 
-    def _maybe_evict(self, cache: NamedCache) -> None:
-        while self._size > self.max_bytes and cache.entries:
-            self._size -= cache.evict_eldest()
+    def evict_over_bound(self, cache: NamedCache) -> None:
+        """Evict `cache`'s least recently used entries while the thread's total is over the bound."""
+        while self.size_bytes > self.max_bytes and cache.entries:
+            self.size_bytes -= cache.evict_eldest()
             self.evictions += 1
 
     def sorted_entries(
@@ -228,7 +243,7 @@ class ThreadCache:
     def close(self, namespace: str) -> None:
         cache = self._caches.pop(namespace, None)
         if cache is not None:
-            self._size -= cache.size
+            self.size_bytes -= cache.size
 
     def entry_count(self, namespace: str) -> int:
         cache = self._caches.get(namespace)

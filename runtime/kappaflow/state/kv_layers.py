@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from kappaflow.api.errors import InvalidStateStoreError
@@ -22,7 +23,7 @@ from kappaflow.state.api import (
     StoreContext,
     prefix_upper_bound,
 )
-from kappaflow.state.cache import NOT_DECODED, CacheEntry, DirtyEntries, ThreadCache
+from kappaflow.state.cache import NOT_DECODED, CacheEntry, DirtyEntries, NamedCacheBinding, ThreadCache
 from kappaflow.state.metered import MeteredStoreBase
 from kappaflow.state.timestamped import TIMESTAMPED_LONG, ValueAndTimestamp, ValueAndTimestampSerde
 from kappaflow.state.uncommitted import overlay
@@ -34,6 +35,27 @@ CachedRead = Callable[[K], tuple[bytes, V | None]]
 """A fused aggregation's `get`: the value and the key's bytes (MeteredKeyValueStore.cached_read_write)."""
 CachedWrite = Callable[[bytes, V | None], None]
 """A fused aggregation's `put`, given the key's bytes its read returned."""
+
+
+@dataclass(frozen=True, slots=True)
+class CachedStoreBinding:
+    """A cached typed key-value store as a fused aggregation uses it (`MeteredKeyValueStore.cached_binding`):
+    the store (its `gets` and `puts` counters), the context whose record context writes carry, the
+    record cache's namespace, and the serdes and the store below the cache."""
+
+    store: MeteredKeyValueStore[Any, Any]
+    context: StoreContext
+    cache: NamedCacheBinding
+    topic: str  # the serdes' topic (the changelog's)
+    utf8_keys: bool  # String keys: `str.encode()` instead of `serialize_key`
+    serialize_key: Callable[[Any], bytes]
+    deserialize: Callable[[str, bytes | None], Any]
+    inner_get: Callable[[bytes], bytes | None]  # the store below the cache
+    serialize: Callable[[str, Any], bytes | None]
+    decodes_to_itself: Callable[[Any], bool]  # kept decoded in the cache entry (Serde.decodes_to_itself)
+    packs_longs: bool  # ValueAndTimestamp of an int packs as TIMESTAMPED_LONG
+    caching_put: Callable[[bytes, bytes | None], None]  # the caching layer's put: values kept as bytes
+
 
 # (key bytes, new value bytes, old value bytes, the record context of the write)
 BytesFlushListener = Callable[[bytes, bytes | None, bytes | None, RecordContext], None]
@@ -408,6 +430,29 @@ class MeteredKeyValueStore(MeteredStoreBase, Generic[K, V]):
         else:
             caching.put(raw_key, raw_value)
 
+    def cached_binding(self) -> CachedStoreBinding | None:
+        """What a fused aggregation reads and writes this store through, caching on only (None
+        without): the typed store's serdes, the store below the cache, and the cache's namespace."""
+        caching, cache, context = self._caching, self._thread_cache, self._context
+        if caching is None or cache is None or context is None:
+            return None
+        value_serde: Any = self.value_serde
+        return CachedStoreBinding(
+            store=self,
+            context=context,
+            cache=cache.binding(self._namespace),
+            topic=self._topic,
+            utf8_keys=self._utf8_keys,
+            serialize_key=self._k,
+            deserialize=value_serde.deserialize,
+            inner_get=caching.inner.get,
+            serialize=value_serde.serialize,
+            decodes_to_itself=value_serde.decodes_to_itself,
+            # timestamped Long values (counts): packed as ValueAndTimestampSerde would, without its calls
+            packs_longs=type(value_serde) is ValueAndTimestampSerde and value_serde.packs_longs,
+            caching_put=caching.put,
+        )
+
     def cached_read_write(self) -> tuple[CachedRead[K, V], CachedWrite[V]] | None:
         """A read-modify-write pair for a fused aggregation (kappaflow.tasks.fusion), caching on only.
 
@@ -415,21 +460,16 @@ class MeteredKeyValueStore(MeteredStoreBase, Generic[K, V]):
         `put(key, value)` given them: the key is serialized once per update, and the calls skip the
         generic layers' frames. Counters, cache hits and misses, entry sizes, dirty order and evictions
         are those of `get` and `put`."""
-        caching, cache, context = self._caching, self._thread_cache, self._context
-        if caching is None or cache is None or context is None:
+        binding = self.cached_binding()
+        if binding is None:
             return None
-        cache_get, cache_put = cache.bind(self._namespace)
-        inner_get, caching_put, record_context = caching.inner.get, caching.put, context.record_context
-        value_serde: Any = self.value_serde
-        serialize, deserialize, decodes = (
-            value_serde.serialize,
-            value_serde.deserialize,
-            value_serde.decodes_to_itself,
-        )
-        # timestamped Long values (counts): packed here, as ValueAndTimestampSerde would, without its calls
-        longs = type(value_serde) is ValueAndTimestampSerde and value_serde.packs_longs
-        pack = TIMESTAMPED_LONG.pack
-        topic, utf8, serialize_key = self._topic, self._utf8_keys, self._k
+        named = binding.cache
+        cache_get, cache_put = named.thread.bind(named.cache.name)
+        inner_get, caching_put = binding.inner_get, binding.caching_put
+        record_context = binding.context.record_context
+        serialize, deserialize, decodes = binding.serialize, binding.deserialize, binding.decodes_to_itself
+        longs, pack = binding.packs_longs, TIMESTAMPED_LONG.pack
+        topic, utf8, serialize_key = binding.topic, binding.utf8_keys, binding.serialize_key
 
         def read(key: K) -> tuple[bytes, V | None]:
             self.gets += 1

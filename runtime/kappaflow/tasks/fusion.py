@@ -18,18 +18,23 @@ What must not change is kept by the stages themselves:
 
 A built-in processor takes part by being `Fusable` and defining `fuse(downstream, node_name) -> Stage |
 None` next to its `process` (None: not in this configuration, e.g. an aggregation whose store has no
-cache); a subclass that overrides `process` without its own `fuse` stays generic.
+cache); a subclass that overrides `process` without its own `fuse` stays generic. A processor whose stage
+kappaflow's native core also compiles (a cached aggregation) defines `fuse_native` too; the task prefers
+it when it runs the native core, and both stages are tested to do the same.
 `kappaflow.fusion.enabled=false` turns it all off, which the tests use to compare both paths.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kappaflow.api.errors import SerializationError, StreamsError
 from kappaflow.api.record import Headers, Record
 from kappaflow.tasks.nodes import ProcessorNode, SinkNode
+
+if TYPE_CHECKING:
+    from kappaflow.tasks.native import NativeCore
 
 Stage = Callable[[Any, Any, int, Headers], None]
 """A compiled node: called with the key, value, timestamp and headers a `Record` would carry."""
@@ -47,6 +52,11 @@ class Fusable:
 
     def fuse(self, downstream: Stage, node: str) -> Stage | None:
         """The stage doing what `process` does, calling `downstream` where it would forward."""
+        return None
+
+    def fuse_native(self, downstream: Stage, node: str, core: NativeCore) -> Stage | None:
+        """The same stage compiled by kappaflow's native core, when it has one for this processor
+        (tried before `fuse` when the core is in use; None: `fuse` decides)."""
         return None
 
 
@@ -149,10 +159,11 @@ def _adapter(stage: Stage) -> Callable[[Record[Any, Any]], None]:
     return handle
 
 
-def fuse_nodes(nodes: list[ProcessorNode], context: FailureContext) -> int:
+def fuse_nodes(nodes: list[ProcessorNode], context: FailureContext, core: NativeCore | None) -> int:
     """Compile every node that can be (its processors already initialized); return how many were.
 
-    Each compiled node gets `fused` (its stage) and a `handle` that runs it; the others keep theirs."""
+    Each compiled node gets `fused` (its stage) and a `handle` that runs it; the others keep theirs.
+    With the native core, a processor's `fuse_native` stage is preferred to its `fuse`."""
     stages: dict[int, Stage | None] = {}
 
     def compile_node(node: ProcessorNode) -> Stage | None:
@@ -163,7 +174,11 @@ def fuse_nodes(nodes: list[ProcessorNode], context: FailureContext) -> int:
             stage = sink_stage(node, context)
         elif isinstance(node.processor, Fusable) and fusable(node.processor):
             downstream = fan_out([compile_node(c) or boundary(c, context) for c in node.children])
-            stage = node.processor.fuse(downstream, node.name)
+            processor = node.processor
+            if core is not None:
+                stage = processor.fuse_native(downstream, node.name, core)
+            if stage is None:
+                stage = processor.fuse(downstream, node.name)
         stages[id(node)] = stage
         return stage
 

@@ -1,9 +1,10 @@
-"""kappaflow's native core: `kappaflow_native` (Rust, `runtime/native/`), a task's drain loop compiled.
+"""kappaflow's native core: `kappaflow_native` (Rust, `runtime/native/`), a task's drain loop and its
+cached aggregations compiled.
 
 The core is optional. `make setup` builds it with maturin when Rust is on the machine; without it kappaflow
-runs the loop's Python twin (`kappaflow.tasks.drain.drain_python`), with the same results, slower.
-`kappaflow.native.enabled=false` keeps a process on the Python loop with the core installed: the tests run
-the in-process tiers with both that way.
+runs their Python twins (`kappaflow.tasks.drain.drain_python`, `KStreamAggregateProcessor.fuse`), with the
+same results, slower. `kappaflow.native.enabled=false` keeps a process on the Python code with the core
+installed: the tests run the in-process tiers with both that way.
 """
 
 from __future__ import annotations
@@ -12,18 +13,51 @@ import functools
 import importlib
 import logging
 from collections import deque
-from typing import Protocol, cast
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, cast
 
+from kappaflow.api.processor import ProcessorContext
+from kappaflow.api.record import Headers
+from kappaflow.state.api import RecordContext
+from kappaflow.state.kv_layers import CachedStoreBinding
+from kappaflow.state.timestamped import ValueAndTimestamp
 from kappaflow.tasks.drain import Drained, DrainPlan, RawTuple
 
 log = logging.getLogger(__name__)
 
-PROTOCOL = 2
+PROTOCOL = 3
 """The version of the calls below; a core built from other sources says another and is not used."""
+
+
+@dataclass(frozen=True, slots=True)
+class AggregatePlan:
+    """What the native core compiles a `KStreamAggregateProcessor` stage from (read once, when fused;
+    the processor's `fuse_native` builds it)."""
+
+    node: str  # named as the failed node when the update raises
+    context: ProcessorContext  # whose record context a write carries
+    skip_null: Callable[[], None]  # a record with a null key or value: logged and counted as dropped
+    counting: bool  # count(): 1, then aggregate + 1, without calling the initializer and adder
+    initializer: Callable[[], Any] | None
+    aggregator: Callable[[Any, Any, Any], Any] | None
+    reducer: Callable[[Any, Any], Any] | None  # reduce(): the first value is the aggregate
+    store: CachedStoreBinding
+    value_and_timestamp: type[ValueAndTimestamp[Any]] = ValueAndTimestamp
+    record_context: type[RecordContext] = RecordContext
+
+
+class AggregateStage(Protocol):
+    """A compiled `KStreamAggregateProcessor` stage (a `kappaflow.tasks.fusion.Stage`)."""
+
+    def __init__(self, plan: AggregatePlan, /) -> None: ...
+
+    def __call__(self, key: Any, value: Any, timestamp: int, headers: Headers, /) -> None: ...
 
 
 class NativeCore(Protocol):
     PROTOCOL: int
+    AggregateStage: type[AggregateStage]
 
     def drain(
         self, queue: deque[RawTuple], limit: int, plan: DrainPlan, partition_time: int, stream_time: int, /

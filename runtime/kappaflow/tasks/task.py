@@ -138,8 +138,8 @@ class StreamTask:
         self.max_task_idle_ms = config.get_int("max.task.idle.ms")
         self._empty_since: dict[tuple[str, int], int] = {}  # input partitions with nothing buffered
         self._plans: dict[tuple[str, int], DrainPlan] = {}  # per input partition, while running
-        core = native.core(config.get_bool("kappaflow.native.enabled"))
-        self._run_drain = core.drain if core is not None else drain_python
+        self._native = native.core(config.get_bool("kappaflow.native.enabled"))
+        self._run_drain = self._native.drain if self._native is not None else drain_python
         self._build_nodes()
         self.input_partitions = [(topic, task_id.partition) for topic in sorted(self.sources)]
 
@@ -215,7 +215,7 @@ class StreamTask:
         for node in self.nodes:
             node.init(self.context)
         if self.config.get_bool("kappaflow.fusion.enabled"):
-            fuse_nodes(self.nodes, self.context)
+            fuse_nodes(self.nodes, self.context, self._native)
         self._transition(TaskState.RUNNING)
 
     # ----------------------------------------------------------------- input

@@ -1,6 +1,7 @@
-"""The native core's drain loop (`kappaflow_native`) against its Python twin: the same records in, the same
-outputs, dead letters, metrics, progress and errors out. `make test` also runs the in-process tiers with
-`--python-drain`, so every other test passes with both; these compare them directly, on the edges."""
+"""The native core (`kappaflow_native`) against its Python twins: the drain loop and the cached aggregation
+stage. The same records in, the same outputs, dead letters, metrics, cache state, progress and errors out.
+`make test` also runs the in-process tiers with `--python-drain` (no native core), so every other test
+passes with both; these compare them directly, on the edges."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from kappaflow import HandlerResponse, StreamsBuilder, serdes
+from kappaflow import HandlerResponse, Materialized, StreamsBuilder, serdes
 from kappaflow.api.config import StreamsConfig
 from kappaflow.api.errors import ProcessingError
 from kappaflow.api.metrics import Metrics
@@ -24,6 +25,7 @@ from kappaflow.tasks.native import NativeCore, installed_core
 from kappaflow.tasks.task import StreamTask
 from kappaflow.testing import TopologyTestDriver
 from kappaflow.topology.topology import Topology
+from tests.runtime.test_fusion import run
 
 S, L = serdes.String(), serdes.Long()
 
@@ -195,3 +197,78 @@ def test_a_handler_that_raises_is_what_the_task_raises(core: NativeCore) -> None
     python, native = stop_state(False, give_up), stop_state(True, give_up)
     assert python[0] == "handler gave up at 12" and python[3] == 2
     assert native == python
+
+
+def aggregation_topology() -> Topology:
+    """The aggregations the native stage compiles, on their edges: Long keys (serialized by the serde, not
+    inline), a Long sum that returns None (a tombstone) and one out of a Long's range (the serde's error,
+    to the handler), a JSON list (not kept decoded: through the caching layer's put), a String reduce."""
+    builder = StreamsBuilder()
+    stream = builder.stream("in", key_serde=S, value_serde=S)
+
+    def add(key: int, value: str, total: int) -> int | None:
+        if value == "reset":
+            return None
+        return 2**64 if value == "huge" else total + len(value)
+
+    by_length = stream.group_by(lambda k, v: len(v), key_serde=L, value_serde=S)
+    by_length.aggregate(lambda: 0, add, Materialized.as_("sums").with_value_serde(L))
+    by_length.count(Materialized.as_("counts"))
+    stream.group_by_key().aggregate(
+        list, lambda k, v, seen: [*seen, v][-3:], Materialized.as_("lists").with_value_serde(serdes.Json())
+    ).to_stream().to("lists-out", value_serde=serdes.Json())
+    stream.group_by_key().reduce(lambda a, b: min(a, b), Materialized.as_("mins"))
+    return builder.build()
+
+
+def aggregation_inputs(seed: int) -> list[tuple[str, RawRecord]]:
+    rng = random.Random(seed)
+    words = ["a", "bb", "ccc", "dddd", "reset", "fives", "huge", "e" * 30, "ff"]  # "reset": length 5
+    return [
+        (
+            "in",
+            RawRecord(
+                0,
+                1000 + 5 * i - rng.choice([0, 0, 60]),  # out of order now and then: max timestamp kept
+                None if rng.random() < 0.05 else f"k{rng.randrange(9)}".encode(),
+                rng.choice(words).encode(),
+                Headers(),
+            ),
+        )
+        for i in range(400)
+    ]
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once_v2"])
+def test_native_aggregation_stage_matches_python_and_generic(
+    core: NativeCore, seed: int, guarantee: str
+) -> None:
+    """The native stage, the Python stage and the unfused processors: the same records sent (outputs and
+    changelogs, in order: evictions flush mid-batch), interactive queries through the cache, metrics and
+    the cache's hits, misses, evictions and size."""
+    inputs = aggregation_inputs(seed)
+    native, _, stages = run(aggregation_topology(), inputs, True, "sums", guarantee)
+    python, _, python_stages = run(aggregation_topology(), inputs, True, "sums", guarantee, native=False)
+    generic, _, _ = run(aggregation_topology(), inputs, False, "sums", guarantee)
+    assert stages == ["AggregateStage"] * 4 and python_stages == []
+    assert native == python == generic
+    assert native["cache"][2] > 0, "the cache must have evicted: the flush order is part of the comparison"
+    assert native["cache"][1] > 30, "misses read the store below the cache"
+    dropped = native["counters"]["dropped-records-total"]
+    assert any("ProcessingError" in str(labels) for labels in dropped), "the out-of-range sum is handled"
+    tombstones = [sent for sent in native["sent"] if sent[0] == "changelog" and sent[3] is None]
+    assert tombstones, "a None aggregate writes a tombstone"
+
+
+def test_native_stage_names_itself_as_the_failed_node(core: NativeCore) -> None:
+    builder = StreamsBuilder()
+    builder.stream("in", key_serde=S, value_serde=S).group_by_key().aggregate(
+        lambda: 0, lambda k, v, agg: agg + int(v), Materialized.as_("agg").with_value_serde(L)
+    )
+    with TopologyTestDriver(builder.build(), {}) as driver:
+        stages = [n.fused for task in driver._tasks.values() for n in task.nodes if n.fused is not None]
+        assert [type(stage).__name__ for stage in stages] == ["AggregateStage"]
+        with pytest.raises(ProcessingError, match=r"in node 'KSTREAM-AGGREGATE-\d+': ") as error:
+            driver.create_input_topic("in", S, S).pipe_input("k", "not-a-number")
+        assert isinstance(error.value.__cause__, ValueError)

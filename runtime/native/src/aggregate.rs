@@ -1,0 +1,434 @@
+//! A stream aggregation over a cached store, compiled: the stage `KStreamAggregateProcessor.fuse` builds
+//! in Python, with the typed store's read and write (`MeteredKeyValueStore.cached_read_write`) and the
+//! record cache's get and dirty put (`ThreadCache.bind`) inlined.
+//!
+//! The record cache stays the Python objects it is (`NamedCache.entries` and `.dirty`, ordered dicts of
+//! `CacheEntry`): this stage reads and updates them with the same operations in the same order, so LRU
+//! and dirty order, entry sizes, hit and miss counts, evictions and flushes are those of the Python path.
+//! Initializer, aggregator, reducer, serdes, the store below the cache and eviction (which flushes
+//! through the store's listeners) are called as Python.
+
+use pyo3::exceptions::{PyAttributeError, PyTypeError};
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyString};
+
+use crate::slots::{encode_utf8, Slot, SlotClass};
+
+/// The fields of `kappaflow.state.cache.CacheEntry`, in declaration order.
+const CACHE_ENTRY_FIELDS: [&str; 5] = ["value", "dirty", "context", "size", "decoded"];
+/// The fields of `kappaflow.state.timestamped.ValueAndTimestamp`.
+const VALUE_AND_TIMESTAMP_FIELDS: [&str; 2] = ["value", "timestamp"];
+
+/// The instance dict of a plain Python object whose attributes `names` the stage reads and writes
+/// there directly: what `getattr`/`setattr` end in for an attribute its class does not define (checked
+/// here), without the lookup through the class they start with.
+fn attributes<'py>(owner: &Bound<'py, PyAny>, names: &[&str]) -> PyResult<Bound<'py, PyDict>> {
+    let cls = owner.get_type();
+    for name in names {
+        if cls.hasattr(*name)? {
+            return Err(PyTypeError::new_err(format!(
+                "kappaflow_native: {}.{name} is defined by the class, not an instance attribute",
+                cls.name()?
+            )));
+        }
+    }
+    Ok(owner
+        .getattr(pyo3::intern!(owner.py(), "__dict__"))?
+        .cast_into::<PyDict>()?)
+}
+
+/// An instance attribute through its dict (see `attributes`): AttributeError when it is missing.
+fn attribute<'py>(
+    dict: &Bound<'py, PyDict>,
+    name: &Bound<'py, PyString>,
+) -> PyResult<Bound<'py, PyAny>> {
+    dict.get_item(name)?
+        .ok_or_else(|| PyAttributeError::new_err(name.clone().unbind()))
+}
+
+/// `owner.<name> += delta` through the owner's instance dict.
+fn add_to(dict: &Bound<'_, PyDict>, name: &Bound<'_, PyString>, delta: isize) -> PyResult<()> {
+    let total = attribute(dict, name)?.add(delta)?;
+    dict.set_item(name, total)
+}
+
+/// What a read found: the aggregate, and the key's `CacheEntry` when the cache held it (a hit).
+struct Read<'py> {
+    previous: Bound<'py, PyAny>,
+    entry: Option<Bound<'py, PyAny>>,
+}
+
+/// A compiled `KStreamAggregateProcessor` stage over a cached timestamped key-value store, built from
+/// the `AggregatePlan` Python hands over (read once, here). Called as `stage(key, value, timestamp,
+/// headers)` like a Python stage, or directly by the native drain loop.
+#[pyclass(frozen, module = "kappaflow_native")]
+pub struct AggregateStage {
+    node: Py<PyAny>,
+    context: Py<PyAny>,
+    context_current: Slot,
+    context_failed_node: Slot,
+    skip_null: Py<PyAny>,
+    counting: bool,
+    initializer: Py<PyAny>,
+    aggregator: Py<PyAny>,
+    reducer: Py<PyAny>,
+    value_and_timestamp: SlotClass<2>,
+    // the typed store (its gets and puts, in its instance dict) and its serdes
+    store: Py<PyDict>,
+    topic: Py<PyAny>,
+    utf8_keys: bool,
+    serialize_key: Py<PyAny>,
+    deserialize: Py<PyAny>,
+    inner_get: Py<PyAny>,
+    serialize: Py<PyAny>,
+    decodes_to_itself: Py<PyAny>,
+    packs_longs: bool,
+    caching_put: Py<PyAny>,
+    // the thread's record cache and this store's named cache in it
+    thread: Py<PyAny>,
+    /// the thread cache's instance dict: hits, misses, size_bytes, max_bytes
+    thread_attributes: Py<PyDict>,
+    named: Py<PyAny>,
+    entries: Py<PyDict>,
+    entries_move_to_end: Py<PyAny>,
+    dirty: Py<PyDict>,
+    dirty_move_to_end: Py<PyAny>,
+    entry: SlotClass<5>,
+    entry_overhead: isize,
+    not_decoded: Py<PyAny>,
+    record_context_topic: Slot,
+}
+
+#[pymethods]
+impl AggregateStage {
+    #[new]
+    fn new(py: Python<'_>, plan: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let store = plan.getattr(intern!(py, "store"))?;
+        let cache = store.getattr(intern!(py, "cache"))?;
+        let context = plan.getattr(intern!(py, "context"))?;
+        if !store.getattr(intern!(py, "context"))?.is(&context) {
+            return Err(PyTypeError::new_err(
+                "kappaflow_native: the store's context is not the processor's",
+            ));
+        }
+        let context_type = context.get_type();
+        let named = cache.getattr(intern!(py, "cache"))?;
+        let thread = cache.getattr(intern!(py, "thread"))?;
+        let entries = named
+            .getattr(intern!(py, "entries"))?
+            .cast_into::<PyDict>()?;
+        let dirty = named.getattr(intern!(py, "dirty"))?.cast_into::<PyDict>()?;
+        let record_context_type = plan.getattr(intern!(py, "record_context"))?.cast_into()?;
+        Ok(AggregateStage {
+            node: plan.getattr(intern!(py, "node"))?.unbind(),
+            context_current: Slot::of(&context_type, "current")?,
+            context_failed_node: Slot::of(&context_type, "failed_node")?,
+            context: context.unbind(),
+            skip_null: plan.getattr(intern!(py, "skip_null"))?.unbind(),
+            counting: plan.getattr(intern!(py, "counting"))?.is_truthy()?,
+            initializer: plan.getattr(intern!(py, "initializer"))?.unbind(),
+            aggregator: plan.getattr(intern!(py, "aggregator"))?.unbind(),
+            reducer: plan.getattr(intern!(py, "reducer"))?.unbind(),
+            value_and_timestamp: SlotClass::of(
+                py,
+                plan.getattr(intern!(py, "value_and_timestamp"))?,
+                VALUE_AND_TIMESTAMP_FIELDS,
+            )?,
+            topic: store.getattr(intern!(py, "topic"))?.unbind(),
+            utf8_keys: store.getattr(intern!(py, "utf8_keys"))?.is_truthy()?,
+            serialize_key: store.getattr(intern!(py, "serialize_key"))?.unbind(),
+            deserialize: store.getattr(intern!(py, "deserialize"))?.unbind(),
+            inner_get: store.getattr(intern!(py, "inner_get"))?.unbind(),
+            serialize: store.getattr(intern!(py, "serialize"))?.unbind(),
+            decodes_to_itself: store.getattr(intern!(py, "decodes_to_itself"))?.unbind(),
+            packs_longs: store.getattr(intern!(py, "packs_longs"))?.is_truthy()?,
+            caching_put: store.getattr(intern!(py, "caching_put"))?.unbind(),
+            store: attributes(&store.getattr(intern!(py, "store"))?, &["gets", "puts"])?.unbind(),
+            thread_attributes: attributes(&thread, &["hits", "misses", "size_bytes", "max_bytes"])?
+                .unbind(),
+            thread: thread.unbind(),
+            entries_move_to_end: entries.getattr(intern!(py, "move_to_end"))?.unbind(),
+            dirty_move_to_end: dirty.getattr(intern!(py, "move_to_end"))?.unbind(),
+            entries: entries.unbind(),
+            dirty: dirty.unbind(),
+            named: named.unbind(),
+            entry: SlotClass::of(
+                py,
+                cache.getattr(intern!(py, "entry_type"))?,
+                CACHE_ENTRY_FIELDS,
+            )?,
+            entry_overhead: cache.getattr(intern!(py, "entry_overhead"))?.extract()?,
+            not_decoded: cache.getattr(intern!(py, "not_decoded"))?.unbind(),
+            record_context_topic: Slot::of(&record_context_type, "topic")?,
+        })
+    }
+
+    fn __call__(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+        timestamp: i64,
+        headers: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let _ = headers; // an aggregate's update carries no headers: the cache forwards on flush
+        self.process(py, key, value, timestamp)
+    }
+}
+
+impl AggregateStage {
+    /// The stage: on any exception the node is named as failed (unless a deeper one was), as
+    /// `kappaflow.tasks.fusion.mark_failed` does.
+    pub fn process<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        value: &Bound<'py, PyAny>,
+        timestamp: i64,
+    ) -> PyResult<()> {
+        let outcome = self.update(py, key, value, timestamp);
+        if outcome.is_err() {
+            let context = self.context.bind(py);
+            if self.context_failed_node.get(py, context)?.is_none() {
+                self.context_failed_node
+                    .put(py, context, self.node.bind(py))?;
+            }
+        }
+        outcome
+    }
+
+    fn update<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        value: &Bound<'py, PyAny>,
+        mut timestamp: i64,
+    ) -> PyResult<()> {
+        if key.is_none() || value.is_none() {
+            self.skip_null.bind(py).call0()?;
+            return Ok(());
+        }
+        let (raw_key, read) = self.read(py, key)?;
+        let Read { previous, entry } = read;
+        let new = if previous.is_none() {
+            if self.counting {
+                1i64.into_pyobject(py)?.into_any()
+            } else if !self.reducer.is_none(py) {
+                value.clone()
+            } else {
+                let initial = self.initializer.bind(py).call0()?;
+                self.aggregator.bind(py).call1((key, value, initial))?
+            }
+        } else {
+            let (old, previous_timestamp) = self.value_and_time(py, &previous)?;
+            if previous_timestamp > timestamp {
+                timestamp = previous_timestamp;
+            }
+            if self.counting {
+                old.add(1)?
+            } else if !self.reducer.is_none(py) {
+                self.reducer.bind(py).call1((old, value))?
+            } else {
+                self.aggregator.bind(py).call1((key, value, old))?
+            }
+        };
+        // count(): nothing ran between the read and this write, so a hit's entry is still the key's
+        // and the most recent: written without a second lookup or move
+        let current = if self.counting { entry } else { None };
+        self.write(py, &raw_key, new, timestamp, current)
+    }
+
+    /// `read(key)`: the key's bytes and its aggregate, from the cache (a hit) or the store below it.
+    fn read<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+    ) -> PyResult<(Bound<'py, PyAny>, Read<'py>)> {
+        add_to(self.store.bind(py), intern!(py, "gets"), 1)?;
+        let raw_key = match key.cast::<PyString>() {
+            Ok(text) if self.utf8_keys && text.is_exact_instance_of::<PyString>() => {
+                encode_utf8(py, text)?
+            }
+            _ => self.serialize_key.bind(py).call1((key,))?,
+        };
+        let topic = self.topic.bind(py);
+        let thread = self.thread_attributes.bind(py);
+        let Some(entry) = self.entries.bind(py).get_item(&raw_key)? else {
+            add_to(thread, intern!(py, "misses"), 1)?;
+            let stored = self.inner_get.bind(py).call1((&raw_key,))?;
+            let previous = self.deserialize.bind(py).call1((topic, stored))?;
+            return Ok((
+                raw_key,
+                Read {
+                    previous,
+                    entry: None,
+                },
+            ));
+        };
+        add_to(thread, intern!(py, "hits"), 1)?;
+        self.entries_move_to_end.bind(py).call1((&raw_key,))?;
+        let slots = &self.entry.slots;
+        let decoded = slots[4].get(py, &entry)?;
+        let previous = if decoded.is(self.not_decoded.bind(py)) {
+            let stored = slots[0].get(py, &entry)?;
+            self.deserialize.bind(py).call1((topic, stored))?
+        } else {
+            decoded
+        };
+        Ok((
+            raw_key,
+            Read {
+                previous,
+                entry: Some(entry),
+            },
+        ))
+    }
+
+    /// A stored aggregate's value and timestamp (a ValueAndTimestamp, through its slots when exact).
+    fn value_and_time<'py>(
+        &self,
+        py: Python<'py>,
+        previous: &Bound<'py, PyAny>,
+    ) -> PyResult<(Bound<'py, PyAny>, i64)> {
+        if self.value_and_timestamp.is_instance(previous) {
+            let slots = &self.value_and_timestamp.slots;
+            return Ok((
+                slots[0].get(py, previous)?,
+                slots[1].get(py, previous)?.extract()?,
+            ));
+        }
+        Ok((
+            previous.getattr(intern!(py, "value"))?,
+            previous.getattr(intern!(py, "timestamp"))?.extract()?,
+        ))
+    }
+
+    /// `write(raw_key, ValueAndTimestamp(new, timestamp))`: counts packed inline, other values through
+    /// the serde; a value that decodes to itself kept decoded in the entry.
+    fn write<'py>(
+        &self,
+        py: Python<'py>,
+        raw_key: &Bound<'py, PyAny>,
+        new: Bound<'py, PyAny>,
+        timestamp: i64,
+        current: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<()> {
+        add_to(self.store.bind(py), intern!(py, "puts"), 1)?;
+        let stamped = if new.is_none() {
+            new
+        } else {
+            if self.packs_longs && new.is_exact_instance_of::<pyo3::types::PyInt>() {
+                // out of a Long's range: the serde below raises its error
+                if let Ok(count) = new.extract::<i64>() {
+                    let mut packed = [0u8; 16];
+                    packed[..8].copy_from_slice(&timestamp.to_be_bytes());
+                    packed[8..].copy_from_slice(&count.to_be_bytes());
+                    let stamped = self
+                        .value_and_timestamp
+                        .new_instance(py, [new, timestamp.into_pyobject(py)?.into_any()])?;
+                    let packed = PyBytes::new(py, &packed).into_any();
+                    return self.put_dirty(py, raw_key, &packed, &stamped, current);
+                }
+            }
+            self.value_and_timestamp
+                .new_instance(py, [new, timestamp.into_pyobject(py)?.into_any()])?
+        };
+        let raw_value = self
+            .serialize
+            .bind(py)
+            .call1((self.topic.bind(py), &stamped))?;
+        if self
+            .decodes_to_itself
+            .bind(py)
+            .call1((&stamped,))?
+            .is_truthy()?
+        {
+            self.put_dirty(py, raw_key, &raw_value, &stamped, current)
+        } else {
+            self.caching_put.bind(py).call1((raw_key, raw_value))?;
+            Ok(())
+        }
+    }
+
+    /// `ThreadCache.bind`'s `put_dirty`: the entry written in place (or added), made the most recent
+    /// and the last dirty, sizes kept, and the cache evicted when over its bound. `current` is the key's
+    /// entry when the caller knows it is already the most recent.
+    fn put_dirty<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        value: &Bound<'py, PyAny>,
+        decoded: &Bound<'py, PyAny>,
+        current: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<()> {
+        let record_context = self.context_current.get(py, self.context.bind(py))?;
+        let topic = self.record_context_topic.get(py, &record_context)?;
+        let mut size = key.len()? as isize + topic.len()? as isize + self.entry_overhead;
+        if !value.is_none() {
+            size += value.len()? as isize;
+        }
+        let entries = self.entries.bind(py);
+        let dirty = self.dirty.bind(py);
+        let named = self.named.bind(py);
+        let thread = self.thread_attributes.bind(py);
+        let slots = &self.entry.slots;
+        let size_name = intern!(py, "size");
+        let total_name = intern!(py, "size_bytes");
+        let true_ = true.into_pyobject(py)?.to_owned().into_any();
+        let moved = current.is_some();
+        let found = match current {
+            Some(entry) => Some(entry),
+            None => entries.get_item(key)?,
+        };
+        let delta = match found {
+            None => {
+                let size_obj = size.into_pyobject(py)?.into_any();
+                let entry = self.entry.cls.bind(py).call1((
+                    value,
+                    &true_,
+                    &record_context,
+                    &size_obj,
+                    decoded,
+                ))?;
+                // through the mapping protocol: OrderedDict keeps its order there, not in PyDict_SetItem
+                entries.as_any().set_item(key, entry)?;
+                dirty.as_any().set_item(key, py.None())?;
+                size
+            }
+            Some(old) => {
+                slots[0].put(py, &old, value)?;
+                slots[2].put(py, &old, &record_context)?;
+                slots[4].put(py, &old, decoded)?;
+                if !moved {
+                    self.entries_move_to_end.bind(py).call1((key,))?;
+                }
+                if slots[1].get(py, &old)?.is_truthy()? {
+                    self.dirty_move_to_end.bind(py).call1((key,))?;
+                } else {
+                    slots[1].put(py, &old, &true_)?;
+                    dirty.as_any().set_item(key, py.None())?;
+                }
+                let old_size: isize = slots[3].get(py, &old)?.extract()?;
+                let delta = size - old_size;
+                if delta != 0 {
+                    slots[3].put(py, &old, &size.into_pyobject(py)?.into_any())?;
+                }
+                delta
+            }
+        };
+        if delta != 0 {
+            let grown = named.getattr(size_name)?.add(delta)?;
+            named.setattr(size_name, grown)?;
+            add_to(thread, total_name, delta)?;
+        }
+        let total: isize = attribute(thread, total_name)?.extract()?;
+        let bound: isize = attribute(thread, intern!(py, "max_bytes"))?.extract()?;
+        if total > bound {
+            self.thread
+                .bind(py)
+                .call_method1(intern!(py, "evict_over_bound"), (named,))?;
+        }
+        Ok(())
+    }
+}
