@@ -1,7 +1,9 @@
 """Processors behind the stateless KStream operations.
 
 Each is a tiny class with the user function bound at construction, so the per-record cost is one Python
-call for the function and one for `forward`. Key-changing mappers return `(key, value)` tuples.
+call for the function and one for `forward`. Key-changing mappers return `(key, value)` tuples. Fused
+(kappaflow.tasks.fusion), each compiles to a stage: a Python closure (`fuse`) or, with kappaflow's native
+core, the same steps in Rust (`fuse_native`), where only the user's function is a Python call.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from kappaflow.api.processor import Processor, ProcessorContext
 from kappaflow.api.record import Headers, Record
 from kappaflow.tasks.context import DirectRoute
 from kappaflow.tasks.fusion import Fusable, Stage, mark_failed
+from kappaflow.tasks.native import NativeCore, StatelessPlan
 
 AnyRecord = Record[Any, Any]
 
@@ -53,6 +56,9 @@ class FilterProcessor(_Base, Fusable):
                 route.handle(record)
                 context.current_node = route.node
 
+    def fuse_native(self, downstream: Stage, node: str, core: NativeCore) -> Stage:
+        return native_stage(core, "filter", self.predicate, self.negate, node, self.context, downstream)
+
     def fuse(self, downstream: Stage, node: str) -> Stage:
         predicate, negate, context = self.predicate, self.negate, self.context
 
@@ -74,6 +80,19 @@ def _pair(result: Any, op: str) -> tuple[Any, Any]:
     return result
 
 
+def native_stage(
+    core: NativeCore,
+    kind: str,
+    callback: Callable[..., Any],
+    flag: bool,
+    node: str,
+    context: Any,
+    downstream: Stage,
+) -> Stage:
+    """A stateless processor's stage compiled by the native core (its `fuse_native`)."""
+    return core.StatelessStage(StatelessPlan(kind, callback, flag, node, context, downstream, _pair))
+
+
 class MapProcessor(_Base, Fusable):
     def __init__(self, mapper: Callable[[Any, Any], tuple[Any, Any]]) -> None:
         self.mapper = mapper
@@ -81,6 +100,9 @@ class MapProcessor(_Base, Fusable):
     def process(self, record: AnyRecord) -> None:
         key, value = _pair(self.mapper(record.key, record.value), "map")
         self.context.forward(Record(key, value, record.timestamp, record.headers))
+
+    def fuse_native(self, downstream: Stage, node: str, core: NativeCore) -> Stage:
+        return native_stage(core, "map", self.mapper, False, node, self.context, downstream)
 
     def fuse(self, downstream: Stage, node: str) -> Stage:
         mapper, context = self.mapper, self.context
@@ -113,6 +135,9 @@ class MapValuesProcessor(_Base, Fusable):
             route.handle(out)
             context.current_node = route.node
 
+    def fuse_native(self, downstream: Stage, node: str, core: NativeCore) -> Stage:
+        return native_stage(core, "map_values", self.mapper, self.with_key, node, self.context, downstream)
+
     def fuse(self, downstream: Stage, node: str) -> Stage:
         mapper, with_key, context = self.mapper, self.with_key, self.context
 
@@ -135,6 +160,9 @@ class FlatMapProcessor(_Base, Fusable):
         for result in self.mapper(record.key, record.value) or ():
             key, value = _pair(result, "flat_map")
             self.context.forward(Record(key, value, record.timestamp, record.headers))
+
+    def fuse_native(self, downstream: Stage, node: str, core: NativeCore) -> Stage:
+        return native_stage(core, "flat_map", self.mapper, False, node, self.context, downstream)
 
     def fuse(self, downstream: Stage, node: str) -> Stage:
         mapper, context = self.mapper, self.context
@@ -174,6 +202,11 @@ class FlatMapValuesProcessor(_Base, Fusable):
             handle(Record(key, value, timestamp, headers))
             context.current_node = node
 
+    def fuse_native(self, downstream: Stage, node: str, core: NativeCore) -> Stage:
+        return native_stage(
+            core, "flat_map_values", self.mapper, self.with_key, node, self.context, downstream
+        )
+
     def fuse(self, downstream: Stage, node: str) -> Stage:
         mapper, with_key, context = self.mapper, self.with_key, self.context
 
@@ -205,6 +238,9 @@ class SelectKeyProcessor(_Base, Fusable):
             route.handle(out)
             context.current_node = route.node
 
+    def fuse_native(self, downstream: Stage, node: str, core: NativeCore) -> Stage:
+        return native_stage(core, "select_key", self.selector, False, node, self.context, downstream)
+
     def fuse(self, downstream: Stage, node: str) -> Stage:
         selector, context = self.selector, self.context
 
@@ -228,6 +264,9 @@ class PeekProcessor(_Base, Fusable):
         self.action(record.key, record.value)
         if self.forwards:
             self.context.forward(record)
+
+    def fuse_native(self, downstream: Stage, node: str, core: NativeCore) -> Stage:
+        return native_stage(core, "peek", self.action, self.forwards, node, self.context, downstream)
 
     def fuse(self, downstream: Stage, node: str) -> Stage:
         action, forwards, context = self.action, self.forwards, self.context
@@ -291,6 +330,16 @@ class NullKeyFilter(_Base, Fusable):
             context.current_node = route.child
             route.handle(record)
             context.current_node = route.node
+
+    def fuse_native(self, downstream: Stage, node: str, core: NativeCore) -> Stage:
+        if not self.enabled:
+            return downstream
+        context, label = self.context, self.label
+
+        def drop() -> None:
+            drop_record(context, "null-key", label)
+
+        return native_stage(core, "null_key_filter", drop, False, node, context, downstream)
 
     def fuse(self, downstream: Stage, node: str) -> Stage:
         context, label = self.context, self.label

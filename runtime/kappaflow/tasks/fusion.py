@@ -27,14 +27,12 @@ it when it runs the native core, and both stages are tested to do the same.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from kappaflow.api.errors import SerializationError, StreamsError
 from kappaflow.api.record import Headers, Record
+from kappaflow.tasks.native import NativeCore, SinkPlan
 from kappaflow.tasks.nodes import ProcessorNode, SinkNode
-
-if TYPE_CHECKING:
-    from kappaflow.tasks.native import NativeCore
 
 Stage = Callable[[Any, Any, int, Headers], None]
 """A compiled node: called with the key, value, timestamp and headers a `Record` would carry."""
@@ -114,12 +112,27 @@ def boundary(node: ProcessorNode, context: FailureContext) -> Stage:
     return deliver
 
 
-def sink_stage(sink: SinkNode, context: FailureContext) -> Stage | None:
-    """SinkNode.process for a fixed topic, compiled (a topic extractor stays on the generic path)."""
+def sink_stage(sink: SinkNode, context: FailureContext, core: NativeCore | None = None) -> Stage | None:
+    """SinkNode.process for a fixed topic, compiled (a topic extractor stays on the generic path); by
+    the native core when there is one and the sink has no partitioner."""
     topic = sink.static_topic
     if topic is None or sink.missing_serde:
         return None  # a dynamic topic needs the record; a missing serde fails there, with its message
     name = sink.name
+    if core is not None and sink.partitioner is None:
+        plan = SinkPlan(
+            topic=topic,
+            node=name,
+            send=sink.send,
+            key_utf8=sink.key_utf8,
+            value_utf8=sink.value_utf8,
+            key_serializer=sink.key_serializer,
+            value_serializer=sink.value_serializer,
+            context=sink.context,
+            serialization_error=SerializationError,
+            streams_error=StreamsError,
+        )
+        return core.SinkStage(plan)
     send = sink.send
     key_utf8, value_utf8 = sink.key_utf8, sink.value_utf8
     key_serializer, value_serializer = sink.key_serializer, sink.value_serializer
@@ -171,7 +184,7 @@ def fuse_nodes(nodes: list[ProcessorNode], context: FailureContext, core: Native
             return stages[id(node)]
         stage: Stage | None = None
         if isinstance(node, SinkNode):
-            stage = sink_stage(node, context)
+            stage = sink_stage(node, context, core)
         elif isinstance(node.processor, Fusable) and fusable(node.processor):
             downstream = fan_out([compile_node(c) or boundary(c, context) for c in node.children])
             processor = node.processor

@@ -26,7 +26,7 @@ from kappaflow.tasks.drain import Drained, DrainPlan, RawTuple
 
 log = logging.getLogger(__name__)
 
-PROTOCOL = 3
+PROTOCOL = 4
 """The version of the calls below; a core built from other sources says another and is not used."""
 
 
@@ -47,6 +47,50 @@ class AggregatePlan:
     record_context: type[RecordContext] = RecordContext
 
 
+@dataclass(frozen=True, slots=True)
+class StatelessPlan:
+    """What the native core compiles a built-in stateless processor's stage from (its `fuse_native`)."""
+
+    # filter, map, map_values, flat_map, flat_map_values, select_key, peek, null_key_filter
+    kind: str
+    callback: Callable[..., Any]  # the predicate, mapper, selector or action; the null-key filter's drop
+    flag: bool  # filter: negate; map_values, flat_map_values: with the key; peek: forwards
+    node: str  # named as the failed node when the callback raises
+    context: ProcessorContext
+    downstream: Callable[[Any, Any, int, Headers], None]  # the next stage (a native one called directly)
+    pair: Callable[[Any, str], tuple[Any, Any]]  # map, flat_map: a result that is not a pair raises here
+
+
+@dataclass(frozen=True, slots=True)
+class SinkPlan:
+    """What the native core compiles a sink to a fixed topic without a partitioner from."""
+
+    topic: str
+    node: str
+    send: Callable[[str, bytes | None, bytes | None, Headers, int, int | None], None]  # the collector's
+    key_utf8: bool  # String serde: `str.encode()` inline
+    value_utf8: bool
+    key_serializer: Callable[[str, Any], bytes | None]
+    value_serializer: Callable[[str, Any], bytes | None]
+    context: ProcessorContext
+    serialization_error: type[BaseException]  # re-raised naming the sink
+    streams_error: type[BaseException]  # a negative timestamp
+
+
+class NativeStage(Protocol):
+    """A stage compiled by the native core (a `kappaflow.tasks.fusion.Stage`)."""
+
+    def __call__(self, key: Any, value: Any, timestamp: int, headers: Headers, /) -> None: ...
+
+
+class StatelessStage(NativeStage, Protocol):
+    def __init__(self, plan: StatelessPlan, /) -> None: ...
+
+
+class SinkStage(NativeStage, Protocol):
+    def __init__(self, plan: SinkPlan, /) -> None: ...
+
+
 class AggregateStage(Protocol):
     """A compiled `KStreamAggregateProcessor` stage (a `kappaflow.tasks.fusion.Stage`)."""
 
@@ -58,6 +102,8 @@ class AggregateStage(Protocol):
 class NativeCore(Protocol):
     PROTOCOL: int
     AggregateStage: type[AggregateStage]
+    StatelessStage: type[StatelessStage]
+    SinkStage: type[SinkStage]
 
     def drain(
         self, queue: deque[RawTuple], limit: int, plan: DrainPlan, partition_time: int, stream_time: int, /

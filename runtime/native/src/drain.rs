@@ -9,8 +9,8 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString, PyTuple};
 
-use crate::aggregate::AggregateStage;
 use crate::slots::{Slot, SlotClass};
+use crate::stages::Next;
 
 /// The fields of `kappaflow.state.api.RecordContext`, in the order the loop sets them.
 const RECORD_CONTEXT_FIELDS: [&str; 5] = ["timestamp", "topic", "partition", "offset", "headers"];
@@ -58,8 +58,8 @@ struct Plan<'py> {
     context_stream_time: Slot,
     node: Bound<'py, PyAny>,
     call: Bound<'py, PyAny>,
-    /// `call` when it is a native aggregation stage: called in Rust, no Python call per record
-    stage: Option<Bound<'py, AggregateStage>>,
+    /// `call` as a stage: a native one is called in Rust, no Python call per record
+    stage: Next,
     record_type: Bound<'py, PyAny>,
     schedules: Bound<'py, PyAny>,
     punctuate: Bound<'py, PyAny>,
@@ -77,7 +77,7 @@ impl<'py> Plan<'py> {
             RECORD_CONTEXT_FIELDS,
         )?;
         let call = get(intern!(py, "call"))?;
-        let stage = call.cast::<AggregateStage>().ok().cloned();
+        let stage = Next::of(&call);
         Ok(Plan {
             topic: get(intern!(py, "topic"))?,
             partition: get(intern!(py, "partition"))?,
@@ -136,10 +136,8 @@ impl<'py> Plan<'py> {
         timestamp: i64,
         headers: &Bound<'py, PyAny>,
     ) -> PyResult<()> {
-        if let Some(stage) = &self.stage {
-            stage.get().process(stage.py(), key, value, timestamp)?;
-        } else if self.record_type.is_none() {
-            self.call.call1((key, value, timestamp, headers))?;
+        if self.record_type.is_none() {
+            self.stage.call(key.py(), key, value, timestamp, headers)?;
         } else {
             let record = self.record_type.call1((key, value, timestamp, headers))?;
             self.call.call1((record,))?;

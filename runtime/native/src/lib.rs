@@ -1,21 +1,25 @@
 //! kappaflow's per-record machinery in Rust: a task's loop over one input partition's queue (`drain`)
-//! and the cached aggregation it most often feeds (`AggregateStage`).
+//! and the stages of the processors it feeds: the built-in stateless ones and fixed-topic sinks
+//! (`StatelessStage`, `SinkStage`) and cached stream aggregations (`AggregateStage`).
 //!
-//! Each mirrors its Python twin step for step (`kappaflow.tasks.drain.drain_python`, the stage of
-//! `KStreamAggregateProcessor.fuse`), which stays the reference and the fallback: user callbacks, serdes,
+//! Each mirrors its Python twin step for step (`kappaflow.tasks.drain.drain_python`, the stages the
+//! processors' `fuse` builds), which stays the reference and the fallback: user callbacks, serdes,
 //! handlers and the record cache's structures are the Python objects, called and updated from here in
 //! the same order. What moves to Rust is only the interpreter's own work per record.
 
 mod aggregate;
 mod drain;
 mod slots;
+mod stages;
 
 use pyo3::prelude::*;
 
 #[pymodule]
 fn kappaflow_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add("PROTOCOL", 3)?;
+    m.add("PROTOCOL", 4)?;
     m.add_function(wrap_pyfunction!(drain::drain, m)?)?;
     m.add_class::<aggregate::AggregateStage>()?;
+    m.add_class::<stages::StatelessStage>()?;
+    m.add_class::<stages::SinkStage>()?;
     Ok(())
 }

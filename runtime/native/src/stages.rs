@@ -1,0 +1,393 @@
+//! The built-in stateless processors and the fixed-topic sink, compiled: each mirrors the Python stage
+//! its processor's `fuse` builds (`kappaflow.dsl.stream_processors`, `kappaflow.tasks.fusion.sink_stage`)
+//! and calls the same user callbacks and serializers with the same arguments, in the same order.
+//!
+//! A stage calls the next one directly in Rust when that one is native too (`Next`), so a chain such as
+//! flat_map_values -> select_key -> the repartition filter -> its sink makes no Python call of its own
+//! between the user's callbacks.
+
+use pyo3::exceptions::PyValueError;
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyString, PyTuple};
+
+use crate::aggregate::AggregateStage;
+use crate::slots::{encode_utf8, Slot};
+
+/// A stage's downstream: a native stage called in Rust, or any Python stage.
+pub enum Next {
+    Stateless(Py<StatelessStage>),
+    Sink(Py<SinkStage>),
+    Aggregate(Py<AggregateStage>),
+    Python(Py<PyAny>),
+}
+
+impl Next {
+    pub fn of(stage: &Bound<'_, PyAny>) -> Self {
+        if let Ok(native) = stage.cast::<StatelessStage>() {
+            Next::Stateless(native.clone().unbind())
+        } else if let Ok(native) = stage.cast::<SinkStage>() {
+            Next::Sink(native.clone().unbind())
+        } else if let Ok(native) = stage.cast::<AggregateStage>() {
+            Next::Aggregate(native.clone().unbind())
+        } else {
+            Next::Python(stage.clone().unbind())
+        }
+    }
+
+    /// `stage(key, value, timestamp, headers)`.
+    pub fn call<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        value: &Bound<'py, PyAny>,
+        timestamp: i64,
+        headers: &Bound<'py, PyAny>,
+    ) -> PyResult<()> {
+        match self {
+            Next::Stateless(stage) => stage.get().process(py, key, value, timestamp, headers),
+            Next::Sink(stage) => stage.get().process(py, key, value, timestamp, headers),
+            Next::Aggregate(stage) => stage.get().process(py, key, value, timestamp),
+            Next::Python(stage) => {
+                stage.bind(py).call1((key, value, timestamp, headers))?;
+                Ok(())
+            }
+        }
+    }
+}
+
+/// What a stateless stage does with a record (its processor's `process`).
+enum Op {
+    Filter { negate: bool },
+    Map,
+    MapValues { with_key: bool },
+    FlatMap,
+    FlatMapValues { with_key: bool },
+    SelectKey,
+    Peek { forwards: bool },
+    NullKeyFilter,
+}
+
+/// The task context's `failed_node`, set as `kappaflow.tasks.fusion.mark_failed` does.
+struct FailureMark {
+    node: Py<PyAny>,
+    context: Py<PyAny>,
+    failed_node: Slot,
+}
+
+impl FailureMark {
+    fn of(py: Python<'_>, plan: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let context = plan.getattr(intern!(py, "context"))?;
+        Ok(FailureMark {
+            node: plan.getattr(intern!(py, "node"))?.unbind(),
+            failed_node: Slot::of(&context.get_type(), "failed_node")?,
+            context: context.unbind(),
+        })
+    }
+
+    /// On an exception leaving the node: name it, unless a deeper node was named already.
+    fn mark(&self, py: Python<'_>) -> PyResult<()> {
+        let context = self.context.bind(py);
+        if self.failed_node.get(py, context)?.is_none() {
+            self.failed_node.put(py, context, self.node.bind(py))?;
+        }
+        Ok(())
+    }
+
+    /// `outcome`, with the node marked when it is an error.
+    fn marked<T>(&self, py: Python<'_>, outcome: PyResult<T>) -> PyResult<T> {
+        if outcome.is_err() {
+            self.mark(py)?;
+        }
+        outcome
+    }
+}
+
+/// A compiled built-in stateless processor (see `kappaflow.tasks.native.StatelessPlan`).
+#[pyclass(frozen, module = "kappaflow_native")]
+pub struct StatelessStage {
+    op: Op,
+    /// the user's predicate, mapper, selector or action; for the null-key filter, its drop counter
+    callback: Py<PyAny>,
+    /// `map`/`flat_map`'s check of a mapper's result that is not a pair: raises the StreamsError
+    pair: Py<PyAny>,
+    failure: FailureMark,
+    next: Next,
+}
+
+#[pymethods]
+impl StatelessStage {
+    #[new]
+    fn new(py: Python<'_>, plan: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let kind: String = plan.getattr(intern!(py, "kind"))?.extract()?;
+        let flag = plan.getattr(intern!(py, "flag"))?.is_truthy()?;
+        let op = match kind.as_str() {
+            "filter" => Op::Filter { negate: flag },
+            "map" => Op::Map,
+            "map_values" => Op::MapValues { with_key: flag },
+            "flat_map" => Op::FlatMap,
+            "flat_map_values" => Op::FlatMapValues { with_key: flag },
+            "select_key" => Op::SelectKey,
+            "peek" => Op::Peek { forwards: flag },
+            "null_key_filter" => Op::NullKeyFilter,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "kappaflow_native: no stateless stage '{other}'"
+                )))
+            }
+        };
+        Ok(StatelessStage {
+            op,
+            callback: plan.getattr(intern!(py, "callback"))?.unbind(),
+            pair: plan.getattr(intern!(py, "pair"))?.unbind(),
+            failure: FailureMark::of(py, plan)?,
+            next: Next::of(&plan.getattr(intern!(py, "downstream"))?),
+        })
+    }
+
+    fn __call__(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+        timestamp: i64,
+        headers: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        self.process(py, key, value, timestamp, headers)
+    }
+}
+
+impl StatelessStage {
+    /// A mapper's result as a (key, value) pair, or `_pair`'s error for it.
+    fn pair<'py>(
+        &self,
+        py: Python<'py>,
+        result: &Bound<'py, PyAny>,
+        op: &Bound<'py, PyString>,
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+        if let Ok(tuple) = result.cast::<PyTuple>() {
+            if tuple.len() == 2 {
+                return Ok((tuple.get_item(0)?, tuple.get_item(1)?));
+            }
+        }
+        let checked = self.pair.bind(py).call1((result, op))?;
+        let tuple = checked.cast::<PyTuple>()?;
+        Ok((tuple.get_item(0)?, tuple.get_item(1)?))
+    }
+
+    pub fn process<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        value: &Bound<'py, PyAny>,
+        timestamp: i64,
+        headers: &Bound<'py, PyAny>,
+    ) -> PyResult<()> {
+        let callback = self.callback.bind(py);
+        let failure = &self.failure;
+        let next = &self.next;
+        match self.op {
+            Op::Filter { negate } => {
+                let kept = callback
+                    .call1((key, value))
+                    .and_then(|kept| kept.is_truthy());
+                let keep = failure.marked(py, kept)?;
+                if keep != negate {
+                    next.call(py, key, value, timestamp, headers)?;
+                }
+            }
+            Op::Map => {
+                let result = failure.marked(py, callback.call1((key, value)))?;
+                let (key, value) =
+                    failure.marked(py, self.pair(py, &result, intern!(py, "map")))?;
+                next.call(py, &key, &value, timestamp, headers)?;
+            }
+            Op::MapValues { with_key } => {
+                let mapped = if with_key {
+                    callback.call1((key, value))
+                } else {
+                    callback.call1((value,))
+                };
+                let value = failure.marked(py, mapped)?;
+                next.call(py, key, &value, timestamp, headers)?;
+            }
+            Op::FlatMap => {
+                // the mapper, its iteration and the pairs fail in this node; a child names itself
+                let outcome = (|| {
+                    let results = callback.call1((key, value))?;
+                    if !results.is_truthy()? {
+                        return Ok(());
+                    }
+                    for result in results.try_iter()? {
+                        let (key, value) = self.pair(py, &result?, intern!(py, "flat_map"))?;
+                        next.call(py, &key, &value, timestamp, headers)?;
+                    }
+                    Ok(())
+                })();
+                failure.marked(py, outcome)?;
+            }
+            Op::FlatMapValues { with_key } => {
+                let outcome = (|| {
+                    let values = if with_key {
+                        callback.call1((key, value))?
+                    } else {
+                        callback.call1((value,))?
+                    };
+                    if !values.is_truthy()? {
+                        return Ok(());
+                    }
+                    for out in values.try_iter()? {
+                        next.call(py, key, &out?, timestamp, headers)?;
+                    }
+                    Ok(())
+                })();
+                failure.marked(py, outcome)?;
+            }
+            Op::SelectKey => {
+                let key = failure.marked(py, callback.call1((key, value)))?;
+                next.call(py, &key, value, timestamp, headers)?;
+            }
+            Op::Peek { forwards } => {
+                failure.marked(py, callback.call1((key, value)))?;
+                if forwards {
+                    next.call(py, key, value, timestamp, headers)?;
+                }
+            }
+            Op::NullKeyFilter => {
+                if key.is_none() {
+                    failure.marked(py, callback.call0())?;
+                } else {
+                    next.call(py, key, value, timestamp, headers)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A compiled sink to a fixed topic without a partitioner (see `kappaflow.tasks.native.SinkPlan`):
+/// serialize the key and value, check the timestamp, send.
+#[pyclass(frozen, module = "kappaflow_native")]
+pub struct SinkStage {
+    topic: Py<PyAny>,
+    name: String,
+    send: Py<PyAny>,
+    key_utf8: bool,
+    value_utf8: bool,
+    key_serializer: Py<PyAny>,
+    value_serializer: Py<PyAny>,
+    serialization_error: Py<PyAny>,
+    streams_error: Py<PyAny>,
+    failure: FailureMark,
+}
+
+#[pymethods]
+impl SinkStage {
+    #[new]
+    fn new<'py>(py: Python<'py>, plan: &Bound<'py, PyAny>) -> PyResult<Self> {
+        let get = |name: &Bound<'py, PyString>| plan.getattr(name);
+        Ok(SinkStage {
+            topic: get(intern!(py, "topic"))?.unbind(),
+            name: get(intern!(py, "node"))?.extract()?,
+            send: get(intern!(py, "send"))?.unbind(),
+            key_utf8: get(intern!(py, "key_utf8"))?.is_truthy()?,
+            value_utf8: get(intern!(py, "value_utf8"))?.is_truthy()?,
+            key_serializer: get(intern!(py, "key_serializer"))?.unbind(),
+            value_serializer: get(intern!(py, "value_serializer"))?.unbind(),
+            serialization_error: get(intern!(py, "serialization_error"))?.unbind(),
+            streams_error: get(intern!(py, "streams_error"))?.unbind(),
+            failure: FailureMark::of(py, plan)?,
+        })
+    }
+
+    fn __call__(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+        timestamp: i64,
+        headers: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        self.process(py, key, value, timestamp, headers)
+    }
+}
+
+impl SinkStage {
+    /// `str.encode()` for an exact str when the serde is String's, else the serializer.
+    fn encode<'py>(
+        &self,
+        py: Python<'py>,
+        data: &Bound<'py, PyAny>,
+        utf8: bool,
+        serializer: &Py<PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        match data.cast::<PyString>() {
+            Ok(text) if utf8 && text.is_exact_instance_of::<PyString>() => encode_utf8(py, text),
+            _ => serializer.bind(py).call1((self.topic.bind(py), data)),
+        }
+    }
+
+    /// The serialized key and value; a SerializationError says which sink raised it.
+    fn serialize<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        value: &Bound<'py, PyAny>,
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+        let encoded = self
+            .encode(py, key, self.key_utf8, &self.key_serializer)
+            .and_then(|k| {
+                Ok((
+                    k,
+                    self.encode(py, value, self.value_utf8, &self.value_serializer)?,
+                ))
+            });
+        encoded.map_err(|error| {
+            let serialization_error = self.serialization_error.bind(py);
+            if !error.is_instance(py, serialization_error) {
+                return error;
+            }
+            let message = format!("sink '{}': {}", self.name, error.value(py));
+            match serialization_error.call1((message,)) {
+                Ok(wrapped) => {
+                    let wrapped = PyErr::from_value(wrapped);
+                    wrapped.set_cause(py, Some(error));
+                    wrapped
+                }
+                Err(failed) => failed,
+            }
+        })
+    }
+
+    pub fn process<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        value: &Bound<'py, PyAny>,
+        timestamp: i64,
+        headers: &Bound<'py, PyAny>,
+    ) -> PyResult<()> {
+        let outcome = (|| {
+            let (raw_key, raw_value) = self.serialize(py, key, value)?;
+            if timestamp < 0 {
+                let message = format!(
+                    "sink '{}': record has negative timestamp {timestamp}",
+                    self.name
+                );
+                return Err(PyErr::from_value(
+                    self.streams_error.bind(py).call1((message,))?,
+                ));
+            }
+            self.send.bind(py).call1((
+                self.topic.bind(py),
+                raw_key,
+                raw_value,
+                headers,
+                timestamp,
+                py.None(),
+            ))?;
+            Ok(())
+        })();
+        self.failure.marked(py, outcome)
+    }
+}
