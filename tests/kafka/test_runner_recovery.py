@@ -159,6 +159,70 @@ def test_the_offsets_are_added_while_the_records_are_still_in_flight(kafka_boots
         producer.close()
 
 
+class SlowOffsetsProducer(Producer):  # type: ignore[misc]
+    """A real transactional producer whose send_offsets_to_transaction waits until `STORES_FLUSHED` is
+    set before going to the broker: a commit that ran the stores' flush after the offsets call could not
+    get past it."""
+
+    stores_flushed = threading.Event()
+
+    def send_offsets_to_transaction(self, *args: Any) -> None:
+        assert self.stores_flushed.wait(20), "the stores were not flushed while the offsets were being added"
+        super().send_offsets_to_transaction(*args)
+
+
+def test_the_stores_flush_into_the_transaction_while_its_offsets_are_added(kafka_bootstrap, kafka_topics):
+    """The commit starts adding the offsets, then flushes the stores (which produce into the transaction)
+    while that call is in flight; records and offsets commit together. A store flush that fails is the
+    error raised once the offsets call has returned, and the transaction aborts with nothing visible."""
+    topic = kafka_topics("flush-during-offsets-out")
+    group = f"flush-during-offsets-{uuid.uuid4().hex[:8]}"
+    producer, consumer = transactional_pair(kafka_bootstrap, group, SlowOffsetsProducer, linger_ms=5)
+
+    def flush_stores(values: list[bytes]) -> None:
+        for value in values:
+            producer.collector.send(topic, b"k", value, None, -1, None)
+        SlowOffsetsProducer.stores_flushed.set()
+
+    try:
+        SlowOffsetsProducer.stores_flushed.clear()
+        producer.begin()
+        producer.collector.send(topic, b"k", b"processed", None, -1, None)
+        tps = [TopicPartition(topic, 0, 4)]
+        producer.commit(tps, consumer.consumer_group_metadata(), lambda: flush_stores([b"flushed"]))
+        values = [
+            m.value() for m in read_topic(kafka_bootstrap, topic, expected=2, timeout=10, committed_only=True)
+        ]
+        assert values == [b"processed", b"flushed"]
+        [committed] = consumer.committed([TopicPartition(topic, 0)], timeout=10)
+        assert committed.offset == 4
+
+        SlowOffsetsProducer.stores_flushed.clear()
+
+        def failing_flush() -> None:
+            flush_stores([b"half-flushed"])
+            raise ValueError("a store flush failed")
+
+        producer.begin()
+        with pytest.raises(ValueError, match="a store flush failed"):
+            producer.commit([TopicPartition(topic, 0, 9)], consumer.consumer_group_metadata(), failing_flush)
+        healthy = producer.collector.producer
+        producer.abort()
+        assert producer.collector.producer is healthy  # the offsets call succeeded: a plain EndTxn abort
+        producer.begin()
+        producer.collector.send(topic, b"k", b"after", None, -1, None)
+        producer.commit([], None)
+        values = [
+            m.value() for m in read_topic(kafka_bootstrap, topic, expected=3, timeout=10, committed_only=True)
+        ]
+        assert values == [b"processed", b"flushed", b"after"]
+        [committed] = consumer.committed([TopicPartition(topic, 0)], timeout=10)
+        assert committed.offset == 4  # the aborted transaction's offsets are not the group's
+    finally:
+        consumer.close()
+        producer.close()
+
+
 LOSE_NEXT_COMMIT_REPLY = threading.Event()
 
 

@@ -5,6 +5,7 @@ broker retries, repartition purging, standby placement, the commit protocol and 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
@@ -186,7 +187,13 @@ class CommittingTask:
     consumed: dict[tuple[str, int], int]
     committed_with: list[dict[tuple[str, int], int]] = field(default_factory=list)
 
+    flushed: list[str] = field(default_factory=list)  # shared with the producer's calls to order them
+
     def prepare_commit(self) -> dict[tuple[str, int], int]:
+        self.flushed.append("flush stores")
+        return dict(self.consumed)
+
+    def committable_offsets(self) -> dict[tuple[str, int], int]:
         return dict(self.consumed)
 
     def post_commit(self, written: dict[tuple[str, int], int]) -> None:
@@ -203,10 +210,13 @@ class FakeStreamsProducer:
     def flush(self) -> None:
         self.calls.append("flush")
 
-    def commit(self, offsets: list[TopicPartition], group_metadata: object) -> None:
+    def commit(
+        self, offsets: list[TopicPartition], group_metadata: object, prepare: Callable[[], None]
+    ) -> None:
         self.calls.append(
             f"commit {[(tp.topic, tp.partition, tp.offset) for tp in offsets]} {group_metadata}"
         )
+        prepare()
         if self._fail is not None:
             raise self._fail
 
@@ -244,9 +254,11 @@ def test_at_least_once_flushes_then_commits_offsets_then_checkpoints_at_what_kaf
 
 def test_exactly_once_commits_the_offsets_in_the_transaction_with_the_group_metadata():
     producer, consumer = FakeStreamsProducer(exactly_once=True), FakeConsumer()
-    task = CommittingTask({("in", 1): 3})
+    task = CommittingTask({("in", 1): 3}, flushed=producer.calls)
     Committer(producer, Metrics()).commit([task], consumer)  # type: ignore[arg-type, list-item]
-    assert producer.calls == ["commit [('in', 1, 3)] generation-7"] and consumer.committed == []
+    # the stores flush inside the producer's commit, once the offsets are on their way
+    assert producer.calls == ["commit [('in', 1, 3)] generation-7", "flush stores"]
+    assert consumer.committed == []
     assert len(task.committed_with) == 1
 
 

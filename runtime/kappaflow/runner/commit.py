@@ -5,10 +5,11 @@ at_least_once:
   2. flush the producer, so changelog and sink records are acknowledged,
   3. commit the consumed offsets, synchronously,
   4. checkpoint each store at the changelog offset Kafka acknowledged.
-exactly_once_v2: 1. flush stores, 2. add the consumed offsets to the transaction (with the consumer's
-group metadata, which fences zombies of an older generation), 3. flush the producer (its wait overlaps
-the offsets' round trips), 4. commit the transaction, 5. checkpoint (transactional stores apply the
-commit's writes only now).
+exactly_once_v2: 1. add the consumed offsets to the transaction (with the consumer's group metadata,
+which fences zombies of an older generation), 2. meanwhile flush the stores (into the transaction:
+the offsets' round trips overlap it; flushing produces, it consumes nothing, so the offsets are known
+before), 3. flush the producer, 4. commit the transaction, 5. checkpoint (transactional stores apply
+the commit's writes only now).
 
 A commit either completes or raises a typed error and changes nothing local: TaskMigratedError when the
 group moved on (at_least_once) or the producer was fenced (ProducerFencedError), TransactionAbortedError
@@ -58,12 +59,20 @@ class Committer:
         """Commit `tasks` (those with something to commit); return the input offsets committed."""
         started = time.perf_counter()
         offsets: dict[tuple[str, int], int] = {}
-        for task in tasks:
-            offsets.update(task.prepare_commit())
-        tps = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
         if self._producer.exactly_once:
-            self._producer.commit(tps, consumer.consumer_group_metadata() if tps else None)
+            for task in tasks:
+                offsets.update(task.committable_offsets())
+            tps = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
+
+            def flush_stores() -> None:
+                for task in tasks:
+                    task.prepare_commit()
+
+            self._producer.commit(tps, consumer.consumer_group_metadata() if tps else None, flush_stores)
         else:
+            for task in tasks:
+                offsets.update(task.prepare_commit())
+            tps = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
             self._producer.flush()
             if tps:
                 self._commit_offsets(consumer, tps)

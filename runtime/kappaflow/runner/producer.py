@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -39,6 +40,37 @@ log = logging.getLogger(__name__)
 ProducerFactory = Callable[[dict[str, Any]], Producer]
 # Beyond the API timeout librdkafka is given, how long a transaction call may take before it is abandoned.
 CALL_GRACE_S = 5.0
+
+
+class _BoundedCall:
+    """A transaction call on its own thread, waited for at most `limit` seconds: librdkafka's
+    send_offsets_to_transaction was seen blocking for minutes past its own timeout after a broker
+    restart. A call that does not return is abandoned on its thread with its producer, which
+    `ProducerFencedError` has replaced."""
+
+    def __init__(self, call: Callable[[], None], limit: float) -> None:
+        self._limit = limit
+        self._deadline = time.monotonic() + limit
+        self._outcome: list[BaseException | None] = []
+        self._thread = threading.Thread(
+            target=self._run, args=(call,), name="kappaflow-transaction-call", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, call: Callable[[], None]) -> None:
+        try:
+            call()
+            self._outcome.append(None)
+        except BaseException as exc:  # handed over to the stream thread by wait()
+            self._outcome.append(exc)
+
+    def wait(self, what: str) -> None:
+        """Return when the call did, raise what it raised, or ProducerFencedError past the limit."""
+        self._thread.join(max(0.0, self._deadline - time.monotonic()))
+        if not self._outcome:
+            raise ProducerFencedError(f"{what} did not return within {self._limit:.0f}s")
+        if self._outcome[0] is not None:
+            raise self._outcome[0]
 
 
 class StreamsProducer:
@@ -120,18 +152,24 @@ class StreamsProducer:
                 raise TransactionAbortedError(str(exc)) from exc
             raise
 
-    def commit(self, offsets: list[TopicPartition], group_metadata: Any) -> None:
-        """exactly_once_v2: add `offsets` to the transaction, flush and commit it. at_least_once: flush
-        only (the consumer commits the offsets).
+    def commit(
+        self, offsets: list[TopicPartition], group_metadata: Any, prepare: Callable[[], None] = lambda: None
+    ) -> None:
+        """exactly_once_v2: add `offsets` to the transaction, run `prepare`, flush and commit. at_least_once:
+        `prepare`, then flush only (the consumer commits the offsets).
 
-        The offsets go first: their two coordinator round trips (AddOffsetsToTxn, TxnOffsetCommit) then
-        overlap the wait for the records' acknowledgements instead of following it (measured in the word
-        count benchmark's 100 ms commits: adding the offsets took about two thirds as long as the flush
-        that preceded it). Nothing is visible before the commit, so the order changes no outcome: a
-        record that fails in the flush aborts the transaction, offsets included."""
+        `prepare` is the tasks' store flushes: the record cache forwards and logs its dirty entries, which
+        produces into the transaction. It runs while the offsets' two coordinator round trips
+        (AddOffsetsToTxn, TxnOffsetCommit) are in flight on their own thread, and the flush that follows
+        waits for the records' acknowledgements: in the word count benchmark's 100 ms commits the offsets
+        took about as long as the store flushes, and as long again as the producer flush. librdkafka
+        takes records into a transaction while its offsets are being added (only a commit or an abort
+        stops them), and nothing is visible before the commit, so the order changes no outcome: a record
+        or store flush that fails aborts the transaction, offsets included."""
         if self.exactly_once and offsets:
             self.begin()
         if not self._in_transaction:
+            prepare()
             self.flush()
             return
         producer = self.collector.producer
@@ -140,45 +178,36 @@ class StreamsProducer:
         # open, and with it the restoration of any task that reads that changelog).
         timeout = self._api_timeout_s
         if offsets:
-            self._transaction_call(
-                "adding offsets to the transaction",
-                lambda: producer.send_offsets_to_transaction(offsets, group_metadata, timeout),
+            adding = self._start(
+                lambda: producer.send_offsets_to_transaction(offsets, group_metadata, timeout)
             )
+            try:
+                prepare()
+            except BaseException:
+                with contextlib.suppress(Exception):  # the store flush's error is the one to raise
+                    self._transaction_call("adding offsets to the transaction", adding)
+                raise
+            self._transaction_call("adding offsets to the transaction", adding)
+        else:
+            prepare()
         self.flush()
-        self._transaction_call("committing the transaction", lambda: producer.commit_transaction(timeout))
+        self._transaction_call(
+            "committing the transaction", self._start(lambda: producer.commit_transaction(timeout))
+        )
         self._in_transaction = False
 
-    def _transaction_call(self, what: str, call: Callable[[], None]) -> None:
-        """A bounded call of the open transaction; its failure marks the transaction for an abort by
-        re-initialization (module docstring) and leaves as a typed error."""
+    def _transaction_call(self, what: str, call: _BoundedCall) -> None:
+        """Wait for a call of the open transaction (`_start`ed); its failure marks the transaction for an
+        abort by re-initialization (module docstring) and leaves as a typed error."""
         try:
-            self._bounded(what, call)
+            call.wait(what)
         except (KafkaException, SystemError) as exc:
             self._call_failed = True
             raise self._typed(exc, what) from exc
 
-    def _bounded(self, what: str, call: Callable[[], None]) -> None:
-        """`call()`, given at most the API timeout plus a grace: librdkafka's send_offsets_to_transaction
-        was seen blocking for minutes past its own timeout after a broker restart. A call that does not
-        return is abandoned on its thread with its producer, which `ProducerFencedError` has replaced."""
-        outcome: list[BaseException | None] = []
-
-        def run() -> None:
-            try:
-                call()
-                outcome.append(None)
-            except BaseException as exc:  # handed over to the stream thread below
-                outcome.append(exc)
-
-        worker = threading.Thread(target=run, name="kappaflow-transaction-call", daemon=True)
-        worker.start()
-        worker.join(self._api_timeout_s + CALL_GRACE_S)
-        if not outcome:
-            raise ProducerFencedError(
-                f"{what} did not return within {self._api_timeout_s + CALL_GRACE_S:.0f}s"
-            )
-        if outcome[0] is not None:
-            raise outcome[0]
+    def _start(self, call: Callable[[], None]) -> _BoundedCall:
+        """`call()` started on its own thread, to be waited for at most the API timeout plus a grace."""
+        return _BoundedCall(call, self._api_timeout_s + CALL_GRACE_S)
 
     def abort(self) -> None:
         """Abort the open transaction, if any: an EndTxn while every call of the transaction succeeded,
@@ -193,7 +222,7 @@ class StreamsProducer:
         self._in_transaction = False
         producer, timeout = self.collector.producer, self._api_timeout_s
         try:
-            self._bounded("aborting the transaction", lambda: producer.abort_transaction(timeout))
+            self._start(lambda: producer.abort_transaction(timeout)).wait("aborting the transaction")
         except (KafkaException, SystemError, ProducerFencedError) as exc:
             log.warning("aborting the transaction: %s", exc)
             self._call_failed = True  # kept until a replacement succeeds: the next reset tries again

@@ -504,8 +504,12 @@ class StreamTask:
         if self.state in (TaskState.RUNNING, TaskState.RESTORING, TaskState.SUSPENDED):
             self.state_manager.flush()
         self.publish_metrics()
-        offsets = {tp: offset + 1 for tp, offset in self.consumed_offsets.items()}
-        return offsets
+        return self.committable_offsets()
+
+    def committable_offsets(self) -> dict[tuple[str, int], int]:
+        """The input offsets a commit now would commit (the next to consume per partition); flushing
+        the stores does not change them."""
+        return {tp: offset + 1 for tp, offset in self.consumed_offsets.items()}
 
     def post_commit(self, written: Mapping[tuple[str, int], int] | None = None) -> None:
         """The commit went through: `written` holds the last acknowledged offset per changelog partition
