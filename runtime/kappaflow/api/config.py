@@ -58,8 +58,9 @@ DEFAULTS: dict[str, Any] = {
     # compile chains of built-in processors into direct calls (kappaflow.tasks.fusion); false keeps every
     # record on the generic node-by-node path, the same results slower
     "kappaflow.fusion.enabled": True,
-    # run the tasks' drain loop in the native core when it is installed (kappaflow_native, Rust); false,
-    # or the core absent, runs its Python twin: same results, slower
+    # run the tasks' drain loop and the built-in processors' compiled stages in the native core when it
+    # is installed (kappaflow_native, Rust); false, or the core absent, runs their Python twins: same
+    # results, slower
     "kappaflow.native.enabled": True,
     "topology.optimization": "none",
     # Kafka Streams' internal throttles (StreamsConfig.InternalConfig): unmatched left/outer stream-stream
