@@ -5,9 +5,11 @@ passes with both; these compare them directly, on the edges."""
 
 from __future__ import annotations
 
+import gc
 import os
 import random
 import tempfile
+import weakref
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -362,3 +364,20 @@ def test_native_stateless_stages_and_sinks_match_python(core: NativeCore, caplog
     ]
     for fragment in expected:
         assert any(fragment in line for line in native_failures), (fragment, native_failures)
+
+
+def closed_driver_contexts(native: bool) -> list[weakref.ref[Any]]:
+    """Weak references to the task contexts of a driver run and closed."""
+    from examples.wordcount import build_topology as wordcount
+
+    with TopologyTestDriver(wordcount(), {"kappaflow.native.enabled": native}) as driver:
+        driver.create_input_topic("wordcount-input", S, S).pipe_input("k", "a b a")
+        return [weakref.ref(task.context) for task in driver._tasks.values()]
+
+
+def test_a_closed_task_with_native_stages_is_freed(core: NativeCore) -> None:
+    """Native stages hold their task's context and a node holds its stage: a cycle the garbage
+    collector can free only if the stages report what they hold (their __traverse__)."""
+    refs = closed_driver_contexts(native=True)
+    gc.collect()
+    assert len(refs) == 2 and [ref() for ref in refs] == [None, None]

@@ -12,6 +12,7 @@ use pyo3::exceptions::{PyAttributeError, PyTypeError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString};
+use pyo3::{PyTraverseError, PyVisit};
 
 use crate::slots::{encode_utf8, Slot, SlotClass};
 
@@ -174,6 +175,36 @@ impl AggregateStage {
     ) -> PyResult<()> {
         let _ = headers; // an aggregate's update carries no headers: the cache forwards on flush
         self.process(py, key, value, timestamp)
+    }
+
+    /// The stage holds its task's context, store and cache, and a node holds its stage: the collector
+    /// must see these references to free a closed task's cycles (it breaks them at the Python objects).
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        for object in [
+            &self.node,
+            &self.context,
+            &self.skip_null,
+            &self.initializer,
+            &self.aggregator,
+            &self.reducer,
+            &self.serialize_key,
+            &self.deserialize,
+            &self.inner_get,
+            &self.serialize,
+            &self.decodes_to_itself,
+            &self.caching_put,
+            &self.thread,
+            &self.named,
+            &self.entries_move_to_end,
+            &self.dirty_move_to_end,
+            &self.not_decoded,
+        ] {
+            visit.call(object)?;
+        }
+        visit.call(&self.store)?;
+        visit.call(&self.thread_attributes)?;
+        visit.call(&self.entries)?;
+        visit.call(&self.dirty)
     }
 }
 

@@ -10,6 +10,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyString, PyTuple};
+use pyo3::{PyTraverseError, PyVisit};
 
 use crate::aggregate::AggregateStage;
 use crate::slots::{encode_utf8, Slot};
@@ -32,6 +33,16 @@ impl Next {
             Next::Aggregate(native.clone().unbind())
         } else {
             Next::Python(stage.clone().unbind())
+        }
+    }
+
+    /// Python's cyclic garbage collector sees the stage's references (see `StatelessStage::__traverse__`).
+    pub fn traverse(&self, visit: &PyVisit<'_>) -> Result<(), PyTraverseError> {
+        match self {
+            Next::Stateless(stage) => visit.call(stage),
+            Next::Sink(stage) => visit.call(stage),
+            Next::Aggregate(stage) => visit.call(stage),
+            Next::Python(stage) => visit.call(stage),
         }
     }
 
@@ -83,6 +94,11 @@ impl FailureMark {
             failed_node: Slot::of(&context.get_type(), "failed_node")?,
             context: context.unbind(),
         })
+    }
+
+    fn traverse(&self, visit: &PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.node)?;
+        visit.call(&self.context)
     }
 
     /// On an exception leaving the node: name it, unless a deeper node was named already.
@@ -154,6 +170,15 @@ impl StatelessStage {
         headers: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
         self.process(py, key, value, timestamp, headers)
+    }
+
+    /// A stage holds its task's context and the next stage, and a node holds its stage: the collector
+    /// must see these references to free a closed task's cycles (it breaks them at the Python objects).
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.callback)?;
+        visit.call(&self.pair)?;
+        self.failure.traverse(&visit)?;
+        self.next.traverse(&visit)
     }
 }
 
@@ -309,6 +334,14 @@ impl SinkStage {
         headers: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
         self.process(py, key, value, timestamp, headers)
+    }
+
+    /// See `StatelessStage::__traverse__`.
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.send)?;
+        visit.call(&self.key_serializer)?;
+        visit.call(&self.value_serializer)?;
+        self.failure.traverse(&visit)
     }
 }
 
