@@ -14,11 +14,12 @@ master's runs) and reports each row's best and median, and ratios of both to rep
 machine is noisy. `--warm` starts each session's Python workers before its timed runs and reports that
 apart too, as a long-lived session (or a second run in one) would not pay it again. `--splits 1` turns
 offset-range splits of stateless stages off (the "before" of that feature); by default the reprocessor
-chooses.
+chooses. `--timeline` has each session write Spark's event log and prints, per stage, its wall time
+against its tasks' run, deserialization, shuffle and GC times (bench/spark_timeline.py).
 
     python bench/reprocess.py [--lines 200000] [--partitions 4] [--masters local[1],local[2],local[4]]
                               [--readers kafka-client,spark] [--rounds 1] [--splits N] [--warm]
-                              [--bootstrap host:port]
+                              [--timeline] [--bootstrap host:port]
 
 Without --bootstrap it starts the project's broker (tests/harness/kafka_broker.py) on a free port and
 stops it at the end.
@@ -122,6 +123,16 @@ def spark_run(
     return time.perf_counter() - started, result.records_processed
 
 
+def print_timeline(event_logs: Path, master: str, slots: int) -> None:
+    """Each stage of the session's jobs: its wall time against its tasks' times (spark_timeline)."""
+    from bench.spark_timeline import read_stages, report
+
+    for log_file in sorted(event_logs.iterdir()):
+        print(f"    Spark's event log, {master} ({slots} task slots): stages in submission order")
+        for line in report(read_stages(log_file), slots):
+            print("    " + line)
+
+
 def _import_executor(_index: int) -> int:
     importlib.import_module("kappaflow.spark.executor")
     return os.getpid()
@@ -150,6 +161,11 @@ def main() -> int:
         "--warm",
         action="store_true",
         help="start each session's Python workers before the timed runs (reported apart)",
+    )
+    parser.add_argument(
+        "--timeline",
+        action="store_true",
+        help="write Spark's event log and print where each stage's wall time went (bench/spark_timeline.py)",
     )
     parser.add_argument("--bootstrap", default="")
     args = parser.parse_args()
@@ -180,7 +196,11 @@ def main() -> int:
                 for master in masters:
                     print(f"==> round {round_no}: Spark session {master} ...", flush=True)
                     started = time.perf_counter()
-                    spark = create_session(master, "kappaflow-bench", {"spark.sql.shuffle.partitions": "4"})
+                    conf = {"spark.sql.shuffle.partitions": "4"}
+                    event_logs = Path(tempfile.mkdtemp(prefix="kappaflow-bench-events-"))
+                    if args.timeline:
+                        conf.update({"spark.eventLog.enabled": "true", "spark.eventLog.dir": str(event_logs)})
+                    spark = create_session(master, "kappaflow-bench", conf)
                     print(f"    {time.perf_counter() - started:.1f}s", flush=True)
                     record(f"Spark {master} session start (JVM)", time.perf_counter() - started)
                     try:
@@ -204,7 +224,11 @@ def main() -> int:
                             warmth = ", warm" if args.warm else ""
                             record(f"Spark {master} reprocess, reader {reader}{warmth}", seconds)
                     finally:
+                        slots = spark.sparkContext.defaultParallelism
                         spark.stop()
+                    if args.timeline:
+                        print_timeline(event_logs, master, slots)
+                    shutil.rmtree(event_logs, ignore_errors=True)
             print()
             splits = "auto" if args.splits is None else str(args.splits)
             print(

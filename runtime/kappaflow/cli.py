@@ -74,6 +74,24 @@ def _config(args: argparse.Namespace) -> Any:
     return StreamsConfig.load(file=args.config)
 
 
+def stop_on_signals(stop: threading.Event) -> list[int]:
+    """Make SIGTERM and SIGINT set `stop`; the list returned collects the signals that arrived.
+
+    The handler only notes the signal: Python runs it between two bytecodes of the main thread, which
+    may be inside a write to the log stream itself, and a log line written from the handler then fails
+    ("reentrant call" inside the buffered writer: logging prints an error instead of the line). The
+    caller logs it once its wait returns."""
+    received: list[int] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        received.append(signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    return received
+
+
 def _run(args: argparse.Namespace) -> int:
     """Run until SIGTERM/SIGINT, then commit and close (exit 0), or exit 1 if the app failed."""
     from kappaflow.runner import KafkaStreams, State, tune_gc_for_streaming
@@ -84,19 +102,15 @@ def _run(args: argparse.Namespace) -> int:
     topology = load_topology(args.app)
     streams = KafkaStreams(topology, _config(args))
     stop = threading.Event()
-
-    def on_signal(signum: int, _frame: object) -> None:
-        log.info("received %s: committing and closing", signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    received = stop_on_signals(stop)
     queries = _start_query_server(streams)  # before start(): a bad setting fails before joining the group
     tune_gc_for_streaming()  # this process is the application's: its collector is set for stream work
     streams.start()
     while not stop.wait(0.2):
         if streams.state is State.ERROR:
             break
+    if received:
+        log.info("received %s: committing and closing", signal.Signals(received[0]).name)
     failed = streams.state is State.ERROR
     _exit_if_stuck(args.close_timeout + CLOSE_GRACE_S, log)
     if queries is not None:

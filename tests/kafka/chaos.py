@@ -29,6 +29,7 @@ import random
 import signal
 import struct
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -227,6 +228,7 @@ class Instance:
         self.env = env
         self.process: subprocess.Popen[bytes] | None = None
         self.starts = 0
+        self.stuck_stacks = ""  # where its threads were, when it did not stop on SIGTERM
 
     def start(self) -> None:
         self.starts += 1
@@ -245,12 +247,25 @@ class Instance:
         try:
             return self.process.wait(CLOSE_TIMEOUT_S + CLOSE_GRACE_S + 5)
         except subprocess.TimeoutExpired:
+            self.stuck_stacks = thread_stacks(self.process.pid)
             self.kill()
             return None
 
     def log(self) -> str:
         path = self.workdir / "run.log"
         return path.read_text(errors="replace") if path.exists() else ""
+
+
+def thread_stacks(pid: int) -> str:
+    """Every thread's Python and native stack of a live process (py-spy, in the test environment)."""
+    spy = Path(sys.executable).with_name("py-spy")
+    try:
+        done = subprocess.run(
+            [str(spy), "dump", "--native", "--pid", str(pid)], capture_output=True, text=True, timeout=60
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"(py-spy dump failed: {exc})"
+    return done.stdout + done.stderr
 
 
 def create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
@@ -270,6 +285,7 @@ class ChaosResult:
     kills: int
     broker_restarts: int
     exit_codes: list[int | None]
+    stuck_stacks: list[str]  # per instance: its threads' stacks if it did not stop on SIGTERM
     logs: list[str]
     unacked: dict[str, int]  # per key, input records in the log beyond the feeder's acknowledgements
     diagnostics: str  # when the audit failed: where the group and the logs stood
@@ -375,7 +391,8 @@ def run_chaos(
         for instance in fleet:
             instance.kill()
     logs = [instance.log() for instance in fleet]
-    return ChaosResult(result, kills, restarts, codes, logs, unacked, diagnostics)
+    stuck = [instance.stuck_stacks for instance in fleet]
+    return ChaosResult(result, kills, restarts, codes, stuck, logs, unacked, diagnostics)
 
 
 def main(argv: list[str] | None = None) -> int:

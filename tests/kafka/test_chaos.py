@@ -34,7 +34,12 @@ def _assert_exactly_once(result: ChaosResult, clean_exits: bool = True) -> None:
     if clean_exits:
         failed = [
             "\n".join(line for line in log.splitlines() if '"ERROR"' in line)[-3000:]
-            for code, log in zip(result.exit_codes, result.logs, strict=True)
+            + (
+                f"\nlast log lines:\n{log[-1500:]}\nits threads when it was killed:\n{stacks}"
+                if stacks
+                else ""
+            )
+            for code, log, stacks in zip(result.exit_codes, result.logs, result.stuck_stacks, strict=True)
             if code != 0
         ]
         assert not failed, f"every instance stops cleanly on SIGTERM: {result.exit_codes}\n" + "\n".join(

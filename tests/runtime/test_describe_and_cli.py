@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import io
 import json
+import logging
+import os
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from examples.wordcount import build_topology
 
-from kappaflow.cli import load_topology, main
+from kappaflow.cli import load_topology, main, stop_on_signals
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -115,3 +121,47 @@ def test_the_installed_console_script_runs() -> None:
         check=True,
     )
     assert "flowchart TD" in result.stdout
+
+
+class SignalingRaw(io.RawIOBase):
+    """A raw stream whose first write delivers SIGTERM to this process: Python runs the handler inside
+    this write, while the buffered writer above it holds its lock."""
+
+    def __init__(self) -> None:
+        self.data = b""
+        self.signaled = False
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b: Any) -> int:
+        if not self.signaled:
+            self.signaled = True
+            os.kill(os.getpid(), signal.SIGTERM)
+        self.data += bytes(b)
+        return len(b)
+
+
+def test_a_signal_during_a_log_write_stops_the_run_without_writing_itself(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`kappaflow run`'s handler only notes the signal: a handler that logged would write to the log
+    stream while the interrupted write holds it, and logging would print a "reentrant call" error
+    instead of its line. The run logs the signal once the wait returns."""
+    raw = SignalingRaw()
+    stream = io.TextIOWrapper(io.BufferedWriter(raw), write_through=True)
+    handler = logging.StreamHandler(stream)
+    root = logging.getLogger()
+    previous = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    root.addHandler(handler)
+    try:
+        stop = threading.Event()
+        received = stop_on_signals(stop)
+        logging.getLogger("kappaflow.test").warning("a line being written when the signal arrives")
+        assert stop.is_set() and received == [signal.SIGTERM]
+        assert raw.data == b"a line being written when the signal arrives\n"
+        assert "Logging error" not in capsys.readouterr().err
+    finally:
+        root.removeHandler(handler)
+        signal.signal(signal.SIGTERM, previous[0])
+        signal.signal(signal.SIGINT, previous[1])
