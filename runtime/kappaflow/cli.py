@@ -78,9 +78,11 @@ def stop_on_signals(stop: threading.Event) -> list[int]:
     """Make SIGTERM and SIGINT set `stop`; the list returned collects the signals that arrived.
 
     The handler only notes the signal: Python runs it between two bytecodes of the main thread, which
-    may be inside a write to the log stream itself, and a log line written from the handler then fails
-    ("reentrant call" inside the buffered writer: logging prints an error instead of the line). The
-    caller logs it once its wait returns."""
+    may be inside a write to stderr, where the logs go. A log line written from the handler then fails
+    ("reentrant call" inside the buffered writer), logging's report of that failure writes to stderr and
+    fails too, and the exception leaves the handler before it set `stop`: the process ignored the
+    signal and ran on (a chaos test's instance did not stop on SIGTERM). The caller logs the signal once
+    its wait returns."""
     received: list[int] = []
 
     def on_signal(signum: int, _frame: object) -> None:
