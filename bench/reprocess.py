@@ -199,7 +199,13 @@ def main() -> int:
                     conf = {"spark.sql.shuffle.partitions": "4"}
                     event_logs = Path(tempfile.mkdtemp(prefix="kappaflow-bench-events-"))
                     if args.timeline:
-                        conf.update({"spark.eventLog.enabled": "true", "spark.eventLog.dir": str(event_logs)})
+                        conf.update(
+                            {
+                                "spark.eventLog.enabled": "true",
+                                "spark.eventLog.dir": str(event_logs),
+                                "spark.eventLog.compress": "false",  # plain JSON lines
+                            }
+                        )
                     spark = create_session(master, "kappaflow-bench", conf)
                     print(f"    {time.perf_counter() - started:.1f}s", flush=True)
                     record(f"Spark {master} session start (JVM)", time.perf_counter() - started)

@@ -37,10 +37,19 @@ class StageTimes:
         return self.completed_ms - self.submitted_ms
 
 
+def event_lines(event_log: Path) -> list[str]:
+    """The JSON lines of an event log: one file, or Spark's rolling log directory (`eventlog_v2_*`,
+    files `events_<n>_<app>` in order)."""
+    if not event_log.is_dir():
+        return event_log.read_text().splitlines()
+    files = sorted(event_log.glob("events_*"), key=lambda f: int(f.name.split("_")[1]))
+    return [line for f in files for line in f.read_text().splitlines()]
+
+
 def read_stages(event_log: Path) -> list[StageTimes]:
-    """The stages of an event log file, in submission order."""
+    """The stages of an event log, in submission order."""
     stages: dict[int, StageTimes] = {}
-    for line in event_log.read_text().splitlines():
+    for line in event_lines(event_log):
         event: dict[str, Any] = json.loads(line)
         kind = event.get("Event")
         if kind in ("SparkListenerStageSubmitted", "SparkListenerStageCompleted"):
