@@ -11,11 +11,12 @@ from dataclasses import dataclass, field
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from kappaflow.api.errors import StreamsError, TaskMigratedError, TransactionAbortedError
+from kappaflow.api.errors import ProducerFencedError, StreamsError, TaskMigratedError, TransactionAbortedError
 from kappaflow.api.metrics import Metrics
 from kappaflow.api.processor import TaskId
 from kappaflow.clients.admin import GroupMember
 from kappaflow.runner.commit import Committer
+from kappaflow.runner.producer import StreamsProducer
 from kappaflow.runner.rebalance import RebalanceHandler
 from kappaflow.runner.retry import is_unreachable, retry_unreachable
 from kappaflow.runner.standbys import StandbyPlacer
@@ -494,3 +495,50 @@ def test_a_store_already_at_the_end_restores_nothing_and_a_truncated_log_is_read
     assert not managed.pending  # an empty changelog: nothing to wait for
     _reader, consumer, managed, _task = _reader_with([], (10, 20), committed=4)  # below the log start
     assert consumer.assigned == [(FakeStateManager.TP[0], 0, -2)] and managed.pending
+
+
+class HangingOffsetsProducer:
+    """A transactional client whose send_offsets_to_transaction does not return (as librdkafka's was
+    seen doing after a broker restart) until released."""
+
+    def __init__(self, _settings: dict[str, object]) -> None:
+        self.release = threading.Event()
+        self.calls: list[str] = []
+
+    def init_transactions(self, _timeout: float) -> None:
+        self.calls.append("init")
+
+    def begin_transaction(self) -> None:
+        self.calls.append("begin")
+
+    def send_offsets_to_transaction(self, *_args: object) -> None:
+        self.release.wait(10)
+
+    def flush(self, _timeout: float) -> int:
+        return 0
+
+    def poll(self, _timeout: float) -> int:
+        return 0
+
+
+def test_a_store_flush_failing_while_the_offsets_call_hangs_raises_that_the_producer_is_done(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The stores flush while the offsets are being added. When the flush fails and the offsets call has
+    not returned within its bound, the commit raises ProducerFencedError (caused by the flush's error):
+    the stream thread must replace the producer, not abort with an EndTxn while the call is still out."""
+    import kappaflow.runner.producer as producer_module
+
+    monkeypatch.setattr(producer_module, "CALL_GRACE_S", 0.0)
+    producer = StreamsProducer({}, True, None, None, api_timeout_s=0.2, factory=HangingOffsetsProducer)
+    client = producer.collector.producer
+
+    def failing_flush() -> None:
+        raise ValueError("a store flush failed")
+
+    try:
+        with pytest.raises(ProducerFencedError, match="did not return") as raised:
+            producer.commit([TopicPartition("in", 0, 5)], "generation-7", failing_flush)
+        assert isinstance(raised.value.__cause__, ValueError)
+    finally:
+        client.release.set()

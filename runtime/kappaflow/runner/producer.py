@@ -161,11 +161,13 @@ class StreamsProducer:
         `prepare` is the tasks' store flushes: the record cache forwards and logs its dirty entries, which
         produces into the transaction. It runs while the offsets' two coordinator round trips
         (AddOffsetsToTxn, TxnOffsetCommit) are in flight on their own thread, and the flush that follows
-        waits for the records' acknowledgements: in the word count benchmark's 100 ms commits the offsets
-        took about as long as the store flushes, and as long again as the producer flush. librdkafka
+        waits for the records' acknowledgements (in the word count benchmark's 100 ms commits: adding the
+        offsets ~5-7 ms, the store flushes ~2-3 ms, the producer flush ~2-4 ms, EndTxn ~2 ms). librdkafka
         takes records into a transaction while its offsets are being added (only a commit or an abort
         stops them), and nothing is visible before the commit, so the order changes no outcome: a record
-        or store flush that fails aborts the transaction, offsets included."""
+        or store flush that fails aborts the transaction, offsets included. If the store flush fails, its
+        error is raised once the offsets call has returned - unless that call did not return in time:
+        then the producer is done for (ProducerFencedError), which the stream thread must act on first."""
         if self.exactly_once and offsets:
             self.begin()
         if not self._in_transaction:
@@ -183,9 +185,13 @@ class StreamsProducer:
             )
             try:
                 prepare()
-            except BaseException:
-                with contextlib.suppress(Exception):  # the store flush's error is the one to raise
+            except BaseException as failure:
+                try:
                     self._transaction_call("adding offsets to the transaction", adding)
+                except ProducerFencedError as fenced:  # the call is still out there: replace the producer
+                    raise fenced from failure
+                except Exception:  # a failed call is marked for the abort (_transaction_call)
+                    pass  # and the store flush's error is the one to raise
                 raise
             self._transaction_call("adding offsets to the transaction", adding)
         else:
