@@ -15,6 +15,7 @@ use pyo3::types::{PyBytes, PyDict, PyString};
 use pyo3::{PyTraverseError, PyVisit};
 
 use crate::slots::{encode_utf8, Slot, SlotClass};
+use crate::stages::FailureMark;
 
 /// The fields of `kappaflow.state.cache.CacheEntry`, in declaration order.
 const CACHE_ENTRY_FIELDS: [&str; 5] = ["value", "dirty", "context", "size", "decoded"];
@@ -65,10 +66,8 @@ struct Read<'py> {
 /// headers)` like a Python stage, or directly by the native drain loop.
 #[pyclass(frozen, module = "kappaflow_native")]
 pub struct AggregateStage {
-    node: Py<PyAny>,
-    context: Py<PyAny>,
+    failure: FailureMark,
     context_current: Slot,
-    context_failed_node: Slot,
     skip_null: Py<PyAny>,
     counting: bool,
     initializer: Py<PyAny>,
@@ -122,10 +121,8 @@ impl AggregateStage {
         let dirty = named.getattr(intern!(py, "dirty"))?.cast_into::<PyDict>()?;
         let record_context_type = plan.getattr(intern!(py, "record_context"))?.cast_into()?;
         Ok(AggregateStage {
-            node: plan.getattr(intern!(py, "node"))?.unbind(),
+            failure: FailureMark::of(py, plan)?,
             context_current: Slot::of(&context_type, "current")?,
-            context_failed_node: Slot::of(&context_type, "failed_node")?,
-            context: context.unbind(),
             skip_null: plan.getattr(intern!(py, "skip_null"))?.unbind(),
             counting: plan.getattr(intern!(py, "counting"))?.is_truthy()?,
             initializer: plan.getattr(intern!(py, "initializer"))?.unbind(),
@@ -180,9 +177,8 @@ impl AggregateStage {
     /// The stage holds its task's context, store and cache, and a node holds its stage: the collector
     /// must see these references to free a closed task's cycles (it breaks them at the Python objects).
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        self.failure.traverse(&visit)?;
         for object in [
-            &self.node,
-            &self.context,
             &self.skip_null,
             &self.initializer,
             &self.aggregator,
@@ -219,14 +215,7 @@ impl AggregateStage {
         timestamp: i64,
     ) -> PyResult<()> {
         let outcome = self.update(py, key, value, timestamp);
-        if outcome.is_err() {
-            let context = self.context.bind(py);
-            if self.context_failed_node.get(py, context)?.is_none() {
-                self.context_failed_node
-                    .put(py, context, self.node.bind(py))?;
-            }
-        }
-        outcome
+        self.failure.marked(py, outcome)
     }
 
     fn update<'py>(
@@ -393,7 +382,7 @@ impl AggregateStage {
         decoded: &Bound<'py, PyAny>,
         current: Option<Bound<'py, PyAny>>,
     ) -> PyResult<()> {
-        let record_context = self.context_current.get(py, self.context.bind(py))?;
+        let record_context = self.context_current.get(py, self.failure.context(py))?;
         let topic = self.record_context_topic.get(py, &record_context)?;
         let mut size = key.len()? as isize + topic.len()? as isize + self.entry_overhead;
         if !value.is_none() {

@@ -79,15 +79,16 @@ enum Op {
     NullKeyFilter,
 }
 
-/// The task context's `failed_node`, set as `kappaflow.tasks.fusion.mark_failed` does.
-struct FailureMark {
+/// The task context's `failed_node`, set as `kappaflow.tasks.fusion.mark_failed` does (every native
+/// stage's, from its plan's `node` and `context`).
+pub struct FailureMark {
     node: Py<PyAny>,
     context: Py<PyAny>,
     failed_node: Slot,
 }
 
 impl FailureMark {
-    fn of(py: Python<'_>, plan: &Bound<'_, PyAny>) -> PyResult<Self> {
+    pub fn of(py: Python<'_>, plan: &Bound<'_, PyAny>) -> PyResult<Self> {
         let context = plan.getattr(intern!(py, "context"))?;
         Ok(FailureMark {
             node: plan.getattr(intern!(py, "node"))?.unbind(),
@@ -96,7 +97,12 @@ impl FailureMark {
         })
     }
 
-    fn traverse(&self, visit: &PyVisit<'_>) -> Result<(), PyTraverseError> {
+    /// The task context the stage runs in.
+    pub fn context<'py>(&self, py: Python<'py>) -> &Bound<'py, PyAny> {
+        self.context.bind(py)
+    }
+
+    pub fn traverse(&self, visit: &PyVisit<'_>) -> Result<(), PyTraverseError> {
         visit.call(&self.node)?;
         visit.call(&self.context)
     }
@@ -111,7 +117,7 @@ impl FailureMark {
     }
 
     /// `outcome`, with the node marked when it is an error.
-    fn marked<T>(&self, py: Python<'_>, outcome: PyResult<T>) -> PyResult<T> {
+    pub fn marked<T>(&self, py: Python<'_>, outcome: PyResult<T>) -> PyResult<T> {
         if outcome.is_err() {
             self.mark(py)?;
         }
