@@ -20,7 +20,8 @@ PYTHON_DRAIN_TESTS ?= tests/runtime --ignore=tests/runtime/test_native_core.py \
 	tests/kafka/test_wordcount_e2e.py
 
 .PHONY: docs docs-serve prometheus conformance-golden conformance-jars run bench bench-reprocess spark-jars test-spark setup test test-unit test-kafka chaos test-kube lint typecheck crds crds-check chart-lint describe \
-	kafka-up kafka-down kafka-status kafka-download kube-build kube-up kube-down kube-status operator-run test-operator kind-up kind-down clean
+	kafka-up kafka-down kafka-status kafka-download kube-build kube-up kube-down kube-status operator-run test-operator kind-up kind-down clean \
+	cluster-build cluster-up cluster-down cluster-status cluster-selftest test-real
 
 # The main job: broker (downloaded and started if needed), topics, word count and a line generator;
 # prints the counts as they change. RUN_SECONDS=0 runs until Ctrl-C.
@@ -74,7 +75,7 @@ setup: $(VENV)/.installed $(VENV)/.native
 # --durations=25: every run (CI's too) ends naming its slowest tests, where the time budget goes.
 # Then the in-process tiers once more with the drain loop in Python (--python-drain), so both the
 # native core and its Python twin pass them.
-test: lint typecheck crds-check docs kafka-download kube-build spark-jars prometheus conformance-jars
+test: lint typecheck crds-check docs kafka-download kube-build cluster-build images spark-jars prometheus conformance-jars
 	$(PY) -m pytest -q --durations=25 $(PYTEST_ARGS)
 	@echo "==> the in-process tiers again, with the Python drain loop"
 	$(PY) -m pytest -q --python-drain $(PYTHON_DRAIN_TESTS) $(PYTEST_ARGS)
@@ -217,5 +218,30 @@ kube-down:
 kube-status: setup
 	$(PY) -m tests.harness.kube_control_plane status --dir $(KUBE_DIR)
 
-clean: kafka-down kube-down
+# A real one-node Kubernetes on this machine (root): kubelet, kube-scheduler, kube-proxy, a second containerd
+# with runc and the CNI bridge, CoreDNS, local-path volumes, and the control plane above; binaries built
+# from Go modules (~7 min cold, cached by version), the project's images (`make images`) imported into its
+# containerd. No image pull and no connection leaves the machine. Recipe: tests/harness/realnode/node.py.
+REAL_NODE := $(PY) -m tests.harness.realnode
+cluster-build: kube-build
+	@$(REAL_NODE) build
+
+cluster-up: cluster-build images
+	@$(REAL_NODE) up
+
+cluster-down:
+	@if [ -x $(PY) ]; then $(REAL_NODE) down; fi
+
+cluster-status: setup
+	@$(REAL_NODE) status
+
+# start, a pod, DNS, a Service, a volume, no route off the machine, teardown, the host compared
+cluster-selftest: cluster-build images
+	@$(REAL_NODE) selftest
+
+# The real-node tier alone (part of `make test`): the chart, Kafka and every StreamApp lifecycle on real pods.
+test-real: cluster-build images kafka-download
+	$(PY) -m pytest -q -m realnode tests/realnode $(PYTEST_ARGS)
+
+clean: kafka-down kube-down cluster-down
 	rm -rf $(VENV) .state .run

@@ -24,6 +24,7 @@ pytest_plugins = [
     "tests.harness.kafka_fixtures",
     "tests.harness.kube_fixtures",
     "tests.harness.registry_fixtures",
+    "tests.harness.realnode_fixtures",
 ]
 
 

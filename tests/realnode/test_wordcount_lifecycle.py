@@ -1,0 +1,248 @@
+"""The word count example's whole life on real pods, as a platform team runs it: `kubectl apply -k
+examples/k8s` with the chart's operator, then scaling, a rolling upgrade that keeps state, a container
+SIGKILLed, a pod deleted, the kubelet restarted, and interactive queries across pods by DNS name. The
+output is audited after each step with read_committed: every input counted exactly once, no count ever
+going down. The tests run in order and share the app (module-scoped), each starting from the last's
+state, as the operations would follow each other on a cluster."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pytest
+
+from tests.harness.realnode import node
+from tests.harness.realnode.images_store import ctr, import_images
+from tests.harness.realnode_fixtures import RealNode
+from tests.realnode.cluster import (
+    ROOT,
+    ClusterKafka,
+    CountAudit,
+    SteadyInput,
+    condition,
+    lines_for,
+    pod_names,
+    produce_lines,
+    restored_records,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.realnode, pytest.mark.timeout(600)]
+
+NAMESPACE = "kappaflow-examples"
+APP = "wordcount"
+SELECTOR = "kappaflow.io/streamapp=wordcount"
+
+
+@dataclass
+class App:
+    node: RealNode
+    kafka: ClusterKafka
+    audit: CountAudit
+    expected: Counter[str] = field(default_factory=Counter)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def streamapp(self) -> dict:
+        return self.node.get("streamapp", APP, NAMESPACE)
+
+    def wait_ready(self, what: str, timeout: float = 300) -> float:
+        started = time.monotonic()
+
+        def ready() -> bool:
+            app = self.streamapp()
+            c = condition(app, "Ready")
+            status = app.get("status", {})
+            return bool(
+                c
+                and c["status"] == "True"
+                and status.get("observedGeneration") == app["metadata"]["generation"]
+                and status.get("readyReplicas") == status.get("replicas")
+            )
+
+        wait_for(f"{what}: StreamApp Ready", ready, timeout, interval=1)
+        self.timings[what] = time.monotonic() - started
+        return self.timings[what]
+
+    def sts(self) -> dict:
+        return self.node.get("statefulset", APP, NAMESPACE)
+
+    def pvc_uids(self) -> dict[str, str]:
+        out = json.loads(self.node.kubectl("-n", NAMESPACE, "get", "pvc", "-o", "json"))
+        return {p["metadata"]["name"]: p["metadata"]["uid"] for p in out["items"]}
+
+
+@pytest.fixture(scope="module")
+def app(real_node: RealNode, cluster_kafka: ClusterKafka, operator_release: str) -> Iterator[App]:
+    started = time.monotonic()
+    real_node.kubectl("apply", "-k", str(ROOT / "examples" / "k8s"))
+    audit = CountAudit(cluster_kafka.host_bootstrap, "wordcount-output")
+    state = App(real_node, cluster_kafka, audit)
+    try:
+        state.wait_ready("apply -k examples/k8s", timeout=420)
+        state.timings["apply -k examples/k8s"] = time.monotonic() - started
+        yield state
+    finally:
+        print("timings:", ", ".join(f"{k} {v:.1f}s" for k, v in state.timings.items()))
+        audit.close()
+        real_node.kubectl(
+            "delete",
+            "-k",
+            str(ROOT / "examples" / "k8s"),
+            "--wait=true",
+            "--timeout=120s",
+            check=False,
+            timeout=150,
+        )
+
+
+def test_apply_runs_the_example_with_exact_counts(app: App) -> None:
+    produce_lines(app.kafka.host_bootstrap, "wordcount-input", lines_for(0, 3000), app.expected)
+    app.audit.wait_exact(app.expected)
+    table = app.node.kubectl("-n", NAMESPACE, "get", "streamapp", APP)
+    header, row = table.splitlines()[:2]
+    assert header.split()[:5] == ["NAME", "REPLICAS", "READY", "PHASE", "LAG"], table
+    assert row.split()[:4] == [APP, "2", "2", "Running"], table
+    described = app.node.kubectl("-n", NAMESPACE, "describe", "streamapp", APP)
+    assert "Events:" in described
+    status = app.streamapp()["status"]
+    assert all(t["state"] in ("Ready", "Created") for t in status["internalTopics"]), status["internalTopics"]
+    # PodSecurity `restricted` is enforced on the example's namespace: the pods were admitted under it
+    labels = app.node.get("namespace", NAMESPACE, "")["metadata"]["labels"]
+    assert labels.get("pod-security.kubernetes.io/enforce") == "restricted"
+
+
+def test_scaling_under_steady_input_keeps_counts_exact(app: App) -> None:
+    with SteadyInput(app.kafka.host_bootstrap, "wordcount-input", app.expected):
+        for replicas in (3, 1):
+            started = time.monotonic()
+            app.node.kubectl("-n", NAMESPACE, "scale", "streamapp", APP, f"--replicas={replicas}")
+            wait_for(
+                f"{replicas} pods", lambda r=replicas: len(pod_names(app.node, NAMESPACE, SELECTOR)) == r, 180
+            )
+            app.wait_ready(f"scale to {replicas}")
+            app.timings[f"scale to {replicas}"] = time.monotonic() - started
+            time.sleep(3)
+    app.audit.wait_exact(app.expected)
+    # the scale subresource asks for more than the topology's 4 partitions: capped, with the reason
+    app.node.kubectl("-n", NAMESPACE, "scale", "streamapp", APP, "--replicas=6")
+
+    def capped() -> bool:
+        c = condition(app.streamapp(), "ReplicasCapped")
+        return bool(c and c["status"] == "True" and app.sts()["spec"]["replicas"] == 4)
+
+    wait_for("replicas capped at the partition count", capped, 120)
+    app.node.kubectl("-n", NAMESPACE, "scale", "streamapp", APP, "--replicas=2")
+    app.wait_ready("scale back to 2")
+
+
+def test_rolling_upgrade_keeps_state_and_restores_only_the_tail(app: App) -> None:
+    # a new tag of the example image, as a CI pipeline would push one
+    import subprocess
+
+    from tests.harness.realnode.images_store import docker_binary
+
+    subprocess.run(
+        [docker_binary(), "tag", "kappaflow-examples:0.1.0", "kappaflow-examples:0.1.1"], check=True
+    )
+    import_images(["kappaflow-examples:0.1.1"], print)
+    pvcs = app.pvc_uids()
+    with SteadyInput(app.kafka.host_bootstrap, "wordcount-input", app.expected):
+        time.sleep(2)
+        app.node.kubectl(
+            "-n",
+            NAMESPACE,
+            "patch",
+            "streamapp",
+            APP,
+            "--type=merge",
+            "-p",
+            '{"spec":{"image":"kappaflow-examples:0.1.1"}}',
+        )
+
+        def rolled() -> bool:
+            sts = app.sts()
+            image = sts["spec"]["template"]["spec"]["containers"][0]["image"]
+            st = sts.get("status", {})
+            return image.endswith(":0.1.1") and st.get("updatedReplicas") == st.get("replicas") == st.get(
+                "readyReplicas"
+            )
+
+        started = time.monotonic()
+        wait_for("the StatefulSet rolled to 0.1.1", rolled, 300, interval=1)
+        app.timings["rolling upgrade"] = time.monotonic() - started
+        app.wait_ready("upgrade Ready")
+    app.audit.wait_exact(app.expected)
+    assert app.pvc_uids() == pvcs, "the upgrade replaced a volume"
+    inputs = sum(app.expected.values())
+    for pod in pod_names(app.node, NAMESPACE, SELECTOR):
+        restored = restored_records(app.node, NAMESPACE, pod)
+        print(
+            f"{pod}: restored {restored} changelog records after the upgrade ({inputs} words counted so far)"
+        )
+        # only the tail past the local checkpoint: far less than the distinct words' whole history
+        assert restored < 200, f"{pod} restored {restored} records: a full restore, not the tail"
+
+
+def _container_id(app: App, pod: str) -> str:
+    status = app.node.get("pod", pod, NAMESPACE)["status"]["containerStatuses"][0]
+    return str(status["containerID"]).split("://", 1)[1]
+
+
+def test_sigkill_pod_delete_and_kubelet_restart_keep_exactly_once(app: App) -> None:
+    pvcs = app.pvc_uids()
+    pods = pod_names(app.node, NAMESPACE, SELECTOR)
+    with SteadyInput(app.kafka.host_bootstrap, "wordcount-input", app.expected):
+        # 1. the container's process killed with SIGKILL inside the pod: the kubelet restarts it
+        restarts = app.node.get("pod", pods[0], NAMESPACE)["status"]["containerStatuses"][0]["restartCount"]
+        ctr("tasks", "kill", "-s", "SIGKILL", _container_id(app, pods[0]))
+        wait_for(
+            "the killed container restarted",
+            lambda: (
+                app.node.get("pod", pods[0], NAMESPACE)["status"]["containerStatuses"][0]["restartCount"]
+                > restarts
+            ),
+            120,
+        )
+        app.wait_ready("after SIGKILL")
+        # 2. a pod deleted: the StatefulSet recreates it with the same claim
+        uid = app.node.get("pod", pods[-1], NAMESPACE)["metadata"]["uid"]
+        app.node.kubectl("-n", NAMESPACE, "delete", "pod", pods[-1], "--wait=false")
+        wait_for(
+            "the pod recreated",
+            lambda: app.node.get("pod", pods[-1], NAMESPACE)["metadata"]["uid"] != uid,
+            120,
+        )
+        app.wait_ready("after pod delete")
+        # 3. the kubelet killed and restarted: the pods keep running through it
+        node.restart_kubelet()
+        wait_for(
+            "node Ready again",
+            lambda: condition(app.node.get("node", node.s.NODE, ""), "Ready")["status"] == "True",
+            120,
+        )
+        app.wait_ready("after kubelet restart")
+        time.sleep(3)
+    app.audit.wait_exact(app.expected)
+    assert app.pvc_uids() == pvcs, "a volume was replaced"
+
+
+def test_interactive_queries_cross_pods_by_dns_name(app: App) -> None:
+    pods = pod_names(app.node, NAMESPACE, SELECTOR)
+    assert len(pods) >= 2
+    fetch = (
+        "import json, sys, urllib.request\n"
+        "print(json.dumps([json.load(urllib.request.urlopen(u, timeout=10)) for u in sys.argv[1:]]))"
+    )
+    domain = f"{NAMESPACE}.svc.cluster.local"
+    word = "w07"
+    urls = [f"http://{pod}.{APP}-headless.{domain}:8080/v1/stores/counts/keys/{word}" for pod in pods]
+    urls.append(f"http://{APP}-query.{domain}:8080/v1/stores/counts/keys/{word}")
+    answers = json.loads(
+        app.node.kubectl("-n", NAMESPACE, "exec", pods[0], "--", "python3", "-c", fetch, *urls)
+    )
+    assert {a["value"] for a in answers} == {app.expected[word]}, answers
+    assert len({a["host"] for a in answers}) == 1, "every instance should name the same owner"
