@@ -63,7 +63,6 @@ class RealNode:
 
 @pytest.fixture(scope="session")
 def real_node() -> Iterator[RealNode]:
-    from tests.harness import images
     from tests.harness.realnode import binaries, node
     from tests.harness.realnode import settings as s
 
@@ -74,6 +73,8 @@ def real_node() -> Iterator[RealNode]:
     if info is not None:
         yield handle(info)
         return
+    from tests.harness import images
+
     binaries.build()
     names = list(images.ensure_images(list(images.ALL_IMAGES)))
     info = node.start(names, attached=True)

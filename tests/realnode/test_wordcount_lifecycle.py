@@ -35,7 +35,7 @@ pytestmark = [pytest.mark.realnode, pytest.mark.timeout(600)]
 
 NAMESPACE = "kappaflow-examples"
 APP = "wordcount"
-SELECTOR = "kappaflow.io/streamapp=wordcount"
+SELECTOR = "kappaflow.io/streamapp=wordcount,!job-name"  # the app pods, not the describe Job's
 
 
 @dataclass
