@@ -95,9 +95,9 @@ def _files(paths: Iterable[str]) -> Iterator[Path]:
             continue
         for found in sorted(path.rglob("*")):
             rel_parts = found.relative_to(ROOT).parts
-            if found.is_file() and not SKIP_PARTS.intersection(rel_parts) and found.suffix != ".pyc":
-                if not any(p.endswith(".egg-info") for p in rel_parts):
-                    yield found
+            skipped = SKIP_PARTS.intersection(rel_parts) or any(p.endswith(".egg-info") for p in rel_parts)
+            if found.is_file() and not skipped and found.suffix != ".pyc":
+                yield found
 
 
 def files_digest(paths: Iterable[str]) -> str:
@@ -196,9 +196,8 @@ def wheelhouse(kind: str) -> Path:
         env = {**os.environ}
         env.setdefault("CARGO_TARGET_DIR", str(cache_dir().parent / "cargo-target"))
         env["PATH"] = f"{env.get('PATH', '')}:{Path.home() / '.cargo' / 'bin'}"
-        log(
-            f"wheels ({kind}): pip wheel {' '.join(Path(s).name or s for s in specs)} (log .run/logs/wheels-{kind}.log)"
-        )
+        shown = " ".join(s.replace(str(ROOT), ".") for s in specs)
+        log(f"wheels ({kind}): pip wheel {shown} (log .run/logs/wheels-{kind}.log)")
         started = time.monotonic()
         argv = [*NICE, str(_venv_python()), "-m", "pip", "wheel", "--disable-pip-version-check"]
         argv += ["--wheel-dir", str(partial), "-c", str(partial / "constraints.txt"), *specs]
@@ -233,7 +232,8 @@ def _kafka_pom() -> str:
         ("org.apache.logging.log4j", "log4j-core", LOG4J_VERSION),
     ]
     xml = "\n".join(
-        f"    <dependency><groupId>{g}</groupId><artifactId>{a}</artifactId><version>{v}</version></dependency>"
+        f"    <dependency><groupId>{g}</groupId><artifactId>{a}</artifactId>"
+        f"<version>{v}</version></dependency>"
         for g, a, v in deps
     )
     return f"""<?xml version="1.0" encoding="UTF-8"?>
