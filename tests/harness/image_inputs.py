@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -141,6 +142,7 @@ def _venv_python() -> Path:
     return venv if venv.exists() else Path(sys.executable)
 
 
+@functools.cache
 def _constraints() -> str:
     """`name==version` of every package in the dev venv but kappaflow's own: the images run them."""
     out = subprocess.run(

@@ -36,9 +36,7 @@ from tests.harness.docker_host import (
     DockerUnavailable,
     docker,
     docker_env,
-    image_id,
-    image_label,
-    image_size,
+    inspect,
     log,
 )
 from tests.harness.kafka_broker import KAFKA_VERSION
@@ -289,24 +287,22 @@ def ensure_images(
             image = IMAGES[name]
             recipe = image.recipe({base: ids[base] for base in image.needs}, name in forced)
             label = inputs.digest(*recipe.inputs)
-            current = image_id(name)
-            if current and name not in forced and image_label(name, LABEL) == label:
-                ids[name] = current
-                print(component_line("image", name, "up to date", image_size(name)), flush=True)
+            current = inspect(name, LABEL)
+            if current and name not in forced and current[1] == label:
+                ids[name] = current[0]
+                print(component_line("image", name, "up to date", current[2]), flush=True)
                 continue
             why = "missing" if current is None else ("rebuild" if name in forced else "inputs changed")
             log(f"{name}: building ({why}; log .run/logs/)")
             started = time.monotonic()
             recipe.prepare()
             recipe.build(label)
-            new_id = image_id(name)
-            if new_id is None or image_label(name, LABEL) != label:
-                raise ImageBuildError(
-                    f"{name}: the build finished but the image is not tagged with its inputs"
-                )
-            ids[name] = new_id
+            built = inspect(name, LABEL)
+            if built is None or built[1] != label:
+                raise ImageBuildError(f"{name}: the build finished but the image is not labelled {label}")
+            ids[name] = built[0]
             status = f"built in {time.monotonic() - started:.0f}s"
-            print(component_line("image", name, status, image_size(name)), flush=True)
+            print(component_line("image", name, status, built[2]), flush=True)
     return ids
 
 
@@ -314,9 +310,8 @@ def list_images() -> list[tuple[str, str, str]]:
     """(name, docker id or '-', size or '-') for every image, without building anything."""
     rows = []
     for name in ALL_IMAGES:
-        current = image_id(name)
-        size = f"{image_size(name) / 1e6:.0f} MB" if current else "-"
-        rows.append((name, current[7:19] if current else "-", size))
+        found = inspect(name, LABEL)
+        rows.append((name, found[0][7:19], f"{found[2] / 1e6:.0f} MB") if found else (name, "-", "-"))
     return rows
 
 
