@@ -301,9 +301,18 @@ def ensure_images(
             if built is None or built[1] != label:
                 raise ImageBuildError(f"{name}: the build finished but the image is not labelled {label}")
             ids[name] = built[0]
+            if current is not None and current[0] != built[0]:
+                _drop_untagged(current[0])
             status = f"built in {time.monotonic() - started:.0f}s"
             print(component_line("image", name, status, built[2]), flush=True)
     return ids
+
+
+def _drop_untagged(old_id: str) -> None:
+    """Remove the image a rebuild replaced, unless something still uses it (another tag, a container, a
+    child image): every edit would otherwise leave a dangling copy of a 400 MB image behind. docker
+    refuses to remove an image in use, which is the check wanted here."""
+    subprocess.run([docker(), "image", "rm", old_id], capture_output=True, check=False)
 
 
 def list_images() -> list[tuple[str, str, str]]:

@@ -151,4 +151,4 @@ def test_kafka_image_starts_a_broker_offline() -> None:
         uid = subprocess.run([docker(), "exec", name, "id", "-u"], capture_output=True, text=True)
         assert uid.stdout.strip() == "1000"
     finally:
-        subprocess.run([docker(), "rm", "-f", name], capture_output=True)
+        subprocess.run([docker(), "rm", "-f", "-v", name], capture_output=True)
