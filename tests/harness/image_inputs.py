@@ -47,6 +47,8 @@ NICE = ["nice", "-n", "10"]
 COMPLETE = ".complete"
 #: Bumped when a recipe below changes in a way the digests of its inputs would not show.
 RECIPE = "1"
+#: The Debian base's recipe (debootstrap and the clean-up after it), bumped when either changes.
+DEBIAN_RECIPE = "2"
 #: Files the wheels are built from (the kappaflow distribution, native core included).
 WHEEL_SOURCES = ("pyproject.toml", "README.md", "runtime/kappaflow", "runtime/native", "operator")
 SKIP_PARTS = {"__pycache__", "target", ".pytest_cache", ".mypy_cache", ".ruff_cache"}
@@ -374,4 +376,9 @@ def debootstrap_rootfs(suite: str, mirror: str) -> Path:
     log(f"debootstrap --variant=minbase {suite} from {mirror} (about 30 s; log .run/logs/debootstrap.log)")
     argv = [*NICE, debootstrap, "--variant=minbase", suite, str(rootfs), mirror]
     run_logged(argv, "debootstrap.log", f"debootstrap {suite}")
+    # debootstrap leaves the downloaded .debs, apt's package lists and caches (80 MB): every image on this
+    # base runs `apt-get update` before installing anyway.
+    for pattern in ("var/cache/apt/archives/*.deb", "var/cache/apt/*.bin", "var/lib/apt/lists/*_*"):
+        for leftover in rootfs.glob(pattern):
+            leftover.unlink()
     return rootfs

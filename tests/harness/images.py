@@ -40,7 +40,7 @@ from tests.harness.docker_host import (
     log,
 )
 from tests.harness.kafka_broker import KAFKA_VERSION
-from tests.harness.progress import ROOT, component_line, log_dir
+from tests.harness.progress import ROOT, component_line, human_size, log_dir
 
 VERSION = "0.1.0"
 LABEL = "kappaflow.inputs"
@@ -158,7 +158,7 @@ def _debian(_ids: dict[str, str], _no_cache: bool) -> Recipe:
             raise ImageBuildError(f"docker import of the {suite} root filesystem failed (log {log_path})")
         subprocess.run(["rm", "-rf", "--one-file-system", str(rootfs)], check=True)
 
-    return Recipe([inputs.RECIPE, suite, mirror], build)
+    return Recipe([inputs.DEBIAN_RECIPE, suite, mirror], build)
 
 
 def _python3(ids: dict[str, str], no_cache: bool) -> Recipe:
@@ -320,7 +320,7 @@ def list_images() -> list[tuple[str, str, str]]:
     rows = []
     for name in ALL_IMAGES:
         found = inspect(name, LABEL)
-        rows.append((name, found[0][7:19], f"{found[2] / 1e6:.0f} MB") if found else (name, "-", "-"))
+        rows.append((name, found[0][7:19], human_size(found[2])) if found else (name, "-", "-"))
     return rows
 
 
