@@ -362,7 +362,7 @@ def debian_mirror(suite: str) -> str:
             if found and found.group(2) == suite:
                 return found.group(1)
         for stanza in re.split(r"\n\s*\n", text):  # deb822: Types/URIs/Suites fields
-            fields = dict(re.findall(r"^(\w+):\s*(.*)$", stanza, re.MULTILINE))
+            fields: dict[str, str] = dict(re.findall(r"^(\w+):\s*(.*)$", stanza, re.MULTILINE))
             if "deb" in fields.get("Types", "").split() and suite in fields.get("Suites", "").split():
                 return fields["URIs"].split()[0]
     return "http://deb.debian.org/debian"

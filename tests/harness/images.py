@@ -224,7 +224,7 @@ def _kafka(ids: dict[str, str], no_cache: bool) -> Recipe:
     def build(label: str) -> None:
         _docker_build(KAFKA, ROOT / dockerfile, ROOT, label, args, no_cache=no_cache)
 
-    material = [ids[DEBIAN], inputs.kafka_libs_digest(), repr(sorted(args.items()))]
+    material: list[str | bytes] = [ids[DEBIAN], inputs.kafka_libs_digest(), repr(sorted(args.items()))]
     material += [*_read(".dockerignore"), inputs.files_digest(["examples/k8s/kafka"])]
     return Recipe(material, build, inputs.stage_kafka_libs)
 
