@@ -20,7 +20,7 @@ PYTHON_DRAIN_TESTS ?= tests/runtime --ignore=tests/runtime/test_native_core.py \
 	tests/kafka/test_wordcount_e2e.py
 
 .PHONY: docs docs-serve prometheus conformance-golden conformance-jars run bench bench-reprocess spark-jars test-spark setup test test-unit test-kafka chaos test-kube lint typecheck crds crds-check chart-lint describe \
-	kafka-up kafka-down kafka-status kafka-download kube-build kube-up kube-down kube-status operator-run test-operator kind-up kind-down clean \
+	kafka-up kafka-down kafka-status kafka-download images test-images kube-build kube-up kube-down kube-status operator-run test-operator kind-up kind-down clean \
 	cluster-build cluster-up cluster-down cluster-status cluster-selftest test-real
 
 # The main job: broker (downloaded and started if needed), topics, word count and a line generator;
@@ -203,6 +203,18 @@ registry-run: registry-download
 
 test-registry: registry-download kafka-download spark-jars
 	$(PY) -m pytest -q tests/registry tests/spark/test_registry_reprocess.py
+
+# Every image the project ships (pause, Debian and python3 bases, runtime, operator, examples, spark,
+# kafka), built with the machine's docker and no registry: bases from Debian packages, wheels and jars
+# prepared on the host. Cached by content (an unchanged image takes a second); logs in .run/logs.
+# IMAGES_ARGS="--only runtime" builds one image (and its bases), "--rebuild" skips every cache.
+IMAGES_ARGS ?=
+images: setup
+	@$(PY) -m tests.harness.images build $(IMAGES_ARGS)
+
+# Runs the images as a restricted pod would (uid 1000, read-only root, no network).
+test-images: images
+	$(PY) -m pytest -q -m images tests/images $(PYTEST_ARGS)
 
 # etcd + kube-apiserver + kube-controller-manager built from the Go module proxy (~5.5 min cold, cached)
 kube-build: setup

@@ -1,6 +1,13 @@
 #!/usr/bin/env bash
 # `make kind-up`: a local Kubernetes (kind) with Kafka, the kappaflow operator and the word count
 # StreamApp. Needs Docker, kind and kubectl; helm is built from the Go module proxy if not on PATH.
+#
+# Images: by default the Dockerfiles' official bases (python:3.11-slim-bookworm, rust, apache/kafka), pulled
+# from Docker Hub. KAPPAFLOW_IMAGES=local builds everything on this machine instead (`make images`: Debian
+# bases from debootstrap, wheels and jars prepared on the host, no registry), Kafka included
+# (kappaflow-kafka, examples/k8s/kafka/Dockerfile). kind's node image itself still comes from a registry.
+#   make kind-up                      # official bases
+#   KAPPAFLOW_IMAGES=local make kind-up   # local bases (what CI's real-node tier runs)
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 
@@ -19,17 +26,28 @@ if ! kind get clusters | grep -qx "$CLUSTER"; then
 fi
 kubectl config use-context "kind-$CLUSTER" >/dev/null
 
-step "images (runtime, operator, examples)"
-docker build -f runtime/Dockerfile -t "kappaflow-runtime:$VERSION" .
-docker build -f operator/Dockerfile -t "kappaflow-operator:$VERSION" .
-docker build -f examples/k8s/Dockerfile.wordcount --build-arg "RUNTIME_IMAGE=kappaflow-runtime:$VERSION" \
-  -t "kappaflow-examples:$VERSION" .
-for image in kappaflow-runtime kappaflow-operator kappaflow-examples; do
-  kind load docker-image --name "$CLUSTER" "$image:$VERSION"
+KAFKA_IMAGE=apache/kafka:4.1.0
+IMAGES=("kappaflow-runtime:$VERSION" "kappaflow-operator:$VERSION" "kappaflow-examples:$VERSION")
+if [ "${KAPPAFLOW_IMAGES:-official}" = local ]; then
+  step "images on local bases (make images: runtime, operator, examples, kafka)"
+  .venv/bin/python -m tests.harness.images build --only runtime operator examples kafka
+  KAFKA_IMAGE=kappaflow-kafka:4.3.1
+  IMAGES+=("$KAFKA_IMAGE")
+else
+  step "images on the official bases (runtime, operator, examples)"
+  export DOCKER_BUILDKIT=1  # the Dockerfiles need BuildKit (stage selection, RUN --mount)
+  docker build -f runtime/Dockerfile -t "kappaflow-runtime:$VERSION" .
+  docker build -f operator/Dockerfile -t "kappaflow-operator:$VERSION" .
+  docker build -f examples/k8s/Dockerfile.wordcount --build-arg "RUNTIME_IMAGE=kappaflow-runtime:$VERSION" \
+    -t "kappaflow-examples:$VERSION" .
+fi
+for image in "${IMAGES[@]}"; do
+  kind load docker-image --name "$CLUSTER" "$image"
 done
 
-step "Kafka (single node) and the example topics"
-kubectl apply -f examples/k8s/kind/kafka.yaml
+step "Kafka (single node, $KAFKA_IMAGE) and the example topics"
+# kappaflow-kafka reads the same KAFKA_* variables and has the same /opt/kafka/bin tools as apache/kafka.
+sed "s|image: apache/kafka:4.1.0|image: $KAFKA_IMAGE|" examples/k8s/kind/kafka.yaml | kubectl apply -f -
 kubectl -n kafka rollout status statefulset/kafka --timeout=300s
 kubectl -n kafka wait --for=condition=complete job/create-example-topics --timeout=300s
 

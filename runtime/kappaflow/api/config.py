@@ -20,6 +20,12 @@ from typing import Any
 from kappaflow.api.errors import ConfigError
 from kappaflow.api.serdes import Serde, serde_from_config
 
+# The temporary directory Python would pick, without probing the disk as `tempfile.gettempdir()` does:
+# that probe raises when nothing is writable, and importing kappaflow must work in a container with a
+# read-only root filesystem (`kappaflow describe`, the operator's pods before their volumes matter).
+_TMP = tempfile.tempdir or next((os.environ[v] for v in ("TMPDIR", "TEMP", "TMP") if os.environ.get(v)), "")
+_TMP = _TMP or "/tmp"
+
 AT_LEAST_ONCE = "at_least_once"
 EXACTLY_ONCE_V2 = "exactly_once_v2"
 
@@ -46,7 +52,7 @@ DEFAULTS: dict[str, Any] = {
     "num.standby.replicas": 0,
     # stream workers of this instance: 1 runs in-process; N > 1 runs N worker processes (runner/workers.py)
     "num.stream.threads": 1,
-    "state.dir": str(Path(tempfile.gettempdir()) / "kappaflow"),
+    "state.dir": str(Path(_TMP) / "kappaflow"),
     "application.server": "",
     "group.instance.id": None,
     "poll.ms": 100,

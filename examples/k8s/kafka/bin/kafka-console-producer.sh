@@ -1,0 +1,2 @@
+#!/bin/sh
+exec "$(dirname "$0")/kafka-run-class.sh" org.apache.kafka.tools.ConsoleProducer "$@"
