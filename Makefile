@@ -144,7 +144,7 @@ lint: setup
 	@echo "==> lint: ruff check, ruff format and import contracts clean"
 
 typecheck: setup
-	@set -o pipefail; $(VENV)/bin/mypy runtime/kappaflow operator/kappaflow_operator | sed 's/^/==> mypy: /'
+	@set -o pipefail; $(VENV)/bin/mypy runtime/kappaflow runtime/kappaflow_contract operator/kappaflow_operator | sed 's/^/==> mypy: /'
 
 crds: setup
 	$(PY) -m kappaflow_operator.crdgen

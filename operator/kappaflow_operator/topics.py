@@ -4,13 +4,16 @@ Pure: the kopf layer (kafka.py) lists the topics, calls `plan_internal_topics`, 
 with the admin client, and puts `plan.mismatches` into a Degraded condition. Kafka Streams semantics:
 a topic's partition count comes from its inputs, an existing topic with another count is an error, and
 the operator never resizes (adding partitions to a changelog or repartition topic silently moves keys
-away from the state that holds them).
+away from the state that holds them). The names and the partition rule are the runtime's own, from the
+contract both import (`kappaflow_contract.topics`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+from kappaflow_contract.topics import internal_topic_name, resolve_partitions
 
 from .models import InternalTopicStatus, TopologyDescription
 
@@ -93,52 +96,6 @@ def _topic_status(spec: TopicSpec, state: str, actual: int | None) -> InternalTo
     )
 
 
-def internal_topic_name(application_id: str, short_name: str) -> str:
-    return f"{application_id}-{short_name}"
-
-
-def _resolve_partitions(
-    description: TopologyDescription, application_id: str, existing: Mapping[str, int]
-) -> tuple[dict[str, int], list[str]]:
-    """Partition count of every internal topic (by short name), and the user topics that are missing.
-
-    `partitions_from` may name user topics or other internal topics (short or full name), e.g. a
-    changelog of a store fed by a repartition topic; resolution iterates until it reaches a fixpoint, so
-    chains resolve in any order and a cycle simply stays unresolved (reported as missing).
-    """
-    by_short = {t.name: t for t in description.internal_topics}
-    full_to_short = {internal_topic_name(application_id, s): s for s in by_short}
-    resolved: dict[str, int] = {t.name: t.partitions for t in description.internal_topics if t.partitions}
-    missing: set[str] = set()
-    changed = True
-    while changed:
-        changed = False
-        for short, topic in by_short.items():
-            if short in resolved:
-                continue
-            counts: list[int] = []
-            complete = True
-            for src in topic.partitions_from:
-                internal = src if src in by_short else full_to_short.get(src)
-                if internal is not None:
-                    if internal in resolved:
-                        counts.append(resolved[internal])
-                    else:
-                        complete = False
-                elif src in existing:
-                    counts.append(existing[src])
-                else:
-                    missing.add(src)
-                    complete = False
-            if complete and counts:
-                resolved[short] = max(counts)
-                changed = True
-    for short in by_short:
-        if short not in resolved and not missing:
-            missing.add(f"{short} (unresolvable partitions_from)")
-    return resolved, sorted(missing)
-
-
 def plan_internal_topics(
     description: TopologyDescription, application_id: str, existing: Mapping[str, int]
 ) -> TopicPlan:
@@ -147,7 +104,7 @@ def plan_internal_topics(
     `existing` maps topic names to partition counts for every topic the operator found; it must cover
     the user's source topics and the internal topics (the kopf layer lists all topics once).
     """
-    resolved, missing = _resolve_partitions(description, application_id, existing)
+    resolved, missing = resolve_partitions(description.internal_topics, application_id, existing)
     plan = TopicPlan(missing_sources=missing)
     for topic in sorted(description.internal_topics, key=lambda t: t.name):
         if topic.name not in resolved:
@@ -189,13 +146,14 @@ def _max_parallelism(
     inputs = {s for st in description.sub_topologies for s in st.source_topics} | set(
         description.source_topics
     )
+    by_full_name = {internal_topic_name(application_id, short): n for short, n in resolved.items()}
     for topic in inputs:
         if topic in existing:
             counts.append(existing[topic])
         elif topic in resolved:
             counts.append(resolved[topic])
-        elif topic.startswith(application_id + "-") and topic[len(application_id) + 1 :] in resolved:
-            counts.append(resolved[topic[len(application_id) + 1 :]])
+        elif topic in by_full_name:
+            counts.append(by_full_name[topic])
     return max(counts) if counts else None
 
 

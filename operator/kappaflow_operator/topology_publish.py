@@ -20,6 +20,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from kappaflow_contract.config import DESCRIBE_KEY_ENV, TOPOLOGY_CONFIGMAP_ENV
+
 from .desired.common import DESCRIBE_KEY_FIELD, TOPOLOGY_KEY
 
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -73,14 +75,14 @@ def publish(text: str, configmap: str, describe_key: str, sa_dir: Path, server: 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kappaflow_operator.topology_publish")
     parser.add_argument("file", type=Path, help="the output of `kappaflow describe <entry> --json`")
-    parser.add_argument("--configmap", default=os.environ.get("KAPPAFLOW_TOPOLOGY_CONFIGMAP"))
-    parser.add_argument("--describe-key", default=os.environ.get("KAPPAFLOW_DESCRIBE_KEY"))
+    parser.add_argument("--configmap", default=os.environ.get(TOPOLOGY_CONFIGMAP_ENV))
+    parser.add_argument("--describe-key", default=os.environ.get(DESCRIBE_KEY_ENV))
     parser.add_argument("--service-account-dir", type=Path, default=Path(SERVICE_ACCOUNT_DIR))
     args = parser.parse_args(argv)
     host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get("KUBERNETES_SERVICE_PORT", "443")
     try:
         if not args.configmap or not args.describe_key:
-            raise PublishError("KAPPAFLOW_TOPOLOGY_CONFIGMAP and KAPPAFLOW_DESCRIBE_KEY must be set")
+            raise PublishError(f"{TOPOLOGY_CONFIGMAP_ENV} and {DESCRIBE_KEY_ENV} must be set")
         if not host:
             raise PublishError("KUBERNETES_SERVICE_HOST is not set: not running in a Kubernetes pod")
         server = f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"

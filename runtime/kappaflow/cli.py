@@ -184,8 +184,7 @@ def _reset(args: argparse.Namespace) -> int:
     inputs = sorted(
         set(topology.source_topics()) - {g.source.topics[0] for g in topology.global_stores.values()}
     )
-    internal = [f"{app_id}-{name}" for name in topology.internal_topics]
-    internal += [f"{app_id}-{spec.name}" for spec in topology.changelog_topics().values()]
+    internal = topology.internal_topic_names(app_id)
     state_dir = Path(config.get_str("state.dir")) / app_id
     if args.dry_run:
         print(f"would reset offsets of group '{app_id}' on {', '.join(inputs)} to earliest")

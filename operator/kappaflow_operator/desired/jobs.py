@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from kappaflow_contract.config import DESCRIBE_KEY_ENV, ENTRY_POINT_ENV, TOPOLOGY_CONFIGMAP_ENV
+
 from ..models import StreamAppSpec
 from .common import (
     CONFIG_DIR,
@@ -73,7 +75,7 @@ def _job(
         "name": CONTAINER_NAME,
         "image": spec.image,
         "command": ["/bin/sh", "-c", script],
-        "env": [{"name": "KAPPAFLOW_ENTRY_POINT", "value": spec.entry_point}],
+        "env": [{"name": ENTRY_POINT_ENV, "value": spec.entry_point}],
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "securityContext": container_security_context(spec),
     }
@@ -130,7 +132,7 @@ def build_describe_job(spec: StreamAppSpec, ref: AppRef) -> dict[str, Any]:
     """
     out = f"{SCRATCH_DIR}/topology.json"
     script = (
-        f'kappaflow describe "$KAPPAFLOW_ENTRY_POINT" --json > {out} && '
+        f'kappaflow describe "${ENTRY_POINT_ENV}" --json > {out} && '
         f"exec python -m kappaflow_operator.topology_publish {out} "
         f"--service-account-dir {SERVICE_ACCOUNT_DIR}"
     )
@@ -139,8 +141,8 @@ def build_describe_job(spec: StreamAppSpec, ref: AppRef) -> dict[str, Any]:
     pod = template["spec"]
     container = pod["containers"][0]
     container["env"] += [
-        {"name": "KAPPAFLOW_TOPOLOGY_CONFIGMAP", "value": topology_configmap_name(ref.name)},
-        {"name": "KAPPAFLOW_DESCRIBE_KEY", "value": describe_key(spec)},
+        {"name": TOPOLOGY_CONFIGMAP_ENV, "value": topology_configmap_name(ref.name)},
+        {"name": DESCRIBE_KEY_ENV, "value": describe_key(spec)},
     ]
     container["volumeMounts"] = [{"name": "scratch", "mountPath": SCRATCH_DIR}]
     pod["volumes"] = [{"name": "scratch", "emptyDir": {"sizeLimit": "64Mi"}}]
@@ -156,6 +158,6 @@ def build_reset_job(spec: StreamAppSpec, ref: AppRef, generation: int) -> dict[s
     Run while the StatefulSet is scaled to 0 (a reset with live members is refused by the broker);
     named per generation so a later reset is a new Job.
     """
-    script = f'exec kappaflow reset "$KAPPAFLOW_ENTRY_POINT" --config {CONFIG_DIR}/{CONFIG_FILE}'
+    script = f'exec kappaflow reset "${ENTRY_POINT_ENV}" --config {CONFIG_DIR}/{CONFIG_FILE}'
     name = _job_name(ref.name, "reset", f"g{generation}")
     return _job(spec, ref, name, "reset", script, mount_config=True)

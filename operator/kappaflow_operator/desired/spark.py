@@ -14,7 +14,10 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..models import StreamAppSpec, config_env_name
+from kappaflow_contract import config as keys
+from kappaflow_contract.topics import is_internal_topic_name
+
+from ..models import StreamAppSpec
 from .common import CONFIG_DIR, CONFIG_FILE, AppRef, object_meta, stable_hash
 from .config import render_properties, runtime_config
 from .security import container_security_context, pod_security_context
@@ -61,23 +64,23 @@ def _credentials(spec: StreamAppSpec) -> tuple[dict[str, Any], list[dict[str, An
     """
     env_refs: dict[str, Any] = {}
     if spec.kafka.sasl is not None:
-        env_refs["KAPPAFLOW_SASL_USERNAME"] = spec.kafka.sasl.username_secret_ref.to_wire()
-        env_refs["KAPPAFLOW_SASL_PASSWORD"] = spec.kafka.sasl.password_secret_ref.to_wire()
+        env_refs[keys.env_key(keys.SASL_USERNAME)] = spec.kafka.sasl.username_secret_ref.to_wire()
+        env_refs[keys.env_key(keys.SASL_PASSWORD)] = spec.kafka.sasl.password_secret_ref.to_wire()
     secrets: list[dict[str, Any]] = []
     env: dict[str, str] = {}
     tls = spec.kafka.tls
     if tls is not None:
         for key, ref in (
-            ("ssl.ca.location", tls.ca_secret_ref),
-            ("ssl.certificate.location", tls.certificate_secret_ref),
-            ("ssl.key.location", tls.key_secret_ref),
+            (keys.SSL_CA_LOCATION, tls.ca_secret_ref),
+            (keys.SSL_CERTIFICATE_LOCATION, tls.certificate_secret_ref),
+            (keys.SSL_KEY_LOCATION, tls.key_secret_ref),
         ):
             if ref is None:
                 continue
             path = f"{SECRETS_DIR}/{ref.name}"
             if all(s["name"] != ref.name for s in secrets):
                 secrets.append({"name": ref.name, "path": path, "secretType": "Generic"})
-            env[config_env_name(key)] = f"{path}/{ref.key}"
+            env[keys.env_key(key)] = f"{path}/{ref.key}"
     return env_refs, secrets, env
 
 
@@ -180,7 +183,5 @@ def previous_id_topics(
     """
     prefix, current = f"{previous_application_id}-", f"{current_application_id}-"
     return sorted(
-        t
-        for t in topics
-        if t.startswith(prefix) and not t.startswith(current) and t.endswith(("-changelog", "-repartition"))
+        t for t in topics if t.startswith(prefix) and not t.startswith(current) and is_internal_topic_name(t)
     )

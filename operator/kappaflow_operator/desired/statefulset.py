@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kappaflow_contract import config as keys
+
 from ..models import StreamAppSpec
 from ..models.pod import ExtraVolume
 from .common import (
@@ -45,12 +47,18 @@ def _env(spec: StreamAppSpec, ref: AppRef) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
-        {"name": "KAPPAFLOW_GROUP_INSTANCE_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {
+            "name": keys.env_key(keys.GROUP_INSTANCE_ID),
+            "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
+        },
     ]
     if spec.interactive_queries.enabled:
         host = f"$(POD_NAME).{headless_service_name(ref.name)}.{ref.namespace}.svc"
         env.append(
-            {"name": "KAPPAFLOW_APPLICATION_SERVER", "value": f"{host}:{spec.interactive_queries.port}"}
+            {
+                "name": keys.env_key(keys.APPLICATION_SERVER),
+                "value": f"{host}:{spec.interactive_queries.port}",
+            }
         )
     env.extend(sasl_env(spec))
     env.extend(e.to_wire() for e in spec.pod_template.env)
@@ -77,8 +85,8 @@ def sasl_env(spec: StreamAppSpec) -> list[dict[str, Any]]:
     return [
         {"name": var, "valueFrom": {"secretKeyRef": {"name": secret.name, "key": secret.key}}}
         for var, secret in (
-            ("KAPPAFLOW_SASL_USERNAME", sasl.username_secret_ref),
-            ("KAPPAFLOW_SASL_PASSWORD", sasl.password_secret_ref),
+            (keys.env_key(keys.SASL_USERNAME), sasl.username_secret_ref),
+            (keys.env_key(keys.SASL_PASSWORD), sasl.password_secret_ref),
         )
     ]
 

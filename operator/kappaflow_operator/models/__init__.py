@@ -16,7 +16,6 @@ from .spec import (
     StreamAppSpec,
     TlsConfig,
     Upgrade,
-    config_env_name,
 )
 from .status import (
     AutoscalerDecision,
@@ -79,5 +78,4 @@ __all__ = [
     "TopologyDescription",
     "TopologyStatus",
     "Upgrade",
-    "config_env_name",
 ]

@@ -10,6 +10,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
+from kappaflow_contract import config as keys
+
 from .common import CamelModel, Port, Quantity, SecretKeySelector
 from .pod import PodTemplateOverrides
 
@@ -24,36 +26,30 @@ SPARK_MEMORY_PATTERN = r"^[0-9]+[kKmMgGtT]?$"
 
 #: Runtime config keys the operator sets itself, mapped to the spec field a user should set instead.
 RESERVED_CONFIG_KEYS: dict[str, str] = {
-    "application.id": "spec.applicationId",
-    "bootstrap.servers": "spec.kafka.bootstrapServers",
-    "group.instance.id": "the pod name (static membership, set by the operator)",
-    "state.dir": "the state volume mount (set by the operator)",
-    "application.server": "spec.interactiveQueries",
-    "query.http.enabled": "spec.interactiveQueries.enabled",
-    "metrics.port": "spec.metrics.port",
-    "processing.guarantee": "spec.processingGuarantee",
-    "num.standby.replicas": "spec.standbyReplicas",
-    "num.stream.threads": "spec.streamThreads",
-    "kappaflow.internal.topics.create": "the operator (it creates internal topics itself)",
-    "security.protocol": "spec.kafka.securityProtocol",
-    "sasl.mechanism": "spec.kafka.sasl.mechanism",
-    "sasl.mechanisms": "spec.kafka.sasl.mechanism",
-    "sasl.username": "spec.kafka.sasl.usernameSecretRef",
-    "sasl.password": "spec.kafka.sasl.passwordSecretRef",
-    "ssl.ca.location": "spec.kafka.tls.caSecretRef",
-    "ssl.certificate.location": "spec.kafka.tls.certificateSecretRef",
-    "ssl.key.location": "spec.kafka.tls.keySecretRef",
-    "ssl.key.password": "a Secret (credentials are never inline)",
+    keys.APPLICATION_ID: "spec.applicationId",
+    keys.BOOTSTRAP_SERVERS: "spec.kafka.bootstrapServers",
+    keys.GROUP_INSTANCE_ID: "the pod name (static membership, set by the operator)",
+    keys.STATE_DIR: "the state volume mount (set by the operator)",
+    keys.APPLICATION_SERVER: "spec.interactiveQueries",
+    keys.QUERY_HTTP_ENABLED: "spec.interactiveQueries.enabled",
+    keys.METRICS_PORT: "spec.metrics.port",
+    keys.PROCESSING_GUARANTEE: "spec.processingGuarantee",
+    keys.NUM_STANDBY_REPLICAS: "spec.standbyReplicas",
+    keys.NUM_STREAM_THREADS: "spec.streamThreads",
+    keys.INTERNAL_TOPICS_CREATE: "the operator (it creates internal topics itself)",
+    keys.SECURITY_PROTOCOL: "spec.kafka.securityProtocol",
+    keys.SASL_MECHANISM: "spec.kafka.sasl.mechanism",
+    keys.SASL_MECHANISMS: "spec.kafka.sasl.mechanism",
+    keys.SASL_USERNAME: "spec.kafka.sasl.usernameSecretRef",
+    keys.SASL_PASSWORD: "spec.kafka.sasl.passwordSecretRef",
+    keys.SSL_CA_LOCATION: "spec.kafka.tls.caSecretRef",
+    keys.SSL_CERTIFICATE_LOCATION: "spec.kafka.tls.certificateSecretRef",
+    keys.SSL_KEY_LOCATION: "spec.kafka.tls.keySecretRef",
+    keys.SSL_KEY_PASSWORD: "a Secret (credentials are never inline)",
 }
 
-
-def config_env_name(key: str) -> str:
-    """The environment variable the runtime reads for a config key (`KAPPAFLOW_<KEY>`, see the runtime)."""
-    return "KAPPAFLOW_" + key.upper().replace(".", "_").replace("-", "_")
-
-
 RESERVED_ENV_NAMES = frozenset(
-    {config_env_name(k) for k in RESERVED_CONFIG_KEYS} | {"POD_NAME", "POD_NAMESPACE"}
+    {keys.env_key(k) for k in RESERVED_CONFIG_KEYS} | {"POD_NAME", "POD_NAMESPACE"}
 )
 
 

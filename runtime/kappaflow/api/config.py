@@ -1,7 +1,9 @@
 """`StreamsConfig`: Kafka Streams' dotted configuration names, defaults, parsing and validation.
 
-Configuration comes from a dict, a Java-style `.properties` file and `KAPPAFLOW_*` environment variables
+Configuration comes from a dict, a Java `.properties` file and `KAPPAFLOW_*` environment variables
 (environment wins), so one image can be configured by the operator's ConfigMap and the pod's env alike.
+The file format, the `KAPPAFLOW_*` names and the keys the operator sets are the runtime-operator contract,
+defined once in `kappaflow_contract` (docs/contract.md).
 Values stay as given and are converted by typed getters, which name the key in every error.
 
 Every key is either honoured or rejected at start-up with a message naming it (Java only logs an
@@ -19,6 +21,12 @@ from typing import Any
 
 from kappaflow.api.errors import ConfigError
 from kappaflow.api.serdes import Serde, serde_from_config
+from kappaflow_contract.config import ENV_PREFIX as ENV_PREFIX
+from kappaflow_contract.config import NON_CONFIG_ENV as NON_CONFIG_ENV
+from kappaflow_contract.config import NON_CONFIG_ENV_PREFIXES as NON_CONFIG_ENV_PREFIXES
+from kappaflow_contract.config import env_key as env_key
+from kappaflow_contract.config import is_tooling_env
+from kappaflow_contract.properties import PropertiesError, loads
 
 # The temporary directory Python would pick, without probing the disk as `tempfile.gettempdir()` does:
 # that probe raises when nothing is writable, and importing kappaflow must work in a container with a
@@ -123,9 +131,8 @@ NOT_IMPLEMENTED = frozenset(
         "window.size.ms",
     }
 )
-# KAPPAFLOW_* environment variables of the tooling, not configuration.
-NON_CONFIG_ENV = ("KAPPAFLOW_CACHE", "KAPPAFLOW_ENTRY_POINT", "KAPPAFLOW_KUBECONFIG", "KAPPAFLOW_VERSION")
-NON_CONFIG_ENV_PREFIXES = ("KAPPAFLOW_TEST_", "KAPPAFLOW_OPERATOR_")
+# KAPPAFLOW_* environment variables of the tooling, not configuration (NON_CONFIG_ENV and
+# NON_CONFIG_ENV_PREFIXES), and env_key, come from the contract: the operator sets some on its Jobs.
 
 _INT_KEYS = {
     EMIT_INTERVAL_OUTER_JOIN,
@@ -147,34 +154,20 @@ _BOOL_KEYS = {
     "kappaflow.fusion.enabled",
     "kappaflow.native.enabled",
 }
-ENV_PREFIX = "KAPPAFLOW_"
-
-
-def env_key(key: str) -> str:
-    """`bootstrap.servers` -> `KAPPAFLOW_BOOTSTRAP_SERVERS`."""
-    return ENV_PREFIX + key.upper().replace(".", "_").replace("-", "_")
 
 
 def read_properties(path: str | Path) -> dict[str, str]:
-    """Parse a Java-style .properties file: `key=value` or `key: value`, `#`/`!` comments."""
-    result: dict[str, str] = {}
+    """Parse a `.properties` file by Java's `Properties.load` rules (escapes, continuations, `=`, `:` or
+    whitespace separators, `#`/`!` comments: `kappaflow_contract.properties`), the format the operator
+    writes. A line with a key and no separator is an error naming the file and line."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc}") from exc
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if not line or line[0] in "#!":
-            continue
-        sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
-        if sep <= 0:
-            raise ConfigError(f"{path}:{number}: expected 'key=value', got {raw!r}")
-        result[line[:sep].strip()] = line[sep + 1 :].strip()
-    return result
-
-
-def _tooling_env(name: str) -> bool:
-    return name in NON_CONFIG_ENV or name.startswith(NON_CONFIG_ENV_PREFIXES)
+    try:
+        return loads(text, require_separator=True)
+    except PropertiesError as exc:
+        raise ConfigError(f"{path}:{exc.line}: {exc.reason}") from exc
 
 
 def check_key(key: str, value: Any) -> None:
@@ -217,7 +210,7 @@ class StreamsConfig:
         known = set(DEFAULTS) | set(CLIENT_PASSTHROUGH) | set(ONLY_VALUE) | NOT_IMPLEMENTED | set(merged)
         by_env = {env_key(k): k for k in known}
         for name, value in env.items():
-            if not name.startswith(ENV_PREFIX) or _tooling_env(name):
+            if not name.startswith(ENV_PREFIX) or is_tooling_env(name):
                 continue
             key = by_env.get(name) or name[len(ENV_PREFIX) :].lower().replace("_", ".")
             merged[key] = value

@@ -29,13 +29,13 @@ class TopicError(StreamsError):
 
 @dataclass
 class TopicPlan:
-    """An internal topic: full name, kind, topic config, and an explicit count or the topics it follows."""
+    """An internal topic: full name, kind, topic config and its partition count (decided by the runner
+    with the contract's rule, `kappaflow_contract.topics.resolve_partitions`)."""
 
     name: str
     kind: str
+    partitions: int
     config: dict[str, str] = field(default_factory=dict)
-    partitions: int | None = None
-    partitions_from: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -76,20 +76,6 @@ class InternalTopicManager:
         if missing:
             raise TopicError(f"source topics do not exist: {', '.join(missing)}; create them first")
         return counts
-
-    def resolve_counts(self, plans: list[TopicPlan], user_counts: Mapping[str, int]) -> dict[str, int]:
-        result: dict[str, int] = {}
-        for plan in plans:
-            if plan.partitions is not None:
-                result[plan.name] = plan.partitions
-                continue
-            counts = [user_counts[t] for t in plan.partitions_from if t in user_counts]
-            if not counts:
-                raise TopicError(
-                    f"cannot size internal topic '{plan.name}': none of {plan.partitions_from} exists"
-                )
-            result[plan.name] = max(counts)
-        return result
 
     def ensure(
         self, plans: list[TopicPlan], wanted: Mapping[str, int], create: bool, replication_factor: int = -1

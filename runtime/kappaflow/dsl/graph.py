@@ -23,6 +23,7 @@ from kappaflow.state.builders import KeyValueStoreBuilder, Stores
 from kappaflow.state.window_store import WindowStoreBuilder, window_bytes_supplier
 from kappaflow.topology.nodes import InternalTopicSpec
 from kappaflow.topology.topology import Topology
+from kappaflow_contract.topics import repartition_short_name
 
 if TYPE_CHECKING:
     from kappaflow.dsl.kstream import KStream
@@ -110,7 +111,7 @@ class InternalBuilder:
         Nodes are named `<base>-repartition-filter/-sink/-source` when the user named the operation.
         `drop_null_keys=False` keeps null keys (a left foreign-key join's subscription with a null
         foreign key must travel on, KIP-962); the filter node is then a pass-through."""
-        topic = f"{base_name}-repartition"
+        topic = repartition_short_name(base_name)
         if topic in self.topology.internal_topics:
             raise TopologyError(
                 f"repartition topic '{topic}' already exists: name the grouping or store differently"

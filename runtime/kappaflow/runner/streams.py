@@ -60,6 +60,7 @@ from kappaflow.runner.thread import StreamThread
 from kappaflow.runner.worker_process import NamedCall, StoreCall, WorkerSpec
 from kappaflow.runner.workers import ForwardedStore, ThreadMetadata, WorkerPool
 from kappaflow.topology.topology import Topology
+from kappaflow_contract.topics import changelog_topic
 
 log = logging.getLogger(__name__)
 
@@ -393,7 +394,7 @@ class KafkaStreams:
         return ForwardedStore(self._workers, call, task_of_key)
 
     def changelog_topic(self, store: str) -> str:
-        return f"{self.application_id}-{store}-changelog"
+        return changelog_topic(self.application_id, store)
 
     def store_key_serde(self, store: str) -> Serde[Any]:
         """The key serde the store uses (its own, or `default.key.serde`), for partitioning keys."""

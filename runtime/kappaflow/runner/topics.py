@@ -2,7 +2,9 @@
 exist, create or validate the internal (repartition, changelog) topics, check co-partitioning.
 
 The internal topics' partition counts follow the topology's rules (a repartition topic takes the largest
-count of the sub-topology feeding it, a changelog its task count); `InternalTopicManager` does the I/O.
+count of the sub-topology feeding it, a changelog its task count): the topology's `describe()` names the
+topics each count follows, and the contract's `resolve_partitions` - the operator's rule too - decides
+it from the source topics' counts. `InternalTopicManager` does the I/O.
 """
 
 from __future__ import annotations
@@ -12,8 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kappaflow.api.config import StreamsConfig
-from kappaflow.clients.admin import InternalTopicManager, TopicPlan
+from kappaflow.clients.admin import InternalTopicManager, TopicError, TopicPlan
 from kappaflow.topology.topology import Topology
+from kappaflow_contract.describe import TopologyDescription
+from kappaflow_contract.topics import internal_topic_name, resolve_partitions
 
 
 @dataclass(frozen=True)
@@ -25,22 +29,20 @@ class PreparedTopics:
 
 def prepare_topics(topology: Topology, config: StreamsConfig, admin: InternalTopicManager) -> PreparedTopics:
     app = config.application_id
-    described = topology.describe().to_dict()
+    # read back through the schema the operator reads: what runs here is what the operator plans
+    described = TopologyDescription.model_validate(topology.describe().to_dict())
     user_sources = [
         t for s in topology.sub_topologies() for t in s.source_topics if t not in topology.internal_topics
     ] + [g.source.topics[0] for g in topology.global_stores.values()]
     user_counts = admin.require_topics(user_sources)
+    resolved, missing = resolve_partitions(described.internal_topics, app, user_counts)
+    if missing:  # require_topics found every user source: only an unresolvable description gets here
+        raise TopicError(f"cannot size internal topics, their partition counts follow: {', '.join(missing)}")
     plans = [
-        TopicPlan(
-            f"{app}-{entry['name']}",
-            entry["type"],
-            {k: str(v) for k, v in entry["config"].items()},
-            entry.get("partitions"),
-            list(entry.get("partitions_from", [])),
-        )
-        for entry in described["internal_topics"]
+        TopicPlan(internal_topic_name(app, t.name), t.type, resolved[t.name], dict(t.config))
+        for t in described.internal_topics
     ]
-    wanted = admin.resolve_counts(plans, user_counts)
+    wanted = {p.name: p.partitions for p in plans}
     admin.ensure(
         plans,
         wanted,

@@ -57,6 +57,7 @@ from kappaflow.runner.topics import prepare_topics
 from kappaflow.spark.executor import InputRow, OutputRow, RecordRow, StageJob, load_app, run_partitions
 from kappaflow.topology.nodes import ProcessorSpec, SubTopology
 from kappaflow.topology.topology import Topology
+from kappaflow_contract.topics import changelog_topic
 
 log = logging.getLogger(__name__)
 
@@ -293,8 +294,7 @@ class Reprocessor:
     def prepare_topics(self) -> dict[str, int]:
         """Create/validate the new id's internal topics; refuse an id whose internal topics hold records."""
         counts = prepare_topics(self.topology, self.config, self.admin).partition_counts
-        internal = [self.topology.resolve_topic(t, self.app_id) for t in self.topology.internal_topics]
-        internal += [f"{self.app_id}-{spec.name}" for spec in self.topology.changelog_topics().values()]
+        internal = self.topology.internal_topic_names(self.app_id)
         consumer = Consumer({**self.settings["restore"], "group.id": f"{self.app_id}-reprocess-check"})
         try:
             for topic in internal:
@@ -383,7 +383,7 @@ class Reprocessor:
             for t, spec in self.topology.internal_topics.items()
             if spec.kind == "repartition"
         )
-        changelogs = [f"{self.app_id}-{spec.name}" for spec in self.topology.changelog_topics().values()]
+        changelogs = [changelog_topic(self.app_id, store) for store in self.topology.changelog_topics()]
         producer = dict(self.settings["producer"])
         producer.pop("transactional.id", None)
         producer.pop("transaction.timeout.ms", None)

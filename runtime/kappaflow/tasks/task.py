@@ -42,6 +42,7 @@ from kappaflow.tasks.punctuation import PunctuationQueue
 from kappaflow.tasks.state_manager import ProcessorStateManager
 from kappaflow.topology.nodes import ProcessorSpec, SinkSpec, SourceSpec
 from kappaflow.topology.topology import Topology
+from kappaflow_contract.topics import changelog_topic
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +146,7 @@ class StreamTask:
 
     # ----------------------------------------------------------------- construction
     def changelog_topic(self, store_name: str) -> str:
-        return f"{self.application_id}-{store_name}-changelog"
+        return changelog_topic(self.application_id, store_name)
 
     def _build_nodes(self) -> None:
         config = self.config

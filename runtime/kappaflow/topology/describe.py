@@ -2,6 +2,8 @@
 
 The JSON form is a contract with the operator: it lists the user's topics and every internal topic with
 its config and where its partition count comes from, so topics can be created before any pod starts.
+Its schema is `kappaflow_contract.describe` (the operator validates this output with it, and so does the
+runtime before it creates its own topics); topic configs are written as strings, as the schema says.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from kappaflow.topology.nodes import NodeSpec, ProcessorSpec, SinkSpec, SourceSpec
+from kappaflow_contract.describe import SCHEMA_VERSION
 
 if TYPE_CHECKING:
     from kappaflow.topology.topology import Topology
@@ -29,6 +32,10 @@ def _node_lines(node: NodeSpec) -> list[str]:
     if node.parents:
         lines.append(f"      <-- {', '.join(node.parents)}")
     return lines
+
+
+def _strings(config: dict[str, Any]) -> dict[str, str]:
+    return {k: str(v) for k, v in config.items()}
 
 
 class TopologyDescription:
@@ -113,16 +120,17 @@ class TopologyDescription:
         internal: list[dict[str, Any]] = []
         for name, spec in topology.internal_topics.items():
             count, users = self._partitions_of_topic(name)
-            entry: dict[str, Any] = {"name": name, "type": spec.kind, "config": dict(spec.config)}
+            entry: dict[str, Any] = {"name": name, "type": spec.kind, "config": _strings(spec.config)}
             entry.update({"partitions": count} if count is not None else {"partitions_from": sorted(users)})
             internal.append(entry)
         for store, spec in topology.changelog_topics().items():
             sub = next((s for s in subs if store in s.stores), None)
             count, users = self._partitions_of_subtopology(sub.source_topics) if sub else (None, set())
-            entry = {"name": spec.name, "type": "changelog", "config": dict(spec.config), "store": store}
+            entry = {"name": spec.name, "type": "changelog", "config": _strings(spec.config), "store": store}
             entry.update({"partitions": count} if count is not None else {"partitions_from": sorted(users)})
             internal.append(entry)
         return {
+            "schema_version": SCHEMA_VERSION,
             "sub_topologies": [
                 {
                     "id": s.id,

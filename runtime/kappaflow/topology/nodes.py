@@ -68,7 +68,7 @@ class InternalTopicSpec:
     """A topic the application owns. `name` has no application-id prefix; the runtime adds it."""
 
     name: str
-    kind: str  # "repartition" | "changelog" | "subscription" | "response"
+    kind: str  # "repartition" or "changelog" (foreign-key joins' topics are repartition topics)
     partitions: int | None = None
     config: dict[str, str] = field(default_factory=dict)
 

@@ -26,6 +26,7 @@ from kappaflow.topology.nodes import (
     SubTopology,
     TopicNameExtractor,
 )
+from kappaflow_contract.topics import changelog_short_name, internal_topic_name
 
 
 class Topology:
@@ -245,11 +246,17 @@ class Topology:
                 continue
             config = {"cleanup.policy": "compact"}
             config.update(builder.log_config)
-            result[name] = InternalTopicSpec(f"{name}-changelog", "changelog", None, config)
+            result[name] = InternalTopicSpec(changelog_short_name(name), "changelog", None, config)
         return result
 
     def resolve_topic(self, topic: str, application_id: str) -> str:
-        return f"{application_id}-{topic}" if topic in self.internal_topics else topic
+        """The full name of `topic`: internal topics get the application id prefix, user topics stay."""
+        return internal_topic_name(application_id, topic) if topic in self.internal_topics else topic
+
+    def internal_topic_names(self, application_id: str) -> list[str]:
+        """Full names of every internal topic: repartition topics, then the stores' changelogs."""
+        names = [internal_topic_name(application_id, t) for t in self.internal_topics]
+        return names + [internal_topic_name(application_id, s.name) for s in self.changelog_topics().values()]
 
     def describe(self) -> TopologyDescription:
         return TopologyDescription(self)
