@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import os
 import uuid
 from collections.abc import Mapping
@@ -20,6 +21,8 @@ from typing import Any
 from kubernetes import client, config
 
 from .models import API_VERSION, PLURAL
+
+log = logging.getLogger(__name__)
 
 FIELD_MANAGER = "kappaflow-operator"
 APPLY = "application/apply-patch+yaml"
@@ -203,7 +206,13 @@ class Kube:
 
     # ---- events ------------------------------------------------------------------------------------------
     def event(self, involved: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
-        """A core/v1 Event on the StreamApp, so `kubectl describe streamapp` shows each step."""
+        """A core/v1 Event on the StreamApp, so `kubectl describe streamapp` shows each step.
+
+        Best effort, as Kubernetes' own event recorders are: an event records a step, it is never a reason
+        for the step to fail. The API server refuses every new object in a terminating namespace (403
+        NamespaceTerminating), so a cleanup that raised here could never remove its finalizer and the
+        namespace would stay Terminating for good (`kubectl delete -k examples/k8s` on a real cluster).
+        """
         meta = involved["metadata"]
         now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         body = {
@@ -227,4 +236,7 @@ class Kube:
             "reportingComponent": FIELD_MANAGER,
             "reportingInstance": os.environ.get("HOSTNAME", FIELD_MANAGER),
         }
-        self._call("POST", object_path("v1", "Event", meta["namespace"]), body)
+        try:
+            self._call("POST", object_path("v1", "Event", meta["namespace"]), body)
+        except KubeError as exc:
+            log.warning("event %s on %s/%s not recorded: %s", reason, meta["namespace"], meta["name"], exc)

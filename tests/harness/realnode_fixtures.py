@@ -69,14 +69,16 @@ def real_node() -> Iterator[RealNode]:
     def handle(info: dict[str, Any]) -> RealNode:
         return RealNode(Path(info["kubeconfig"]), info["server"], info["host_ip"], s.BIN / "kubectl")
 
+    from tests.harness import images
+    from tests.harness.realnode.images_store import import_images
+
+    names = list(images.ensure_images(list(images.ALL_IMAGES)))
     info = node.running_info()
-    if info is not None:
+    if info is not None:  # the user's node: its images brought up to date, the node left running
+        import_images(names, node.log)
         yield handle(info)
         return
-    from tests.harness import images
-
     binaries.build()
-    names = list(images.ensure_images(list(images.ALL_IMAGES)))
     info = node.start(names, attached=True)
     try:
         yield handle(info)
