@@ -91,7 +91,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=30.0, help="run time; 0 runs until Ctrl-C")
     parser.add_argument("--port", type=int, default=9092)
     parser.add_argument("--keep-broker", action="store_true")
-    parser.add_argument("--kafka-dir", type=Path, default=ROOT / ".run" / "kafka", help="the broker's data dir")
+    parser.add_argument("--kafka-dir", type=Path, default=ROOT / ".run" / "kafka", help="broker data dir")
     parser.add_argument("--state-dir", type=Path, default=ROOT / ".run" / "state", help="the app's state.dir")
     args = parser.parse_args()
     # The app's full log goes to a file; the console only gets warnings, so the counts stay readable.
