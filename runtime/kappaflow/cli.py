@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
+import inspect
 import json
 import logging
 import os
@@ -45,15 +46,30 @@ def load_topology(target: str) -> Topology:
     except AttributeError as exc:
         raise StreamsError(f"module '{module_name}' has no attribute '{attr}'") from exc
     if callable(found) and not isinstance(found, Topology):
-        try:
-            found = found()
-        except TypeError as exc:
-            raise StreamsError(f"'{target}' must be a Topology or take no arguments: {exc}") from exc
+        _check_no_arguments(found, target)
+        found = found()  # an error raised inside it is the user's, shown with its own traceback
     if hasattr(found, "build") and not isinstance(found, Topology):
         found = found.build()
     if not isinstance(found, Topology):
         raise StreamsError(f"'{target}' is not a Topology (got {type(found).__name__})")
     return found
+
+
+def _check_no_arguments(function: Any, target: str) -> None:
+    """Fail with a one-line error when `function` cannot be called without arguments. Only the signature
+    decides: a TypeError raised inside a well-formed function is a bug there, not a wrong signature, and
+    must keep its traceback."""
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):  # no signature to read (some builtins): calling it will tell
+        return
+    try:
+        signature.bind()
+    except TypeError as exc:
+        raise StreamsError(
+            f"'{target}' must be a Topology or a function taking no arguments: "
+            f"{getattr(function, '__name__', target)}{signature}: {exc}"
+        ) from exc
 
 
 def _describe(args: argparse.Namespace) -> int:
@@ -122,8 +138,15 @@ def _run(args: argparse.Namespace) -> int:
         log.error(
             "close timed out after %.0fs; where each thread was:\n%s", args.close_timeout, _thread_stacks()
         )
-    log.info("stopped (%s)", "error" if failed else "clean" if closed else "close timed out")
-    code = 1 if failed or not closed else 0
+    unclean = streams.final_commit_error
+    if failed or not closed:
+        log.info("stopped (%s)", "error" if failed else "close timed out")
+    elif unclean is not None:
+        log.error("stopped (not clean: the final commit failed: %s); records processed since the last "
+                  "commit will be processed again", unclean)  # fmt: skip
+    else:
+        log.info("stopped (clean)")
+    code = 1 if failed or not closed or unclean is not None else 0
     # Everything was committed and closed above (or the close timed out): leave now. librdkafka handles
     # left to the interpreter's finalizer could otherwise hold the exit (e.g. on an unreachable broker).
     _flush_logs()
@@ -168,7 +191,14 @@ def _start_query_server(streams: Any) -> Any:
 
     if streams.host_info is None:
         raise StreamsError("query.http.enabled=true needs application.server=host:port")
-    server = QueryServer(streams, streams.config.get_str("query.http.host") or "0.0.0.0")
+    host = streams.config.get_str("query.http.host") or "0.0.0.0"
+    try:
+        server = QueryServer(streams, host)
+    except OSError as exc:  # the port is taken, or the host is not this machine's
+        raise StreamsError(
+            f"config 'application.server': cannot listen on {host}:{streams.host_info.port} for "
+            f"interactive queries (query.http.enabled=true): {exc.strerror or exc}"
+        ) from exc
     server.start()
     return server
 

@@ -76,6 +76,9 @@ class StreamThread:
         self.partition_counts: dict[str, int] = {}
         self.tm: TaskManager | None = None
         self.global_state: GlobalStateUpdater | None = None
+        # set when the commit of a clean shutdown failed: what was processed since the last commit is
+        # processed again by whoever owns the tasks next, so the stop was not clean
+        self.final_commit_error: BaseException | None = None
         log.info("drain loop: %s", native.describe(config.get_bool("kappaflow.native.enabled")))
 
     # ----------------------------------------------------------------- set-up
@@ -235,8 +238,9 @@ class StreamThread:
         if clean:
             try:
                 self.commit()
-            except Exception:
+            except Exception as exc:
                 log.exception("final commit failed")
+                self.final_commit_error = exc
                 clean = False
         self.producer.close()  # aborts a transaction still open
         with self.state_lock:
