@@ -335,6 +335,10 @@ class KafkaStreams:
         workers_clean = self._workers is None or self._workers.stop(timeout)
         if not workers_clean:
             log.error("not every worker stopped within %.0fs (see the lines above)", timeout)
+        if self._workers is not None and self._workers.unclean_exits and self.final_commit_error is None:
+            self.final_commit_error = StreamsError(
+                f"in worker(s) {', '.join(self._workers.unclean_exits)}, which exited non-zero (see above)"
+            )
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
             if self._thread.is_alive():
