@@ -25,6 +25,7 @@ from typing import Any
 from kappaflow.api.errors import StreamsError
 from kappaflow.topology.topology import Topology
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")  # kappaflow.runner.logs.LEVELS (not imported here: slow)
 # Beyond --close-timeout (which bounds the commit and close), the seconds left to stop the HTTP servers
 # and log the last line before the process exits regardless.
 CLOSE_GRACE_S = 10.0
@@ -113,9 +114,12 @@ def stop_on_signals(stop: threading.Event) -> list[int]:
 def _run(args: argparse.Namespace) -> int:
     """Run until SIGTERM/SIGINT, then commit and close (exit 0), or exit 1 if the app failed."""
     from kappaflow.runner import KafkaStreams, State, tune_gc_for_streaming
-    from kappaflow.runner.logs import configure_json_logging
+    from kappaflow.runner.logs import LogSettingError, configure_logging
 
-    configure_json_logging(args.log_level)
+    try:  # text on a terminal, JSON lines otherwise (a pod's log), unless asked
+        configure_logging(args.log_level, args.log_format, default_format="auto")
+    except LogSettingError as exc:
+        raise StreamsError(str(exc)) from exc
     log = logging.getLogger("kappaflow.cli")
     topology = load_topology(args.app)
     streams = KafkaStreams(topology, _config(args))
@@ -138,6 +142,7 @@ def _run(args: argparse.Namespace) -> int:
         log.error(
             "close timed out after %.0fs; where each thread was:\n%s", args.close_timeout, _thread_stacks()
         )
+    failed = failed or streams.error is not None  # the stream thread may have failed while closing
     unclean = streams.final_commit_error
     if failed or not closed:
         log.info("stopped (%s)", "error" if failed else "close timed out")
@@ -287,7 +292,17 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="run the application against Kafka until SIGTERM")
     run.add_argument("app", help="module:attr naming a Topology or a function returning one")
     run.add_argument("--config", help="a .properties file; KAPPAFLOW_* environment variables override it")
-    run.add_argument("--log-level", default="INFO")
+    run.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=LOG_LEVELS,
+        help="default: KAPPAFLOW_LOG_LEVEL, else INFO",
+    )
+    run.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        help="default: KAPPAFLOW_LOG_FORMAT, else text on a terminal and JSON lines otherwise",
+    )
     run.add_argument("--close-timeout", type=float, default=60.0, help="seconds to commit and close")
     run.set_defaults(func=_run)
     reset = commands.add_parser(
@@ -338,7 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--output-map", action="append", default=[], metavar="OLD=NEW", help="write output topic OLD to NEW"
     )
     reprocess.add_argument("--json", action="store_true", help="print the result as JSON at the end")
-    reprocess.add_argument("--log-level", default="WARNING")
+    reprocess.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, default="WARNING")
     reprocess.set_defaults(func=_reprocess)
     return parser
 

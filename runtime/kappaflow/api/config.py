@@ -118,7 +118,14 @@ NOT_IMPLEMENTED = frozenset(
     }
 )
 # KAPPAFLOW_* environment variables of the tooling, not configuration.
-NON_CONFIG_ENV = ("KAPPAFLOW_CACHE", "KAPPAFLOW_ENTRY_POINT", "KAPPAFLOW_KUBECONFIG", "KAPPAFLOW_VERSION")
+NON_CONFIG_ENV = (
+    "KAPPAFLOW_CACHE",
+    "KAPPAFLOW_ENTRY_POINT",
+    "KAPPAFLOW_KUBECONFIG",
+    "KAPPAFLOW_VERSION",
+    "KAPPAFLOW_LOG_LEVEL",  # logging (kappaflow.runner.logs), read by `kappaflow run`
+    "KAPPAFLOW_LOG_FORMAT",
+)
 NON_CONFIG_ENV_PREFIXES = ("KAPPAFLOW_TEST_", "KAPPAFLOW_OPERATOR_")
 
 _INT_KEYS = {

@@ -42,6 +42,7 @@ from kappaflow.tasks.task import StreamTask
 from kappaflow.topology.topology import Topology
 
 log = logging.getLogger(__name__)
+SERVE_INTERVAL_S = 1.0  # how often an idle thread's producers are polled (runner/thread.py)
 
 BATCH = 1000
 
@@ -72,7 +73,7 @@ class StreamThread:
         self.commit_interval = config.get_int("commit.interval.ms") / 1000.0
         self.poll_timeout = config.get_int("poll.ms") / 1000.0
         self._consumer_failure: KafkaError | None = None  # set by librdkafka's error callback
-        self._last_commit = self._last_lag = time.monotonic()
+        self._last_commit = self._last_lag = self._last_served = time.monotonic()
         self.partition_counts: dict[str, int] = {}
         self.tm: TaskManager | None = None
         self.global_state: GlobalStateUpdater | None = None
@@ -150,6 +151,10 @@ class StreamThread:
             ):
                 self.commit()
         self._update_state()
+        if time.monotonic() - self._last_served >= SERVE_INTERVAL_S:
+            # nothing else polls an idle thread's producers: their librdkafka log lines would pile up
+            self._last_served = time.monotonic()
+            self.producer.collector.serve_reports()
         if time.monotonic() - self._last_lag >= LAG_INTERVAL_S and self.rebalance.assigned:
             self._last_lag = time.monotonic()
             report_consumer_lag(consumer, self.rebalance.assigned, self.metrics)
