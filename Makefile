@@ -27,7 +27,7 @@ PYTHON_DRAIN_TESTS ?= tests/runtime --ignore=tests/runtime/test_native_core.py \
 # prints the counts as they change. RUN_SECONDS=0 runs until Ctrl-C.
 RUN_SECONDS ?= 30
 run: setup kafka-download
-	@$(PY) examples/run_wordcount.py --seconds $(RUN_SECONDS) --port $(KAFKA_PORT)
+	@$(PY) examples/run_wordcount.py --seconds $(RUN_SECONDS) --port $(KAFKA_PORT) --kafka-dir $(KAFKA_DIR)
 
 bench: setup kafka-download
 	$(PY) bench/throughput.py

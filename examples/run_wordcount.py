@@ -6,7 +6,7 @@ this process, and a small generator writes sentences to `wordcount-input`. Every
 frequent words (read back from `wordcount-output`) are printed, so you watch the counts change. The
 broker is stopped on exit unless it was already running or `--keep-broker` is given.
 
-    python examples/run_wordcount.py [--seconds 30] [--port 9092] [--keep-broker]
+    python examples/run_wordcount.py [--seconds 30] [--port 9092] [--keep-broker] [--kafka-dir .run/kafka]
 """
 
 from __future__ import annotations
@@ -53,6 +53,17 @@ def broker(command: str, port: int, data_dir: Path) -> str:
     return result.stdout
 
 
+def bootstrap_address(start_output: str) -> str:
+    """The address `kafka_broker start` printed as its last line, whether it started the broker or found it
+    already running (`make kafka-up` first): anything but host:port there is an error, never an address."""
+    lines = start_output.strip().splitlines()
+    last = lines[-1].strip() if lines else ""
+    host, _, port = last.rpartition(":")
+    if not host or " " in last or not port.isdigit():
+        raise SystemExit(f"could not read the broker address from its start output:\n{start_output}")
+    return last
+
+
 def ensure_topics(bootstrap: str) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     existing = admin.list_topics(timeout=15).topics
@@ -80,10 +91,12 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=30.0, help="run time; 0 runs until Ctrl-C")
     parser.add_argument("--port", type=int, default=9092)
     parser.add_argument("--keep-broker", action="store_true")
+    parser.add_argument("--kafka-dir", type=Path, default=ROOT / ".run" / "kafka", help="broker data dir")
+    parser.add_argument("--state-dir", type=Path, default=ROOT / ".run" / "state", help="the app's state.dir")
     args = parser.parse_args()
     # The app's full log goes to a file; the console only gets warnings, so the counts stay readable.
     configure_logging(file=LOG_FILE, console_level="WARNING")
-    data_dir = ROOT / ".run" / "kafka"
+    data_dir = args.kafka_dir
     already = (
         subprocess.run(
             [sys.executable, "-m", "tests.harness.kafka_broker", "status", "--dir", str(data_dir)],
@@ -95,7 +108,7 @@ def main() -> int:
         == 0
     )
     output = broker("start", args.port, data_dir)
-    bootstrap = output.strip().splitlines()[-1]
+    bootstrap = bootstrap_address(output)
     print(f"==> broker at {bootstrap}")
     stop = threading.Event()
     streams: KafkaStreams | None = None
@@ -106,7 +119,7 @@ def main() -> int:
             {
                 "application.id": "wordcount-example",
                 "bootstrap.servers": bootstrap,
-                "state.dir": str(ROOT / ".run" / "state"),
+                "state.dir": str(args.state_dir),
                 "commit.interval.ms": 1000,
                 "metrics.host": "127.0.0.1",
                 "metrics.port": 0,

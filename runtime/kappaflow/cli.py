@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
+import inspect
 import json
 import logging
 import os
@@ -24,6 +25,7 @@ from typing import Any
 from kappaflow.api.errors import StreamsError
 from kappaflow.topology.topology import Topology
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")  # kappaflow.runner.logs.LEVELS (not imported here: slow)
 # Beyond --close-timeout (which bounds the commit and close), the seconds left to stop the HTTP servers
 # and log the last line before the process exits regardless.
 CLOSE_GRACE_S = 10.0
@@ -45,15 +47,30 @@ def load_topology(target: str) -> Topology:
     except AttributeError as exc:
         raise StreamsError(f"module '{module_name}' has no attribute '{attr}'") from exc
     if callable(found) and not isinstance(found, Topology):
-        try:
-            found = found()
-        except TypeError as exc:
-            raise StreamsError(f"'{target}' must be a Topology or take no arguments: {exc}") from exc
+        _check_no_arguments(found, target)
+        found = found()  # an error raised inside it is the user's, shown with its own traceback
     if hasattr(found, "build") and not isinstance(found, Topology):
         found = found.build()
     if not isinstance(found, Topology):
         raise StreamsError(f"'{target}' is not a Topology (got {type(found).__name__})")
     return found
+
+
+def _check_no_arguments(function: Any, target: str) -> None:
+    """Fail with a one-line error when `function` cannot be called without arguments. Only the signature
+    decides: a TypeError raised inside a well-formed function is a bug there, not a wrong signature, and
+    must keep its traceback."""
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):  # no signature to read (some builtins): calling it will tell
+        return
+    try:
+        signature.bind()
+    except TypeError as exc:
+        raise StreamsError(
+            f"'{target}' must be a Topology or a function taking no arguments: "
+            f"{getattr(function, '__name__', target)}{signature}: {exc}"
+        ) from exc
 
 
 def _describe(args: argparse.Namespace) -> int:
@@ -97,9 +114,12 @@ def stop_on_signals(stop: threading.Event) -> list[int]:
 def _run(args: argparse.Namespace) -> int:
     """Run until SIGTERM/SIGINT, then commit and close (exit 0), or exit 1 if the app failed."""
     from kappaflow.runner import KafkaStreams, State, tune_gc_for_streaming
-    from kappaflow.runner.logs import configure_json_logging
+    from kappaflow.runner.logs import LogSettingError, configure_logging
 
-    configure_json_logging(args.log_level)
+    try:  # text on a terminal, JSON lines otherwise (a pod's log), unless asked
+        configure_logging(args.log_level, args.log_format, default_format="auto")
+    except LogSettingError as exc:
+        raise StreamsError(str(exc)) from exc
     log = logging.getLogger("kappaflow.cli")
     topology = load_topology(args.app)
     streams = KafkaStreams(topology, _config(args))
@@ -122,8 +142,16 @@ def _run(args: argparse.Namespace) -> int:
         log.error(
             "close timed out after %.0fs; where each thread was:\n%s", args.close_timeout, _thread_stacks()
         )
-    log.info("stopped (%s)", "error" if failed else "clean" if closed else "close timed out")
-    code = 1 if failed or not closed else 0
+    failed = failed or streams.error is not None  # the stream thread may have failed while closing
+    unclean = streams.final_commit_error
+    if failed or not closed:
+        log.info("stopped (%s)", "error" if failed else "close timed out")
+    elif unclean is not None:
+        log.error("stopped (not clean: the final commit failed: %s); records processed since the last "
+                  "commit will be processed again", unclean)  # fmt: skip
+    else:
+        log.info("stopped (clean)")
+    code = 1 if failed or not closed or unclean is not None else 0
     # Everything was committed and closed above (or the close timed out): leave now. librdkafka handles
     # left to the interpreter's finalizer could otherwise hold the exit (e.g. on an unreachable broker).
     _flush_logs()
@@ -168,7 +196,14 @@ def _start_query_server(streams: Any) -> Any:
 
     if streams.host_info is None:
         raise StreamsError("query.http.enabled=true needs application.server=host:port")
-    server = QueryServer(streams, streams.config.get_str("query.http.host") or "0.0.0.0")
+    host = streams.config.get_str("query.http.host") or "0.0.0.0"
+    try:
+        server = QueryServer(streams, host)
+    except OSError as exc:  # the port is taken, or the host is not this machine's
+        raise StreamsError(
+            f"config 'application.server': cannot listen on {host}:{streams.host_info.port} for "
+            f"interactive queries (query.http.enabled=true): {exc.strerror or exc}"
+        ) from exc
     server.start()
     return server
 
@@ -256,7 +291,17 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="run the application against Kafka until SIGTERM")
     run.add_argument("app", help="module:attr naming a Topology or a function returning one")
     run.add_argument("--config", help="a .properties file; KAPPAFLOW_* environment variables override it")
-    run.add_argument("--log-level", default="INFO")
+    run.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=LOG_LEVELS,
+        help="default: KAPPAFLOW_LOG_LEVEL, else INFO",
+    )
+    run.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        help="default: KAPPAFLOW_LOG_FORMAT, else text on a terminal and JSON lines otherwise",
+    )
     run.add_argument("--close-timeout", type=float, default=60.0, help="seconds to commit and close")
     run.set_defaults(func=_run)
     reset = commands.add_parser(
@@ -307,7 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--output-map", action="append", default=[], metavar="OLD=NEW", help="write output topic OLD to NEW"
     )
     reprocess.add_argument("--json", action="store_true", help="print the result as JSON at the end")
-    reprocess.add_argument("--log-level", default="WARNING")
+    reprocess.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, default="WARNING")
     reprocess.set_defaults(func=_reprocess)
     return parser
 

@@ -45,6 +45,8 @@ NON_CONFIG_ENV = frozenset(
         "KAPPAFLOW_VERSION",
         TOPOLOGY_CONFIGMAP_ENV,
         DESCRIBE_KEY_ENV,
+        "KAPPAFLOW_LOG_LEVEL",  # logging (kappaflow.runner.logs), read by `kappaflow run`
+        "KAPPAFLOW_LOG_FORMAT",
     }
 )
 NON_CONFIG_ENV_PREFIXES = ("KAPPAFLOW_TEST_", "KAPPAFLOW_OPERATOR_")

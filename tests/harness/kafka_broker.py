@@ -18,6 +18,9 @@ CLI (used by ``make kafka-up`` / ``make kafka-down``)::
     python -m tests.harness.kafka_broker stop [--dir .run/kafka]
     python -m tests.harness.kafka_broker status [--dir .run/kafka]
     python -m tests.harness.kafka_broker download
+
+``start`` ends its output with a line holding only the bootstrap address (``127.0.0.1:<port>``), whether it
+started the broker or found it running (``make kafka-up`` then ``make run`` reuses it).
 """
 
 from __future__ import annotations
@@ -531,6 +534,7 @@ def _cmd_start(args: argparse.Namespace) -> int:
             print(f"Kafka {state['version']} already running (pid {state['pid']}) at {bootstrap}")
             if state["port"] != args.port:
                 print(f"note: it listens on {state['port']}, not the requested {args.port}", file=sys.stderr)
+            print(bootstrap)  # the last line is the address, whichever way the broker was found
             return 0
         print(f"Kafka pid {state['pid']} is not answering; restarting it", file=sys.stderr)
         _terminate_pid(int(state["pid"]), 30.0)

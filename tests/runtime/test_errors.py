@@ -26,6 +26,21 @@ def test_log_and_fail_names_topic_partition_and_offset() -> None:
             raw_in.pipe_input("k", b"\x01\x02")
 
 
+def test_the_error_of_a_failing_handler_names_its_setting() -> None:
+    """A poison record that stops the application says which setting decided that, and the way out."""
+    with TopologyTestDriver(long_sum_topology()) as driver:
+        raw_in = driver.create_input_topic("in", S, serdes.Bytes())
+        with pytest.raises(DeserializationError) as failed:
+            raw_in.pipe_input("k", b"\x01\x02")
+    assert "default.deserialization.exception.handler=log_and_fail" in str(failed.value)
+    assert "log_and_continue" in str(failed.value)
+    with TopologyTestDriver(long_sum_topology()) as driver:
+        with pytest.raises(ProcessingError) as failed_processing:
+            driver.create_input_topic("in", S, L).pipe_input("zero", 0)
+    assert "processing.exception.handler=log_and_fail" in str(failed_processing.value)
+    assert "ZeroDivisionError" in str(failed_processing.value)
+
+
 def test_log_and_continue_skips_to_dead_letter_topic_and_keeps_going() -> None:
     config = {
         "default.deserialization.exception.handler": "log_and_continue",

@@ -54,3 +54,41 @@ def test_runtime_loggers_are_named_by_module():
 
     assert task.log.name == "kappaflow.tasks.task"
     assert window_store.log.name == "kappaflow.state.window_store"
+
+
+def test_librdkafka_lines_are_aggregated_and_a_connect_failure_names_the_address(monkeypatch, caplog):
+    from kappaflow.clients import rdkafka_log
+
+    now = [0.0]
+    monkeypatch.setattr(rdkafka_log, "_repeats", rdkafka_log._Repeats(lambda: now[0]))
+    logger = rdkafka_log.LibrdkafkaLog("broker-0:9092")
+    fail = (
+        "broker-0:9092/bootstrap: Connect to ipv4#10.0.0.1:9092 failed: Connection refused"
+        " (after {}ms in state CONNECT)"
+    )
+    caplog.set_level(logging.DEBUG, logger="kappaflow.clients")
+    for attempt in range(50):  # two clients, 25 attempts each within the interval
+        logger.log(logging.ERROR, "%s [%s] %s", "FAIL", f"app-{attempt % 2}#consumer-1", fail.format(attempt))
+    now[0] += rdkafka_log.REPEAT_INTERVAL_S
+    logger.log(logging.ERROR, "%s [%s] %s", "FAIL", "app-0#consumer-1", fail.format(0))
+    records = [(r.name, r.levelname, r.getMessage()) for r in caplog.records]
+    warnings = [m for name, _, m in records if name == "kappaflow.clients"]
+    assert len(warnings) == 2 and all(
+        "bootstrap.servers=broker-0:9092: Connection refused" in m for m in warnings
+    )
+    assert "49 more like it" in warnings[1]
+    routed = [(level, m) for name, level, m in records if name == "kappaflow.clients.librdkafka"]
+    assert [level for level, _ in routed] == ["WARNING", "WARNING"]  # retried: not an error yet
+    assert "(after" not in routed[0][1] and "49 more like it" in routed[1][1]
+
+
+def test_kappaflow_log_variables_are_not_config_keys():
+    from kappaflow.api.config import StreamsConfig
+
+    environ = {
+        "KAPPAFLOW_LOG_LEVEL": "DEBUG",
+        "KAPPAFLOW_LOG_FORMAT": "json",
+        "KAPPAFLOW_APPLICATION_ID": "a",
+    }
+    config = StreamsConfig.load({"bootstrap.servers": "b:9092"}, environ=environ)
+    assert config.application_id == "a" and "log.level" not in config.as_dict()

@@ -19,6 +19,7 @@ from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartiti
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from kappaflow.api.errors import StreamsError
+from kappaflow.clients.rdkafka_log import serve_logs, with_logger
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,7 @@ class GroupMember:
 class InternalTopicManager:
     def __init__(self, settings: Mapping[str, Any]) -> None:
         self._settings = dict(settings)
-        self.admin = AdminClient(self._settings)
+        self.admin = serve_logs(AdminClient(with_logger(self._settings)))
 
     def list_topics(self, topic: str | None = None, timeout: float = 10) -> Any:
         return self.admin.list_topics(topic, timeout=timeout)
@@ -192,7 +193,8 @@ class InternalTopicManager:
                 f"group '{group_id}' still has {len(members)} active member(s) ({state}): stop the "
                 "application before resetting it"
             )
-        consumer = Consumer({**self._settings, "group.id": group_id, "enable.auto.commit": False})
+        settings = {**self._settings, "group.id": group_id, "enable.auto.commit": False}
+        consumer = Consumer(with_logger(settings))
         try:
             metadata = consumer.list_topics(timeout=15)
             offsets = []

@@ -19,6 +19,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from kappaflow.api.config import CLIENT_PASSTHROUGH, StreamsConfig
 from kappaflow.api.errors import ProducerFencedError, StreamsError
 from kappaflow.api.record import Headers
+from kappaflow.clients.rdkafka_log import serve_consumer_logs, with_logger
 
 log = logging.getLogger(__name__)
 
@@ -132,11 +133,13 @@ def is_consumer_protocol(settings: dict[str, Any]) -> bool:
 
 
 def new_consumer(settings: dict[str, Any]) -> Consumer:
-    return Consumer(dict(settings))
+    """A consumer its owner polls (its librdkafka log lines arrive through those polls)."""
+    return Consumer(with_logger(settings))
 
 
 def new_producer(settings: dict[str, Any]) -> Producer:
-    return Producer(dict(settings))
+    """A producer its owner polls (its librdkafka log lines arrive through those polls)."""
+    return Producer(with_logger(settings))
 
 
 class ProductionError(StreamsError):
@@ -305,6 +308,10 @@ class KafkaRecordCollector:
         if self.sent & 0x3FF == 0:
             self._serve_reports()
 
+    def serve_reports(self) -> None:
+        """Serve delivery reports and the producers' queued librdkafka log lines (an idle thread's too)."""
+        self._serve_reports()
+
     def _serve_reports(self) -> None:
         """Every 1024 records: serve delivery reports, so neither producer's queue of them grows."""
         try:
@@ -370,10 +377,11 @@ class WatermarkReader:
     restart (librdkafka's admin ListOffsets kept failing with FENCED_LEADER_EPOCH there)."""
 
     def __init__(self, settings: dict[str, Any]) -> None:
-        self._consumer = Consumer({**settings, "isolation.level": "read_uncommitted"})
+        self._consumer = Consumer(with_logger({**settings, "isolation.level": "read_uncommitted"}))
 
     def __call__(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, int]]:
         bounds: dict[tuple[str, int], tuple[int, int]] = {}
+        serve_consumer_logs(self._consumer)  # it never fetches: only this hands over its log lines
         for topic, partition in partitions:
             try:
                 low, high = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)

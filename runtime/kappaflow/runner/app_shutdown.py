@@ -23,6 +23,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from kappaflow.clients.rdkafka_log import serve_consumer_logs, with_logger
+
 log = logging.getLogger(__name__)
 
 WATCH_INTERVAL_S = 2.0
@@ -62,7 +64,7 @@ class ApplicationShutdownSignal:
     def request(self, client: str, reason: str) -> None:
         """Ask every instance to shut down. Best effort: a failure is logged; this instance stops anyway."""
         metadata = json.dumps({"client": client, "reason": reason[:500]})
-        consumer = Consumer(dict(self._settings))
+        consumer = Consumer(with_logger(self._settings))
         try:
             offset = max(int(time.time() * 1000), 1)
             consumer.commit(offsets=[self._partition(offset, metadata)], asynchronous=False)
@@ -79,10 +81,11 @@ class ApplicationShutdownSignal:
         with the sender's description when it differs from the first successful reading."""
 
         def loop() -> None:
-            consumer = Consumer(dict(self._settings))
+            consumer = Consumer(with_logger(self._settings))
             try:
                 baseline = self._read(consumer)
                 while not self._stopped.wait(WATCH_INTERVAL_S):
+                    serve_consumer_logs(consumer)  # it never fetches: only this hands over its log lines
                     current = self._read(consumer)
                     if current is None:
                         continue

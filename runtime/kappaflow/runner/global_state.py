@@ -17,12 +17,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 
 from kappaflow.api.config import StreamsConfig
 from kappaflow.api.errors import StreamsError
 from kappaflow.api.metrics import Metrics
 from kappaflow.api.record import Headers
+from kappaflow.clients.kafka import new_consumer
 from kappaflow.tasks.drain import RawRecord
 from kappaflow.tasks.global_task import GlobalTask
 from kappaflow.topology.topology import Topology
@@ -49,7 +50,7 @@ class GlobalStateUpdater:
         self.persistent = all(store.persistent for store in self.task.stores.values())
         settings = dict(consumer_settings)
         settings["client.id"] = f"{settings.get('client.id', 'kappaflow')}-global"
-        self.consumer = Consumer(settings)
+        self.consumer = new_consumer(settings)
         self.positions: dict[tuple[str, int], int] = {}
 
     def _read_checkpoint(self) -> dict[tuple[str, int], int]:

@@ -2,10 +2,14 @@
 
 Every kappaflow logger is named after its module (`kappaflow.runner.thread`, `kappaflow.tasks.task`,
 ...), so levels can be tuned per package or module with the standard `logging` API. The format is
-chosen by `KAPPAFLOW_LOG_FORMAT` (`text` or `json`) or the `format` argument; JSON is what log shippers
-index without parsing text.
+chosen by the `format` argument, else `KAPPAFLOW_LOG_FORMAT` (`text` or `json`), else the caller's
+default: text for a library user's process, and for `kappaflow run` `auto`, which is text when stderr is a
+terminal and JSON otherwise (a pod's log, a file): what log shippers index without parsing text. The level
+is `level`, else `KAPPAFLOW_LOG_LEVEL`, else INFO, one of `LEVELS`. A bad value of either variable is a
+`LogSettingError` naming the variable and the values allowed (the CLI prints it as its one error line).
 `file` sends the full log (at `level`) to a file while the console only gets `console_level` and above,
 which is how `make run` stays quiet and keeps the details under `.run/logs/`.
+librdkafka's own lines arrive on the `kappaflow.clients.librdkafka` logger (kappaflow.clients.rdkafka_log).
 """
 
 from __future__ import annotations
@@ -37,11 +41,34 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False)
 
 
-def resolve_format(explicit: str | None = None) -> str:
-    """`json` or `text`: the argument, else `KAPPAFLOW_LOG_FORMAT`, else text. Anything else is an error."""
-    chosen = (explicit or os.environ.get(FORMAT_ENV) or "text").strip().lower()
-    if chosen not in ("text", "json"):
-        raise ValueError(f"{FORMAT_ENV}: expected 'text' or 'json', got {chosen!r}")
+FORMATS = ("text", "json")
+LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+class LogSettingError(ValueError):
+    """A log level or format that is not one of the allowed values; the message names where it came from."""
+
+
+def resolve_format(explicit: str | None = None, default: str = "text") -> str:
+    """`json` or `text`: the argument, else `KAPPAFLOW_LOG_FORMAT`, else `default` (`auto`: text on a
+    terminal, JSON otherwise). Anything else is an error naming the variable."""
+    source, value = ("format", explicit) if explicit else (FORMAT_ENV, os.environ.get(FORMAT_ENV))
+    chosen = (value or "").strip().lower()
+    if not chosen:
+        source, chosen = "default", default
+        if chosen == "auto":
+            chosen = "text" if sys.stderr.isatty() else "json"
+    if chosen not in FORMATS:
+        raise LogSettingError(f"{source}: expected 'text' or 'json', got {value or chosen!r}")
+    return chosen
+
+
+def resolve_level(explicit: str | None = None) -> str:
+    """One of `LEVELS`: the argument, else `KAPPAFLOW_LOG_LEVEL`, else INFO (any case)."""
+    source, value = ("level", explicit) if explicit else (LEVEL_ENV, os.environ.get(LEVEL_ENV))
+    chosen = (value or "").strip().upper() or "INFO"
+    if chosen not in LEVELS:
+        raise LogSettingError(f"{source}: expected one of {', '.join(LEVELS)}, got {value!r}")
     return chosen
 
 
@@ -54,13 +81,15 @@ def configure_logging(
     format: str | None = None,
     file: Path | str | None = None,
     console_level: str | None = None,
+    default_format: str = "text",
 ) -> None:
     """Replace the root logger's handlers: stderr (at `console_level`, default `level`) and maybe a file.
 
-    `level` defaults to `KAPPAFLOW_LOG_LEVEL`, else INFO.
+    `level` defaults to `KAPPAFLOW_LOG_LEVEL`, else INFO; `format` to `KAPPAFLOW_LOG_FORMAT`, else
+    `default_format` (`auto`: text on a terminal, else JSON).
     """
-    fmt = resolve_format(format)
-    root_level = (level or os.environ.get(LEVEL_ENV) or "INFO").upper()
+    fmt = resolve_format(format, default_format)
+    root_level = resolve_level(level)
     console = logging.StreamHandler(sys.stderr)
     console.setFormatter(make_formatter(fmt))
     console.setLevel((console_level or root_level).upper())

@@ -29,13 +29,14 @@ import gc
 import logging
 import os
 import socket
+import tempfile
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from kappaflow.api.config import StreamsConfig
-from kappaflow.api.errors import InvalidStateStoreError, StreamsError
+from kappaflow.api.errors import ConfigError, InvalidStateStoreError, StreamsError
 from kappaflow.api.metrics import Metrics
 from kappaflow.api.serdes import Serde
 from kappaflow.clients.admin import InternalTopicManager
@@ -102,6 +103,19 @@ StateListener = Callable[[State, State], None]
 UncaughtExceptionHandler = Callable[[BaseException], StreamThreadExceptionResponse]
 
 
+def check_state_dir(path: Path) -> Path:
+    """Create `state.dir` and prove it writable, before any call to Kafka: a directory that cannot be
+    written used to fail only once tasks opened their stores, after topics were created and the group
+    joined, and without naming the setting."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".kappaflow-write-check-"):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"config 'state.dir': cannot write to {path}: {exc.strerror or exc}") from exc
+    return path
+
+
 class KafkaStreams:
     def __init__(self, topology: Topology, config: StreamsConfig | Mapping[str, Any]) -> None:
         self.topology = topology
@@ -137,6 +151,9 @@ class KafkaStreams:
         self._threads = self.config.get_int("num.stream.threads")
         self._workers: WorkerPool | None = None
         self._is_worker = False  # set in a worker process: it runs its stream thread in-process
+        # the error of the commit a close() makes, when it failed: the instance stopped, but not cleanly
+        # (records processed since the last commit will be processed again)
+        self.final_commit_error: BaseException | None = None
 
     # ----------------------------------------------------------------- listeners
     def set_state_listener(self, listener: StateListener) -> None:
@@ -176,8 +193,7 @@ class KafkaStreams:
     def start(self) -> None:
         if self.state is not State.CREATED:
             raise StreamsError(f"start() is allowed once, in state CREATED (now {self.state.value})")
-        state_dir = Path(self.config.get_str("state.dir"))
-        state_dir.mkdir(parents=True, exist_ok=True)
+        state_dir = check_state_dir(Path(self.config.get_str("state.dir")))
         static = bool(self.config.get_str("group.instance.id"))
         if self._process_id is None and self.config.exactly_once and not static:
             self._process_id = acquire_process_id(state_dir / self.application_id)
@@ -213,14 +229,24 @@ class KafkaStreams:
             specs.append(WorkerSpec(index, name, build, WORKER_CLOSE_TIMEOUT_S))
         self._workers = WorkerPool(specs, self.metrics, self._thread_state)
         self._workers.start()
-        self._start_http()
+        try:
+            self._start_http()
+        except ConfigError:
+            self._workers.stop(WORKER_CLOSE_TIMEOUT_S)
+            raise
         self._set_state(State.REBALANCING)
 
     def _start_http(self) -> None:
         port = self.config.get_int("metrics.port")
         if port >= 0:  # -1 disables the endpoint; 0 lets the OS choose (tests)
             host = self.config.get_str("metrics.host") or "0.0.0.0"
-            self._http = HealthServer(host, port, self.metrics, self.alive, self.ready, self._describe)
+            try:
+                self._http = HealthServer(host, port, self.metrics, self.alive, self.ready, self._describe)
+            except OSError as exc:  # the port is taken, or the host is not this machine's
+                raise ConfigError(
+                    f"config 'metrics.port': cannot listen on {host}:{port} for metrics and health: "
+                    f"{exc.strerror or exc}"
+                ) from exc
             self._http.start()
             self.metrics_port = self._http.port
 
@@ -262,6 +288,7 @@ class KafkaStreams:
             )
             try:
                 self.stream_thread.run(self._stop)
+                self.final_commit_error = self.stream_thread.final_commit_error
                 if self._shutdown_requested_by is not None:
                     self.error = StreamsError(
                         f"application shutdown requested by {self._shutdown_requested_by}"
@@ -309,6 +336,10 @@ class KafkaStreams:
         workers_clean = self._workers is None or self._workers.stop(timeout)
         if not workers_clean:
             log.error("not every worker stopped within %.0fs (see the lines above)", timeout)
+        if self._workers is not None and self._workers.unclean_exits and self.final_commit_error is None:
+            self.final_commit_error = StreamsError(
+                f"in worker(s) {', '.join(self._workers.unclean_exits)}, which exited non-zero (see above)"
+            )
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
             if self._thread.is_alive():

@@ -42,6 +42,7 @@ from kappaflow.tasks.task import StreamTask
 from kappaflow.topology.topology import Topology
 
 log = logging.getLogger(__name__)
+SERVE_INTERVAL_S = 1.0  # how often an idle thread's producers are polled (runner/thread.py)
 
 BATCH = 1000
 
@@ -72,10 +73,13 @@ class StreamThread:
         self.commit_interval = config.get_int("commit.interval.ms") / 1000.0
         self.poll_timeout = config.get_int("poll.ms") / 1000.0
         self._consumer_failure: KafkaError | None = None  # set by librdkafka's error callback
-        self._last_commit = self._last_lag = time.monotonic()
+        self._last_commit = self._last_lag = self._last_served = time.monotonic()
         self.partition_counts: dict[str, int] = {}
         self.tm: TaskManager | None = None
         self.global_state: GlobalStateUpdater | None = None
+        # set when the commit of a clean shutdown failed: what was processed since the last commit is
+        # processed again by whoever owns the tasks next, so the stop was not clean
+        self.final_commit_error: BaseException | None = None
         log.info("drain loop: %s", native.describe(config.get_bool("kappaflow.native.enabled")))
 
     # ----------------------------------------------------------------- set-up
@@ -147,6 +151,10 @@ class StreamThread:
             ):
                 self.commit()
         self._update_state()
+        if time.monotonic() - self._last_served >= SERVE_INTERVAL_S:
+            # nothing else polls an idle thread's producers: their librdkafka log lines would pile up
+            self._last_served = time.monotonic()
+            self.producer.collector.serve_reports()
         if time.monotonic() - self._last_lag >= LAG_INTERVAL_S and self.rebalance.assigned:
             self._last_lag = time.monotonic()
             report_consumer_lag(consumer, self.rebalance.assigned, self.metrics)
@@ -235,8 +243,9 @@ class StreamThread:
         if clean:
             try:
                 self.commit()
-            except Exception:
+            except Exception as exc:
                 log.exception("final commit failed")
+                self.final_commit_error = exc
                 clean = False
         self.producer.close()  # aborts a transaction still open
         with self.state_lock:

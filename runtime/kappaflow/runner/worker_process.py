@@ -36,6 +36,7 @@ class LocalInstance(Protocol):
     """What a worker runs: a single-threaded KafkaStreams (the protocol keeps this module below it)."""
 
     metrics: Metrics
+    final_commit_error: BaseException | None
 
     def set_state_listener(self, listener: Callable[[Any, Any], None]) -> None: ...
     def start(self) -> None: ...
@@ -145,7 +146,7 @@ def worker_main(spec: WorkerSpec, status: Connection, queries: Connection) -> No
                 break
         failed = not instance.alive()
         closed = instance.close(spec.close_timeout_s)
-        code = 0 if closed and not failed else 1
+        code = 0 if closed and not failed and instance.final_commit_error is None else 1
     except BaseException:
         log.exception("worker %s failed", spec.name)
         code = 1

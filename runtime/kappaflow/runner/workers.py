@@ -163,6 +163,7 @@ class WorkerPool:
         self._metrics = metrics
         self._on_state = on_state
         self._stopping = threading.Event()
+        self.unclean_exits: list[str] = []  # workers that exited non-zero when stopped (stop() logs why)
         self._supervisor: threading.Thread | None = None
 
     def start(self) -> None:
@@ -294,6 +295,7 @@ class WorkerPool:
                 self._drain(worker)
                 if process.exitcode != 0:  # it failed (and said why in the log); closed all the same
                     log.error("worker %s exited with code %s", worker.spec.name, process.exitcode)
+                    self.unclean_exits.append(worker.spec.name)
             worker.process = None
             worker.active, worker.standby = [], []
         return clean

@@ -20,6 +20,13 @@ log = logging.getLogger(__name__)
 
 ErrorHandler = Callable[[BaseException, "FailedRecord"], HandlerResponse]
 
+DESERIALIZATION_HANDLER = "default.deserialization.exception.handler"
+PROCESSING_HANDLER = "processing.exception.handler"
+# what the error of a record a handler failed on says the user can do instead
+SKIP_HINT = (
+    "; log_and_continue skips such records, and errors.dead.letter.queue.topic.name keeps them in a topic"
+)
+
 
 @dataclass(frozen=True)
 class FailedRecord:
@@ -67,6 +74,13 @@ def resolve_handler(value: Any, key: str) -> ErrorHandler:
     raise ConfigError(
         f"config '{key}': unknown handler {value!r}; use log_and_continue, log_and_fail or a callable"
     )
+
+
+def handler_setting(key: str, value: Any) -> str:
+    """`key=value` as the user set it (a callable by its qualified name), for error messages."""
+    if callable(value):
+        value = f"{getattr(value, '__module__', '?')}:{getattr(value, '__qualname__', repr(value))}"
+    return f"{key}={value}"
 
 
 def dead_letter_headers(record: FailedRecord, error: BaseException) -> Headers:

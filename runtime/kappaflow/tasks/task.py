@@ -36,7 +36,15 @@ from kappaflow.tasks.collector import RecordCollector
 from kappaflow.tasks.context import ProcessorContextImpl
 from kappaflow.tasks.drain import DrainPlan, RawRecord, RawTuple, drain_python
 from kappaflow.tasks.fusion import fuse_nodes
-from kappaflow.tasks.handlers import FailedRecord, dead_letter_headers, resolve_handler
+from kappaflow.tasks.handlers import (
+    DESERIALIZATION_HANDLER,
+    PROCESSING_HANDLER,
+    SKIP_HINT,
+    FailedRecord,
+    dead_letter_headers,
+    handler_setting,
+    resolve_handler,
+)
 from kappaflow.tasks.nodes import ProcessorNode, SinkNode, SourceNode
 from kappaflow.tasks.punctuation import PunctuationQueue
 from kappaflow.tasks.state_manager import ProcessorStateManager
@@ -126,12 +134,14 @@ class StreamTask:
         self.sources: dict[str, SourceNode] = {}
         self.nodes: list[ProcessorNode] = []
         self._deserialization_handler = resolve_handler(
-            config.get("default.deserialization.exception.handler"),
-            "default.deserialization.exception.handler",
+            config.get(DESERIALIZATION_HANDLER), DESERIALIZATION_HANDLER
         )
-        self._processing_handler = resolve_handler(
-            config.get("processing.exception.handler"), "processing.exception.handler"
+        self._processing_handler = resolve_handler(config.get(PROCESSING_HANDLER), PROCESSING_HANDLER)
+        # the settings that decided, named in the error when a handler fails the application
+        self._deserialization_setting = handler_setting(
+            DESERIALIZATION_HANDLER, config.get(DESERIALIZATION_HANDLER)
         )
+        self._processing_setting = handler_setting(PROCESSING_HANDLER, config.get(PROCESSING_HANDLER))
         self._dead_letter_topic = config.get_str("errors.dead.letter.queue.topic.name")
         self._labels = {"task": str(task_id)}
         self._processed = 0  # published to the metrics registry on commit
@@ -382,8 +392,9 @@ class StreamTask:
         def deserialization_failed(exc: Exception, key_failed: bool, raw: RawTuple) -> None:
             error = source.deserialization_error(exc, key_failed, topic, partition, raw[0])
             self._handle_failure(
-                self._deserialization_handler, error, topic, partition, RawRecord(*raw), name
-            )
+                self._deserialization_handler, self._deserialization_setting, error, topic, partition,
+                RawRecord(*raw), name,
+            )  # fmt: skip
 
         def processing_failed(exc: Exception, raw: RawTuple) -> None:
             if context.failed_node is None and context.current_node is not None:
@@ -449,16 +460,26 @@ class StreamTask:
             offset=raw.offset,
         )
         error.__cause__ = exc
-        self._handle_failure(self._processing_handler, error, topic, partition, raw, node)
+        self._handle_failure(
+            self._processing_handler, self._processing_setting, error, topic, partition, raw, node
+        )
 
     def _handle_failure(
-        self, handler: Any, error: StreamsError, topic: str, partition: int, raw: RawRecord, node: str
+        self,
+        handler: Any,
+        setting: str,
+        error: StreamsError,
+        topic: str,
+        partition: int,
+        raw: RawRecord,
+        node: str,
     ) -> None:
         failed = FailedRecord(
             topic, partition, raw.offset, raw.timestamp, raw.key, raw.value, raw.headers, node
         )
         response = handler(error, failed)
         if response is not HandlerResponse.CONTINUE:
+            error.args = (f"{error} [{setting} failed the application on this record{SKIP_HINT}]",)
             raise error
         self.metrics.increment("dropped-records-total", reason=type(error).__name__, **self._labels)
         if self._dead_letter_topic:

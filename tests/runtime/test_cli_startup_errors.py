@@ -1,0 +1,119 @@
+"""`kappaflow run` start-up mistakes: one line naming the setting, a non-zero exit, before any Kafka call.
+
+Each case runs the CLI as a process, as users and pods do. `bootstrap.servers` names a port where no
+broker listens: a check made after a Kafka call would retry for `default.api.timeout.ms` instead of failing
+within the test's timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def run_cli(
+    tmp_path: Path, properties: dict[str, object], app: str = "examples.wordcount:build_topology", **env: str
+) -> subprocess.CompletedProcess[str]:
+    config = tmp_path / "app.properties"
+    values = {
+        "application.id": "startup-errors",
+        "bootstrap.servers": f"127.0.0.1:{_free_port()}",  # nothing listens there
+        "state.dir": str(tmp_path / "state"),
+        "metrics.port": 0,
+        "default.api.timeout.ms": 60000,
+        **properties,
+    }
+    config.write_text("".join(f"{k}={v}\n" for k, v in values.items()))
+    return subprocess.run(
+        [sys.executable, "-m", "kappaflow.cli", "run", app, "--config", str(config), "--close-timeout", "5"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
+def error_lines(result: subprocess.CompletedProcess[str]) -> list[str]:
+    return [line for line in result.stderr.splitlines() if line.startswith("kappaflow: error:")]
+
+
+def assert_one_line(result: subprocess.CompletedProcess[str], *words: str) -> None:
+    assert result.returncode != 0, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    lines = error_lines(result)
+    assert len(lines) == 1, result.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+@pytest.fixture
+def taken_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield int(sock.getsockname()[1])
+
+
+def test_metrics_port_in_use_names_the_setting_and_port(tmp_path, taken_port):
+    result = run_cli(tmp_path, {"metrics.host": "127.0.0.1", "metrics.port": taken_port})
+    assert_one_line(result, "metrics.port", f"127.0.0.1:{taken_port}", "in use")
+
+
+def test_query_port_in_use_names_the_setting_and_port(tmp_path, taken_port):
+    properties = {
+        "query.http.enabled": "true",
+        "query.http.host": "127.0.0.1",
+        "application.server": f"localhost:{taken_port}",
+    }
+    assert_one_line(run_cli(tmp_path, properties), "application.server", f"127.0.0.1:{taken_port}", "in use")
+
+
+def test_state_dir_that_cannot_be_a_directory_names_the_setting_and_path(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    state_dir = blocker / "state"
+    assert_one_line(run_cli(tmp_path, {"state.dir": state_dir}), "state.dir", str(state_dir))
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
+def test_unwritable_state_dir_names_the_setting_and_path(tmp_path):
+    state_dir = tmp_path / "read-only"
+    state_dir.mkdir()
+    state_dir.chmod(0o500)
+    try:
+        assert_one_line(run_cli(tmp_path, {"state.dir": state_dir}), "state.dir", str(state_dir))
+    finally:
+        state_dir.chmod(0o700)
+
+
+def test_type_error_inside_the_topology_function_keeps_its_traceback(tmp_path):
+    result = run_cli(tmp_path, {}, app="tests.runtime.startup_apps:raises_type_error")
+    assert result.returncode != 0
+    assert "take no arguments" not in result.stderr and "taking no arguments" not in result.stderr
+    assert "Traceback" in result.stderr and "startup_apps.py" in result.stderr, result.stderr
+    assert "TypeError: can only concatenate str" in result.stderr
+
+
+def test_a_topology_function_with_arguments_is_one_line(tmp_path):
+    result = run_cli(tmp_path, {}, app="tests.runtime.startup_apps:needs_an_argument")
+    assert_one_line(
+        result,
+        "tests.runtime.startup_apps:needs_an_argument",
+        "taking no arguments",
+        "needs_an_argument(name",
+    )
