@@ -96,7 +96,10 @@ def helm_binary() -> str:
 
 def install_operator(node: RealNode, replicas: int = 2, *extra: str) -> None:
     """`helm upgrade --install` of charts/kappaflow as a user would, with the locally built image; two
-    replicas elect a leader through kopf peering."""
+    replicas elect a leader through kopf peering. The image's ID goes on the pod template, as a new tag
+    would in a release pipeline, so a rebuilt image under the same tag rolls the operator."""
+    from tests.harness.realnode.images_store import docker_id
+
     argv = [
         helm_binary(),
         f"--kubeconfig={node.kubeconfig}",
@@ -119,6 +122,8 @@ def install_operator(node: RealNode, replicas: int = 2, *extra: str) -> None:
         "peering.lifetimeSeconds=10",
         "--set",
         "verbose=true",
+        "--set-string",
+        f"podAnnotations.kappaflow\\.io/image-id={docker_id('kappaflow-operator:0.1.0')}",
         *extra,
         "--wait",
         "--timeout",
@@ -140,6 +145,37 @@ def produce_lines(bootstrap: str, topic: str, lines: list[str], expected: Counte
         if i % 1000 == 999:
             producer.poll(0)
     assert producer.flush(60) == 0, "input records not acknowledged"
+
+
+def input_word_counts(bootstrap: str, topic: str) -> Counter[str]:
+    """The words of every line the input topic holds now: what a word count over it must have counted
+    (Kafka keeps the input of earlier runs on a cluster that is reused)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"input-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
+    try:
+        partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+        ends = {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in partitions
+        }
+        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+        counts: Counter[str] = Counter()
+        positions = dict.fromkeys(partitions, 0)
+        while any(positions[p] < ends[p] for p in partitions):
+            for msg in consumer.consume(1000, 1.0):
+                if msg.error() is None:
+                    counts.update(msg.value().decode().lower().split())
+                    positions[msg.partition()] = msg.offset() + 1
+        return counts
+    finally:
+        consumer.close()
 
 
 def lines_for(batch: int, count: int) -> list[str]:
@@ -239,12 +275,26 @@ def pod_names(node: RealNode, namespace: str, selector: str) -> list[str]:
     return sorted(p["metadata"]["name"] for p in json.loads(out)["items"])
 
 
-def restored_records(node: RealNode, namespace: str, pod: str) -> int:
-    """The changelog records a pod's current container restored, from its log lines."""
+def restored_records(node: RealNode, namespace: str, pod: str) -> tuple[int, list[str]]:
+    """The changelog records a pod's current container restored, and its restoration log lines."""
     text = node.kubectl("-n", namespace, "logs", pod, check=False)
-    total = 0
+    total, lines = 0, []
     for line in text.splitlines():
-        m = re.search(r"restored (\d+) (?:changelog )?records", line)
+        m = re.search(r"restored (\d+) records", line)
         if m:
             total += int(m.group(1))
-    return total
+            lines.append(line[:300])
+    return total, lines
+
+
+def topic_records(bootstrap: str, topic: str) -> int:
+    """Records a topic holds (end minus start offsets, over its partitions)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"size-{uuid.uuid4().hex[:8]}"})
+    try:
+        partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+        marks = [consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30) for p in partitions]
+        return sum(high - low for low, high in marks)
+    finally:
+        consumer.close()
