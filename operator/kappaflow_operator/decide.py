@@ -208,7 +208,12 @@ def decide(snap: Snapshot, *, now: datetime, tick: bool = False) -> Decision:
     plan = plan_internal_topics(description, app_id, snap.topics)
     created: list[str] = []
     if plan.ready and plan.to_create:
-        d.effects.append(CreateTopics(plan.to_create, spec.kafka.replication_factor))
+        # While a reset's Job deletes the topics, creating one still being deleted fails: reset.step
+        # creates them again until they stay.
+        resetting = snap.reset_job is not None and snap.reset_job.job is not None
+        d.effects.append(
+            CreateTopics(plan.to_create, spec.kafka.replication_factor, tolerate_errors=resetting)
+        )
         created = sorted(t.name for t in plan.to_create)
     d.extra["topology"] = TopologyStatus(
         hash=description.fingerprint(),
