@@ -102,7 +102,9 @@ def step(
             for obj in desired.reprocess_resources(spec, ref, spec_digest=digest, new_application_id=new_id)
         ]
         effects.append(
-            Event("Normal", "ReprocessStarted", f"SparkApplication {name} rebuilds state into '{new_id}'")
+            Event(
+                "Normal", "ReprocessStarted", f"SparkApplication {name} rebuilds state into '{new_id}'", False
+            )
         )
         run = ReprocessingRun(
             spark_application=name,
