@@ -4,7 +4,6 @@ reconcile loop that calls them."""
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -12,14 +11,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .admins import KafkaAdmins
+from .effects import RETRY_S as RETRY_S  # where the handlers' modules and tests look for it
 from .k8s import Kube
 from .kafka import KafkaAdmin
 
 # An event with the same object, type, reason and message is posted again only after this long.
 EVENT_REPEAT_S = 600.0
-#: How soon a handler waiting for something outside our control (a Job, a topic, a Spark run) looks
-#: again; waits after errors are multiples of it. From the environment at import, so tests can shorten it.
-RETRY_S = float(os.environ.get("KAPPAFLOW_OPERATOR_RETRY_SECONDS", "3"))
 KafkaFactory = Callable[..., KafkaAdmin]
 
 

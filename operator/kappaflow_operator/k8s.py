@@ -15,12 +15,12 @@ import logging
 import os
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client, config
 
 from .models import API_VERSION, PLURAL
+from .snapshot import TerminatedContainer, newest_termination
 
 log = logging.getLogger(__name__)
 
@@ -63,14 +63,6 @@ def object_path(api_version: str, kind: str, namespace: str, name: str | None = 
     base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
     path = f"{base}/namespaces/{namespace}/{PLURALS[kind]}"
     return path if name is None else f"{path}/{name}"
-
-
-@dataclass(frozen=True)
-class TerminatedContainer:
-    """How a describe Job's container ended: exit code and the termination message it left."""
-
-    exit_code: int
-    message: str
 
 
 class Kube:
@@ -184,25 +176,9 @@ class Kube:
 
     # ---- the describe Job --------------------------------------------------------------------------------
     def job_outcome(self, namespace: str, job_name: str) -> TerminatedContainer | None:
-        """The terminated container of the Job's newest finished pod, or None while none has finished.
-
-        The termination message is where `kappaflow describe --json` writes its output (see
-        `desired.jobs`): reading it from the Pod object needs no log access.
-        """
-        pods = self.list("v1", "Pod", namespace, f"job-name={job_name}")
-        finished: list[tuple[str, TerminatedContainer]] = []
-        for pod in pods:
-            for status in (pod.get("status") or {}).get("containerStatuses") or []:
-                term = (status.get("state") or {}).get("terminated")
-                if term is not None:
-                    when = str(term.get("finishedAt") or "")
-                    outcome = TerminatedContainer(
-                        int(term.get("exitCode") or 0), str(term.get("message") or "")
-                    )
-                    finished.append((when, outcome))
-        if not finished:
-            return None
-        return max(finished, key=lambda f: f[0])[1]
+        """The terminated container of the Job's newest finished pod, or None while none has finished
+        (`snapshot.newest_termination`: how a Job ended is read from its pods, no log access needed)."""
+        return newest_termination(self.list("v1", "Pod", namespace, f"job-name={job_name}"))
 
     # ---- events ------------------------------------------------------------------------------------------
     def event(self, involved: Mapping[str, Any], type_: str, reason: str, message: str) -> None:

@@ -15,28 +15,26 @@ When a change of image or topology is classified REPROCESS, the running version 
 Everything is recoverable from the cluster: the SparkApplication's name and the new id follow from the
 spec, and the run is recorded in `status.reprocessing`, from which `reprocessed_application_id` tells
 later passes which id the current spec runs under.
+
+Pure: `step` turns the snapshot (the SparkApplication of this spec, the topics, the app's runs) into an
+`Outcome` whose effects `act` carries out; the pass re-enters while Spark works (never waiting in it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
-
-import kopf
+from typing import Any
 
 from . import desired, status
-from .context import RETRY_S
-from .desired.common import APP_LABEL, AppRef, spec_hash
+from .desired.common import AppRef, spec_hash
 from .desired.spark import SPARK_API_VERSION
 from .diff import Action
-from .kafka import KafkaError
+from .effects import Apply, CreateTopics, Delete, DeleteTopics, Effect, Event
 from .models import ReprocessingRun, StreamAppSpec, StreamAppStatus, TopologyDescription
+from .snapshot import Snapshot
 from .topics import plan_internal_topics
-
-if TYPE_CHECKING:
-    from .context import Context
 
 _STATES = {"COMPLETED": "Completed", "FAILED": "Failed", "SUBMISSION_FAILED": "Failed"}
 
@@ -49,6 +47,7 @@ class Outcome:
     run: ReprocessingRun | None = None
     problem: status.Problem | None = None
     waiting: str = ""
+    effects: list[Effect] = field(default_factory=list)
 
 
 def reprocessed_application_id(spec: StreamAppSpec, prev: StreamAppStatus | None) -> str | None:
@@ -59,9 +58,14 @@ def reprocessed_application_id(spec: StreamAppSpec, prev: StreamAppStatus | None
     return None
 
 
+def cleanup_due(prev: StreamAppStatus | None) -> bool:
+    """Whether a completed run may still have a replaced id to clean up (observe then lists the runs)."""
+    run = prev.reprocessing if prev is not None else None
+    return run is not None and run.state == "Completed" and not run.cleaned_up
+
+
 def step(
-    ctx: Context,
-    body: Mapping[str, Any],
+    snap: Snapshot,
     spec: StreamAppSpec,
     ref: AppRef,
     description: TopologyDescription,
@@ -73,12 +77,12 @@ def step(
     """Advance the reprocessing of this spec by one pass (see the module docstring)."""
     previous_run = prev.reprocessing if prev is not None else None
     if action != Action.REPROCESS:
-        return Outcome(app_id, _clean_up_replaced_id(ctx, body, spec, ref, prev))
+        return _clean_up_replaced_id(snap, spec, prev, app_id)
     digest = spec_hash(spec)
     new_id = desired.reprocess_application_id(spec, digest)
     name = desired.spark_application_name(ref, digest)
     run = previous_run if previous_run is not None and previous_run.spark_application == name else None
-    found = ctx.kube.get(SPARK_API_VERSION, "SparkApplication", ref.namespace, name)
+    found = snap.spark_application
     if (
         found is None
         and run is not None
@@ -88,17 +92,19 @@ def step(
         # Timed out and stopped: stay on the old id until the spec changes again (no resubmission).
         return Outcome(app_id, run, status.Problem("ReprocessTimedOut", run.message))
     if found is None:
-        try:
-            admin = ctx.kafka_factory(spec, ref.namespace)
-            plan = plan_internal_topics(description, new_id, admin.topic_partitions())
-            if plan.to_create:
-                admin.create_topics(plan.to_create, spec.kafka.replication_factor)
-        except KafkaError as err:
-            return Outcome(app_id, run, status.Problem("KafkaUnavailable", str(err)))
-        for obj in desired.reprocess_resources(spec, ref, spec_digest=digest, new_application_id=new_id):
-            ctx.kube.apply(obj)  # the run's config, rendered from the new spec, then the application
-        ctx.kube.event(
-            body, "Normal", "ReprocessStarted", f"SparkApplication {name} rebuilds state into '{new_id}'"
+        plan = plan_internal_topics(description, new_id, snap.topics or {})
+        effects: list[Effect] = []
+        if plan.to_create:
+            effects.append(CreateTopics(plan.to_create, spec.kafka.replication_factor, announce=False))
+        # the run's config, rendered from the new spec, then the application
+        effects += [
+            Apply(obj)
+            for obj in desired.reprocess_resources(spec, ref, spec_digest=digest, new_application_id=new_id)
+        ]
+        effects.append(
+            Event(
+                "Normal", "ReprocessStarted", f"SparkApplication {name} rebuilds state into '{new_id}'", False
+            )
         )
         run = ReprocessingRun(
             spark_application=name,
@@ -109,8 +115,8 @@ def step(
             started_at=now,
             previous_application_id=app_id,
         )
-        return Outcome(app_id, run, waiting="SparkApplication submitted")
-    spark_state = desired.spark_state(found) or ""
+        return Outcome(app_id, run, waiting="SparkApplication submitted", effects=effects)
+    spark_state = desired.spark_state(dict(found)) or ""
     state = _STATES.get(spark_state, "Running" if spark_state else "Pending")
     if run is None:  # the status was lost (or written by another operator): rebuild the record
         run = ReprocessingRun(
@@ -123,7 +129,7 @@ def step(
             previous_application_id=app_id,
         )
     if state in ("Pending", "Running") and desired.reprocess_timed_out(spec, run.started_at, now):
-        return _stop_timed_out(ctx, body, spec, ref, run, app_id, now)
+        return _stop_timed_out(spec, run, app_id, now)
     if state in ("Pending", "Running"):
         return Outcome(app_id, run.model_copy(update={"state": state}), waiting=f"Spark state {spark_state}")
     if run.state != state:
@@ -140,9 +146,12 @@ def step(
                 "the previous version keeps running",
             ),
         )
+    effects = []
     if previous_run is None or previous_run.state != "Completed":
-        ctx.kube.event(body, "Normal", "ReprocessCompleted", f"rolling onto application id '{new_id}'")
-    return Outcome(new_id, run)
+        effects.append(
+            Event("Normal", "ReprocessCompleted", f"rolling onto application id '{new_id}'", False)
+        )
+    return Outcome(new_id, run, effects=effects)
 
 
 def _created_at(obj: Mapping[str, Any]) -> datetime | None:
@@ -150,62 +159,54 @@ def _created_at(obj: Mapping[str, Any]) -> datetime | None:
     return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")) if stamp else None
 
 
-def _stop_timed_out(
-    ctx: Context,
-    body: Mapping[str, Any],
-    spec: StreamAppSpec,
-    ref: AppRef,
-    run: ReprocessingRun,
-    app_id: str,
-    now: datetime,
-) -> Outcome:
+def _stop_timed_out(spec: StreamAppSpec, run: ReprocessingRun, app_id: str, now: datetime) -> Outcome:
     """`upgrade.spark.timeoutSeconds` passed: stop the SparkApplication, keep the old application id."""
-    ctx.kube.delete(SPARK_API_VERSION, "SparkApplication", ref.namespace, run.spark_application)
     message = (
         f"SparkApplication {run.spark_application} ran longer than upgrade.spark.timeoutSeconds "
         f"({spec.upgrade.spark.timeout_seconds}s) and was stopped; application id '{app_id}' keeps running"
     )
-    ctx.kube.event(body, "Warning", "ReprocessTimedOut", message)
     failed = run.model_copy(update={"state": "Failed", "finished_at": now, "message": message})
-    return Outcome(app_id, failed, status.Problem("ReprocessTimedOut", message))
+    effects: list[Effect] = [
+        Delete(SPARK_API_VERSION, "SparkApplication", run.spark_application),
+        Event("Warning", "ReprocessTimedOut", message, False),
+    ]
+    return Outcome(app_id, failed, status.Problem("ReprocessTimedOut", message), effects=effects)
 
 
 def _clean_up_replaced_id(
-    ctx: Context, body: Mapping[str, Any], spec: StreamAppSpec, ref: AppRef, prev: StreamAppStatus | None
-) -> ReprocessingRun | None:
+    snap: Snapshot, spec: StreamAppSpec, prev: StreamAppStatus | None, app_id: str
+) -> Outcome:
     """After a completed reprocess, once every pod runs ready on the new id: apply `cleanupPolicy`.
 
     Delete: the replaced id's internal topics (`desired.previous_id_topics`) and the SparkApplications
-    (with their config) of earlier runs; the completed run's own application stays as the record.
+    (with their config) of earlier runs; the completed run's own application stays as the record. A
+    Kafka failure fails the pass (KafkaUnavailable in status) and the next pass tries again.
     """
     run = prev.reprocessing if prev is not None else None
     if prev is None or run is None or run.state != "Completed" or run.cleaned_up:
-        return run
+        return Outcome(app_id, run)
     settled = prev.application_id == run.application_id and (prev.ready_replicas or 0) == (prev.replicas or 0)
     if spec.upgrade.spark.cleanup_policy != "Delete" or not settled or not run.previous_application_id:
-        return run
-    try:
-        admin = ctx.kafka_factory(spec, ref.namespace)
-        topics = desired.previous_id_topics(
-            run.previous_application_id, run.application_id, list(admin.topic_partitions())
-        )
-        deleted = admin.delete_topics(topics) if topics else []
-    except KafkaError:
-        return run  # try again on a later pass
-    apps = ctx.kube.list(SPARK_API_VERSION, "SparkApplication", ref.namespace, f"{APP_LABEL}={ref.name}")
-    removed = [a["metadata"]["name"] for a in apps if a["metadata"]["name"] != run.spark_application]
+        return Outcome(app_id, run)
+    existing = snap.topics or {}
+    topics = desired.previous_id_topics(run.previous_application_id, run.application_id, list(existing))
+    deleted = sorted(t for t in topics if t in existing)
+    effects: list[Effect] = [DeleteTopics(deleted)] if deleted else []
+    removed = [
+        a["metadata"]["name"]
+        for a in snap.spark_applications
+        if a["metadata"]["name"] != run.spark_application
+    ]
     for name in removed:
-        ctx.kube.delete(SPARK_API_VERSION, "SparkApplication", ref.namespace, name)
-        ctx.kube.delete("v1", "ConfigMap", ref.namespace, f"{name}-config")
-    ctx.kube.event(
-        body,
-        "Normal",
-        "ReplacedIdCleanedUp",
-        f"application id '{run.previous_application_id}': deleted topics {', '.join(deleted) or 'none'}; "
-        f"SparkApplications {', '.join(removed) or 'none'}",
+        effects.append(Delete(SPARK_API_VERSION, "SparkApplication", name))
+        effects.append(Delete("v1", "ConfigMap", f"{name}-config"))
+    effects.append(
+        Event(
+            "Normal",
+            "ReplacedIdCleanedUp",
+            f"application id '{run.previous_application_id}': deleted topics {', '.join(deleted) or 'none'}; "
+            f"SparkApplications {', '.join(removed) or 'none'}",
+            False,
+        )
     )
-    return run.model_copy(update={"cleaned_up": True})
-
-
-def wait(reason: str) -> kopf.TemporaryError:
-    return kopf.TemporaryError(f"reprocessing: {reason}", delay=RETRY_S)
+    return Outcome(app_id, run.model_copy(update={"cleaned_up": True}), effects=effects)

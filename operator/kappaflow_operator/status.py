@@ -18,6 +18,7 @@ from .diff import Action, classify
 from .models import Condition, StableSpec, StreamAppSpec, StreamAppStatus
 from .models.status import Phase
 from .scaling import CapResult
+from .snapshot import JobFacts
 from .topics import TopicPlan
 
 READY = "Ready"
@@ -81,6 +82,8 @@ class Observation:
     """Why spec.replicas is not what runs (autoscaling on), for the ScaleOverridden condition."""
     volume_problems: Sequence[Problem] = ()
     """Why state claims do not have state.size (volumes.py), for the VolumesMatchSpec condition."""
+    resetting: str = ""
+    """The step an `upgrade.mode: reset` waits for (phase Resetting); empty when none runs."""
 
 
 def name_problem(name: str) -> Problem | None:
@@ -147,6 +150,23 @@ def creation_problem(
     )
 
 
+def job_problem(job: JobFacts) -> Problem | None:
+    """Why a Job that has not printed anything will not: failed (deadline, backoff), pods it cannot
+    create (admission, PodSecurity, quota), pods that cannot start (image pull); None while it runs."""
+    for cond in ((job.job or {}).get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Failed" and cond.get("status") == "True":
+            return Problem(
+                "JobFailed", f"Job {job.name} failed ({cond.get('reason')}): {cond.get('message', '')}"
+            )
+    stuck = pod_problems(job.pods)
+    if stuck:
+        return Problem(stuck[0].reason, f"Job {job.name}: {stuck[0].message}")
+    if job.refusals:
+        newest = max(job.refusals, key=_event_time)
+        return Problem("JobFailed", f"Job {job.name} cannot create its pod: {newest.get('message', '')}")
+    return None
+
+
 def _event_time(event: Mapping[str, Any]) -> str:
     """RFC 3339 in UTC ('...Z'), so strings compare in time order."""
     return str(event.get("lastTimestamp") or event.get("eventTime") or "")
@@ -180,6 +200,8 @@ def _phase(obs: Observation, roll: _Rollout | None) -> tuple[Phase, str, str]:
         return "Degraded", "Degraded", "see the Degraded condition"
     if obs.suspended:
         return "Paused", "Suspended", "spec.suspend is true: the operator leaves the app as it is"
+    if obs.resetting:
+        return "Resetting", "Resetting", obs.resetting
     if obs.reprocessing_active:
         return "Reprocessing", "Reprocessing", "rebuilding state on Spark before rolling the new version"
     if not obs.topology_known:
@@ -220,7 +242,7 @@ def desired_conditions(obs: Observation) -> list[tuple[str, str, str, str]]:
             reason if phase != "Degraded" else degraded[1],
             message if phase != "Degraded" else "",
         )
-    progressing_phases = ("Pending", "Scaling", "Upgrading", "Reprocessing")
+    progressing_phases = ("Pending", "Scaling", "Upgrading", "Reprocessing", "Resetting")
     progressing = ("True", reason, message) if phase in progressing_phases else ("False", reason, message)
     conditions = [
         (READY, *ready),

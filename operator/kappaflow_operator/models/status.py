@@ -10,7 +10,7 @@ from pydantic import Field
 from .common import CamelModel
 
 Phase = Literal[
-    "Pending", "Running", "Scaling", "Upgrading", "Reprocessing", "Paused", "Degraded", "Deleting"
+    "Pending", "Running", "Scaling", "Upgrading", "Reprocessing", "Resetting", "Paused", "Degraded"
 ]
 ConditionStatus = Literal["True", "False", "Unknown"]
 
@@ -124,6 +124,22 @@ class ReprocessingRun(CamelModel):
     (`upgrade.spark.cleanupPolicy: Delete`)."""
 
 
+class ResetProgress(CamelModel):
+    """An `upgrade.mode: reset` under way for one generation; cleared once the new spec is applied.
+
+    Each step is recognisable from the cluster (StatefulSet at 0, no pods, the generation's Job), so a
+    restarted operator resumes where it stopped; only the last step needs memory: the internal topics,
+    recreated after the reset deleted them, must be seen present for a few seconds (deletion in Kafka is
+    asynchronous, and a topic still being deleted can be listed for a while).
+    """
+
+    generation: int
+    step: str
+    """What the reset waits for now (also the Progressing condition's message)."""
+    topics_present_since: datetime | None = None
+    """When a pass first saw every internal topic present again after the reset Job."""
+
+
 def _kopf_schema(schema: dict[str, Any]) -> None:
     schema.clear()
     schema.update(
@@ -159,3 +175,5 @@ class StreamAppStatus(CamelModel):
     kopf: dict[str, Any] | None = Field(default=None, json_schema_extra=_kopf_schema)
     rollback: Rollback | None = None
     """Set while the current spec is a failed upgrade that was rolled back to lastStableSpec."""
+    reset: ResetProgress | None = None
+    """Set while an `upgrade.mode: reset` runs (phase Resetting)."""
