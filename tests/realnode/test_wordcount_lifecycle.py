@@ -69,6 +69,21 @@ class App:
         self.timings[what] = time.monotonic() - started
         return self.timings[what]
 
+    def wait_pods_ready(self, what: str, timeout: float = 180) -> None:
+        """Every pod of the StatefulSet Ready as the kubelet reports it (the StreamApp's status follows
+        on the operator's next pass)."""
+        started = time.monotonic()
+
+        def ready() -> bool:
+            out = json.loads(self.node.kubectl("-n", NAMESPACE, "get", "pods", "-l", SELECTOR, "-o", "json"))
+            pods = out["items"]
+            return len(pods) == self.sts()["spec"]["replicas"] and all(
+                condition(p, "Ready") and condition(p, "Ready")["status"] == "True" for p in pods
+            )
+
+        wait_for(f"{what}: every pod Ready", ready, timeout, interval=0.5)
+        self.timings[what] = time.monotonic() - started
+
     def sts(self) -> dict:
         return self.node.get("statefulset", APP, NAMESPACE)
 
@@ -211,7 +226,7 @@ def test_sigkill_pod_delete_and_kubelet_restart_keep_exactly_once(app: App) -> N
             ),
             120,
         )
-        app.wait_ready("after SIGKILL")
+        app.wait_pods_ready("after SIGKILL")
         # 2. a pod deleted: the StatefulSet recreates it with the same claim
         uid = app.node.get("pod", pods[-1], NAMESPACE)["metadata"]["uid"]
         app.node.kubectl("-n", NAMESPACE, "delete", "pod", pods[-1], "--wait=false")
@@ -220,7 +235,7 @@ def test_sigkill_pod_delete_and_kubelet_restart_keep_exactly_once(app: App) -> N
             lambda: app.node.get("pod", pods[-1], NAMESPACE)["metadata"]["uid"] != uid,
             120,
         )
-        app.wait_ready("after pod delete")
+        app.wait_pods_ready("after pod delete")
         # 3. the kubelet killed and restarted: the pods keep running through it
         node.restart_kubelet()
         wait_for(
@@ -228,7 +243,7 @@ def test_sigkill_pod_delete_and_kubelet_restart_keep_exactly_once(app: App) -> N
             lambda: condition(app.node.get("node", node.s.NODE, ""), "Ready")["status"] == "True",
             120,
         )
-        app.wait_ready("after kubelet restart")
+        app.wait_pods_ready("after kubelet restart")
         time.sleep(3)
     app.audit.wait_exact(app.expected)
     assert app.pvc_uids() == pvcs, "a volume was replaced"
