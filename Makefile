@@ -75,10 +75,14 @@ setup: $(VENV)/.installed $(VENV)/.native
 # --durations=25: every run (CI's too) ends naming its slowest tests, where the time budget goes.
 # Then the in-process tiers once more with the drain loop in Python (--python-drain), so both the
 # native core and its Python twin pass them.
+# The real-node tier runs last, in a session of its own: its node (and Kafka and the operator as pods)
+# starts for it and is torn down right after, so it never loads the machine under the other tiers.
 test: lint typecheck crds-check docs kafka-download kube-build cluster-build images spark-jars prometheus conformance-jars
-	$(PY) -m pytest -q --durations=25 $(PYTEST_ARGS)
+	$(PY) -m pytest -q --durations=25 --ignore=tests/realnode $(PYTEST_ARGS)
 	@echo "==> the in-process tiers again, with the Python drain loop"
 	$(PY) -m pytest -q --python-drain $(PYTHON_DRAIN_TESTS) $(PYTEST_ARGS)
+	@echo "==> the real-node tier: the project's images as pods on a real kubelet"
+	$(PY) -m pytest -q --durations=10 -m realnode tests/realnode $(PYTEST_ARGS)
 
 # The docs site (MkDocs + Material); --strict turns every warning (broken link, missing page) into an error.
 docs: setup
