@@ -78,9 +78,15 @@ def real_node() -> Iterator[RealNode]:
         import_images(names, node.log)
         yield handle(info)
         return
+    from tests.harness.realnode import host
+
     binaries.build()
+    before = host.snapshot()
     info = node.start(names, attached=True)
     try:
         yield handle(info)
     finally:
         node.teardown()
+    # the node's promise: the host after teardown is the host before start (an error of the session if not)
+    changed = host.compare(before, host.snapshot())
+    assert not changed, "the real node left the host changed: " + "; ".join(changed)

@@ -216,8 +216,16 @@ def snapshot() -> dict[str, Any]:
     """The host's network, sysctl, mount, path and cgroup state, for comparing before and after."""
 
     def save(ipt: str) -> list[str]:
-        out = run(f"{ipt}-save", check=False).stdout.splitlines()
-        return [re.sub(r"\[\d+:\d+\]", "", r) for r in out if not r.startswith("#")]
+        """The effective ruleset: rules, user chains and built-in policies other than ACCEPT, per table.
+        A table that only appeared because something listed it (built-in chains, ACCEPT, no rules) filters
+        nothing, and the node's own look at the chains before start loads the mangle/raw tables."""
+        table, kept = "", []
+        for line in run(f"{ipt}-save", check=False).stdout.splitlines():
+            if line.startswith("*"):
+                table = line[1:]
+            elif line.startswith("-A") or (line.startswith(":") and line.split()[1] != "ACCEPT"):
+                kept.append(f"{table} " + re.sub(r"\[\d+:\d+\]", "", line).strip())
+        return kept
 
     links = run("ip", "-o", "link").stdout.splitlines()
     return {
