@@ -18,6 +18,16 @@ the containers (SIGTERM, SIGKILL after the grace period) and then confirms by de
 
 A watch on the namespace wakes the reconcile loop; the loop also resyncs every `resync` seconds, which
 is what drives readiness probing and notices processes that exited.
+
+Where it stays, now that a real node runs the project's images (tests/harness/realnode, tests/realnode):
+only where a real node cannot produce the case, or not within a test's time. A Job pod that hangs until
+a deadline the test shortens, a describe Job that succeeds while the app's pod crashes at once with a
+test-chosen exit, a sidecar image "missing" from a registry that must also hold its fixed tag, the
+reprocessing runs whose Spark pods the tests replace, and scores of status branches in seconds each
+(tests/operator/test_failures_kube.py, test_reconcile_kube.py, tests/spark/test_operator_reprocess.py,
+tests/e2e/test_operator_e2e.py's reset). The real-node tier covers the rest on real containers:
+admission, pulls, probes, volumes, crash loops, SIGKILL, scaling, rolling upgrades and the example
+under PodSecurity `restricted` (it replaced the stand-in's scaling/rolling and restricted-example tests).
 """
 
 from __future__ import annotations
