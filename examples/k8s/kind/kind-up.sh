@@ -2,12 +2,14 @@
 # `make kind-up`: a local Kubernetes (kind) with Kafka, the kappaflow operator and the word count
 # StreamApp. Needs Docker, kind and kubectl; helm is built from the Go module proxy if not on PATH.
 #
-# Images: by default the Dockerfiles' official bases (python:3.11-slim-bookworm, rust, apache/kafka), pulled
+# Images: by default the Dockerfiles' official bases (python:3.11-slim-bookworm, rust, debian), pulled
 # from Docker Hub. KAPPAFLOW_IMAGES=local builds everything on this machine instead (`make images`: Debian
 # bases from debootstrap, wheels and jars prepared on the host, no registry), Kafka included
 # (kappaflow-kafka, examples/k8s/kafka/Dockerfile). kind's node image itself still comes from a registry.
 #   make kind-up                      # official bases
 #   KAPPAFLOW_IMAGES=local make kind-up   # local bases (what CI's real-node tier runs)
+# Kafka, the chart values and the example are the real-node tier's own: examples/k8s/kafka/kafka.yaml,
+# examples/k8s/operator-values.yaml, `kubectl apply -k examples/k8s`.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 
@@ -26,35 +28,32 @@ if ! kind get clusters | grep -qx "$CLUSTER"; then
 fi
 kubectl config use-context "kind-$CLUSTER" >/dev/null
 
-KAFKA_IMAGE=apache/kafka:4.1.0
-IMAGES=("kappaflow-runtime:$VERSION" "kappaflow-operator:$VERSION" "kappaflow-examples:$VERSION")
+IMAGES=("kappaflow-runtime:$VERSION" "kappaflow-operator:$VERSION" "kappaflow-examples:$VERSION" "kappaflow-kafka:4.3.1")
 if [ "${KAPPAFLOW_IMAGES:-official}" = local ]; then
   step "images on local bases (make images: runtime, operator, examples, kafka)"
   .venv/bin/python -m tests.harness.images build --only runtime operator examples kafka
-  KAFKA_IMAGE=kappaflow-kafka:4.3.1
-  IMAGES+=("$KAFKA_IMAGE")
 else
-  step "images on the official bases (runtime, operator, examples)"
+  step "images on the official bases (runtime, operator, examples, kafka)"
   export DOCKER_BUILDKIT=1  # the Dockerfiles need BuildKit (stage selection, RUN --mount)
   docker build -f runtime/Dockerfile -t "kappaflow-runtime:$VERSION" .
   docker build -f operator/Dockerfile -t "kappaflow-operator:$VERSION" .
   docker build -f examples/k8s/Dockerfile.wordcount --build-arg "RUNTIME_IMAGE=kappaflow-runtime:$VERSION" \
     -t "kappaflow-examples:$VERSION" .
+  docker build -f examples/k8s/kafka/Dockerfile -t kappaflow-kafka:4.3.1 .
 fi
 for image in "${IMAGES[@]}"; do
   kind load docker-image --name "$CLUSTER" "$image"
 done
 
-step "Kafka (single node, $KAFKA_IMAGE) and the example topics"
-# kappaflow-kafka reads the same KAFKA_* variables and has the same /opt/kafka/bin tools as apache/kafka.
-sed "s|image: apache/kafka:4.1.0|image: $KAFKA_IMAGE|" examples/k8s/kind/kafka.yaml | kubectl apply -f -
+# The same manifests and chart values the real-node tests apply (tests/realnode).
+step "Kafka (single KRaft node on a volume) and the example topics"
+kubectl apply -f examples/k8s/kafka/kafka.yaml
 kubectl -n kafka rollout status statefulset/kafka --timeout=300s
 kubectl -n kafka wait --for=condition=complete job/create-example-topics --timeout=300s
 
-step "kappaflow operator (Helm chart)"
+step "kappaflow operator (Helm chart, two replicas electing a leader)"
 "$HELM" upgrade --install kappaflow charts/kappaflow --namespace kappaflow-system --create-namespace \
-  --set image.repository=kappaflow-operator --set "image.tag=$VERSION" --set image.pullPolicy=IfNotPresent \
-  --wait --timeout 300s
+  -f examples/k8s/operator-values.yaml --set "image.tag=$VERSION" --wait --timeout 300s
 
 step "the word count StreamApp (GitOps folder examples/k8s)"
 kubectl apply -k examples/k8s
@@ -64,8 +63,8 @@ cat <<MSG
 
 kappaflow is running on kind. Try:
   kubectl -n kappaflow-examples get streamapps,statefulsets,pods
-  kubectl -n kafka exec -it kafka-0 -- /opt/kafka/bin/kafka-console-producer.sh \\
-      --bootstrap-server localhost:9092 --topic wordcount-input
+  kubectl -n kafka exec -it kafka-0 -- kafka-console-producer.sh \\
+      --bootstrap-server kafka-0.kafka.kafka.svc.cluster.local:9092 --topic wordcount-input
   kubectl -n kappaflow-examples scale streamapp/wordcount --replicas=3
 Tear down with: make kind-down
 MSG

@@ -135,8 +135,31 @@ def _go_install(
     _log(f"built {what} in {time.monotonic() - started:.0f}s")
 
 
+#: Debian packages the node needs on the host: runc (the container runtime containerd calls), the CNI
+#: plugins (bridge, host-local, portmap, loopback), iptables for kube-proxy and conntrack for its clean-up.
+HOST_PACKAGES = {
+    "runc": "runc",
+    str(s.CNI_BIN / "bridge"): "containernetworking-plugins",
+    "iptables": "iptables",
+    "conntrack": "conntrack",
+}
+
+
+def host_packages() -> None:
+    """Install the node's Debian packages that are missing (a fresh machine has none of them)."""
+    from tests.harness.docker_host import apt_install
+
+    missing = sorted(
+        {pkg for tool, pkg in HOST_PACKAGES.items() if not (shutil.which(tool) or Path(tool).exists())}
+    )
+    if missing:
+        apt_install(*missing)
+
+
 def build() -> None:
-    """Every binary the node runs, built once per version (a lock serialises parallel callers)."""
+    """Every binary the node runs, built once per version (a lock serialises parallel callers), and the
+    host packages it needs."""
+    host_packages()
     if shutil.which("go") is None:
         raise RuntimeError("the Go toolchain (>= 1.26) is needed to build the real node's binaries")
     env = {**os.environ, **_GO_ENV}
