@@ -76,7 +76,14 @@ def _free_port() -> int:
 class PrometheusServer:
     """One Prometheus process with its own data dir, scraping `targets` (host:port) every second."""
 
-    def __init__(self, workdir: Path, targets: list[str], rule_files: list[Path] | None = None) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        targets: list[str],
+        rule_files: list[Path] | None = None,
+        scrape_configs: list[dict[str, Any]] | None = None,
+    ) -> None:
+        """`scrape_configs` replaces the one static job over `targets` (e.g. Kubernetes service discovery)."""
         binary = prometheus_binary()
         if binary is None:
             raise RuntimeError("prometheus is not installed: `make prometheus` (apt-get install prometheus)")
@@ -85,7 +92,8 @@ class PrometheusServer:
         config = {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
             "rule_files": [str(p) for p in rule_files or []],
-            "scrape_configs": [{"job_name": "kappaflow", "static_configs": [{"targets": targets}]}],
+            "scrape_configs": scrape_configs
+            or [{"job_name": "kappaflow", "static_configs": [{"targets": targets}]}],
         }
         workdir.mkdir(parents=True, exist_ok=True)
         # JSON is YAML: no YAML library needed to write the config

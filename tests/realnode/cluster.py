@@ -294,3 +294,60 @@ def topic_records(bootstrap: str, topic: str) -> int:
         return sum(high - low for low, high in marks)
     finally:
         consumer.close()
+
+
+def pod_scrape_configs(node: RealNode, pki: Path) -> list[dict[str, Any]]:
+    """Prometheus' Kubernetes service discovery against the node's API server: the app pods by the
+    `prometheus.io/*` annotations the operator puts on them, the operator's pods by their `metrics` port
+    (what the chart's PodMonitor selects), each series labelled with its namespace and pod."""
+    sd = {
+        "role": "pod",
+        "api_server": node.server,
+        "tls_config": {
+            "ca_file": str(pki / "ca.crt"),
+            "cert_file": str(pki / "admin.crt"),
+            "key_file": str(pki / "admin.key"),
+        },
+    }
+    labels = [
+        {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
+        {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
+    ]
+    annotated = [
+        {
+            "source_labels": ["__meta_kubernetes_pod_annotation_prometheus_io_scrape"],
+            "action": "keep",
+            "regex": "true",
+        },
+        {
+            "source_labels": ["__address__", "__meta_kubernetes_pod_annotation_prometheus_io_port"],
+            "regex": "([^:]+)(?::\\d+)?;(\\d+)",
+            "replacement": "$1:$2",
+            "target_label": "__address__",
+        },
+        {
+            "source_labels": ["__meta_kubernetes_pod_annotation_prometheus_io_path"],
+            "regex": "(.+)",
+            "target_label": "__metrics_path__",
+        },
+    ]
+    operator = [
+        {
+            "source_labels": ["__meta_kubernetes_pod_label_app_kubernetes_io_name"],
+            "action": "keep",
+            "regex": "kappaflow-operator",
+        },
+        {
+            "source_labels": ["__meta_kubernetes_pod_container_port_name"],
+            "action": "keep",
+            "regex": "metrics",
+        },
+    ]
+    return [
+        {"job_name": "kappaflow-pods", "kubernetes_sd_configs": [sd], "relabel_configs": annotated + labels},
+        {
+            "job_name": "kappaflow-operator",
+            "kubernetes_sd_configs": [sd],
+            "relabel_configs": operator + labels,
+        },
+    ]

@@ -12,6 +12,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
@@ -27,6 +28,7 @@ from tests.realnode.cluster import (
     input_word_counts,
     lines_for,
     pod_names,
+    pod_scrape_configs,
     produce_lines,
     restored_records,
     topic_records,
@@ -265,6 +267,70 @@ def test_interactive_queries_cross_pods_by_dns_name(app: App) -> None:
     )
     assert {a["value"] for a in answers} == {app.expected[word]}, answers
     assert len({a["host"] for a in answers}) == 1, "every instance should name the same owner"
+
+
+def test_prometheus_scrapes_the_pods_and_every_dashboard_panel_has_data(app: App, tmp_path: Path) -> None:
+    """Debian's Prometheus discovers the pods through the API server (the operator's `prometheus.io/*`
+    pod annotations; the operator's `metrics` port, as the chart's PodMonitor selects it), loads the
+    chart's alert rules, and every panel of the chart's dashboard returns data from the real pods. A
+    dead-letter topic is configured (a config change: the pods roll) and one record that is not UTF-8 is
+    sent, so the error panels have data too."""
+    from tests.harness.prometheus import PrometheusServer
+    from tests.harness.realnode import settings as s
+    from tests.kafka.test_dashboard_prometheus import CHART, dashboard_targets
+
+    if "wordcount-dlq" not in _topics(app):
+        app.kafka.create_topics(["wordcount-dlq"], partitions=1)
+    config = {
+        "commit.interval.ms": "100",
+        "default.deserialization.exception.handler": "log_and_continue",
+        "errors.dead.letter.queue.topic.name": "wordcount-dlq",
+    }
+    app.node.kubectl(
+        "-n",
+        NAMESPACE,
+        "patch",
+        "streamapp",
+        APP,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"config": config}}),
+    )
+    app.wait_ready("dead-letter config rolled out")
+    app.wait_pods_ready("pods Ready with the dead-letter config")
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": app.kafka.host_bootstrap})
+    producer.produce("wordcount-input", key=b"poison", value=b"\xff\xfe not utf-8")
+    assert producer.flush(30) == 0
+    rules = [CHART / "dashboards" / "alerts.yaml"]
+    with SteadyInput(app.kafka.host_bootstrap, "wordcount-input", app.expected, per_second=50):
+        with PrometheusServer(tmp_path / "prom", [], rules, pod_scrape_configs(app.node, s.PKI)) as prom:
+            (group,) = prom.rules()
+            assert {r["health"] for r in group["rules"]} <= {"ok", "unknown"}, group["rules"]
+            wait_for(
+                "the pods' and the operator's targets up",
+                lambda: len(prom.query('up{job=~"kappaflow-.*"} == 1')) >= 4,
+                90,
+            )
+            empty = dashboard_targets()
+            deadline = time.monotonic() + 90
+            while empty and time.monotonic() < deadline:
+                time.sleep(2)
+                empty = [(title, expr) for title, expr in empty if not prom.query(expr)]
+            assert not empty, f"dashboard panels without data from the real pods: {empty}"
+            namespaces = {
+                r["metric"].get("namespace") for r in prom.query("kappaflow_records_processed_total")
+            }
+            assert NAMESPACE in namespaces, namespaces
+    # the poison record went to the dead letters, counted nowhere: the counts are still exact
+    app.audit.wait_exact(app.expected)
+
+
+def _topics(app: App) -> set[str]:
+    from confluent_kafka.admin import AdminClient
+
+    return set(AdminClient({"bootstrap.servers": app.kafka.host_bootstrap}).list_topics(timeout=30).topics)
 
 
 def test_deleting_the_example_removes_it_and_its_namespace(app: App) -> None:
