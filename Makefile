@@ -21,7 +21,7 @@ PYTHON_DRAIN_TESTS ?= tests/runtime --ignore=tests/runtime/test_native_core.py \
 
 .PHONY: docs docs-serve prometheus conformance-golden conformance-jars run bench bench-reprocess spark-jars test-spark setup test test-unit test-kafka chaos test-kube lint typecheck crds crds-check chart-lint describe \
 	kafka-up kafka-down kafka-status kafka-download images test-images kube-build kube-up kube-down kube-status operator-run test-operator kind-up kind-down clean \
-	cluster-build cluster-up cluster-down cluster-status cluster-selftest test-real
+	cluster-build cluster-up cluster-down cluster-status cluster-selftest test-real e2e-real
 
 # The main job: broker (downloaded and started if needed), topics, word count and a line generator;
 # prints the counts as they change. RUN_SECONDS=0 runs until Ctrl-C.
@@ -258,6 +258,12 @@ cluster-selftest: cluster-build images
 # The real-node tier alone (part of `make test`): the chart, Kafka and every StreamApp lifecycle on real pods.
 test-real: cluster-build images kafka-download
 	$(PY) -m pytest -q -m realnode tests/realnode $(PYTEST_ARGS)
+
+# A longer real-node run: the example under steady input for E2E_REAL_MINUTES of SIGKILLs, pod deletes,
+# scaling, rolling upgrades and kubelet restarts, then the exactly-once audit (tests/realnode/soak.py).
+E2E_REAL_MINUTES ?= 20
+e2e-real: cluster-build images kafka-download
+	$(PY) -m tests.realnode.soak --minutes $(E2E_REAL_MINUTES)
 
 clean: kafka-down kube-down cluster-down
 	rm -rf $(VENV) .state .run

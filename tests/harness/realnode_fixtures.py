@@ -8,6 +8,7 @@ One node per machine: tests share it and each gets namespaces of its own.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import uuid
@@ -61,16 +62,17 @@ class RealNode:
         return name
 
 
-@pytest.fixture(scope="session")
-def real_node() -> Iterator[RealNode]:
-    from tests.harness.realnode import binaries, node
+@contextlib.contextmanager
+def node_session() -> Iterator[RealNode]:
+    """A running node with the project's current images: the user's own (`make cluster-up`, left running)
+    or one started for this session and torn down at its end, the host checked to be as before."""
+    from tests.harness import images
+    from tests.harness.realnode import binaries, host, node
     from tests.harness.realnode import settings as s
+    from tests.harness.realnode.images_store import import_images
 
     def handle(info: dict[str, Any]) -> RealNode:
         return RealNode(Path(info["kubeconfig"]), info["server"], info["host_ip"], s.BIN / "kubectl")
-
-    from tests.harness import images
-    from tests.harness.realnode.images_store import import_images
 
     names = list(images.ensure_images(list(images.ALL_IMAGES)))
     info = node.running_info()
@@ -78,8 +80,6 @@ def real_node() -> Iterator[RealNode]:
         import_images(names, node.log)
         yield handle(info)
         return
-    from tests.harness.realnode import host
-
     binaries.build()
     before = host.snapshot()
     info = node.start(names, attached=True)
@@ -90,3 +90,9 @@ def real_node() -> Iterator[RealNode]:
     # the node's promise: the host after teardown is the host before start (an error of the session if not)
     changed = host.compare(before, host.snapshot())
     assert not changed, "the real node left the host changed: " + "; ".join(changed)
+
+
+@pytest.fixture(scope="session")
+def real_node() -> Iterator[RealNode]:
+    with node_session() as handle:
+        yield handle
