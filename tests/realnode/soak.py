@@ -91,9 +91,8 @@ def soak(n: RealNode, minutes: float, seed: int) -> None:
                 actions[what.split()[0]] += 1
                 started = time.monotonic()
                 wait_for(f"pods Ready after {what}", lambda: _pods_ready(n), 300, interval=1)
-                print(
-                    f"[soak] {what}: Ready again in {time.monotonic() - started:.1f}s; {steady.sent} lines so far"
-                )
+                took = time.monotonic() - started
+                print(f"[soak] {what}: Ready again in {took:.1f}s, {steady.sent} lines sent")
                 audit.poll(0.5)
         audit.wait_exact(expected, timeout=300)
         print(f"[soak] exact: {sum(expected.values())} words counted once each; actions {dict(actions)}")
