@@ -413,7 +413,7 @@ class FakeStateManager:
         self.checkpoints: list[int | None] = []
         self.stores: dict[str, object] = {}
 
-    def restore_offsets(self) -> dict[str, int | None]:
+    def restore_offsets(self, bounds: object = None, topic_ids: object = None) -> dict[str, int | None]:
         return {"counts": self.committed}
 
     def changelog_partitions(self) -> dict[tuple[str, int], str]:
