@@ -103,6 +103,11 @@ class ChangelogReader:
                 self._index[tp] = managed
         if assignments:
             self._consumer.incremental_assign(assignments)
+        # Counters at zero from the task's start: a restore stuck from its first record still has a
+        # series (rate 0) for dashboards and alerts, not none.
+        kind = "standby-updated-records-total" if managed.standby else "restored-records-total"
+        for store in partitions.values():
+            self._metrics.increment(kind, 0, task=str(managed.task.id), store=store)
         if not managed.standby:
             # every active task has the gauge, 0 when its stores are already at the changelog's end
             remaining = self.remaining(managed)
