@@ -31,6 +31,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from kappaflow_contract.keys import key_problem
+
 from . import desired, reprocess, reset, scaling, status, volumes
 from .desired.common import ACCEPTED_DESCRIBE_KEY, TOPOLOGY_KEY, AppRef, spec_hash, topology_configmap_name
 from .desired.statefulset import STATE_VOLUME
@@ -186,6 +188,10 @@ def decide(snap: Snapshot, *, now: datetime, tick: bool = False) -> Decision:
         return d.done(prev, d.observation(0, problems=[bad_name]))
     if spec.suspend:
         return d.done(prev, d.observation(statefulset_replicas(snap), suspended=True))
+    bad_config = config_problem(spec)
+    if bad_config is not None:  # the pods would crash-loop on it: deploy nothing, keep what runs
+        d.problem(bad_config)
+        return d.done(prev, d.observation(statefulset_replicas(snap), problems=[bad_config]))
     if snap.kafka_access_error is not None:  # checked first: a describe Job could not start without them
         problem = status.Problem("SecretReferenceInvalid", snap.kafka_access_error)
         d.problem(problem)
@@ -280,6 +286,17 @@ def decide(snap: Snapshot, *, now: datetime, tick: bool = False) -> Decision:
         **common,
     )
     return d.done(prev, obs)
+
+
+def config_problem(spec: StreamAppSpec) -> status.Problem | None:
+    """spec.config keys the runtime would refuse at start-up (a typo, with the key it most likely means;
+    a Kafka Streams key kappaflow lacks; an unsupported value), by the runtime's own rule
+    (`kappaflow_contract.keys.key_problem`). The API server accepts any key, so without this the pods
+    would crash-loop on it; keys the operator owns are refused by the CRD already."""
+    problems = [p for k, v in sorted(spec.config.items()) if (p := key_problem(k, v)) is not None]
+    if not problems:
+        return None
+    return status.Problem("InvalidConfig", "spec.config: " + "; ".join(problems))
 
 
 # ---- topology ------------------------------------------------------------------------------------------

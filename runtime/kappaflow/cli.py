@@ -221,18 +221,36 @@ def _reset(args: argparse.Namespace) -> int:
     )
     internal = topology.internal_topic_names(app_id)
     state_dir = Path(config.get_str("state.dir")) / app_id
+    admin = InternalTopicManager(client_configs(config, f"{app_id}-reset")["admin"])
+    elsewhere = (
+        f"the local state of instances on other machines (their own {state_dir}) cannot be reached "
+        "from here: start them with an empty state directory; otherwise their stores are detected as "
+        "belonging to the deleted changelogs and wiped (a WARNING names each) when they start"
+    )
     if args.dry_run:
+        try:
+            state, members = admin.group_members(app_id)
+        except Exception as exc:  # a dry run still says what it would do
+            print(f"WARNING: could not check group '{app_id}' for active members: {exc}")
+        else:
+            if members:
+                names = ", ".join(m.instance_id or m.client_id or m.member_id for m in members)
+                print(
+                    f"WARNING: group '{app_id}' still has {len(members)} active member(s) ({state}: "
+                    f"{names}): stop every instance first, or the reset will refuse to run"
+                )
         print(f"would reset offsets of group '{app_id}' on {', '.join(inputs)} to earliest")
         print(f"would delete internal topics: {', '.join(sorted(internal)) or '-'}")
         print(f"would delete local state: {state_dir}")
+        print(f"note: {elsewhere}")
         return 0
-    admin = InternalTopicManager(client_configs(config, f"{app_id}-reset")["admin"])
     admin.reset_to_earliest(app_id, inputs)
     print(f"reset offsets of group '{app_id}' on {', '.join(inputs)} to earliest")
     deleted = admin.delete_topics(sorted(internal))
     print(f"deleted internal topics: {', '.join(deleted) or '-'}")
     shutil.rmtree(state_dir, ignore_errors=True)
     print(f"deleted local state: {state_dir}")
+    print(f"not deleted: {elsewhere}")
     return 0
 
 

@@ -103,3 +103,15 @@ def test_monitoring_objects_pass_the_real_prometheus_operator_crds(helm, kube_cl
 def _established(extensions: object, name: str) -> bool:
     crd = extensions.read_custom_resource_definition(name)  # type: ignore[attr-defined]
     return any(c.type == "Established" and c.status == "True" for c in crd.status.conditions or [])
+
+
+def test_prometheus_rule_is_the_alert_file_and_monitors_name_the_job_it_watches(helm):
+    docs = _render(helm, "kappaflow-system", "--set", ALL_ON)
+    (rule,) = [d for d in docs if d["kind"] == "PrometheusRule"]
+    assert rule["spec"] == yaml.safe_load((CHART / "dashboards" / "alerts.yaml").read_text())
+    exprs = [r["expr"] for g in rule["spec"]["groups"] for r in g["rules"]]
+    assert 'up{job="kappaflow-apps"} == 0' in exprs
+    for doc in docs:
+        if doc["kind"] in ("PodMonitor", "ServiceMonitor"):
+            (endpoint,) = doc["spec"].get("podMetricsEndpoints") or doc["spec"]["endpoints"]
+            assert {"targetLabel": "job", "replacement": "kappaflow-apps"} in endpoint["relabelings"]

@@ -161,6 +161,38 @@ def test_suspend_leaves_everything_as_it_is() -> None:
     assert d.status.phase == "Paused" and d.observation.desired_replicas == 2
 
 
+def test_a_config_key_typo_is_degraded_naming_the_key_and_nothing_is_deployed() -> None:
+    bad = spec_dict(config={"comit.interval.ms": "100", "consumer.fetch.max.bytes": "1048576"})
+    d = decide(_snap(bad, topology_configmap=None), now=T0)
+    assert [p.reason for p in d.problems] == ["InvalidConfig"] and d.status.phase == "Degraded"
+    status_, reason, message = _cond(d, "Degraded")
+    assert (status_, reason) == ("True", "InvalidConfig")
+    assert "'comit.interval.ms'" in message and "did you mean commit.interval.ms?" in message
+    assert "consumer.fetch" not in message  # a client override passes, as in the runtime
+    assert d.effects == (Event("Warning", "InvalidConfig", d.problems[0].message),)  # no Job, no objects
+
+
+def test_a_config_typo_in_a_running_app_keeps_the_running_version_and_a_fix_recovers() -> None:
+    first = decide(_snap(), now=T0)
+    sts = _running(first)
+    bad = spec_dict(config={"comit.interval.ms": "100"})
+    d = decide(_snap(bad, statefulset=sts, generation=2), now=T0 + timedelta(seconds=30))
+    assert [p.reason for p in d.problems] == ["InvalidConfig"]
+    assert not [e for e in d.effects if isinstance(e, Apply)]  # the pods keep the last good config
+    assert d.observation.desired_replicas == sts["spec"]["replicas"]
+    fixed = spec_dict(config={"commit.interval.ms": "100"})
+    d = decide(_snap(fixed, statefulset=sts, generation=3), now=T0 + timedelta(seconds=60))
+    assert d.problems == () and _cond(d, "Degraded")[0] == "False"
+    assert "commit.interval.ms=100" in _applied(d, "ConfigMap")["data"]["streams.properties"]
+
+
+def test_unsupported_and_unimplemented_config_keys_are_named_too() -> None:
+    bad = spec_dict(config={"topology.optimization": "all", "task.timeout.ms": "1000"})
+    (problem,) = decide(_snap(bad), now=T0).problems
+    assert "'task.timeout.ms' is a Kafka Streams setting kappaflow does not implement" in problem.message
+    assert "'topology.optimization'='all' is not supported yet" in problem.message
+
+
 def test_a_missing_secret_is_reported_before_any_describe_job() -> None:
     d = decide(_snap(kafka_access_error="secret apps/kafka-user does not exist"), now=T0)
     assert [p.reason for p in d.problems] == ["SecretReferenceInvalid"]

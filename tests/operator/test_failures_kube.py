@@ -252,6 +252,23 @@ def test_a_manifest_the_api_server_rejects_is_in_status_and_a_fixed_spec_recover
     assert env.condition("inv", "Degraded")["status"] == "False"
 
 
+def test_a_config_key_typo_is_in_status_nothing_is_deployed_and_a_fixed_spec_recovers(env: Env) -> None:
+    from kubernetes import client
+
+    # The API server accepts any key; the pods would crash-loop on this one.
+    env.create("cfg", env.spec(_app_id(), replicas=1, config={"comit.interval.ms": "500"}))
+    cond = _degraded(env, "cfg", "InvalidConfig")
+    assert "'comit.interval.ms'" in cond["message"], cond["message"]
+    assert "did you mean commit.interval.ms?" in cond["message"], cond["message"]
+    names = [
+        s.metadata.name for s in client.AppsV1Api(env.api).list_namespaced_stateful_set(env.namespace).items
+    ]
+    assert "cfg" not in names, "nothing is deployed with the bad key"
+    env.patch_spec("cfg", {"config": {"comit.interval.ms": None, "commit.interval.ms": "500"}})
+    env.wait_running("cfg", 1, timeout=120)
+    assert env.condition("cfg", "Degraded")["status"] == "False"
+
+
 def test_crash_looping_upgrade_is_reported_then_rolled_back(env: Env) -> None:
     env.create("crash", env.spec(_app_id(), replicas=1, upgrade={"progressDeadlineSeconds": 30}))
     env.wait_running("crash", 1)

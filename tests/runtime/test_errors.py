@@ -65,6 +65,19 @@ def test_log_and_continue_skips_to_dead_letter_topic_and_keeps_going() -> None:
         assert driver.metrics().counter("dropped-records-total") == 2
 
 
+def test_the_dead_letter_counter_exists_at_zero_from_the_tasks_start() -> None:
+    """An alert on `increase(kappaflow_dead_letter_records_total[5m])` sees the first dead letters only if
+    the series existed before them."""
+    config = {
+        "processing.exception.handler": "log_and_continue",
+        "errors.dead.letter.queue.topic.name": "dlq",
+    }
+    with TopologyTestDriver(long_sum_topology(), config) as driver:
+        driver.create_input_topic("in", S, L).pipe_input("ok", 4)
+        series = driver.metrics().counters()["dead-letter-records-total"]
+        assert series == {(("task", "0_0"), ("topic", "dlq")): 0.0}
+
+
 def test_callable_handler_decides() -> None:
     decisions: list[str] = []
 

@@ -413,7 +413,7 @@ class FakeStateManager:
         self.checkpoints: list[int | None] = []
         self.stores: dict[str, object] = {}
 
-    def restore_offsets(self) -> dict[str, int | None]:
+    def restore_offsets(self, bounds: object = None, topic_ids: object = None) -> dict[str, int | None]:
         return {"counts": self.committed}
 
     def changelog_partitions(self) -> dict[tuple[str, int], str]:
@@ -495,6 +495,20 @@ def test_a_store_already_at_the_end_restores_nothing_and_a_truncated_log_is_read
     assert not managed.pending  # an empty changelog: nothing to wait for
     _reader, consumer, managed, _task = _reader_with([], (10, 20), committed=4)  # below the log start
     assert consumer.assigned == [(FakeStateManager.TP[0], 0, -2)] and managed.pending
+
+
+def test_a_restore_stuck_from_its_start_exports_its_series_at_once_with_help_lines():
+    """The metrics the KappaflowRestoreStuck alert and the restore panel read exist before the first
+    restored record: remaining records, and the restored-records counter at 0 (not absent)."""
+    from kappaflow.runner.http import prometheus_text
+
+    reader, _consumer, _managed, _task = _reader_with([[]], (0, 500))
+    assert reader.step() == []  # nothing arrives
+    text = prometheus_text(reader._metrics)
+    assert 'kappaflow_restored_records_total{store="counts",task="1_0"} 0.0' in text
+    assert 'kappaflow_restore_remaining_records{task="1_0"} 500.0' in text
+    assert "# HELP kappaflow_restored_records_total Changelog records restored" in text
+    assert "# HELP kappaflow_restore_remaining_records Changelog records" in text
 
 
 class HangingOffsetsProducer:

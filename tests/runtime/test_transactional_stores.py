@@ -193,6 +193,47 @@ def test_a_crash_marker_of_a_pre_transactional_run_wipes_persistent_state(tmp_pa
         manager.close()
 
 
+@pytest.mark.parametrize("exactly_once", [False, True])
+@pytest.mark.parametrize(
+    ("bounds", "topic_id", "kept"),
+    [
+        ((0, 9), "id-1", True),  # the changelog the state came from: only the tail past 5 is restored
+        ((5, 5), None, True),  # no topic id known (not describable): the offsets alone decide
+        ((0, 0), "id-2", False),  # `kappaflow reset` recreated it: empty, the checkpoint is past its end
+        ((0, 3), None, False),  # past the end, whatever the id
+        ((7, 9), "id-1", False),  # records between the checkpoint and the log start are gone
+        ((0, 9), "id-2", False),  # recreated and already refilled past the checkpoint by other instances
+    ],
+)
+def test_a_checkpoint_that_is_not_an_offset_of_the_changelog_wipes_the_store(
+    tmp_path: Path, caplog: Any, exactly_once: bool, bounds: tuple[int, int], topic_id: str | None, kept: bool
+) -> None:
+    supplier = Stores.persistent_key_value_store("counts")
+    manager, store = _task_store(tmp_path, exactly_once, supplier)
+    assert manager.restore_offsets(
+        {("app-counts-changelog", 0): (0, 0)}, {"app-counts-changelog": "id-1"}
+    ) == {"counts": None}
+    store.put("a", 1)
+    manager.flush()
+    manager.checkpoint({"counts": 5})
+    manager.close()
+    manager, store = _task_store(tmp_path, exactly_once, supplier)
+    ids = {} if topic_id is None else {"app-counts-changelog": topic_id}
+    try:
+        starts = manager.restore_offsets({("app-counts-changelog", 0): bounds}, ids)
+        assert starts == {"counts": 5 if kept else None}
+        assert store.get("a") == (1 if kept else None)
+        warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        if kept:
+            assert warnings == []
+        else:
+            assert len(warnings) == 1
+            assert warnings[0].startswith("store counts partition 0: checkpointed changelog offset 5 ")
+            assert f"(changelog app-counts-changelog: log start {bounds[0]}, end {bounds[1]})" in warnings[0]
+    finally:
+        manager.close()
+
+
 class _PlainStore(InMemoryKeyValueBytesStore):
     persistent = True  # claims persistence without keeping a transaction's writes apart
 

@@ -7,14 +7,14 @@ defined once in `kappaflow_contract` (docs/contract.md).
 Values stay as given and are converted by typed getters, which name the key in every error.
 
 Every key is either honoured or rejected at start-up with a message naming it (Java only logs an
-unknown key; here a typo must not pass silently): the keys below (`DEFAULTS`), librdkafka settings the
-clients pass through (`CLIENT_PASSTHROUGH`) and per-client overrides under `CLIENT_PREFIXES`.
+unknown key; here a typo must not pass silently): the key tables (`DEFAULTS`, `CLIENT_PASSTHROUGH`,
+`CLIENT_PREFIXES`, ...) and the rule live in `kappaflow_contract.keys`, so the operator refuses the same
+keys in a StreamApp's spec.config before deploying it; they are re-exported here.
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -26,111 +26,18 @@ from kappaflow_contract.config import NON_CONFIG_ENV as NON_CONFIG_ENV
 from kappaflow_contract.config import NON_CONFIG_ENV_PREFIXES as NON_CONFIG_ENV_PREFIXES
 from kappaflow_contract.config import env_key as env_key
 from kappaflow_contract.config import is_tooling_env
+from kappaflow_contract.keys import AT_LEAST_ONCE as AT_LEAST_ONCE
+from kappaflow_contract.keys import CLIENT_PASSTHROUGH as CLIENT_PASSTHROUGH
+from kappaflow_contract.keys import CLIENT_PREFIXES as CLIENT_PREFIXES
+from kappaflow_contract.keys import DEFAULTS as DEFAULTS
+from kappaflow_contract.keys import EMIT_INTERVAL_OUTER_JOIN as EMIT_INTERVAL_OUTER_JOIN
+from kappaflow_contract.keys import EMIT_INTERVAL_WINDOWED_AGGREGATION as EMIT_INTERVAL_WINDOWED_AGGREGATION
+from kappaflow_contract.keys import EXACTLY_ONCE_V2 as EXACTLY_ONCE_V2
+from kappaflow_contract.keys import NOT_IMPLEMENTED as NOT_IMPLEMENTED
+from kappaflow_contract.keys import ONLY_VALUE as ONLY_VALUE
+from kappaflow_contract.keys import key_problem
 from kappaflow_contract.properties import PropertiesError, loads
 
-# The temporary directory Python would pick, without probing the disk as `tempfile.gettempdir()` does:
-# that probe raises when nothing is writable, and importing kappaflow must work in a container with a
-# read-only root filesystem (`kappaflow describe`, the operator's pods before their volumes matter).
-_TMP = tempfile.tempdir or next((os.environ[v] for v in ("TMPDIR", "TEMP", "TMP") if os.environ.get(v)), "")
-_TMP = _TMP or "/tmp"
-
-AT_LEAST_ONCE = "at_least_once"
-EXACTLY_ONCE_V2 = "exactly_once_v2"
-
-EMIT_INTERVAL_OUTER_JOIN = "__emit.interval.ms.kstreams.outer.join.spurious.results.fix__"
-EMIT_INTERVAL_WINDOWED_AGGREGATION = "__emit.interval.ms.kstreams.windowed.aggregation__"
-
-DEFAULTS: dict[str, Any] = {
-    "application.id": None,
-    "bootstrap.servers": None,
-    "client.id": "",
-    "default.key.serde": None,
-    "default.value.serde": None,
-    "default.timestamp.extractor": None,
-    "default.deserialization.exception.handler": "log_and_fail",
-    "processing.exception.handler": "log_and_fail",
-    "production.exception.handler": "fail",
-    "errors.dead.letter.queue.topic.name": None,
-    "statestore.cache.max.bytes": 10 * 1024 * 1024,
-    # a callable (store_name, rocksdict.Options, config) or its `module:attribute` path, called before
-    # each RocksDB store opens (kappaflow.state.rocksdb_config)
-    "rocksdb.config.setter": None,
-    "commit.interval.ms": None,  # 30000, or 100 under exactly_once_v2 (resolved by commit_interval_ms)
-    "processing.guarantee": AT_LEAST_ONCE,
-    "num.standby.replicas": 0,
-    # stream workers of this instance: 1 runs in-process; N > 1 runs N worker processes (runner/workers.py)
-    "num.stream.threads": 1,
-    "state.dir": str(Path(_TMP) / "kappaflow"),
-    "application.server": "",
-    "group.instance.id": None,
-    "poll.ms": 100,
-    "max.task.idle.ms": 0,
-    "replication.factor": -1,
-    "metrics.port": 9464,
-    "query.http.enabled": False,
-    "kappaflow.internal.topics.create": True,
-    # compile chains of built-in processors into direct calls (kappaflow.tasks.fusion); false keeps every
-    # record on the generic node-by-node path, the same results slower
-    "kappaflow.fusion.enabled": True,
-    # run the tasks' drain loop and the built-in processors' compiled stages in the native core when it
-    # is installed (kappaflow_native, Rust); false, or the core absent, runs their Python twins: same
-    # results, slower
-    "kappaflow.native.enabled": True,
-    "topology.optimization": "none",
-    # Kafka Streams' internal throttles (StreamsConfig.InternalConfig): unmatched left/outer stream-stream
-    # join results and emit-on-window-close results are looked for at most once per interval of wall-clock
-    # time; the TopologyTestDriver sets both to 0, as Java's does
-    EMIT_INTERVAL_OUTER_JOIN: 1000,
-    EMIT_INTERVAL_WINDOWED_AGGREGATION: 1000,
-    "metrics.host": None,
-    "query.http.host": None,
-    "repartition.purge.interval.ms": 30000,
-    # how long calls to an unreachable broker are retried before the stream thread fails (Kafka Streams')
-    "default.api.timeout.ms": 60000,
-}
-
-# librdkafka settings passed verbatim to every client when present in the streams configuration.
-CLIENT_PASSTHROUGH = (
-    "security.protocol",
-    "sasl.mechanism",
-    "sasl.mechanisms",
-    "sasl.username",
-    "sasl.password",
-    "ssl.ca.location",
-    "ssl.certificate.location",
-    "ssl.key.location",
-    "ssl.key.password",
-    "client.rack",
-    "session.timeout.ms",
-    "heartbeat.interval.ms",
-    "max.poll.interval.ms",
-)
-# `<prefix><librdkafka key>` overrides one client's settings (librdkafka validates the rest).
-CLIENT_PREFIXES = ("consumer.", "restore.consumer.", "producer.", "admin.")
-
-# Keys kappaflow knows but implements only at one value: (the accepted value, why others fail).
-ONLY_VALUE: dict[str, tuple[str, str]] = {
-    "topology.optimization": ("none", "kappaflow does not rewrite topologies; use 'none'"),
-}
-# Kafka Streams keys kappaflow does not implement: named so the error says so rather than "unknown".
-NOT_IMPLEMENTED = frozenset(
-    {
-        "acceptable.recovery.lag",
-        "buffered.records.per.partition",
-        "built.in.metrics.version",
-        "cache.max.bytes.buffering",
-        "default.dsl.store",
-        "dsl.store.suppliers.class",
-        "max.warmup.replicas",
-        "metrics.recording.level",
-        "probing.rebalance.interval.ms",
-        "rack.aware.assignment.strategy",
-        "task.assignor.class",
-        "task.timeout.ms",
-        "upgrade.from",
-        "window.size.ms",
-    }
-)
 # KAPPAFLOW_* environment variables of the tooling, not configuration (NON_CONFIG_ENV and
 # NON_CONFIG_ENV_PREFIXES), and env_key, come from the contract: the operator sets some on its Jobs.
 
@@ -172,17 +79,11 @@ def read_properties(path: str | Path) -> dict[str, str]:
 
 def check_key(key: str, value: Any) -> None:
     """Reject a key kappaflow would not honour: unknown (a typo), not implemented, or an unsupported
-    value of a key implemented at one value only. A pure decision, naming the key."""
-    if key in ONLY_VALUE:
-        accepted, why = ONLY_VALUE[key]
-        if value is not None and str(value).strip() != accepted:
-            raise ConfigError(f"config '{key}'={value!r} is not supported yet: {why}")
-        return
-    if key in DEFAULTS or key in CLIENT_PASSTHROUGH or key.startswith(CLIENT_PREFIXES):
-        return
-    if key in NOT_IMPLEMENTED:
-        raise ConfigError(f"config '{key}' is a Kafka Streams setting kappaflow does not implement")
-    raise ConfigError(f"config '{key}' is not a kappaflow config key (a typo?)")
+    value of a key implemented at one value only. A pure decision, naming the key; the rule itself is
+    the contract's (`kappaflow_contract.keys.key_problem`), which the operator applies to spec.config."""
+    problem = key_problem(key, value)
+    if problem is not None:
+        raise ConfigError(problem)
 
 
 class StreamsConfig:

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicCollection, TopicPartition
 
 # NewTopic and ConsumerGroupDescription are re-exported without __all__: mypy needs the ignore.
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
@@ -144,6 +144,20 @@ class InternalTopicManager:
                 raise TopicError(
                     f"topics joined together must be co-partitioned (same partition count): {listed}"
                 )
+
+    def topic_ids(self, topics: list[str]) -> dict[str, str]:
+        """topic -> topic id (a recreated topic has a new one); best effort: a topic that cannot be
+        described (missing, not authorized) is left out."""
+        if not topics:
+            return {}
+        futures = self.admin.describe_topics(TopicCollection(topics), request_timeout=15)
+        ids: dict[str, str] = {}
+        for topic, future in futures.items():
+            try:
+                ids[topic] = str(future.result(timeout=30).topic_id)
+            except Exception as exc:
+                log.debug("cannot describe topic %s: %s", topic, exc)
+        return ids
 
     def group_members(self, group_id: str) -> tuple[str, list[GroupMember]]:
         """(group state, members with their current assignments) as the coordinator sees them."""

@@ -70,7 +70,9 @@ def assemble(
         )
         global_state.bootstrap()
     bounds = WatermarkReader(settings["restore"])
-    reader = ChangelogReader(new_consumer(settings["restore"]), metrics, bounds, api_timeout_s)
+    reader = ChangelogReader(
+        new_consumer(settings["restore"]), metrics, bounds, api_timeout_s, admin.topic_ids
+    )
     cache = ThreadCache(config.get_int("statestore.cache.max.bytes"))
     tasks = TaskManager(
         topology, config, producer.collector, cache, metrics, reader, now_ms,

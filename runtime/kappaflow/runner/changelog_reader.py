@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
@@ -48,12 +49,20 @@ class ChangelogReader:
     """Reads the changelogs of registered tasks; `step()` applies a batch and names the tasks done."""
 
     def __init__(
-        self, consumer: Consumer, metrics: Metrics, offset_bounds: OffsetBounds, api_timeout_s: float = 60.0
+        self,
+        consumer: Consumer,
+        metrics: Metrics,
+        offset_bounds: OffsetBounds,
+        api_timeout_s: float = 60.0,
+        topic_ids: Callable[[list[str]], dict[str, str]] | None = None,
     ) -> None:
         """`offset_bounds`: the (log start, high watermark) of changelog partitions, read_uncommitted
         (a consumer reading read_committed reports the last stable offset instead). Asking is retried
-        for up to `api_timeout_s` while the broker cannot be reached."""
+        for up to `api_timeout_s` while the broker cannot be reached. `topic_ids`: changelog topic ->
+        topic id, so that a store checkpointed in a deleted and recreated changelog is detected (the
+        state manager decides; see `restore_offsets`)."""
         self._api_timeout_s = api_timeout_s
+        self._topic_ids = topic_ids
         self._consumer = consumer
         self._metrics = metrics
         self._offset_bounds = offset_bounds
@@ -70,18 +79,22 @@ class ChangelogReader:
         """Start reading the task's changelogs from where its stores' state ends; an active task that is
         already at the end of all of them has nothing pending."""
         manager = managed.task.state_manager
-        starts = manager.restore_offsets()
         partitions = manager.changelog_partitions()
         tps = list(partitions)
         ask = self._offset_bounds
         bounds = retry_unreachable("reading changelog ends", lambda: ask(tps), self._api_timeout_s)
+        ids: dict[str, str] = {}
+        if self._topic_ids is not None and tps:
+            topics, describe = sorted({t for t, _p in tps}), self._topic_ids
+            ids = retry_unreachable("describing changelogs", lambda: describe(topics), self._api_timeout_s)
+        starts = manager.restore_offsets(bounds, ids)
         assignments = []
         for tp, store in partitions.items():
             start = starts[store]
             low, high = bounds[tp]
             managed.end_offsets[tp] = high
             if start is not None and start < low:
-                start = None  # the log was truncated or recreated below our checkpoint: read it all
+                start = None  # the state manager wiped such a store (see `restore_offsets`): read it all
             first = start if start is not None else low
             manager.advance(store, first)
             if managed.standby or first < high:
@@ -90,6 +103,11 @@ class ChangelogReader:
                 self._index[tp] = managed
         if assignments:
             self._consumer.incremental_assign(assignments)
+        # Counters at zero from the task's start: a restore stuck from its first record still has a
+        # series (rate 0) for dashboards and alerts, not none.
+        kind = "standby-updated-records-total" if managed.standby else "restored-records-total"
+        for store in partitions.values():
+            self._metrics.increment(kind, 0, task=str(managed.task.id), store=store)
         if not managed.standby:
             # every active task has the gauge, 0 when its stores are already at the changelog's end
             remaining = self.remaining(managed)

@@ -33,6 +33,40 @@ def _series(name: str, labels: tuple[tuple[str, str], ...], value: float) -> str
     return f"{name} {float(value)!r}"
 
 
+# `# HELP` text per metric (docs/operations.md has the same table); others get a generic line.
+HELP: dict[str, str] = {
+    "process-records-total": "Records processed by this instance",
+    "records-processed-total": "Records processed per task",
+    "process-seconds-total": "Time spent processing records, in seconds",
+    "process-latency-avg-ms": "Average processing time per record in the last batch, in milliseconds",
+    "poll-loops-total": "Poll loops that processed records",
+    "enforced-processing-total": "Records processed while an input partition was empty (max.task.idle.ms)",
+    "commit-total": "Commits",
+    "commit-seconds-total": "Time spent committing, in seconds",
+    "commit-latency-ms": "Duration of the last commit, in milliseconds",
+    "consumer-lag": "Records between the position and the end of an assigned input partition",
+    "restore-remaining-records": "Changelog records an active task has left to restore (0 once restored)",
+    "restored-records-total": "Changelog records restored into active tasks' stores",
+    "standby-updated-records-total": "Changelog records applied to standby tasks' stores",
+    "global-restored-records-total": "Records loaded into global stores",
+    "active-tasks": "Active tasks by state",
+    "standby-tasks": "Standby tasks",
+    "streams-state": "The instance's state as the index of kappaflow.runner.State (2 is RUNNING)",
+    "dropped-records-total": "Records skipped (handler continued, late, invalid timestamp), by reason",
+    "expired-window-record-drop-total": "Records dropped because their window had closed",
+    "dead-letter-records-total": "Records sent to the dead-letter topic",
+    "transaction-aborts-total": "Aborted transactions, work redone from the last commit (exactly-once)",
+    "task-rewinds-total": "Tasks closed dirty and resumed from the committed offsets (at-least-once)",
+    "consumer-rejoins-total": "Group consumers replaced after a fatal error",
+    "worker-replacements-total": "Worker processes replaced after they died",
+}
+
+
+def _help(raw_name: str) -> str:
+    text = HELP.get(raw_name) or f"kappaflow {raw_name}"
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
 def prometheus_text(metrics: Metrics, extra_labels: dict[str, str] | None = None) -> str:
     extra = tuple(sorted((extra_labels or {}).items()))
     lines: list[str] = []
@@ -41,6 +75,7 @@ def prometheus_text(metrics: Metrics, extra_labels: dict[str, str] | None = None
             name = _metric_name(raw_name)
             if kind == "counter" and not name.endswith("_total"):
                 name += "_total"
+            lines.append(f"# HELP {name} {_help(raw_name)}")
             lines.append(f"# TYPE {name} {kind}")
             lines.extend(
                 _series(name, tuple(sorted(labels + extra)), value) for labels, value in series.items()

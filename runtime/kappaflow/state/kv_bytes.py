@@ -35,6 +35,9 @@ from kappaflow.state.uncommitted import Entry, UncommittedWrites, overlay
 
 _META_CF = "kappaflow_meta"
 _OFFSET_KEY = b"changelog.offset"
+# The id of the changelog topic the offset above counts in: a topic deleted and recreated under the same
+# name (`kappaflow reset`) has a new id, and an offset into the old one means nothing in it.
+_TOPIC_ID_KEY = b"changelog.topic.id"
 _pack_timestamp = struct.Struct(">q").pack
 # A restore batch this large skips RocksDB's write-ahead log (see `restore_messages`); smaller ones, a
 # standby's tail, keep it, so a standby applying a trickle does not flush a memtable at every commit.
@@ -415,6 +418,16 @@ class RocksDBKeyValueBytesStore:
         """Record the offset with whatever the transaction holds (nothing, outside a transaction)."""
         if self._db is not None:
             self.commit(changelog_offset)
+
+    def changelog_topic_id(self) -> str | None:
+        """The id of the changelog topic the stored offset counts in (None: never recorded)."""
+        raw = self._meta.get(_TOPIC_ID_KEY) if self._meta is not None else None
+        return raw.decode() if raw is not None else None
+
+    def record_changelog_topic_id(self, topic_id: str) -> None:
+        """Remember which changelog topic the offsets (and contents) come from; written at once."""
+        if self._meta is not None and self.changelog_topic_id() != topic_id:
+            self._meta[_TOPIC_ID_KEY] = topic_id.encode()
 
 
 def _add_to_batch(batch: Any, entries: list[Entry]) -> None:

@@ -112,7 +112,11 @@ class ProcessorStateManager:
         value = innermost(self.stores[store_name].store).committed_changelog_offset()
         return None if value is None else int(value)
 
-    def restore_offsets(self) -> dict[str, int | None]:
+    def restore_offsets(
+        self,
+        bounds: Mapping[tuple[str, int], tuple[int, int]] | None = None,
+        topic_ids: Mapping[str, str] | None = None,
+    ) -> dict[str, int | None]:
         """Per logged store, the changelog offset its restoration starts from; None: the log's start.
 
         Called once a task's stores are open, before restoring, for active and standby tasks and under
@@ -122,6 +126,13 @@ class ProcessorStateManager:
         records from the offset are applied over them, in order). A stale offset (the task ran elsewhere
         meanwhile) is still correct, only a longer tail. Only a crash of a pre-transactional version
         under exactly_once_v2 (its marker file) makes the persistent stores be wiped here first.
+
+        Local state that belongs to another changelog is wiped (with a warning) and restored in full,
+        where Kafka Streams would silently keep it: an offset beyond the changelog's end (`bounds`: its
+        log start and high watermark), or below its log start, or a changelog topic id (`topic_ids`)
+        other than the one the store recorded. That is the state of an instance restarted with its old
+        state directory after `kappaflow reset` recreated the changelogs: kept, it counts the re-read
+        input on top of the old counts. A store's first check records the topic id it restores from.
         """
         marker = self.task_dir / LEGACY_CRASH_MARKER
         if marker.exists():
@@ -132,10 +143,48 @@ class ProcessorStateManager:
                 if meta.store.persistent and isinstance(bottom, TransactionalStore):
                     bottom.reset()
             marker.unlink()
-        starts = {meta.name: self.committed_offset(meta.name) for meta in self.logged_stores()}
-        for name, start in starts.items():
-            self.stores[name].offset = start
+        starts: dict[str, int | None] = {}
+        for meta in self.logged_stores():
+            start = self.committed_offset(meta.name)
+            bottom = innermost(meta.store)
+            topic_id = (topic_ids or {}).get(meta.changelog_topic)
+            if start is not None:
+                reason = self._foreign_state(meta, start, bounds, topic_id)
+                if reason is not None and isinstance(bottom, TransactionalStore):
+                    low, high = (bounds or {}).get((meta.changelog_topic, meta.partition), ("?", "?"))
+                    log.warning(
+                        "store %s partition %d: checkpointed changelog offset %d %s (changelog %s: log "
+                        "start %s, end %s): the local state is not this changelog's (recreated, e.g. by "
+                        "`kappaflow reset`?); wiping it and restoring from the changelog",
+                        meta.name, meta.partition, start, reason, meta.changelog_topic, low, high,
+                    )  # fmt: skip
+                    bottom.reset()
+                    start = None
+            if topic_id is not None and hasattr(bottom, "record_changelog_topic_id"):
+                bottom.record_changelog_topic_id(topic_id)
+            starts[meta.name] = start
+            meta.offset = start
         return starts
+
+    @staticmethod
+    def _foreign_state(
+        meta: StoreMetadata,
+        start: int,
+        bounds: Mapping[tuple[str, int], tuple[int, int]] | None,
+        topic_id: str | None,
+    ) -> str | None:
+        """Why a store's checkpointed offset cannot be an offset of its changelog; None if it can be."""
+        recorded = getattr(innermost(meta.store), "changelog_topic_id", lambda: None)()
+        if topic_id is not None and recorded is not None and recorded != topic_id:
+            return f"was taken in changelog topic id {recorded}, which now has id {topic_id}"
+        low_high = (bounds or {}).get((meta.changelog_topic, meta.partition))
+        if low_high is not None:
+            low, high = low_high
+            if start > high:
+                return "is past the changelog's end"
+            if start < low:
+                return "is below the changelog's log start"
+        return None
 
     def changelog_partitions(self) -> dict[tuple[str, int], str]:
         """(changelog topic, partition) -> store, for every logged store."""

@@ -144,6 +144,10 @@ class StreamTask:
         self._processing_setting = handler_setting(PROCESSING_HANDLER, config.get(PROCESSING_HANDLER))
         self._dead_letter_topic = config.get_str("errors.dead.letter.queue.topic.name")
         self._labels = {"task": str(task_id)}
+        if self._dead_letter_topic:
+            # at zero from the task's start, so the first dead letters are an increase alerts can see
+            dead_letters = {"topic": self._dead_letter_topic, **self._labels}
+            self.metrics.increment("dead-letter-records-total", 0, **dead_letters)
         self._processed = 0  # published to the metrics registry on commit
         self._enforced = 0  # records processed with an input empty (enforced processing), likewise
         self.max_task_idle_ms = config.get_int("max.task.idle.ms")

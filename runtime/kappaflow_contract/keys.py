@@ -1,0 +1,145 @@
+"""The runtime's config keys and the check every key passes: shared by the runtime (start-up) and the
+operator (a StreamApp's `spec.config`, checked before anything is deployed), so both refuse the same keys
+with the same message. Moved here from `kappaflow.api.config`, which re-exports every name.
+
+Every key is either honoured or rejected with a message naming it (Java only logs an unknown key; here a
+typo must not pass silently): the keys below (`DEFAULTS`), librdkafka settings the clients pass through
+(`CLIENT_PASSTHROUGH`) and per-client overrides under `CLIENT_PREFIXES`. The standard library only.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+# The temporary directory Python would pick, without probing the disk as `tempfile.gettempdir()` does:
+# that probe raises when nothing is writable, and importing kappaflow must work in a container with a
+# read-only root filesystem (`kappaflow describe`, the operator's pods before their volumes matter).
+_TMP = tempfile.tempdir or next((os.environ[v] for v in ("TMPDIR", "TEMP", "TMP") if os.environ.get(v)), "")
+_TMP = _TMP or "/tmp"
+
+AT_LEAST_ONCE = "at_least_once"
+EXACTLY_ONCE_V2 = "exactly_once_v2"
+
+EMIT_INTERVAL_OUTER_JOIN = "__emit.interval.ms.kstreams.outer.join.spurious.results.fix__"
+EMIT_INTERVAL_WINDOWED_AGGREGATION = "__emit.interval.ms.kstreams.windowed.aggregation__"
+
+DEFAULTS: dict[str, Any] = {
+    "application.id": None,
+    "bootstrap.servers": None,
+    "client.id": "",
+    "default.key.serde": None,
+    "default.value.serde": None,
+    "default.timestamp.extractor": None,
+    "default.deserialization.exception.handler": "log_and_fail",
+    "processing.exception.handler": "log_and_fail",
+    "production.exception.handler": "fail",
+    "errors.dead.letter.queue.topic.name": None,
+    "statestore.cache.max.bytes": 10 * 1024 * 1024,
+    # a callable (store_name, rocksdict.Options, config) or its `module:attribute` path, called before
+    # each RocksDB store opens (kappaflow.state.rocksdb_config)
+    "rocksdb.config.setter": None,
+    "commit.interval.ms": None,  # 30000, or 100 under exactly_once_v2 (resolved by commit_interval_ms)
+    "processing.guarantee": AT_LEAST_ONCE,
+    "num.standby.replicas": 0,
+    # stream workers of this instance: 1 runs in-process; N > 1 runs N worker processes (runner/workers.py)
+    "num.stream.threads": 1,
+    "state.dir": str(Path(_TMP) / "kappaflow"),
+    "application.server": "",
+    "group.instance.id": None,
+    "poll.ms": 100,
+    "max.task.idle.ms": 0,
+    "replication.factor": -1,
+    "metrics.port": 9464,
+    "query.http.enabled": False,
+    "kappaflow.internal.topics.create": True,
+    # compile chains of built-in processors into direct calls (kappaflow.tasks.fusion); false keeps every
+    # record on the generic node-by-node path, the same results slower
+    "kappaflow.fusion.enabled": True,
+    # run the tasks' drain loop and the built-in processors' compiled stages in the native core when it
+    # is installed (kappaflow_native, Rust); false, or the core absent, runs their Python twins: same
+    # results, slower
+    "kappaflow.native.enabled": True,
+    "topology.optimization": "none",
+    # Kafka Streams' internal throttles (StreamsConfig.InternalConfig): unmatched left/outer stream-stream
+    # join results and emit-on-window-close results are looked for at most once per interval of wall-clock
+    # time; the TopologyTestDriver sets both to 0, as Java's does
+    EMIT_INTERVAL_OUTER_JOIN: 1000,
+    EMIT_INTERVAL_WINDOWED_AGGREGATION: 1000,
+    "metrics.host": None,
+    "query.http.host": None,
+    "repartition.purge.interval.ms": 30000,
+    # how long calls to an unreachable broker are retried before the stream thread fails (Kafka Streams')
+    "default.api.timeout.ms": 60000,
+}
+
+# librdkafka settings passed verbatim to every client when present in the streams configuration.
+CLIENT_PASSTHROUGH = (
+    "security.protocol",
+    "sasl.mechanism",
+    "sasl.mechanisms",
+    "sasl.username",
+    "sasl.password",
+    "ssl.ca.location",
+    "ssl.certificate.location",
+    "ssl.key.location",
+    "ssl.key.password",
+    "client.rack",
+    "session.timeout.ms",
+    "heartbeat.interval.ms",
+    "max.poll.interval.ms",
+)
+# `<prefix><librdkafka key>` overrides one client's settings (librdkafka validates the rest).
+CLIENT_PREFIXES = ("consumer.", "restore.consumer.", "producer.", "admin.")
+
+# Keys kappaflow knows but implements only at one value: (the accepted value, why others fail).
+ONLY_VALUE: dict[str, tuple[str, str]] = {
+    "topology.optimization": ("none", "kappaflow does not rewrite topologies; use 'none'"),
+}
+# Kafka Streams keys kappaflow does not implement: named so the error says so rather than "unknown".
+NOT_IMPLEMENTED = frozenset(
+    {
+        "acceptable.recovery.lag",
+        "buffered.records.per.partition",
+        "built.in.metrics.version",
+        "cache.max.bytes.buffering",
+        "default.dsl.store",
+        "dsl.store.suppliers.class",
+        "max.warmup.replicas",
+        "metrics.recording.level",
+        "probing.rebalance.interval.ms",
+        "rack.aware.assignment.strategy",
+        "task.assignor.class",
+        "task.timeout.ms",
+        "upgrade.from",
+        "window.size.ms",
+    }
+)
+
+
+def key_problem(key: str, value: Any) -> str | None:
+    """Why kappaflow would not honour `key` (unknown: a typo, with the nearest known key; not
+    implemented; or an unsupported value of a key implemented at one value only), None if it would.
+    A pure decision, naming the key."""
+    if key in ONLY_VALUE:
+        accepted, why = ONLY_VALUE[key]
+        if value is not None and str(value).strip() != accepted:
+            return f"config '{key}'={value!r} is not supported yet: {why}"
+        return None
+    if key in DEFAULTS or key in CLIENT_PASSTHROUGH or key.startswith(CLIENT_PREFIXES):
+        return None
+    if key in NOT_IMPLEMENTED:
+        return f"config '{key}' is a Kafka Streams setting kappaflow does not implement"
+    suggestion = closest_key(key)
+    hint = f"did you mean {suggestion}?" if suggestion is not None else "a typo?"
+    return f"config '{key}' is not a kappaflow config key ({hint})"
+
+
+def closest_key(key: str) -> str | None:
+    """The known key `key` most likely misspells (difflib), if one is close enough."""
+    known = [k for k in (*DEFAULTS, *CLIENT_PASSTHROUGH, *ONLY_VALUE) if not k.startswith("__")]
+    found = difflib.get_close_matches(key, known, n=1, cutoff=0.8)
+    return found[0] if found else None
