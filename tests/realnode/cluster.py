@@ -344,7 +344,7 @@ def pod_scrape_configs(node: RealNode, pki: Path) -> list[dict[str, Any]]:
         },
     ]
     return [
-        {"job_name": "kappaflow-pods", "kubernetes_sd_configs": [sd], "relabel_configs": annotated + labels},
+        {"job_name": "kappaflow-apps", "kubernetes_sd_configs": [sd], "relabel_configs": annotated + labels},
         {
             "job_name": "kappaflow-operator",
             "kubernetes_sd_configs": [sd],
