@@ -83,7 +83,7 @@ def _log(msg: str) -> None:
     print(f"[kube] {msg}", file=sys.stderr, flush=True)
 
 
-def _staging_modules(go_env: dict[str, str]) -> list[str]:
+def staging_modules(go_env: dict[str, str]) -> list[str]:
     """The `k8s.io/*` modules that upstream requires at v0.0.0 (i.e. served from ./staging)."""
     out = subprocess.run(
         ["go", "mod", "download", "-json", f"k8s.io/kubernetes@{K8S_VERSION}"],
@@ -98,7 +98,7 @@ def _staging_modules(go_env: dict[str, str]) -> list[str]:
 
 def _write_wrapper(src: Path, go_env: dict[str, str]) -> None:
     staging_version = "v0." + K8S_VERSION.split(".", 1)[1]
-    staging = _staging_modules(go_env)
+    staging = staging_modules(go_env)
     lines = [
         "module kappaflow.local/kubebuild",
         "",

@@ -11,9 +11,7 @@ with the control plane's three binaries, which are hard-linked from that harness
 from __future__ import annotations
 
 import fcntl
-import json
 import os
-import re
 import shutil
 import subprocess
 import time
@@ -45,15 +43,7 @@ def _go(argv: list[str], cwd: Path | None, env: dict[str, str], what: str) -> No
 
 
 def _node_wrapper(src: Path, env: dict[str, str]) -> None:
-    out = subprocess.run(
-        ["go", "mod", "download", "-json", f"k8s.io/kubernetes@{s.K8S_VERSION}"],
-        check=True,
-        capture_output=True,
-        text=True,
-        env=env,
-    ).stdout
-    gomod = Path(json.loads(out)["GoMod"]).read_text()
-    staging = sorted(set(re.findall(r"^\s+(k8s\.io/[\w./-]+) v0\.0\.0\s*$", gomod, re.MULTILINE)))
+    staging = kube_control_plane.staging_modules(env)  # the same K8S_VERSION as the control plane's
     published = "v0." + s.K8S_VERSION.split(".", 1)[1]
     src.mkdir(parents=True, exist_ok=True)
     (src / "go.mod").write_text(
