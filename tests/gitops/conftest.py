@@ -7,6 +7,7 @@ its applied objects in namespaces of its own. `git_server` is one bare repositor
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -99,10 +100,8 @@ class FluxObjects:
         from kubernetes.client.exceptions import ApiException
 
         for group, version, plural in sorted(set(self.created), key=lambda c: c[2] != "kustomizations"):
-            try:
+            with contextlib.suppress(ApiException):
                 self.custom.delete_collection_namespaced_custom_object(group, version, self.namespace, plural)
-            except ApiException:
-                pass
         self.api.close()
 
 

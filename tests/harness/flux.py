@@ -238,7 +238,8 @@ class FluxControllers:
     def start(self, timeout: float = 60.0) -> FluxControllers:
         bins = build()
         install_crds(self.kubeconfig)
-        self.workdir.mkdir(parents=True, exist_ok=True)
+        # source-controller refuses a storage path that does not exist yet.
+        (self.workdir / "storage").mkdir(parents=True, exist_ok=True)
         storage_port = free_port()
         self.storage_addr = f"127.0.0.1:{storage_port}"
         common = [f"--log-level={self.log_level}", "--enable-leader-election=false", "--watch-all-namespaces"]
