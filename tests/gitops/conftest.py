@@ -92,7 +92,14 @@ class FluxObjects:
             revision = revision.get("revision", "") if isinstance(revision, dict) else revision
             return obj if str(revision).endswith(sha) else None
 
-        result: dict[str, Any] = wait_for(f"{kind} {name} at {sha[:8]}", probe, timeout=timeout, interval=0.2)
+        try:
+            result: dict[str, Any] = wait_for(
+                f"{kind} {name} at {sha[:8]}", probe, timeout=timeout, interval=0.2
+            )
+        except AssertionError as err:
+            status = (self.get(kind, name).get("status") or {}).get("conditions")
+            logs = {n: self.flux.log(n)[-2000:] for n in ("source-controller", "kustomize-controller")}
+            raise AssertionError(f"{err}\nconditions: {status}\ncontroller logs (tail): {logs}") from None
         return result
 
     def close(self) -> None:

@@ -4,8 +4,9 @@ source-controller clones the loopback git server over smart HTTP and packs the r
 kustomize-controller downloads it over loopback, runs kustomize (the example's `images:` reaching the
 StreamApp through its kustomizeconfig.yaml) and server-side applies the Namespace and the StreamApp. A
 commit that changes the replicas reaches the cluster within the GitRepository's interval. No operator
-runs here: the StreamApp has no status yet, which kstatus reads as Current, so `wait: true` passes at
-once (tests/gitops/test_flux_health.py runs the operator and reads what Flux's health then says).
+runs here, so the Kustomization does not `wait`: an app no operator has observed is InProgress to
+kstatus (its status defaults to `observedGeneration: 0`), and a health check would rightly wait it out.
+tests/gitops/test_flux_health.py runs the operator and reads what Flux's health then says.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def test_flux_applies_examples_and_follows_a_commit(
     flux_objects.apply(
         kustomization(
             "examples", flux_objects.namespace, "fleet", "./examples/k8s",
-            interval=interval, target_namespace=target,
+            interval=interval, target_namespace=target, wait=False,
         )
     )  # fmt: skip
     source = flux_objects.wait_revision("GitRepository", "fleet", first)
