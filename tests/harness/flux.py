@@ -52,8 +52,8 @@ CONTROLLERS = {
 MODULE = "github.com/fluxcd/{name}"
 #: Dependencies whose pinned version the Go module proxy reachable here does not serve (403 "not
 #: available"), replaced by the nearest one it does. source-controller v1.9.5 pins
-#: github.com/fluxcd/pkg/artifact v0.18.3; v0.18.0 is the same minor (the patch releases only bumped
-#: dependencies), and the build proves the API matches.
+#: github.com/fluxcd/pkg/artifact v0.18.3, of which the proxy has only v0.18.0 in that minor: it compiles
+#: against source-controller unchanged, and tests/gitops exercises its artifact server end to end.
 REPLACE = {
     "source-controller": {"github.com/fluxcd/pkg/artifact": "v0.18.0"},
 }
@@ -191,7 +191,8 @@ def install_crds(kubeconfig: Path | str, timeout: float = 60.0) -> list[str]:
         crds = dynamic.DynamicClient(api).resources.get(
             api_version="apiextensions.k8s.io/v1", kind="CustomResourceDefinition"
         )
-        for path in sorted((build().parent / "crds").glob("*.yaml")):
+        build()
+        for path in sorted(crd_dir().glob("*.yaml")):
             for doc in yaml.safe_load_all(path.read_text()):
                 if doc:
                     crds.server_side_apply(body=doc, field_manager="kappaflow-flux", force_conflicts=True)
