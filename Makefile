@@ -20,7 +20,7 @@ PYTHON_DRAIN_TESTS ?= tests/runtime --ignore=tests/runtime/test_native_core.py \
 	tests/kafka/test_wordcount_e2e.py
 
 .PHONY: docs docs-serve prometheus conformance-golden conformance-jars run bench bench-reprocess spark-jars test-spark setup test test-unit test-kafka chaos test-kube lint typecheck crds crds-check chart-lint describe \
-	kafka-up kafka-down kafka-status kafka-download images test-images kube-build kube-up kube-down kube-status operator-run test-operator kind-up kind-down clean \
+	kafka-up kafka-down kafka-status kafka-download images test-images kube-build flux-build test-gitops kube-up kube-down kube-status operator-run test-operator kind-up kind-down clean \
 	cluster-build cluster-up cluster-down cluster-status cluster-selftest test-real e2e-real
 
 # The main job: broker (downloaded and started if needed), topics, word count and a line generator;
@@ -77,7 +77,7 @@ setup: $(VENV)/.installed $(VENV)/.native
 # native core and its Python twin pass them.
 # The real-node tier runs last, in a session of its own: its node (and Kafka and the operator as pods)
 # starts for it and is torn down right after, so it never loads the machine under the other tiers.
-test: lint typecheck crds-check docs kafka-download kube-build cluster-build images spark-jars prometheus conformance-jars
+test: lint typecheck crds-check docs kafka-download kube-build flux-build cluster-build images spark-jars prometheus conformance-jars
 	$(PY) -m pytest -q --durations=25 --ignore=tests/realnode $(PYTEST_ARGS)
 	@echo "==> the in-process tiers again, with the Python drain loop"
 	$(PY) -m pytest -q --python-drain $(PYTHON_DRAIN_TESTS) $(PYTEST_ARGS)
@@ -223,6 +223,15 @@ test-images: images
 # etcd + kube-apiserver + kube-controller-manager built from the Go module proxy (~5.5 min cold, cached)
 kube-build: setup
 	@$(PY) -m tests.harness.kube_control_plane build
+
+# Flux's source-controller and kustomize-controller (Flux v2.9.5) built from their Go modules (~7 min cold
+# at nice 19, cached by version); the GitOps tier runs them out of cluster against a kubeconfig.
+flux-build: setup
+	@$(PY) -m tests.harness.flux build
+
+# GitOps with Flux against the local control plane: examples/k8s from a loopback git server, Flux's health.
+test-gitops: kube-build flux-build kafka-download
+	$(PY) -m pytest -q -m gitops tests/gitops $(PYTEST_ARGS)
 
 # a detached local control plane (no kubelet/scheduler); prints the kubeconfig path
 kube-up: kube-build

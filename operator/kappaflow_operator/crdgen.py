@@ -129,7 +129,12 @@ def build_crd() -> dict[str, Any]:
             "kind": {"type": "string"},
             "metadata": {"type": "object"},
             "spec": spec_schema,
-            "status": status_schema,
+            # A StreamApp the operator has not yet seen reads as `status: {observedGeneration: 0}` (the
+            # API server applies schema defaults to every object it serves). Without it a new app has no
+            # status, which kstatus (Flux's `wait`/`healthChecks`, `kubectl wait --for=jsonpath` users)
+            # reads as Current: Flux reported Ready before the operator had started it. With it,
+            # observedGeneration 0 < generation 1 is InProgress until the operator's first status.
+            "status": {**status_schema, "default": {"observedGeneration": 0}},
         },
         # Owned objects are named after the StreamApp: Services need DNS-1035 labels, and the pods'
         # controller-revision-hash label `<name>-<hash>` must fit 63 characters. Refused at apply time

@@ -115,6 +115,25 @@ def test_state_size_grows_but_never_shrinks(dyn, namespace):
     assert apps.get(name="vol", namespace=namespace).to_dict()["spec"]["state"]["size"] == "3.5Gi"
 
 
+def test_unobserved_streamapp_reads_as_in_progress_to_kstatus(dyn, namespace):
+    """Before the operator writes a status, the API server serves `status.observedGeneration: 0` (the
+    CRD's default), so kstatus (Flux's health checks) and the Argo CD script see generation 1 not yet
+    observed - InProgress - instead of a status-less object, which kstatus takes for Current."""
+    apps = _streamapps(dyn)
+    created = apps.create(body=_body("fresh", spec_dict(replicas=1)), namespace=namespace).to_dict()
+    stored = apps.get(name="fresh", namespace=namespace).to_dict()
+    for obj in (created, stored):
+        assert obj["metadata"]["generation"] == 1
+        assert obj["status"] == {"observedGeneration": 0}, obj.get("status")
+    apps.status.patch(
+        body={"status": {"observedGeneration": 1, "phase": "Pending"}},
+        name="fresh",
+        namespace=namespace,
+        content_type="application/merge-patch+json",
+    )
+    assert apps.get(name="fresh", namespace=namespace).to_dict()["status"]["observedGeneration"] == 1
+
+
 def test_scale_subresource(dyn, namespace):
     apps = _streamapps(dyn)
     apps.create(body=_body("scaled", spec_dict(replicas=1)), namespace=namespace)
