@@ -265,7 +265,7 @@ cluster-selftest: cluster-build images
 	@$(REAL_NODE) selftest
 
 # The real-node tier alone (part of `make test`): the chart, Kafka and every StreamApp lifecycle on real pods.
-test-real: cluster-build images kafka-download
+test-real: cluster-build images kafka-download flux-build
 	$(PY) -m pytest -q -m realnode tests/realnode $(PYTEST_ARGS)
 
 # A longer real-node run: the example under steady input for E2E_REAL_MINUTES of SIGKILLs, pod deletes,
