@@ -43,9 +43,10 @@ def payments(cluster_kafka: ClusterKafka) -> Iterator[str]:
     admin = AdminClient({"bootstrap.servers": cluster_kafka.host_bootstrap})
 
     def drop() -> None:
-        existing = admin.list_topics(timeout=30).topics
-        futures = admin.delete_topics([t for t in TOPICS if t in existing], operation_timeout=30)
-        for future in futures.values():
+        existing = [t for t in TOPICS if t in admin.list_topics(timeout=30).topics]
+        if not existing:
+            return
+        for future in admin.delete_topics(existing, operation_timeout=30).values():
             future.result(60)
         wait_for("the topics gone", lambda: not set(TOPICS) & set(admin.list_topics(timeout=30).topics), 60)
 
