@@ -27,7 +27,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
@@ -253,7 +253,13 @@ def decide(snap: Snapshot, *, now: datetime, tick: bool = False) -> Decision:
             "and apply it again",
         )
         problems = [problem, *([applied.problem] if applied.problem is not None else [])]
-        obs = d.observation(cap.replicas, problems=problems, resetting=applied.resetting, **common)
+        obs = d.observation(
+            cap.replicas,
+            problems=problems,
+            resetting=applied.resetting,
+            applying=applied.applying,
+            **common,
+        )
         return d.done(prev, obs, applied.wait)
     if spec.upgrade.mode == "reprocess":
         change = pending_change(spec, description, snap.statefulset)
@@ -279,6 +285,7 @@ def decide(snap: Snapshot, *, now: datetime, tick: bool = False) -> Decision:
         return d.done(prev, d.observation(cap.replicas, resetting=applied.resetting, **common), applied.wait)
     obs = d.observation(
         cap.replicas,
+        applying=applied.applying,
         created_topics=frozenset(created),
         applied=StableSpec(
             hash=spec_hash(spec), image=spec.image, application_id=app_id, spec=spec.to_wire()
@@ -470,6 +477,8 @@ class _Applied:
     wait: Wait | None = None
     resetting: str = ""
     """The reset step under way, when `wait` is one."""
+    applying: Literal["", "roll", "scale"] = ""
+    """What was applied to an existing StatefulSet (status.Observation.applying)."""
 
 
 def _apply(
@@ -541,6 +550,11 @@ def _apply(
     d.effects += [
         Delete(v, kind, name, announce=True) for v, kind, name in desired.obsolete_resources(spec, ref)
     ]
+    applying: Literal["", "roll", "scale"] = ""
+    if sts is not None and change.action in (Action.ROLL, Action.REPROCESS, Action.RESET):
+        applying = "roll"
+    elif sts is not None and statefulset_replicas(d.snap) != cap.replicas:
+        applying = "scale"  # spec.replicas or the autoscaler
     if change.action == Action.SCALE:
         d.event("Normal", "Scaled", f"StatefulSet {ref.name} runs {cap.replicas} replicas")
     elif change.action != Action.NONE:
@@ -549,7 +563,7 @@ def _apply(
     old_cap = status.condition(prev, status.REPLICAS_CAPPED) if prev is not None else None
     if cap.reason and (old_cap is None or old_cap.message != cap.reason):
         d.event("Warning", "ReplicasCapped", cap.reason)
-    return _Applied()
+    return _Applied(applying=applying)
 
 
 # ---- deletion ------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from .desired.common import selector_string
 from .diff import Action, classify
@@ -84,6 +84,10 @@ class Observation:
     """Why state claims do not have state.size (volumes.py), for the VolumesMatchSpec condition."""
     resetting: str = ""
     """The step an `upgrade.mode: reset` waits for (phase Resetting); empty when none runs."""
+    applying: Literal["", "roll", "scale"] = ""
+    """What this pass changed on an existing StatefulSet. `statefulset` was read before the change, so
+    its status cannot show it yet: the app is not Running (nor its spec stable) until a later pass sees
+    the StatefulSet controller report the change done."""
 
 
 def name_problem(name: str) -> Problem | None:
@@ -214,6 +218,10 @@ def _phase(obs: Observation, roll: _Rollout | None) -> tuple[Phase, str, str]:
         return "Scaling", "ScalingDown", f"stopping {roll.replicas} pods to pause"
     if roll is None:
         return "Pending", "CreatingStatefulSet", "the StatefulSet does not exist yet"
+    if obs.applying == "roll":
+        return "Upgrading", "RollingUpdate", f"applied a new pod template to {obs.desired_replicas} pods"
+    if obs.applying == "scale":
+        return "Scaling", "Scaling", f"applied {obs.desired_replicas} replicas"
     if roll.rolling:
         return "Upgrading", "RollingUpdate", f"{roll.updated}/{obs.desired_replicas} pods updated"
     if roll.ready == 0:

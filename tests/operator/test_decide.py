@@ -319,6 +319,20 @@ def test_a_running_app_is_applied_again_without_events() -> None:
     assert d.status.application_id == "wordcount"
 
 
+def test_a_change_is_not_running_until_the_statefulset_reports_it() -> None:
+    """The pass that applies a new template or replica count read the StatefulSet before applying it: the
+    app is Upgrading or Scaling (not Ready) until a later pass sees the StatefulSet controller report it,
+    so `kubectl wait --for=condition=Ready` after an apply waits for the rollout."""
+    sts = _running(decide(_snap(), now=T0))
+    assert decide(_snap(statefulset=sts), now=T0).status.phase == "Running"
+    new = spec_dict(image="registry.example/wordcount:2.0.0")
+    rolled = decide(_snap(new, statefulset=sts, generation=2), now=T0)
+    assert rolled.status.phase == "Upgrading" and _cond(rolled, "Ready")[0] == "False"
+    assert rolled.status.observed_generation == 2
+    scaled = decide(_snap(spec_dict(replicas=2), statefulset=sts, generation=2), now=T0)
+    assert scaled.status.phase == "Scaling" and _cond(scaled, "Ready")[0] == "False"
+
+
 def test_pods_refused_at_admission_are_degraded() -> None:
     sts = _running(decide(_snap(), now=T0), ready=0)
     sts["status"]["replicas"] = 0
