@@ -110,7 +110,8 @@ def name_problem(name: str) -> Problem | None:
 
 
 def pod_problems(pods: Sequence[Mapping[str, Any]]) -> list[Problem]:
-    """Pods that will not get better by waiting: crash loops, image pulls, missing config; one per reason."""
+    """Pods that will not get better by waiting: crash loops, image pulls, missing config, no place to
+    run; one problem per reason."""
     found: dict[str, list[str]] = {}
     for pod in pods:
         pod_name = (pod.get("metadata") or {}).get("name", "?")
@@ -131,7 +132,23 @@ def pod_problems(pods: Sequence[Mapping[str, Any]]) -> list[Problem]:
             elif reason == "ImagePullFailed":
                 detail = f"cannot pull image {cs.get('image', '?')}: {detail or waiting.get('reason')}"
             found.setdefault(reason, []).append(f"pod {pod_name} container {cs.get('name', '?')}: {detail}")
+    for pod in pods:
+        unschedulable = _unschedulable(pod)
+        if unschedulable:
+            pod_name = (pod.get("metadata") or {}).get("name", "?")
+            found.setdefault("PodsUnschedulable", []).append(f"pod {pod_name}: {unschedulable}")
     return [Problem(reason, "; ".join(msgs)[:2048]) for reason, msgs in found.items()]
+
+
+def _unschedulable(pod: Mapping[str, Any]) -> str:
+    """The scheduler's message for a pod it cannot place (a state claim no StorageClass provisions, no
+    node with the requested resources), empty otherwise. The scheduler retries on every cluster change,
+    but only a user (or a cluster autoscaler adding a node) makes room, so it is reported, not awaited."""
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            if cond.get("reason") == "Unschedulable":
+                return str(cond.get("message") or "Unschedulable")
+    return ""
 
 
 def creation_problem(

@@ -273,6 +273,24 @@ def pod_names(node: RealNode, namespace: str, selector: str) -> list[str]:
     return sorted(p["metadata"]["name"] for p in json.loads(out)["items"])
 
 
+#: The operator's pods, as the chart labels them.
+OPERATOR_SELECTOR = "app.kubernetes.io/name=kappaflow-operator"
+#: kopf's own log lines (the chart's `verbose: true`) when a replica holds back or resumes for peering.
+_PAUSED = "Pausing the watch-stream for streamapps.v1alpha1.kappaflow.io"
+_RESUMED = "Resuming the watch-stream for streamapps.v1alpha1.kappaflow.io"
+
+
+def operator_logs(node: RealNode, pod: str) -> str:
+    """The operator pod's current container's log (a restarted container starts a new one)."""
+    return node.kubectl("-n", OPERATOR_NAMESPACE, "logs", pod, check=False)
+
+
+def operator_leaders(node: RealNode) -> list[str]:
+    """The replicas handling StreamApps now: never paused, or resumed after their last pause."""
+    pods = pod_names(node, OPERATOR_NAMESPACE, OPERATOR_SELECTOR)
+    return [p for p in pods if (logs := operator_logs(node, p)).rfind(_RESUMED) >= logs.rfind(_PAUSED)]
+
+
 def restored_records(node: RealNode, namespace: str, pod: str) -> tuple[int, list[str]]:
     """The changelog records a pod's current container restored, and its restoration log lines."""
     text = node.kubectl("-n", namespace, "logs", pod, check=False)

@@ -12,28 +12,20 @@ import urllib.request
 import pytest
 
 from tests.harness.realnode_fixtures import RealNode
-from tests.realnode.cluster import OPERATOR_NAMESPACE, pod_names, wait_for
+from tests.realnode.cluster import (
+    OPERATOR_NAMESPACE,
+    OPERATOR_SELECTOR,
+    operator_leaders,
+    operator_logs,
+    pod_names,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.realnode, pytest.mark.timeout(300)]
 
-SELECTOR = "app.kubernetes.io/name=kappaflow-operator"
-#: kopf's own log lines (the chart's `verbose: true`) when a replica holds back or resumes for peering.
-PAUSED = "Pausing the watch-stream for streamapps.v1alpha1.kappaflow.io"
-RESUMED = "Resuming the watch-stream for streamapps.v1alpha1.kappaflow.io"
-
-
-def _logs(node: RealNode, pod: str) -> str:
-    return node.kubectl("-n", OPERATOR_NAMESPACE, "logs", pod, check=False)
-
-
-def _leaders(node: RealNode) -> list[str]:
-    """The replicas handling StreamApps now: never paused, or resumed after their last pause."""
-    pods = pod_names(node, OPERATOR_NAMESPACE, SELECTOR)
-    return [p for p in pods if (logs := _logs(node, p)).rfind(RESUMED) >= logs.rfind(PAUSED)]
-
 
 def _service_account(node: RealNode) -> str:
-    pod = pod_names(node, OPERATOR_NAMESPACE, SELECTOR)[0]
+    pod = pod_names(node, OPERATOR_NAMESPACE, OPERATOR_SELECTOR)[0]
     name = node.get("pod", pod, OPERATOR_NAMESPACE)["spec"]["serviceAccountName"]
     return f"system:serviceaccount:{OPERATOR_NAMESPACE}:{name}"
 
@@ -41,9 +33,9 @@ def _service_account(node: RealNode) -> str:
 def test_two_replicas_elect_one_leader_with_in_cluster_config(
     real_node: RealNode, operator_release: str
 ) -> None:
-    pods = pod_names(real_node, OPERATOR_NAMESPACE, SELECTOR)
+    pods = pod_names(real_node, OPERATOR_NAMESPACE, OPERATOR_SELECTOR)
     assert len(pods) == 2, pods
-    wait_for("one replica paused in favour of the other", lambda: len(_leaders(real_node)) == 1, 120)
+    wait_for("one replica paused in favour of the other", lambda: len(operator_leaders(real_node)) == 1, 120)
     for pod in pods:
         spec = real_node.get("pod", pod, OPERATOR_NAMESPACE)["spec"]
         assert not spec.get("hostNetwork"), "the operator must reach the API like any pod"
@@ -73,14 +65,14 @@ def test_rbac_grants_what_the_operator_needs_and_nothing_more(
         assert can(verb, resource), f"the chart does not grant {verb} {resource}"
     for verb, resource in [("create", "clusterrolebindings"), ("delete", "nodes"), ("create", "pods/exec")]:
         assert not can(verb, resource), f"the chart grants {verb} {resource}"
-    for pod in pod_names(real_node, OPERATOR_NAMESPACE, SELECTOR):
-        logs = _logs(real_node, pod)
+    for pod in pod_names(real_node, OPERATOR_NAMESPACE, OPERATOR_SELECTOR):
+        logs = operator_logs(real_node, pod)
         denied = re.findall(r'forbidden: User "system:serviceaccount:[^"]+" cannot [^"]+', logs)
         assert not denied, f"{pod} was denied by RBAC: {denied[:5]}"
 
 
 def test_metrics_are_served_on_the_pod_ip(real_node: RealNode, operator_release: str) -> None:
-    for pod in pod_names(real_node, OPERATOR_NAMESPACE, SELECTOR):
+    for pod in pod_names(real_node, OPERATOR_NAMESPACE, OPERATOR_SELECTOR):
         ip = real_node.get("pod", pod, OPERATOR_NAMESPACE)["status"]["podIP"]
         body = urllib.request.urlopen(f"http://{ip}:9090/metrics", timeout=5).read().decode()
         assert "kappaflow_operator" in body, body[:500]
@@ -88,7 +80,7 @@ def test_metrics_are_served_on_the_pod_ip(real_node: RealNode, operator_release:
 
 def test_deleting_the_leader_pod_hands_over(real_node: RealNode, operator_release: str) -> None:
     leader = wait_for(
-        "one leader", lambda: (lambda ls: ls[0] if len(ls) == 1 else None)(_leaders(real_node)), 120
+        "one leader", lambda: (lambda ls: ls[0] if len(ls) == 1 else None)(operator_leaders(real_node)), 120
     )
     real_node.kubectl("-n", OPERATOR_NAMESPACE, "delete", "pod", leader, "--wait=true", "--timeout=60s")
     wait_for(
@@ -102,7 +94,7 @@ def test_deleting_the_leader_pod_hands_over(real_node: RealNode, operator_releas
                         "get",
                         "pods",
                         "-l",
-                        SELECTOR,
+                        OPERATOR_SELECTOR,
                         "--field-selector=status.phase=Running",
                         "-o",
                         "json",
@@ -114,6 +106,6 @@ def test_deleting_the_leader_pod_hands_over(real_node: RealNode, operator_releas
         120,
     )
     survivor = wait_for(
-        "a new leader", lambda: (lambda ls: ls[0] if len(ls) == 1 else None)(_leaders(real_node)), 120
+        "a new leader", lambda: (lambda ls: ls[0] if len(ls) == 1 else None)(operator_leaders(real_node)), 120
     )
     assert survivor != leader

@@ -20,6 +20,7 @@ from tests.harness.realnode import node
 from tests.harness.realnode.images_store import ctr, import_images
 from tests.harness.realnode_fixtures import RealNode
 from tests.realnode.cluster import (
+    OPERATOR_NAMESPACE,
     ROOT,
     ClusterKafka,
     CountAudit,
@@ -27,6 +28,7 @@ from tests.realnode.cluster import (
     condition,
     input_word_counts,
     lines_for,
+    operator_leaders,
     pod_names,
     pod_scrape_configs,
     produce_lines,
@@ -257,6 +259,39 @@ def test_sigkill_pod_delete_and_kubelet_restart_keep_exactly_once(app: App) -> N
         time.sleep(3)
     app.audit.wait_exact(app.expected)
     assert app.pvc_uids() == pvcs, "a volume was replaced"
+
+
+def _one_leader(app: App) -> str | None:
+    leaders = operator_leaders(app.node)
+    return leaders[0] if len(leaders) == 1 else None
+
+
+def test_a_hard_killed_operator_leader_hands_over_and_the_next_change_is_carried_out(app: App) -> None:
+    """SIGKILL of the leading operator's process leaves its kopf peer record behind (no goodbye): a scale
+    applied that moment is carried out once the record expires (the chart's peering.lifetimeSeconds),
+    by the other replica or by the leader's restarted container."""
+    leader = wait_for("one operator leader", lambda: _one_leader(app), 120)
+    container = app.node.get("pod", leader, OPERATOR_NAMESPACE)["status"]["containerStatuses"][0]
+    ctr("tasks", "kill", "-s", "SIGKILL", str(container["containerID"]).split("://", 1)[1])
+    started = time.monotonic()
+    replicas = int(app.sts()["spec"]["replicas"])
+    app.node.kubectl("-n", NAMESPACE, "scale", "streamapp", APP, f"--replicas={replicas + 1}")
+    wait_for(
+        f"{replicas + 1} pods after the leader's kill",
+        lambda: len(pod_names(app.node, NAMESPACE, SELECTOR)) == replicas + 1,
+        120,
+    )
+    app.wait_ready("scale after the operator leader's kill", timeout=120)
+    app.timings["scale carried out after a hard-killed operator leader"] = time.monotonic() - started
+
+    def restarted() -> bool:
+        status = app.node.get("pod", leader, OPERATOR_NAMESPACE)["status"]["containerStatuses"][0]
+        return int(status["restartCount"]) > int(container["restartCount"])
+
+    wait_for("the killed operator container restarted", restarted, 120)
+    wait_for("one operator leader again", lambda: _one_leader(app), 120)
+    app.node.kubectl("-n", NAMESPACE, "scale", "streamapp", APP, f"--replicas={replicas}")
+    app.wait_ready("scale back after the leader's kill")
 
 
 def test_interactive_queries_cross_pods_by_dns_name(app: App) -> None:
