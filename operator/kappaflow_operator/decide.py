@@ -145,7 +145,13 @@ class _Draft:
 
     def observation(self, replicas: int, **kw: Any) -> status.Observation:
         snap = self.snap
-        problems = [*kw.pop("problems", []), *status.pod_problems(snap.pods)]
+        name = str((snap.app or {}).get("metadata", {}).get("name", ""))
+        # a volume that cannot be provisioned first: it is why its pod cannot be scheduled
+        unprovisioned = volumes.provisioning_problem(
+            state_claims(name, snap.claims), snap.provisioning_failures
+        )
+        problems = [*kw.pop("problems", []), *([unprovisioned] if unprovisioned is not None else [])]
+        problems += status.pod_problems(snap.pods)
         refused = status.creation_problem(snap.statefulset, snap.pods, snap.refusals)
         problems += [refused] if refused is not None else []
         kw["volume_problems"] = tuple(self.volume_problems)
@@ -514,6 +520,19 @@ def _apply(
                 "state volume settings changed: " + ", ".join(change.changed),
             )
         return _Applied(wait=Wait("waiting for the StatefulSet to be deleted (orphan)", RETRY_S))
+    claims = state_claims(ref.name, d.snap.claims)
+    for claim in volumes.unbound_claims_to_replace(
+        spec.state.storage_class_name, claims, d.snap.storage_classes
+    ):
+        # The StatefulSet makes the claim again, from its current template, with the pod.
+        pod = claim.removeprefix(f"{STATE_VOLUME}-")
+        d.effects += [Delete("v1", "PersistentVolumeClaim", claim), Delete("v1", "Pod", pod)]
+        d.event(
+            "Normal",
+            "ReplacingUnboundClaim",
+            f"claim {claim} never bound and asks for another StorageClass than state.storageClassName: "
+            f"deleted with pod {pod}, which the StatefulSet recreates",
+        )
     if change.action == Action.RESET and sts is not None:
         step = reset.step(d.snap, spec, ref, sts, app_id, description, prev, d.now)
         d.effects += step.effects

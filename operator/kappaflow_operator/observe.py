@@ -79,8 +79,16 @@ def observe(
         return snap, None
 
     claims = kube.list("v1", "PersistentVolumeClaim", namespace, f"{APP_LABEL}={name}")
-    wanted = volumes.classes_to_read(spec.state.size, state_claims(name, claims))
+    state = state_claims(name, claims)
+    unbound = [c for c in state if not c.bound]
+    wanted = volumes.classes_to_read(spec.state.size, state) | {
+        c.storage_class for c in unbound if c.storage_class
+    }
     classes = {c: kube.get_cluster_scoped("storage.k8s.io/v1", "StorageClass", c) for c in sorted(wanted)}
+    failures: list[dict[str, Any]] = []
+    if unbound:
+        fields = "involvedObject.kind=PersistentVolumeClaim,reason=ProvisioningFailed"
+        failures = kube.list("v1", "Event", namespace, fields=fields)
     cm_name = topology_configmap_name(name)
     cm = kube.get("v1", "ConfigMap", namespace, cm_name)
     describe_job: JobFacts | None = None
@@ -95,7 +103,12 @@ def observe(
     except (ValueError, ValidationError):
         description = None  # decide() reports it
     snap = replace(
-        snap, claims=claims, storage_classes=classes, topology_configmap=cm, describe_job=describe_job
+        snap,
+        claims=claims,
+        storage_classes=classes,
+        provisioning_failures=failures,
+        topology_configmap=cm,
+        describe_job=describe_job,
     )
 
     try:

@@ -98,7 +98,10 @@ class Snapshot:
     claims: Sequence[Mapping[str, Any]] = ()
     """The app's PersistentVolumeClaims (state volumes)."""
     storage_classes: Mapping[str, Mapping[str, Any] | None] = field(default_factory=dict)
-    """The classes of the claims that must grow (volumes.classes_to_read), None for a missing one."""
+    """The classes of the claims that must grow (volumes.classes_to_read) or are unbound, None for a
+    missing one."""
+    provisioning_failures: Sequence[Mapping[str, Any]] = ()
+    """The namespace's ProvisioningFailed claim events, read only while a state claim is unbound."""
 
     @property
     def deleting(self) -> bool:

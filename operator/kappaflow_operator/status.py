@@ -145,9 +145,12 @@ def _unschedulable(pod: Mapping[str, Any]) -> str:
     node with the requested resources), empty otherwise. The scheduler retries on every cluster change,
     but only a user (or a cluster autoscaler adding a node) makes room, so it is reported, not awaited."""
     for cond in (pod.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
-            if cond.get("reason") == "Unschedulable":
-                return str(cond.get("message") or "Unschedulable")
+        if (cond.get("type"), cond.get("status"), cond.get("reason")) == (
+            "PodScheduled",
+            "False",
+            "Unschedulable",
+        ):
+            return str(cond.get("message") or "Unschedulable")
     return ""
 
 

@@ -166,3 +166,46 @@ def plan_expansion(
     if refusals:
         problems.append(Problem(NOT_ALLOWED, f"state.size is {size}, but " + "; ".join(refusals)))
     return ExpansionPlan(size, tuple(sorted(expand)), tuple(sorted(unbound)), tuple(problems))
+
+
+def unbound_claims_to_replace(
+    spec_class: str | None, claims: Sequence[Claim], classes: Mapping[str, Mapping[str, Any] | None]
+) -> list[str]:
+    """Claims that never bound and that the spec no longer asks for: deleted, with the pod waiting for
+    them, so the StatefulSet makes them again from its current template.
+
+    A claim's class is immutable and a StatefulSet never replaces a claim it made, so after a user fixes
+    `state.storageClassName` (a class that does not exist, one whose provisioner fails) the pod would wait
+    for the old claim forever. A claim that never bound holds no data: replacing it loses nothing. With
+    no class in the spec (the cluster default), only claims whose class does not exist are replaced.
+    """
+    stale = []
+    for claim in claims:
+        if claim.bound:
+            continue
+        if spec_class is not None:
+            unwanted = claim.storage_class != spec_class
+        else:
+            unwanted = bool(claim.storage_class) and classes.get(claim.storage_class or "") is None
+        if unwanted:
+            stale.append(claim.name)
+    return sorted(stale)
+
+
+def provisioning_problem(claims: Sequence[Claim], failures: Sequence[Mapping[str, Any]]) -> Problem | None:
+    """The newest ProvisioningFailed event of each claim still unbound (the provisioner's or the volume
+    controller's own words, e.g. a StorageClass that does not exist), as one problem."""
+    unbound = {c.name for c in claims if not c.bound}
+    newest: dict[str, Mapping[str, Any]] = {}
+    for event in failures:
+        name = str((event.get("involvedObject") or {}).get("name") or "")
+        when = str(event.get("lastTimestamp") or event.get("eventTime") or "")
+        seen = newest.get(name)
+        if name in unbound and (
+            seen is None or when >= str(seen.get("lastTimestamp") or seen.get("eventTime") or "")
+        ):
+            newest[name] = event
+    if not newest:
+        return None
+    detail = "; ".join(f"claim {name}: {e.get('message', '')}" for name, e in sorted(newest.items()))
+    return Problem("VolumeProvisioningFailed", f"state volumes cannot be provisioned: {detail}"[:2048])

@@ -632,6 +632,71 @@ def test_a_class_without_expansion_is_reported_not_degraded() -> None:
     assert "claim x: denied" in _cond(refused, "VolumesMatchSpec")[2]
 
 
+def _pending_claim(storage_class: str) -> dict[str, Any]:
+    claim = _claim(storage_class)
+    claim["status"] = {"phase": "Pending"}
+    return claim
+
+
+def _unschedulable_pod() -> dict[str, Any]:
+    message = "0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims. not found"
+    cond = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
+    return {"metadata": {"name": f"{REF.name}-0"}, "status": {"phase": "Pending", "conditions": [cond]}}
+
+
+def test_a_volume_that_cannot_be_provisioned_is_degraded_with_the_reason() -> None:
+    typo = spec_dict(state={"size": "1Gi", "storageClassName": "fast-ssd"})
+    sts = _running(decide(_snap(typo, topology_configmap=_cm(typo)), now=T0), ready=0)
+    failed_event = {
+        "involvedObject": {"kind": "PersistentVolumeClaim", "name": f"state-{REF.name}-0"},
+        "reason": "ProvisioningFailed",
+        "message": 'storageclass.storage.k8s.io "fast-ssd" not found',
+        "lastTimestamp": "2026-01-01T00:00:00Z",
+    }
+    d = decide(
+        _snap(
+            typo,
+            topology_configmap=_cm(typo),
+            statefulset=sts,
+            pods=[_unschedulable_pod()],
+            claims=[_pending_claim("fast-ssd")],
+            storage_classes={"fast-ssd": None},
+            provisioning_failures=[failed_event],
+        ),
+        now=T0,
+    )
+    reasons = {p.reason: p.message for p in d.problems}
+    assert '"fast-ssd" not found' in reasons["VolumeProvisioningFailed"], reasons
+    assert "unbound immediate PersistentVolumeClaims" in reasons["PodsUnschedulable"], reasons
+    assert d.status.phase == "Degraded" and _cond(d, "Degraded")[0] == "True"
+    # the spec's class is wrong, not the claim: nothing is deleted yet
+    assert not [e for e in d.effects if isinstance(e, Delete) and e.kind == "PersistentVolumeClaim"]
+
+
+def test_a_fixed_storage_class_replaces_the_claim_that_never_bound_and_its_pod() -> None:
+    fixed = spec_dict(state={"size": "1Gi", "storageClassName": "standard"})
+    sts = _running(decide(_snap(fixed, topology_configmap=_cm(fixed)), now=T0), ready=0)
+    d = decide(
+        _snap(
+            fixed,
+            statefulset=sts,
+            pods=[_unschedulable_pod()],
+            claims=[_pending_claim("fast-ssd")],
+            storage_classes={"fast-ssd": None},
+            topology_configmap=_cm(fixed),
+        ),
+        now=T0,
+    )
+    assert Delete("v1", "PersistentVolumeClaim", f"state-{REF.name}-0") in d.effects
+    assert Delete("v1", "Pod", f"{REF.name}-0") in d.effects
+    assert "ReplacingUnboundClaim" in _reasons(d)
+    bound = decide(
+        _snap(fixed, statefulset=sts, claims=[_claim("fast-ssd")], topology_configmap=_cm(fixed)), now=T0
+    )
+    deleted = [e.kind for e in bound.effects if isinstance(e, Delete)]
+    assert "PersistentVolumeClaim" not in deleted and "Pod" not in deleted, "a bound claim holds data"
+
+
 # ---- errors while acting, deletion ---------------------------------------------------------------------
 def test_an_error_while_acting_ends_in_status() -> None:
     d = failed(_snap(), Problem("KubernetesApiError", "Kubernetes API error 422: invalid"), T0)

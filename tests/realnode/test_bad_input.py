@@ -1,5 +1,7 @@
-"""What users get wrong, on real pods: each mistake ends in the StreamApp's status with the real kubelet's
-or API server's reason, and fixing the spec recovers without deleting anything.
+"""What users get wrong, on real pods (a wrong image tag, PodSecurity, a missing Secret, a crash loop, a
+namespace quota, a volume no StorageClass provisions): each mistake ends in the StreamApp's status with
+the real kubelet's, scheduler's or API server's reason, and fixing the spec recovers without deleting
+anything.
 
 The apps run `examples.windowed_fraud` (its own topics), so they never touch the word count's output
 that test_wordcount_lifecycle audits. What the real node shows that the stand-in kubelet could not: the
@@ -175,3 +177,28 @@ def test_a_crash_looping_image_is_reported_then_rolled_back(apps: Apps) -> None:
         return image == IMAGE and sts["status"].get("readyReplicas") == 1
 
     wait_for("the stable image running again", stable_running, 180, interval=1)
+
+
+def test_a_namespace_quota_is_in_status_and_a_spec_within_it_recovers(apps: Apps) -> None:
+    # a team namespace with room for one state volume: the second replica's claim is refused
+    apps.node.kubectl(
+        "-n", apps.namespace, "create", "quota", "state-volumes", "--hard=requests.storage=300Mi"
+    )
+    apps.create("quota", _spec(_app_id(), replicas=2))
+    cond = apps.degraded("quota", "PodsRefused", timeout=180)
+    assert "exceeded quota: state-volumes" in cond["message"], cond["message"]
+    assert "requests.storage=256Mi" in cond["message"], cond["message"]
+    apps.patch("quota", {"replicas": 1})
+    apps.running("quota")
+
+
+def test_a_volume_that_cannot_be_provisioned_is_in_status_and_a_fixed_class_recovers(apps: Apps) -> None:
+    apps.create("volume", _spec(_app_id(), state={"size": "256Mi", "storageClassName": "fast-ssd"}))
+    cond = apps.degraded("volume", "VolumeProvisioningFailed", timeout=180)
+    # the volume controller's own words, and the scheduler's for the pod that waits for the claim
+    assert 'storageclass.storage.k8s.io "fast-ssd" not found' in cond["message"], cond["message"]
+    assert "unbound immediate PersistentVolumeClaims" in cond["message"], cond["message"]
+    apps.patch("volume", {"state": {"size": "256Mi", "storageClassName": "standard"}})
+    apps.running("volume")
+    claim = apps.node.get("persistentvolumeclaim", "state-volume-0", apps.namespace)
+    assert claim["spec"]["storageClassName"] == "standard" and claim["status"]["phase"] == "Bound"
