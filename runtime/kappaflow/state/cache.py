@@ -44,6 +44,11 @@ BoundPutDirty = Callable[[bytes, bytes | None, RecordContext, object], None]
 
 
 class NamedCache:
+    """One namespace (a task's store) of the record cache: its entries in LRU order and its dirty keys in
+    the order last written. Slotted: the native core updates `entries`, `dirty` and `size` in place."""
+
+    __slots__ = ("dirty", "entries", "listener", "name", "size")
+
     def __init__(self, name: str) -> None:
         self.name = name
         self.entries: OrderedDict[bytes, CacheEntry] = OrderedDict()
@@ -90,6 +95,13 @@ class NamedCacheBinding:
 
 
 class ThreadCache:
+    """Kafka Streams' ThreadCache: the record cache every task of one stream thread writes its cached
+    stores through (see the module docstring). It owns the bound (`max_bytes`), the named caches and the
+    thread's hit, miss and eviction counts. Slotted: the native aggregation reads and updates `hits`,
+    `misses`, `size_bytes` and `max_bytes` through member descriptors (kappaflow.tasks.native.TOUCHES)."""
+
+    __slots__ = ("_caches", "evictions", "hits", "max_bytes", "misses", "size_bytes")
+
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self._caches: dict[str, NamedCache] = {}

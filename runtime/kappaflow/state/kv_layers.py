@@ -336,6 +336,19 @@ class CachingKeyValueStore(WrappedBytesStore):
 class MeteredKeyValueStore(MeteredStoreBase, Generic[K, V]):
     """The typed store processors and queries see: serdes at the boundary, counters in the metrics."""
 
+    __slots__ = (
+        "_caching",
+        "_context",
+        "_labels",
+        "_metrics",
+        "_namespace",
+        "_thread_cache",
+        "deletes",
+        "gets",
+        "puts",
+        "scans",
+    )
+
     def __init__(
         self, inner: KeyValueBytesStore, key_serde: Serde[Any] | None, value_serde: Serde[Any] | None
     ):

@@ -9,14 +9,21 @@
 
 mod aggregate;
 mod drain;
+mod failure;
 mod slots;
 mod stages;
+mod touches;
 
 use pyo3::prelude::*;
 
 #[pymodule]
 fn kappaflow_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add("PROTOCOL", 4)?;
+    m.add("PROTOCOL", 5)?;
+    let touches: Vec<(&str, Vec<&str>)> = touches::TOUCHES
+        .iter()
+        .map(|(class, attributes)| (*class, attributes.to_vec()))
+        .collect();
+    m.add("TOUCHES", touches)?;
     m.add_function(wrap_pyfunction!(drain::drain, m)?)?;
     m.add_class::<aggregate::AggregateStage>()?;
     m.add_class::<stages::StatelessStage>()?;
