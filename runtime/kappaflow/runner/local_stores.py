@@ -76,7 +76,7 @@ class LocalStoreProvider:
         return tm
 
     def _store(self, managed: ManagedTask) -> Any:
-        return managed.task.context.stores[self.name]
+        return managed.task.store(self.name)
 
     def _global_store(self) -> Any:
         thread = self.streams.stream_thread

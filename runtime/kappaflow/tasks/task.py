@@ -222,6 +222,11 @@ class StreamTask:
             fuse_nodes(self.nodes, self.context, self._native)
         self._transition(TaskState.RUNNING)
 
+    def store(self, name: str) -> Any | None:
+        """The task's store `name` (the typed store processors see), or None when the task has none of
+        that name: what interactive queries and the test driver read."""
+        return self.context.stores.get(name)
+
     # ----------------------------------------------------------------- input
     def add_records(self, topic: str, partition: int, records: Iterable[RawTuple]) -> None:
         key = (topic, partition)
