@@ -36,7 +36,7 @@ from kappaflow.tasks.drain import RawRecord
 from kappaflow.tasks.global_task import GlobalTask
 from kappaflow.tasks.task import StreamTask
 from kappaflow.topology.topology import Topology
-from kappaflow_contract.topics import CHANGELOG_SUFFIX
+from kappaflow_contract.topics import is_changelog_topic
 
 __all__ = ["EmptyTopicError", "TestInputTopic", "TestOutputTopic", "TestRecord", "TopologyTestDriver"]
 
@@ -173,7 +173,7 @@ class TopologyTestDriver:
         if record.topic in self._internal_topics:
             self._pending.append((record.topic, record))
             return
-        if record.topic.endswith(CHANGELOG_SUFFIX) and record.topic.startswith(self.application_id + "-"):
+        if is_changelog_topic(self.application_id, record.topic):
             return
         self._outputs[record.topic].append(record)
         if record.topic in self._task_by_topic:

@@ -1,4 +1,4 @@
-"""Consumer and producer adapters: the runtime's only contact with librdkafka (through confluent-kafka).
+"""Consumer and producer adapters over librdkafka (through confluent-kafka), shared by the runner's roles.
 
 `client_configs` turns a StreamsConfig into librdkafka settings for each role, so security passthrough
 (`security.protocol`, `sasl.*`, `ssl.*`) and per-role overrides (`consumer.*`, `producer.*`,
@@ -134,11 +134,6 @@ def is_consumer_protocol(settings: dict[str, Any]) -> bool:
 def new_consumer(settings: dict[str, Any]) -> Consumer:
     """A consumer its owner polls (its librdkafka log lines arrive through those polls)."""
     return Consumer(with_logger(settings))
-
-
-def new_producer(settings: dict[str, Any]) -> Producer:
-    """A producer its owner polls (its librdkafka log lines arrive through those polls)."""
-    return Producer(with_logger(settings))
 
 
 class ProductionError(StreamsError):

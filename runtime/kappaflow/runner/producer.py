@@ -146,10 +146,6 @@ class StreamsProducer:
         except (KafkaException, SystemError) as exc:
             raise production_failure(exc, "serving delivery reports") from exc
 
-    @property
-    def in_transaction(self) -> bool:
-        return self._in_transaction
-
     def begin(self) -> None:
         """Open a transaction unless one is open (exactly_once_v2 only; a no-op otherwise)."""
         if not self.exactly_once or self._in_transaction:

@@ -115,14 +115,6 @@ class TaskManager(PartitionOwnership):
             result.setdefault(TaskId(sub.id, partition), []).append((topic, partition))
         return result
 
-    def all_task_ids(self, counts: dict[str, int]) -> list[TaskId]:
-        ids: set[TaskId] = set()
-        for topic, count in counts.items():
-            if topic in self._resolved:
-                sub = self.topology.subtopology_for_topic(self._resolved[topic])
-                ids.update(TaskId(sub.id, p) for p in range(count))
-        return sorted(ids, key=lambda t: (t.subtopology, t.partition))
-
     def _open(self, task_id: TaskId, standby: bool) -> ManagedTask:
         task_dir = self.state_root / str(task_id)
         lock = TaskDirLock(task_dir, self._lock_wait_s)

@@ -256,7 +256,3 @@ class ThreadCache:
         cache = self._caches.pop(namespace, None)
         if cache is not None:
             self.size_bytes -= cache.size
-
-    def entry_count(self, namespace: str) -> int:
-        cache = self._caches.get(namespace)
-        return len(cache.entries) if cache is not None else 0

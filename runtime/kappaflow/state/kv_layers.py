@@ -23,7 +23,7 @@ from kappaflow.state.api import (
     StoreContext,
     prefix_upper_bound,
 )
-from kappaflow.state.cache import NOT_DECODED, CacheEntry, DirtyEntries, NamedCacheBinding, ThreadCache
+from kappaflow.state.cache import NOT_DECODED, DirtyEntries, NamedCacheBinding, ThreadCache
 from kappaflow.state.metered import MeteredStoreBase
 from kappaflow.state.timestamped import TIMESTAMPED_LONG, ValueAndTimestamp, ValueAndTimestampSerde
 from kappaflow.state.uncommitted import overlay
@@ -247,11 +247,6 @@ class CachingKeyValueStore(WrappedBytesStore):
         writes decoded entries through it directly, two Python frames less per get and put."""
         assert self._cache is not None
         return self._cache, self._namespace
-
-    def cached_entry(self, key: bytes) -> CacheEntry | None:
-        """The key's cache entry (a hit refreshes it), or None: the typed layer's decoded fast path."""
-        assert self._cache is not None
-        return self._cache.get(self._namespace, key)
 
     def put_decoded(self, key: bytes, value: bytes | None, decoded: object) -> None:
         """`put` that also remembers the typed value the bytes decode to (caching on only)."""

@@ -51,15 +51,13 @@ class TaskState(Enum):
     CREATED = "CREATED"
     RESTORING = "RESTORING"
     RUNNING = "RUNNING"
-    SUSPENDED = "SUSPENDED"
     CLOSED = "CLOSED"
 
 
 _TRANSITIONS: dict[TaskState, set[TaskState]] = {
     TaskState.CREATED: {TaskState.RESTORING, TaskState.CLOSED},
-    TaskState.RESTORING: {TaskState.RUNNING, TaskState.SUSPENDED, TaskState.CLOSED},
-    TaskState.RUNNING: {TaskState.SUSPENDED, TaskState.CLOSED},
-    TaskState.SUSPENDED: {TaskState.RESTORING, TaskState.RUNNING, TaskState.CLOSED},
+    TaskState.RESTORING: {TaskState.RUNNING, TaskState.CLOSED},
+    TaskState.RUNNING: {TaskState.CLOSED},
     TaskState.CLOSED: set(),
 }
 
@@ -425,7 +423,7 @@ class StreamTask:
 
     def prepare_commit(self) -> dict[tuple[str, int], int]:
         """Flush stores (caches forward and log their dirty entries) and return the offsets to commit."""
-        if self.state in (TaskState.RUNNING, TaskState.RESTORING, TaskState.SUSPENDED):
+        if self.state in (TaskState.RUNNING, TaskState.RESTORING):
             self.state_manager.flush()
         self.publish_metrics()
         return self.committable_offsets()
@@ -454,10 +452,6 @@ class StreamTask:
         if self.partitions.enforced:
             self.metrics.increment("enforced-processing-total", self.partitions.enforced, **self._labels)
             self.partitions.enforced = 0
-
-    def suspend(self) -> None:
-        if self.state is TaskState.RUNNING or self.state is TaskState.RESTORING:
-            self._transition(TaskState.SUSPENDED)
 
     def close(self, clean: bool = True) -> None:
         if self.state is TaskState.CLOSED:
