@@ -1,7 +1,8 @@
-"""The native core (`kappaflow_native`) against its Python twins: the drain loop and the cached aggregation
-stage. The same records in, the same outputs, dead letters, metrics, cache state, progress and errors out.
-`make test` also runs the in-process tiers with `--python-drain` (no native core), so every other test
-passes with both; these compare them directly, on the edges."""
+"""The native core (`kappaflow_native`) against the Python references: `drain_python` and the generic
+processors (there is no other Python implementation of a stage). The same records in, the same outputs, dead
+letters, metrics, cache state, progress and errors out. `make test` also runs the in-process tiers with
+`--python-drain` (no native core), so every other test passes with both; these compare them directly, on the
+edges."""
 
 from __future__ import annotations
 

@@ -39,8 +39,6 @@ class CacheEntry:
 
 DirtyEntries = list[tuple[bytes, CacheEntry]]
 FlushListener = Callable[[DirtyEntries], None]
-BoundGet = Callable[[bytes], CacheEntry | None]
-BoundPutDirty = Callable[[bytes, bytes | None, RecordContext, object], None]
 
 
 class NamedCache:
@@ -179,55 +177,8 @@ class ThreadCache:
 
     def binding(self, namespace: str) -> NamedCacheBinding:
         """One namespace's cache as a compiled stage updates it (kappaflow_native's AggregateStage): the
-        same operations as `bind`'s, on these objects."""
+        same operations as `get` and a dirty `put`, on these objects."""
         return NamedCacheBinding(self, self.named(namespace), CacheEntry, _ENTRY_OVERHEAD, NOT_DECODED)
-
-    def bind(self, namespace: str) -> tuple[BoundGet, BoundPutDirty]:
-        """`get` and a dirty `put` for one namespace, its NamedCache looked up once: the per-record
-        calls of a fused aggregation (kappaflow.tasks.fusion). Hits and misses, LRU and dirty order,
-        size accounting and eviction are exactly those of `get` and `put(..., dirty=True, ...)`."""
-        cache = self.named(namespace)
-        entries, dirty_keys = cache.entries, cache.dirty
-        move_to_end, move_dirty_to_end = entries.move_to_end, dirty_keys.move_to_end
-
-        def get(key: bytes) -> CacheEntry | None:
-            entry = entries.get(key)
-            if entry is None:
-                self.misses += 1
-                return None
-            self.hits += 1
-            move_to_end(key)
-            return entry
-
-        def put_dirty(key: bytes, value: bytes | None, context: RecordContext, decoded: object) -> None:
-            size = len(key) + len(context.topic) + _ENTRY_OVERHEAD
-            if value is not None:
-                size += len(value)
-            old = entries.get(key)
-            if old is None:
-                entries[key] = CacheEntry(value, True, context, size, decoded)
-                dirty_keys[key] = None
-                cache.size += size
-                self.size_bytes += size
-            else:  # the hot key of an aggregation: in place, most often already dirty and the same size
-                old.value = value
-                old.context = context
-                old.decoded = decoded
-                move_to_end(key)
-                if old.dirty:  # a dirty entry's key is in `dirty_keys` (NamedCache.flush clears both)
-                    move_dirty_to_end(key)
-                else:
-                    old.dirty = True
-                    dirty_keys[key] = None
-                delta = size - old.size
-                if delta:
-                    old.size = size
-                    cache.size += delta
-                    self.size_bytes += delta
-            if self.size_bytes > self.max_bytes:
-                self.evict_over_bound(cache)
-
-        return get, put_dirty
 
     def evict_over_bound(self, cache: NamedCache) -> None:
         """Evict `cache`'s least recently used entries while the thread's total is over the bound."""

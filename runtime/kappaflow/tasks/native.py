@@ -1,10 +1,10 @@
-"""kappaflow's native core: `kappaflow_native` (Rust, `runtime/native/`), a task's drain loop and its
-cached aggregations compiled.
+"""kappaflow's native core: `kappaflow_native` (Rust, `runtime/native/`), a task's drain loop and its cached
+aggregations compiled.
 
-The core is optional. `make setup` builds it with maturin when Rust is on the machine; without it kappaflow
-runs their Python twins (`kappaflow.tasks.drain.drain_python`, `KStreamAggregateProcessor.fuse`), with the
-same results, slower. `kappaflow.native.enabled=false` keeps a process on the Python code with the core
-installed: the tests run the in-process tiers with both that way.
+The core is optional. `make setup` builds it with maturin when Rust is on the machine (CI and the images
+always do); without it kappaflow runs the Python references (`kappaflow.tasks.drain.drain_python` and every
+processor's generic `process`), with the same results, slower. `kappaflow.native.enabled=false` keeps a
+process on the Python code with the core installed: the tests run the in-process tiers with both that way.
 """
 
 from __future__ import annotations

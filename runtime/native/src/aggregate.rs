@@ -1,6 +1,6 @@
-//! A stream aggregation over a cached store, compiled: the stage `KStreamAggregateProcessor.fuse` builds
-//! in Python, with the typed store's read and write (`MeteredKeyValueStore.cached_read_write`) and the
-//! record cache's get and dirty put (`ThreadCache.bind`) inlined.
+//! A stream aggregation over a cached store, compiled: `KStreamAggregateProcessor.process` with the typed
+//! store's `get` and `put` (`MeteredKeyValueStore`) and the record cache's `get` and dirty `put`
+//! (`ThreadCache`) inlined.
 //!
 //! The record cache stays the Python objects it is (`NamedCache.entries` and `.dirty`, ordered dicts of
 //! `CacheEntry`): this stage reads and updates them with the same operations in the same order, so LRU
@@ -192,7 +192,7 @@ impl AggregateStage {
 
 impl AggregateStage {
     /// The stage: on any exception the node is named as failed (unless a deeper one was), as
-    /// `kappaflow.tasks.fusion.mark_failed` does.
+    /// `forward()` does.
     pub fn process<'py>(
         &self,
         py: Python<'py>,
@@ -357,7 +357,7 @@ impl AggregateStage {
         }
     }
 
-    /// `ThreadCache.bind`'s `put_dirty`: the entry written in place (or added), made the most recent
+    /// `ThreadCache.put(..., dirty=True, ...)`: the entry written in place (or added), made the most recent
     /// and the last dirty, sizes kept, and the cache evicted when over its bound. `current` is the key's
     /// entry when the caller knows it is already the most recent.
     fn put_dirty<'py>(

@@ -1,4 +1,4 @@
-//! The failed node of a native stage, named on the task context as `kappaflow.tasks.fusion.mark_failed`
+//! The failed node of a native stage, named on the task context as `forward()` (`kappaflow.tasks.context`)
 //! does. A module of its own so that the stages (`stages.rs`, which call an aggregation as their next
 //! stage) and the aggregation (`aggregate.rs`) both use it without importing each other.
 
@@ -8,7 +8,7 @@ use pyo3::{PyTraverseError, PyVisit};
 
 use crate::slots::Slot;
 
-/// The task context's `failed_node`, set as `kappaflow.tasks.fusion.mark_failed` does (every native
+/// The task context's `failed_node`, set as `forward()` (`kappaflow.tasks.context`) does (every native
 /// stage's, from its plan's `node` and `context`).
 pub struct FailureMark {
     node: Py<PyAny>,

@@ -2,10 +2,11 @@
 //! and the stages of the processors it feeds: the built-in stateless ones and fixed-topic sinks
 //! (`StatelessStage`, `SinkStage`) and cached stream aggregations (`AggregateStage`).
 //!
-//! Each mirrors its Python twin step for step (`kappaflow.tasks.drain.drain_python`, the stages the
-//! processors' `fuse` builds), which stays the reference and the fallback: user callbacks, serdes,
-//! handlers and the record cache's structures are the Python objects, called and updated from here in
-//! the same order. What moves to Rust is only the interpreter's own work per record.
+//! Each mirrors its Python reference step for step (`kappaflow.tasks.drain.drain_python`, the processors'
+//! generic `process`), which stays the fallback: user callbacks, serdes, handlers and the record cache's
+//! structures are the Python objects, called and updated from here in the same order. What moves to Rust
+//! is only the interpreter's own work per record. Every Python class and attribute it touches is declared
+//! in `touches.rs`.
 
 mod aggregate;
 mod drain;

@@ -1,6 +1,6 @@
-//! The built-in stateless processors and the fixed-topic sink, compiled: each mirrors the Python stage
-//! its processor's `fuse` builds (`kappaflow.dsl.stream_processors`, `kappaflow.tasks.fusion.sink_stage`)
-//! and calls the same user callbacks and serializers with the same arguments, in the same order.
+//! The built-in stateless processors and the fixed-topic sink, compiled: each mirrors its processor's
+//! `process` (`kappaflow.dsl.stream_processors`, `kappaflow.tasks.nodes.SinkNode`) and calls the same
+//! user callbacks and serializers with the same arguments, in the same order.
 //!
 //! A stage calls the next one directly in Rust when that one is native too (`Next`), so a chain such as
 //! flat_map_values -> select_key -> the repartition filter -> its sink makes no Python call of its own
