@@ -36,7 +36,7 @@ from kappaflow.tasks.drain import RawRecord
 from kappaflow.tasks.global_task import GlobalTask
 from kappaflow.tasks.task import StreamTask
 from kappaflow.topology.topology import Topology
-from kappaflow_contract.topics import CHANGELOG_SUFFIX
+from kappaflow_contract.topics import is_changelog_topic
 
 __all__ = ["EmptyTopicError", "TestInputTopic", "TestOutputTopic", "TestRecord", "TopologyTestDriver"]
 
@@ -87,6 +87,11 @@ def _millis(value: datetime | timedelta | int | None) -> int | None:
 
 
 class TopologyTestDriver:
+    """Runs a Topology with the real tasks, processors and stores and no broker (see the module
+    docstring), so a topology's tests are fast and exact. It owns one StreamTask per sub-topology (one
+    partition each), the global task, the in-memory topics the tasks write to (changelogs included),
+    the mock wall clock and the thread cache; input topics and output topics are views over these."""
+
     def __init__(
         self,
         topology: Topology,
@@ -168,7 +173,7 @@ class TopologyTestDriver:
         if record.topic in self._internal_topics:
             self._pending.append((record.topic, record))
             return
-        if record.topic.endswith(CHANGELOG_SUFFIX) and record.topic.startswith(self.application_id + "-"):
+        if is_changelog_topic(self.application_id, record.topic):
             return
         self._outputs[record.topic].append(record)
         if record.topic in self._task_by_topic:
@@ -252,8 +257,9 @@ class TopologyTestDriver:
 
     def _find_store(self, name: str) -> Any:
         for task in self._tasks.values():
-            if name in task.context.stores:
-                return task.context.stores[name]
+            store = task.store(name)
+            if store is not None:
+                return store
         if self._global is not None and name in self._global.stores:
             return self._global.stores[name]
         return None

@@ -56,12 +56,12 @@ DEFAULTS: dict[str, Any] = {
     "metrics.port": 9464,
     "query.http.enabled": False,
     "kappaflow.internal.topics.create": True,
-    # compile chains of built-in processors into direct calls (kappaflow.tasks.fusion); false keeps every
-    # record on the generic node-by-node path, the same results slower
+    # compile chains of built-in processors into the native core's stages (kappaflow.tasks.fusion); false,
+    # or the core absent, keeps every record on the generic node-by-node path, the same results slower
     "kappaflow.fusion.enabled": True,
     # run the tasks' drain loop and the built-in processors' compiled stages in the native core when it
-    # is installed (kappaflow_native, Rust); false, or the core absent, runs their Python twins: same
-    # results, slower
+    # is installed (kappaflow_native, Rust); false, or the core absent, runs the Python references
+    # (drain_python, the generic processors): same results, slower
     "kappaflow.native.enabled": True,
     "topology.optimization": "none",
     # Kafka Streams' internal throttles (StreamsConfig.InternalConfig): unmatched left/outer stream-stream

@@ -34,6 +34,11 @@ def changelog_topic(application_id: str, store: str) -> str:
     return internal_topic_name(application_id, changelog_short_name(store))
 
 
+def is_changelog_topic(application_id: str, topic: str) -> bool:
+    """Whether `topic` is one of the application's changelogs (the inverse of `changelog_topic`)."""
+    return topic.startswith(f"{application_id}-") and topic.endswith(CHANGELOG_SUFFIX)
+
+
 def repartition_short_name(name: str) -> str:
     """`<name>-repartition`, the repartition topic's name within the topology."""
     return f"{name}{REPARTITION_SUFFIX}"

@@ -16,19 +16,22 @@ import pytest
 from kappaflow.api.errors import TransactionAbortedError
 from kappaflow.api.record import Headers
 from kappaflow.clients.admin import InternalTopicManager
-from kappaflow.clients.kafka import ProductionError
+from kappaflow.clients.kafka import KafkaRecordCollector, ProductionError
 from kappaflow.runner.producer import StreamsProducer
 from tests.kafka.streams_support import read_topic
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
 
 
-def _producer(bootstrap: str, exactly_once: bool, handler: Any = None, txn: str = "") -> StreamsProducer:
+def _producer(
+    bootstrap: str, exactly_once: bool, handler: Any = None, txn: str = ""
+) -> tuple[StreamsProducer, KafkaRecordCollector]:
     settings: dict[str, Any] = {"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"}
     if exactly_once:
         settings["transactional.id"] = txn
     admin = InternalTopicManager({"bootstrap.servers": bootstrap})
-    return StreamsProducer(settings, exactly_once, admin, handler, api_timeout_s=30)
+    producer = StreamsProducer(settings, exactly_once, handler, api_timeout_s=30)
+    return producer, KafkaRecordCollector(producer, admin)
 
 
 def test_at_least_once_tracks_changelog_offsets_only_and_a_rejected_record_fails_the_flush(
@@ -36,8 +39,7 @@ def test_at_least_once_tracks_changelog_offsets_only_and_a_rejected_record_fails
 ):
     changelog = kafka_topics("changelog", partitions=2)
     sink = kafka_topics("sink", partitions=2, config={"max.message.bytes": "1024"})
-    producer = _producer(kafka_bootstrap, exactly_once=False)
-    collector = producer.collector
+    producer, collector = _producer(kafka_bootstrap, exactly_once=False)
     for i in range(3):
         collector.send_changelog(changelog, b"k%d" % i, b"v", 1000 + i, 1)
     collector.send(sink, b"small", b"v", None, 1000, None)
@@ -65,10 +67,10 @@ def test_at_least_once_hands_a_rejected_record_to_the_production_handler(kafka_b
         handled.append((msg.topic(), msg.key()))
         return True  # continue: the record is dropped, the flush succeeds
 
-    producer = _producer(kafka_bootstrap, exactly_once=False, handler=drop)
-    producer.collector.send(sink, b"big", b"x" * 4096, None, 1000, None)
+    producer, collector = _producer(kafka_bootstrap, exactly_once=False, handler=drop)
+    collector.send(sink, b"big", b"x" * 4096, None, 1000, None)
     producer.flush()  # (flushed alone: the broker rejects a whole batch holding it)
-    producer.collector.send(sink, b"small", b"v", None, 1000, None)
+    collector.send(sink, b"small", b"v", None, 1000, None)
     producer.flush()
     assert handled == [(sink, b"big")]
     assert [m.key() for m in read_topic(kafka_bootstrap, sink, expected=1, timeout=10)] == [b"small"]
@@ -80,17 +82,17 @@ def test_a_rejected_sink_record_in_a_transaction_fails_the_commit_and_nothing_of
 ):
     changelog = kafka_topics("changelog", partitions=2)
     sink = kafka_topics("sink", config={"max.message.bytes": "1024"})
-    producer = _producer(kafka_bootstrap, exactly_once=True, txn=f"collector-{sink}")
+    producer, collector = _producer(kafka_bootstrap, exactly_once=True, txn=f"collector-{sink}")
     producer.begin()
     for i in range(3):
-        producer.collector.send_changelog(changelog, b"k%d" % i, b"v", 1000 + i, 1)
-    producer.collector.send(sink, b"small", b"committed", None, 1000, None)
+        collector.send_changelog(changelog, b"k%d" % i, b"v", 1000 + i, 1)
+    collector.send(sink, b"small", b"committed", None, 1000, None)
     producer.commit([], None)
     assert producer.acknowledged == {(changelog, 1): 2}  # changelog offsets are reported in a transaction
 
     producer.begin()
-    producer.collector.send(sink, b"small", b"aborted", None, 1000, None)
-    producer.collector.send(sink, b"big", b"x" * 4096, None, 1000, None)  # over max.message.bytes
+    collector.send(sink, b"small", b"aborted", None, 1000, None)
+    collector.send(sink, b"big", b"x" * 4096, None, 1000, None)  # over max.message.bytes
     with pytest.raises(TransactionAbortedError, match=sink):
         producer.commit([], None)
     producer.abort()

@@ -15,6 +15,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 
 from kappaflow.api.errors import ProducerFencedError, TransactionAbortedError
 from kappaflow.clients.admin import InternalTopicManager
+from kappaflow.clients.kafka import KafkaRecordCollector
 from kappaflow.runner import KafkaStreams, State, assembly
 from kappaflow.runner.producer import StreamsProducer
 from tests.kafka.streams_support import (
@@ -38,20 +39,21 @@ def test_a_producer_fenced_while_producing_is_replaced_and_its_records_never_see
     txn_id = f"fence-{uuid.uuid4().hex[:8]}"
     settings = {"bootstrap.servers": kafka_bootstrap, "transactional.id": txn_id, "linger.ms": 5}
     admin = InternalTopicManager({"bootstrap.servers": kafka_bootstrap})
-    producer = StreamsProducer(settings, True, admin, None, api_timeout_s=30)
+    producer = StreamsProducer(settings, True, None, api_timeout_s=30)
+    collector = KafkaRecordCollector(producer, admin)
     producer.begin()
-    producer.collector.send(topic, b"k", b"before-fence", None, -1, None)
+    collector.send(topic, b"k", b"before-fence", None, -1, None)
     producer.flush()
     zombie_killer = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": txn_id})
     zombie_killer.init_transactions(30)  # bumps the epoch: `producer` is now a zombie
     with pytest.raises(ProducerFencedError):
         for _ in range(200):  # the fence surfaces on a send, a flush or the commit, whichever is first
-            producer.collector.send(topic, b"k", b"after-fence", None, -1, None)
+            collector.send(topic, b"k", b"after-fence", None, -1, None)
             producer.flush()
         producer.commit([], None)
     producer.replace()  # takes the epoch back from zombie_killer
     producer.begin()
-    producer.collector.send(topic, b"k", b"committed", None, -1, None)
+    collector.send(topic, b"k", b"committed", None, -1, None)
     producer.commit([], None)
     values = [
         m.value() for m in read_topic(kafka_bootstrap, topic, expected=1, timeout=10, committed_only=True)
@@ -73,16 +75,17 @@ class OffsetsReplyLostProducer(Producer):  # type: ignore[misc]
 
 def transactional_pair(
     bootstrap: str, group: str, factory: Any, linger_ms: int
-) -> tuple[StreamsProducer, Consumer]:
-    """A StreamsProducer (transactional id `group`, clients made by `factory`) and a read_committed
-    consumer of the same group, whose metadata its commits carry."""
+) -> tuple[StreamsProducer, KafkaRecordCollector, Consumer]:
+    """A StreamsProducer (transactional id `group`, clients made by `factory`), the record collector over
+    it and a read_committed consumer of the same group, whose metadata its commits carry."""
     settings = {"bootstrap.servers": bootstrap, "transactional.id": group, "linger.ms": linger_ms}
     admin = InternalTopicManager({"bootstrap.servers": bootstrap})
-    producer = StreamsProducer(settings, True, admin, None, api_timeout_s=30, factory=factory)
+    producer = StreamsProducer(settings, True, None, api_timeout_s=30, factory=factory)
+    collector = KafkaRecordCollector(producer, admin)
     consumer = Consumer(
         {"bootstrap.servers": bootstrap, "group.id": group, "isolation.level": "read_committed"}
     )
-    return producer, consumer
+    return producer, collector, consumer
 
 
 def test_a_transaction_whose_offsets_call_failed_is_aborted_under_a_new_epoch(kafka_bootstrap, kafka_topics):
@@ -91,27 +94,29 @@ def test_a_transaction_whose_offsets_call_failed_is_aborted_under_a_new_epoch(ka
     aborted by re-initializing the producer. One whose calls all succeeded is aborted with an EndTxn."""
     topic = kafka_topics("offsets-failed-out")
     group = f"offsets-failed-{uuid.uuid4().hex[:8]}"
-    producer, consumer = transactional_pair(kafka_bootstrap, group, OffsetsReplyLostProducer, linger_ms=5)
+    producer, collector, consumer = transactional_pair(
+        kafka_bootstrap, group, OffsetsReplyLostProducer, linger_ms=5
+    )
     try:
         producer.begin()
-        producer.collector.send(topic, b"k", b"aborted-by-endtxn", None, -1, None)
+        collector.send(topic, b"k", b"aborted-by-endtxn", None, -1, None)
         producer.flush()
-        healthy = producer.collector.producer
+        healthy = producer.producer
         producer.abort()
-        assert producer.collector.producer is healthy  # every call succeeded: a plain EndTxn
+        assert producer.producer is healthy  # every call succeeded: a plain EndTxn
 
         producer.begin()
-        producer.collector.send(topic, b"k", b"aborted-by-new-epoch", None, -1, None)
+        collector.send(topic, b"k", b"aborted-by-new-epoch", None, -1, None)
         with pytest.raises(TransactionAbortedError, match="adding the offsets timed out"):
             producer.commit([TopicPartition(topic, 0, 5)], consumer.consumer_group_metadata())
         producer.abort()
-        assert producer.collector.producer is not healthy  # re-initialized: the coordinator aborted it
+        assert producer.producer is not healthy  # re-initialized: the coordinator aborted it
         # the group's offsets are settled (the fetch waits for pending ones) and not the aborted ones
         [committed] = consumer.committed([TopicPartition(topic, 0)], timeout=10)
         assert committed.offset < 0
 
         producer.begin()
-        producer.collector.send(topic, b"k", b"committed", None, -1, None)
+        collector.send(topic, b"k", b"committed", None, -1, None)
         producer.commit([], None)
         values = [
             m.value() for m in read_topic(kafka_bootstrap, topic, expected=1, timeout=10, committed_only=True)
@@ -139,15 +144,17 @@ def test_the_offsets_are_added_while_the_records_are_still_in_flight(kafka_boots
     topic = kafka_topics("offsets-first-out")
     group = f"offsets-first-{uuid.uuid4().hex[:8]}"
     # a long linger holds the records in the client until something flushes them
-    producer, consumer = transactional_pair(kafka_bootstrap, group, InFlightAtOffsetsProducer, linger_ms=2000)
+    producer, collector, consumer = transactional_pair(
+        kafka_bootstrap, group, InFlightAtOffsetsProducer, linger_ms=2000
+    )
     InFlightAtOffsetsProducer.in_flight_at_offsets.clear()
     try:
         producer.begin()
         for i in range(3):
-            producer.collector.send(topic, b"k", f"v{i}".encode(), None, -1, None)
+            collector.send(topic, b"k", f"v{i}".encode(), None, -1, None)
         producer.commit([TopicPartition(topic, 0, 7)], consumer.consumer_group_metadata())
         assert InFlightAtOffsetsProducer.in_flight_at_offsets == [3]
-        assert len(producer.collector.producer) == 0  # committed: acknowledged by then
+        assert len(producer.producer) == 0  # committed: acknowledged by then
         values = [
             m.value() for m in read_topic(kafka_bootstrap, topic, expected=3, timeout=10, committed_only=True)
         ]
@@ -177,17 +184,19 @@ def test_the_stores_flush_into_the_transaction_while_its_offsets_are_added(kafka
     error raised once the offsets call has returned, and the transaction aborts with nothing visible."""
     topic = kafka_topics("flush-during-offsets-out")
     group = f"flush-during-offsets-{uuid.uuid4().hex[:8]}"
-    producer, consumer = transactional_pair(kafka_bootstrap, group, SlowOffsetsProducer, linger_ms=5)
+    producer, collector, consumer = transactional_pair(
+        kafka_bootstrap, group, SlowOffsetsProducer, linger_ms=5
+    )
 
     def flush_stores(values: list[bytes]) -> None:
         for value in values:
-            producer.collector.send(topic, b"k", value, None, -1, None)
+            collector.send(topic, b"k", value, None, -1, None)
         SlowOffsetsProducer.stores_flushed.set()
 
     try:
         SlowOffsetsProducer.stores_flushed.clear()
         producer.begin()
-        producer.collector.send(topic, b"k", b"processed", None, -1, None)
+        collector.send(topic, b"k", b"processed", None, -1, None)
         tps = [TopicPartition(topic, 0, 4)]
         producer.commit(tps, consumer.consumer_group_metadata(), lambda: flush_stores([b"flushed"]))
         values = [
@@ -206,11 +215,11 @@ def test_the_stores_flush_into_the_transaction_while_its_offsets_are_added(kafka
         producer.begin()
         with pytest.raises(ValueError, match="a store flush failed"):
             producer.commit([TopicPartition(topic, 0, 9)], consumer.consumer_group_metadata(), failing_flush)
-        healthy = producer.collector.producer
+        healthy = producer.producer
         producer.abort()
-        assert producer.collector.producer is healthy  # the offsets call succeeded: a plain EndTxn abort
+        assert producer.producer is healthy  # the offsets call succeeded: a plain EndTxn abort
         producer.begin()
-        producer.collector.send(topic, b"k", b"after", None, -1, None)
+        collector.send(topic, b"k", b"after", None, -1, None)
         producer.commit([], None)
         values = [
             m.value() for m in read_topic(kafka_bootstrap, topic, expected=3, timeout=10, committed_only=True)

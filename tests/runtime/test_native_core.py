@@ -1,7 +1,8 @@
-"""The native core (`kappaflow_native`) against its Python twins: the drain loop and the cached aggregation
-stage. The same records in, the same outputs, dead letters, metrics, cache state, progress and errors out.
-`make test` also runs the in-process tiers with `--python-drain` (no native core), so every other test
-passes with both; these compare them directly, on the edges."""
+"""The native core (`kappaflow_native`) against the Python references: `drain_python` and the generic
+processors (there is no other Python implementation of a stage). The same records in, the same outputs, dead
+letters, metrics, cache state, progress and errors out. `make test` also runs the in-process tiers with
+`--python-drain` (no native core), so every other test passes with both; these compare them directly, on the
+edges."""
 
 from __future__ import annotations
 
@@ -381,3 +382,68 @@ def test_a_closed_task_with_native_stages_is_freed(core: NativeCore) -> None:
     refs = closed_driver_contexts(native=True)
     gc.collect()
     assert len(refs) == 2 and [ref() for ref in refs] == [None, None]
+
+
+# --- the one table of what the core touches (kappaflow.tasks.native.TOUCHES, native/src/touches.rs) ---
+
+NATIVE_SOURCES = Path(__file__).resolve().parents[2] / "runtime" / "native" / "src"
+# names the Rust sources intern that are not attributes of a kappaflow class: builtins' methods and
+# attributes (deque, OrderedDict, bytes, type, object) and the operation names `pair` is told
+NOT_KAPPAFLOW_ATTRIBUTES = {"popleft", "move_to_end", "decode", "__slots__", "__dict__", "map", "flat_map"}
+
+
+def touched_classes() -> list[tuple[type, tuple[str, ...]]]:
+    import importlib
+
+    from kappaflow.tasks.native import TOUCHES
+
+    found = []
+    for qualified, attributes in TOUCHES:
+        module, _, name = qualified.rpartition(".")
+        found.append((getattr(importlib.import_module(module), name), attributes))
+    return found
+
+
+def test_the_core_exports_the_table_kappaflow_declares(core: NativeCore) -> None:
+    from kappaflow.tasks.native import TOUCHES, core_touches
+
+    assert core_touches(core) == TOUCHES
+    assert len(TOUCHES) >= 10
+
+
+def test_a_core_touching_other_attributes_is_not_used() -> None:
+    from kappaflow.tasks.native import PROTOCOL, TOUCHES, incompatibility
+
+    class Module:
+        pass
+
+    module: Any = Module()
+    module.PROTOCOL = PROTOCOL
+    module.TOUCHES = [(cls, list(attributes)) for cls, attributes in TOUCHES]
+    assert incompatibility(module) is None
+    module.TOUCHES[0] = (TOUCHES[0][0], list(TOUCHES[0][1][:-1]))  # the core lost an attribute
+    assert incompatibility(module) is not None
+    module.TOUCHES = [(cls, list(attributes)) for cls, attributes in TOUCHES]
+    module.PROTOCOL = PROTOCOL - 1
+    assert incompatibility(module) is not None
+
+
+def test_every_class_the_core_touches_is_slotted_and_has_those_attributes() -> None:
+    for cls, attributes in touched_classes():
+        assert cls.__dictoffset__ == 0, f"{cls.__qualname__} instances have a __dict__: not slotted"
+        for attribute in attributes:
+            assert hasattr(cls, attribute), f"{cls.__qualname__} declares no {attribute}"
+
+
+def test_the_rust_sources_touch_no_attribute_outside_the_table() -> None:
+    import re
+
+    declared = {attribute for _, attributes in touched_classes() for attribute in attributes}
+    named: set[str] = set()
+    for source in NATIVE_SOURCES.glob("*.rs"):
+        text = source.read_text()
+        named |= set(re.findall(r'intern!\(py, "(\w+)"\)', text))
+        named |= set(re.findall(r'Slot::of\([^,]+, "(\w+)"\)', text))
+        named |= set(re.findall(r'context_slot\("(\w+)"\)', text))
+    assert {"failed_node", "hits", "gets", "popleft"} <= named  # the patterns still find the names
+    assert named - NOT_KAPPAFLOW_ATTRIBUTES - declared == set()

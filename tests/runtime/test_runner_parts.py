@@ -20,6 +20,7 @@ from kappaflow.runner.producer import StreamsProducer
 from kappaflow.runner.rebalance import RebalanceHandler
 from kappaflow.runner.retry import is_unreachable, retry_unreachable
 from kappaflow.runner.standbys import StandbyPlacer
+from kappaflow.runner.tasks import PartitionOwnership
 from kappaflow.runner.topics import RepartitionPurger
 from kappaflow.tasks.task import TaskState
 
@@ -95,10 +96,12 @@ def test_repartition_records_are_purged_below_commits_once_per_interval():
 
 
 # ----------------------------------------------------------------- standbys
-class FakeTasks:
-    """The task manager as the standby placer and rebalance handler see it."""
+class FakeTasks(PartitionOwnership):
+    """The task manager as the standby placer and rebalance handler see it (its partition -> task map
+    the real one's)."""
 
     def __init__(self, restoring: frozenset[TaskId] = frozenset()) -> None:
+        super().__init__()
         self.active: dict[TaskId, FakeManaged] = {}
         self.standby: dict[TaskId, str] = {}
         self.closed: list[tuple[TaskId, bool]] = []
@@ -544,8 +547,8 @@ def test_a_store_flush_failing_while_the_offsets_call_hangs_raises_that_the_prod
     import kappaflow.runner.producer as producer_module
 
     monkeypatch.setattr(producer_module, "CALL_GRACE_S", 0.0)
-    producer = StreamsProducer({}, True, None, None, api_timeout_s=0.2, factory=HangingOffsetsProducer)
-    client = producer.collector.producer
+    producer = StreamsProducer({}, True, None, api_timeout_s=0.2, factory=HangingOffsetsProducer)
+    client = producer.producer
 
     def failing_flush() -> None:
         raise ValueError("a store flush failed")

@@ -80,10 +80,6 @@ class TransactionAbortedError(StreamsError):
     and the tasks redo their work from the committed offsets, under the same producer."""
 
 
-class TaskCorruptedError(StreamsError):
-    """A task's local state cannot be trusted (e.g. an EOS crash); it is wiped and restored."""
-
-
 class HandlerResponse(Enum):
     """What an error handler tells the runtime to do with the failing record."""
 

@@ -48,13 +48,6 @@ class Cancellable(Protocol):
     def cancel(self) -> None: ...
 
 
-class StateStoreView(Protocol):
-    """The minimum every state store offers a processor; concrete store protocols live in kappaflow.state."""
-
-    @property
-    def name(self) -> str: ...
-
-
 class ProcessorContext(Protocol):
     """What a processor may do: forward records, schedule punctuations, reach its stores and metadata."""
 

@@ -1,18 +1,17 @@
-"""Consumer and producer adapters: the runtime's only contact with librdkafka (through confluent-kafka).
+"""Consumer and producer adapters over librdkafka (through confluent-kafka), shared by the runner's roles.
 
 `client_configs` turns a StreamsConfig into librdkafka settings for each role, so security passthrough
 (`security.protocol`, `sasl.*`, `ssl.*`) and per-role overrides (`consumer.*`, `producer.*`,
 `restore.consumer.*`, `admin.*`, as in Kafka Streams) are applied in one place. `KafkaRecordCollector` is
-the task-facing RecordCollector over a producer; it remembers the last offset written per changelog
-partition (from delivery reports) so a commit can checkpoint stores at exactly what Kafka holds.
+the task-facing RecordCollector over the stream thread's producer; `DeliveryReports` remembers the last
+offset written per changelog partition so a commit can checkpoint stores at exactly what Kafka holds.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 import uuid
-from typing import Any
+from typing import Any, Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
@@ -137,11 +136,6 @@ def new_consumer(settings: dict[str, Any]) -> Consumer:
     return Consumer(with_logger(settings))
 
 
-def new_producer(settings: dict[str, Any]) -> Producer:
-    """A producer its owner polls (its librdkafka log lines arrive through those polls)."""
-    return Producer(with_logger(settings))
-
-
 class ProductionError(StreamsError):
     """A record could not be produced (reported by a delivery callback)."""
 
@@ -216,42 +210,28 @@ def produce_record(
             raise production_failure(exc, f"cannot produce to '{topic}'") from exc
 
 
-class KafkaRecordCollector:
-    """The RecordCollector of every task in a process, over one transactional producer or, at
-    at_least_once, a producer for changelogs and one for everything else.
+class DeliveryReports:
+    """What the producers' delivery reports tell Python: the last acknowledged offset of each changelog
+    partition (`written`, which a commit checkpoints) and the first delivery that failed (`error`, which
+    the next flush raises), after the production handler had its say. Owned by the producer whose
+    records they report; the collector passes its callbacks to each send.
 
-    `written` holds the last acknowledged offset of each changelog partition: a commit checkpoints it,
-    so changelog records are the only ones whose successful delivery is reported to Python. Every other
-    record (sinks, repartition topics: most records) costs no Python call when delivered. At
-    at_least_once they go through `producer`, created with `delivery.report.only.error`, and the error
-    report reaches the production handler; the changelog records then go through their own
-    `changelog_producer`, which reports every delivery (the option is per producer). Over a
-    `transactional` producer, which writes both, non-changelog records have no delivery report at all: a
-    record that fails puts librdkafka's transaction in its abortable state, so the commit fails and names
-    it (the producer's commit turns that into TransactionAbortedError). A delivery report served in
-    Python costs about a third of producing the record."""
+    Changelog records are the only ones whose successful delivery is reported to Python
+    (`on_delivery`); every other record (sinks, repartition topics: most records) costs no Python call
+    when delivered (`on_error_only`, and at at_least_once the producer is created with
+    `delivery.report.only.error`). Over a transactional producer non-changelog records have no
+    delivery report at all (`on_error_only` is None): a record that fails puts librdkafka's transaction
+    in its abortable state, so the commit fails and names it. A delivery report served in Python costs
+    about a third of producing the record."""
 
-    def __init__(
-        self,
-        producer: Producer,
-        metadata_source: Any,
-        production_handler: Any = None,
-        *,
-        transactional: bool = False,
-        changelog_producer: Producer | None = None,
-    ) -> None:
-        self.producer = producer
-        self.changelog_producer = changelog_producer or producer
-        self._metadata_source = metadata_source
-        self._partition_counts: dict[str, int] = {}
+    def __init__(self, production_handler: Any = None, *, transactional: bool = False) -> None:
         self.written: dict[tuple[str, int], int] = {}
         self.error: KafkaError | None = None
         self.error_topic = ""
         self._handler = production_handler
-        self.sent = 0
         # bound once, not per record
-        self._report_offset = self._on_delivery
-        self._report_error: Any = None if transactional else self._on_error_only
+        self.on_delivery = self._on_delivery
+        self.on_error_only: Any = None if transactional else self._on_error_only
 
     def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
         if err is not None:
@@ -274,6 +254,43 @@ class KafkaRecordCollector:
         if self.error is None:
             self.error, self.error_topic = err, msg.topic()
 
+    def raise_error(self) -> None:
+        """Raise the failed delivery, once: ProducerFencedError when the producer itself failed."""
+        if self.error is not None:
+            err, topic = self.error, self.error_topic
+            self.error = None
+            if producer_failed_fatally(err):
+                raise ProducerFencedError(f"producing to '{topic}' failed: {err}")
+            raise ProductionError(f"producing to '{topic}' failed: {err}")
+
+
+class ProducerClients(Protocol):
+    """The librdkafka producers records go through now (a fenced or failed one is replaced: read them
+    per send), their delivery reports, and the serving of those reports (the runner's StreamsProducer)."""
+
+    producer: Producer
+    changelog_producer: Producer
+    deliveries: DeliveryReports
+
+    def serve_reports(self) -> None: ...
+
+
+class KafkaRecordCollector:
+    """The RecordCollector of every task in a process (Kafka Streams' RecordCollectorImpl): it sends the
+    tasks' serialized records through the stream thread's producer, which it is given and which owns
+    the librdkafka producers, their transactions and their delivery reports. At at_least_once changelog
+    records go through a producer of their own, which reports every delivery (see DeliveryReports);
+    under exactly_once_v2 both are the one transactional producer."""
+
+    def __init__(self, clients: ProducerClients, metadata_source: Any) -> None:
+        self._clients = clients
+        self._metadata_source = metadata_source
+        self._partition_counts: dict[str, int] = {}
+        self.sent = 0
+        # the delivery callbacks, bound once, not per record (the reports object outlives producers)
+        self._report_offset = clients.deliveries.on_delivery
+        self._report_error = clients.deliveries.on_error_only
+
     def send(
         self,
         topic: str,
@@ -283,43 +300,36 @@ class KafkaRecordCollector:
         timestamp: int,
         partition: int | None,
     ) -> None:
+        producer = self._clients.producer
         if partition is None and timestamp >= 0 and not headers:
             try:  # the commonest record, produced without produce_record's frame
-                self.producer.produce(topic, value, key, on_delivery=self._report_error, timestamp=timestamp)
+                producer.produce(topic, value, key, on_delivery=self._report_error, timestamp=timestamp)
             except BufferError:  # the local queue is full: produce_record waits and retries
-                produce_record(self.producer, topic, key, value, headers, timestamp, None, self._report_error)
+                produce_record(producer, topic, key, value, headers, timestamp, None, self._report_error)
             except (KafkaException, SystemError) as exc:
                 raise production_failure(exc, f"cannot produce to '{topic}'") from exc
         else:
-            produce_record(
-                self.producer, topic, key, value, headers, timestamp, partition, self._report_error
-            )
+            produce_record(producer, topic, key, value, headers, timestamp, partition, self._report_error)
         self.sent += 1  # counted inline: this runs for every record
-        if self.sent & 0x3FF == 0:
-            self._serve_reports()
+        if self.sent & 0x3FF == 0:  # every 1024 records: neither producer's queue of reports grows
+            self._clients.serve_reports()
 
     def send_changelog(
         self, topic: str, key: bytes, value: bytes | None, timestamp: int, partition: int
     ) -> None:
         produce_record(
-            self.changelog_producer, topic, key, value, None, timestamp, partition, self._report_offset
+            self._clients.changelog_producer,
+            topic,
+            key,
+            value,
+            None,
+            timestamp,
+            partition,
+            self._report_offset,
         )
         self.sent += 1
         if self.sent & 0x3FF == 0:
-            self._serve_reports()
-
-    def serve_reports(self) -> None:
-        """Serve delivery reports and the producers' queued librdkafka log lines (an idle thread's too)."""
-        self._serve_reports()
-
-    def _serve_reports(self) -> None:
-        """Every 1024 records: serve delivery reports, so neither producer's queue of them grows."""
-        try:
-            self.producer.poll(0)
-            if self.changelog_producer is not self.producer:
-                self.changelog_producer.poll(0)
-        except (KafkaException, SystemError) as exc:
-            raise production_failure(exc, "serving delivery reports") from exc
+            self._clients.serve_reports()
 
     def partition_count(self, topic: str) -> int | None:
         count = self._partition_counts.get(topic)
@@ -330,40 +340,6 @@ class KafkaRecordCollector:
                 return None
             count = self._partition_counts[topic] = len(found.partitions)
         return count
-
-    def use_producers(self, producer: Producer, changelog_producer: Producer | None = None) -> None:
-        """Send through these from now on (fenced or failed ones were replaced); forget the old error."""
-        self.producer = producer
-        self.changelog_producer = changelog_producer or producer
-        self.error = None
-
-    def producers(self) -> list[Producer]:
-        """The producers records go through: one, or at at_least_once two."""
-        if self.changelog_producer is self.producer:
-            return [self.producer]
-        return [self.producer, self.changelog_producer]
-
-    def flush(self, timeout: float = 60.0) -> None:
-        """Wait for every record's delivery; raise the first production error (ProducerFencedError
-        when the producer itself failed)."""
-        remaining = 0
-        deadline = time.monotonic() + timeout
-        for producer in self.producers():
-            try:
-                remaining += producer.flush(max(deadline - time.monotonic(), 0.0))
-            except (KafkaException, SystemError) as exc:
-                raise production_failure(exc, "flushing the producer") from exc
-        if remaining:
-            raise ProductionError(f"{remaining} records not delivered within {timeout}s")
-        self.raise_error()
-
-    def raise_error(self) -> None:
-        if self.error is not None:
-            err, topic = self.error, self.error_topic
-            self.error = None
-            if producer_failed_fatally(err):
-                raise ProducerFencedError(f"producing to '{topic}' failed: {err}")
-            raise ProductionError(f"producing to '{topic}' failed: {err}")
 
 
 class WatermarkReader:

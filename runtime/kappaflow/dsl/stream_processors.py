@@ -1,9 +1,9 @@
 """Processors behind the stateless KStream operations.
 
-Each is a tiny class with the user function bound at construction, so the per-record cost is one Python
-call for the function and one for `forward`. Key-changing mappers return `(key, value)` tuples. Fused
-(kappaflow.tasks.fusion), each compiles to a stage: a Python closure (`fuse`) or, with kappaflow's native
-core, the same steps in Rust (`fuse_native`), where only the user's function is a Python call.
+Each is a tiny class with the user function bound at construction: its `process` is the reference, one
+Python call for the function and one for `forward`. Key-changing mappers return `(key, value)` tuples.
+With kappaflow's native core each also compiles to a stage (`fuse_native`, kappaflow.tasks.fusion): the
+same steps in Rust, where only the user's function is a Python call. There is no third implementation.
 """
 
 from __future__ import annotations
@@ -14,27 +14,18 @@ from typing import Any
 
 from kappaflow.api.errors import StreamsError
 from kappaflow.api.processor import Processor, ProcessorContext
-from kappaflow.api.record import Headers, Record
-from kappaflow.tasks.context import DirectRoute
-from kappaflow.tasks.fusion import Fusable, Stage, mark_failed
+from kappaflow.api.record import Record
+from kappaflow.tasks.fusion import Fusable, Stage
 from kappaflow.tasks.native import NativeCore, StatelessPlan
 
 AnyRecord = Record[Any, Any]
 
 
-def direct_route(context: ProcessorContext) -> DirectRoute | None:
-    """The task's route to the initializing processor's only child (see DirectRoute), else None."""
-    route = getattr(context, "direct_route", None)
-    return route() if route is not None else None
-
-
 class _Base:
     context: ProcessorContext
-    route: DirectRoute | None = None
 
     def init(self, context: ProcessorContext) -> None:
         self.context = context
-        self.route = direct_route(context)
 
     def close(self) -> None:
         return None
@@ -47,31 +38,10 @@ class FilterProcessor(_Base, Fusable):
 
     def process(self, record: AnyRecord) -> None:
         if bool(self.predicate(record.key, record.value)) != self.negate:
-            route = self.route
-            if route is None:
-                self.context.forward(record)
-            else:
-                context = route.context
-                context.current_node = route.child
-                route.handle(record)
-                context.current_node = route.node
+            self.context.forward(record)
 
     def fuse_native(self, downstream: Stage, node: str, core: NativeCore) -> Stage:
         return native_stage(core, "filter", self.predicate, self.negate, node, self.context, downstream)
-
-    def fuse(self, downstream: Stage, node: str) -> Stage:
-        predicate, negate, context = self.predicate, self.negate, self.context
-
-        def stage(key: Any, value: Any, timestamp: int, headers: Headers) -> None:
-            try:
-                keep = bool(predicate(key, value)) != negate
-            except BaseException:
-                mark_failed(context, node)
-                raise
-            if keep:
-                downstream(key, value, timestamp, headers)
-
-        return stage
 
 
 def _pair(result: Any, op: str) -> tuple[Any, Any]:
@@ -104,19 +74,6 @@ class MapProcessor(_Base, Fusable):
     def fuse_native(self, downstream: Stage, node: str, core: NativeCore) -> Stage:
         return native_stage(core, "map", self.mapper, False, node, self.context, downstream)
 
-    def fuse(self, downstream: Stage, node: str) -> Stage:
-        mapper, context = self.mapper, self.context
-
-        def stage(key: Any, value: Any, timestamp: int, headers: Headers) -> None:
-            try:
-                key, value = _pair(mapper(key, value), "map")
-            except BaseException:
-                mark_failed(context, node)
-                raise
-            downstream(key, value, timestamp, headers)
-
-        return stage
-
 
 class MapValuesProcessor(_Base, Fusable):
     def __init__(self, mapper: Callable[..., Any], with_key: bool) -> None:
@@ -126,30 +83,10 @@ class MapValuesProcessor(_Base, Fusable):
     def process(self, record: AnyRecord) -> None:
         value = self.mapper(record.key, record.value) if self.with_key else self.mapper(record.value)
         out = Record(record.key, value, record.timestamp, record.headers)
-        route = self.route
-        if route is None:
-            self.context.forward(out)
-        else:
-            context = route.context
-            context.current_node = route.child
-            route.handle(out)
-            context.current_node = route.node
+        self.context.forward(out)
 
     def fuse_native(self, downstream: Stage, node: str, core: NativeCore) -> Stage:
         return native_stage(core, "map_values", self.mapper, self.with_key, node, self.context, downstream)
-
-    def fuse(self, downstream: Stage, node: str) -> Stage:
-        mapper, with_key, context = self.mapper, self.with_key, self.context
-
-        def stage(key: Any, value: Any, timestamp: int, headers: Headers) -> None:
-            try:
-                value = mapper(key, value) if with_key else mapper(value)
-            except BaseException:
-                mark_failed(context, node)
-                raise
-            downstream(key, value, timestamp, headers)
-
-        return stage
 
 
 class FlatMapProcessor(_Base, Fusable):
@@ -164,20 +101,6 @@ class FlatMapProcessor(_Base, Fusable):
     def fuse_native(self, downstream: Stage, node: str, core: NativeCore) -> Stage:
         return native_stage(core, "flat_map", self.mapper, False, node, self.context, downstream)
 
-    def fuse(self, downstream: Stage, node: str) -> Stage:
-        mapper, context = self.mapper, self.context
-
-        def stage(key: Any, value: Any, timestamp: int, headers: Headers) -> None:
-            try:  # the mapper, its iteration and the pairs fail in this node; a child names itself
-                for result in mapper(key, value) or ():
-                    out_key, out_value = _pair(result, "flat_map")
-                    downstream(out_key, out_value, timestamp, headers)
-            except BaseException:
-                mark_failed(context, node)
-                raise
-
-        return stage
-
 
 class FlatMapValuesProcessor(_Base, Fusable):
     def __init__(self, mapper: Callable[..., Iterable[Any]], with_key: bool) -> None:
@@ -190,37 +113,14 @@ class FlatMapValuesProcessor(_Base, Fusable):
         if not values:
             return
         timestamp, headers = record.timestamp, record.headers
-        route = self.route
-        if route is None:
-            forward = self.context.forward
-            for value in values:
-                forward(Record(key, value, timestamp, headers))
-            return
-        handle, context, child, node = route.handle, route.context, route.child, route.node
-        for value in values:  # this node current while `values` iterates: its errors are this node's
-            context.current_node = child
-            handle(Record(key, value, timestamp, headers))
-            context.current_node = node
+        forward = self.context.forward
+        for value in values:
+            forward(Record(key, value, timestamp, headers))
 
     def fuse_native(self, downstream: Stage, node: str, core: NativeCore) -> Stage:
         return native_stage(
             core, "flat_map_values", self.mapper, self.with_key, node, self.context, downstream
         )
-
-    def fuse(self, downstream: Stage, node: str) -> Stage:
-        mapper, with_key, context = self.mapper, self.with_key, self.context
-
-        def stage(key: Any, value: Any, timestamp: int, headers: Headers) -> None:
-            try:  # the mapper and its iteration fail in this node; a child names itself
-                values = mapper(key, value) if with_key else mapper(value)
-                if values:
-                    for out in values:
-                        downstream(key, out, timestamp, headers)
-            except BaseException:
-                mark_failed(context, node)
-                raise
-
-        return stage
 
 
 class SelectKeyProcessor(_Base, Fusable):
@@ -229,30 +129,10 @@ class SelectKeyProcessor(_Base, Fusable):
 
     def process(self, record: AnyRecord) -> None:
         out = Record(self.selector(record.key, record.value), record.value, record.timestamp, record.headers)
-        route = self.route
-        if route is None:
-            self.context.forward(out)
-        else:
-            context = route.context
-            context.current_node = route.child
-            route.handle(out)
-            context.current_node = route.node
+        self.context.forward(out)
 
     def fuse_native(self, downstream: Stage, node: str, core: NativeCore) -> Stage:
         return native_stage(core, "select_key", self.selector, False, node, self.context, downstream)
-
-    def fuse(self, downstream: Stage, node: str) -> Stage:
-        selector, context = self.selector, self.context
-
-        def stage(key: Any, value: Any, timestamp: int, headers: Headers) -> None:
-            try:
-                key = selector(key, value)
-            except BaseException:
-                mark_failed(context, node)
-                raise
-            downstream(key, value, timestamp, headers)
-
-        return stage
 
 
 class PeekProcessor(_Base, Fusable):
@@ -267,20 +147,6 @@ class PeekProcessor(_Base, Fusable):
 
     def fuse_native(self, downstream: Stage, node: str, core: NativeCore) -> Stage:
         return native_stage(core, "peek", self.action, self.forwards, node, self.context, downstream)
-
-    def fuse(self, downstream: Stage, node: str) -> Stage:
-        action, forwards, context = self.action, self.forwards, self.context
-
-        def stage(key: Any, value: Any, timestamp: int, headers: Headers) -> None:
-            try:
-                action(key, value)
-            except BaseException:
-                mark_failed(context, node)
-                raise
-            if forwards:
-                downstream(key, value, timestamp, headers)
-
-        return stage
 
 
 class BranchProcessor(_Base):
@@ -302,12 +168,9 @@ class BranchProcessor(_Base):
             self.context.forward(record, self.default)
 
 
-class PassThroughProcessor(_Base, Fusable):
+class PassThroughProcessor(_Base):
     def process(self, record: AnyRecord) -> None:
         self.context.forward(record)
-
-    def fuse(self, downstream: Stage, node: str) -> Stage:
-        return downstream
 
 
 class NullKeyFilter(_Base, Fusable):
@@ -322,14 +185,7 @@ class NullKeyFilter(_Base, Fusable):
         if record.key is None and self.enabled:
             drop_record(self.context, "null-key", self.label)
             return
-        route = self.route
-        if route is None:
-            self.context.forward(record)
-        else:
-            context = route.context
-            context.current_node = route.child
-            route.handle(record)
-            context.current_node = route.node
+        self.context.forward(record)
 
     def fuse_native(self, downstream: Stage, node: str, core: NativeCore) -> Stage:
         if not self.enabled:
@@ -340,23 +196,6 @@ class NullKeyFilter(_Base, Fusable):
             drop_record(context, "null-key", label)
 
         return native_stage(core, "null_key_filter", drop, False, node, context, downstream)
-
-    def fuse(self, downstream: Stage, node: str) -> Stage:
-        context, label = self.context, self.label
-        if not self.enabled:
-            return downstream
-
-        def stage(key: Any, value: Any, timestamp: int, headers: Headers) -> None:
-            if key is None:
-                try:
-                    drop_record(context, "null-key", label)
-                except BaseException:
-                    mark_failed(context, node)
-                    raise
-                return
-            downstream(key, value, timestamp, headers)
-
-        return stage
 
 
 def drop_record(context: ProcessorContext, reason: str, node: str) -> None:

@@ -14,12 +14,12 @@ from typing import Any
 
 from kappaflow.api.errors import StreamsError
 from kappaflow.api.processor import ProcessorContext
-from kappaflow.api.record import Headers, Record
+from kappaflow.api.record import Record
 from kappaflow.dsl.change import Change
-from kappaflow.dsl.stream_processors import direct_route, drop_record
+from kappaflow.dsl.stream_processors import drop_record
 from kappaflow.state.api import RecordContext
 from kappaflow.state.timestamped import ValueAndTimestamp
-from kappaflow.tasks.fusion import Fusable, Stage, mark_failed
+from kappaflow.tasks.fusion import Fusable, Stage
 from kappaflow.tasks.native import AggregatePlan, NativeCore
 
 log = logging.getLogger(__name__)
@@ -179,7 +179,7 @@ class KTableMapValuesProcessor(_Stateful):
         self._emit(record, new, old, record.timestamp)
 
 
-class KTableToStreamProcessor(Fusable):
+class KTableToStreamProcessor:
     context: ProcessorContext
 
     def __init__(self, mapper: Callable[[Any, Any], Any] | None = None) -> None:
@@ -187,31 +187,9 @@ class KTableToStreamProcessor(Fusable):
 
     def init(self, context: ProcessorContext) -> None:
         self.context = context
-        self.route = direct_route(context)
 
     def process(self, record: AnyRecord) -> None:
-        out = Record(record.key, record.value.new_value, record.timestamp, record.headers)
-        route = self.route
-        if route is None:
-            self.context.forward(out)
-        else:
-            context = route.context
-            context.current_node = route.child
-            route.handle(out)
-            context.current_node = route.node
-
-    def fuse(self, downstream: Stage, node: str) -> Stage:
-        context = self.context
-
-        def stage(key: Any, change: Any, timestamp: int, headers: Headers) -> None:
-            try:
-                value = change.new_value
-            except BaseException:
-                mark_failed(context, node)
-                raise
-            downstream(key, value, timestamp, headers)
-
-        return stage
+        self.context.forward(Record(record.key, record.value.new_value, record.timestamp, record.headers))
 
     def close(self) -> None:
         return None
@@ -320,7 +298,9 @@ class KStreamAggregateProcessor(_Stateful, Fusable):
         self.context.forward(out)
 
     def fuse_native(self, downstream: Stage, node: str, core: NativeCore) -> Stage | None:
-        """`fuse`'s stage compiled by the native core (`kappaflow_native.AggregateStage`)."""
+        """`process` over a cached store, compiled by the native core (`kappaflow_native.AggregateStage`):
+        the cache forwards on flush, so nothing goes downstream here. Without a cache the update is
+        forwarded now: not compiled."""
         binding = getattr(self.store, "cached_binding", None)
         store = binding() if binding is not None and self.forwarder.cached else None
         if store is None or store.context is not self.context:
@@ -346,45 +326,6 @@ class KStreamAggregateProcessor(_Stateful, Fusable):
     def _counting(self) -> bool:
         """`count()`: its own initializer and adder, computed inline (0 + 1, then aggregate + 1)."""
         return self.reducer is None and self.aggregator is count_add and self.initializer is count_initial
-
-    def fuse(self, downstream: Stage, node: str) -> Stage | None:
-        """`process` over a cached store, compiled (kappaflow.tasks.fusion): the cache forwards on flush,
-        so nothing goes downstream here. Without a cache the update is forwarded now: not fused."""
-        read_write = getattr(self.store, "cached_read_write", None)
-        pair = read_write() if read_write is not None and self.forwarder.cached else None
-        if pair is None:
-            return None
-        read, write = pair
-        context, label = self.context, self.label
-        initializer, aggregator, reducer = self.initializer, self.aggregator, self.reducer
-        counting = self._counting()
-
-        def stage(key: Any, value: Any, timestamp: int, headers: Headers) -> None:
-            try:
-                if key is None or value is None:
-                    log.debug("skipping record with null key or value in %s", label)
-                    drop_record(context, "null-key-or-value", label)
-                    return
-                raw_key, previous = read(key)
-                if previous is None:
-                    if counting:
-                        new = 1
-                    else:
-                        new = value if reducer is not None else aggregator(key, value, initializer())  # type: ignore[misc]
-                else:
-                    if previous.timestamp > timestamp:
-                        timestamp = previous.timestamp
-                    old = previous.value
-                    if counting:
-                        new = old + 1
-                    else:
-                        new = reducer(old, value) if reducer is not None else aggregator(key, value, old)  # type: ignore[misc]
-                write(raw_key, None if new is None else ValueAndTimestamp(new, timestamp))
-            except BaseException:
-                mark_failed(context, node)
-                raise
-
-        return stage
 
 
 class KTableAggregateProcessor(_Stateful):

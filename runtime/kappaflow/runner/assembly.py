@@ -13,7 +13,7 @@ from typing import Any
 from kappaflow.api.config import StreamsConfig
 from kappaflow.api.metrics import Metrics
 from kappaflow.clients.admin import InternalTopicManager
-from kappaflow.clients.kafka import WatermarkReader, is_consumer_protocol, new_consumer
+from kappaflow.clients.kafka import KafkaRecordCollector, WatermarkReader, is_consumer_protocol, new_consumer
 from kappaflow.runner.changelog_reader import ChangelogReader
 from kappaflow.runner.commit import Committer
 from kappaflow.runner.global_state import GlobalStateUpdater
@@ -62,12 +62,11 @@ def assemble(
     purge_interval_s = config.get_int("repartition.purge.interval.ms") / 1000.0
     purger = RepartitionPurger(admin, topics.repartition_topics, purge_interval_s)
     handler = production_handler(config.get("production.exception.handler"))
-    producer = StreamsProducer(settings["producer"], config.exactly_once, admin, handler, api_timeout_s)
+    producer = StreamsProducer(settings["producer"], config.exactly_once, handler, api_timeout_s)
+    collector = KafkaRecordCollector(producer, admin)
     global_state = None
     if topology.global_stores:
-        global_state = GlobalStateUpdater(
-            topology, config, producer.collector, metrics, settings["restore"], now_ms
-        )
+        global_state = GlobalStateUpdater(topology, config, collector, metrics, settings["restore"], now_ms)
         global_state.bootstrap()
     bounds = WatermarkReader(settings["restore"])
     reader = ChangelogReader(
@@ -75,7 +74,7 @@ def assemble(
     )
     cache = ThreadCache(config.get_int("statestore.cache.max.bytes"))
     tasks = TaskManager(
-        topology, config, producer.collector, cache, metrics, reader, now_ms,
+        topology, config, collector, cache, metrics, reader, now_ms,
         global_state.stores if global_state is not None else None,
     )  # fmt: skip
     incremental = is_consumer_protocol(settings["consumer"])

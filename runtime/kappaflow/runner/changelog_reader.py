@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
@@ -28,6 +29,7 @@ from kappaflow.api.errors import StreamsError
 from kappaflow.api.metrics import Metrics
 from kappaflow.runner.managed_task import ManagedTask
 from kappaflow.runner.retry import retry_unreachable
+from kappaflow.tasks.state_manager import ProcessorStateManager
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +45,16 @@ class OffsetBounds(Protocol):
     def __call__(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, int]]: ...
 
     def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ChangelogPartition:
+    """A changelog partition being read: the task it restores, that task's state manager (registered
+    directly, so a step applies records without reaching through the task) and the store it feeds."""
+
+    managed: ManagedTask
+    manager: ProcessorStateManager
+    store: str
 
 
 class ChangelogReader:
@@ -66,7 +78,7 @@ class ChangelogReader:
         self._consumer = consumer
         self._metrics = metrics
         self._offset_bounds = offset_bounds
-        self._index: dict[tuple[str, int], ManagedTask] = {}
+        self._index: dict[tuple[str, int], ChangelogPartition] = {}
         self._last_log = 0.0
         self._last_wait_log = 0.0
         # Progress: records restored (active tasks) in total and at the last progress line, and when each
@@ -78,7 +90,7 @@ class ChangelogReader:
     def register(self, managed: ManagedTask) -> None:
         """Start reading the task's changelogs from where its stores' state ends; an active task that is
         already at the end of all of them has nothing pending."""
-        manager = managed.task.state_manager
+        manager = managed.state_manager
         partitions = manager.changelog_partitions()
         tps = list(partitions)
         ask = self._offset_bounds
@@ -100,7 +112,7 @@ class ChangelogReader:
             if managed.standby or first < high:
                 managed.pending.add(tp)
                 assignments.append(TopicPartition(*tp, start if start is not None else OFFSET_BEGINNING))
-                self._index[tp] = managed
+                self._index[tp] = ChangelogPartition(managed, manager, store)
         if assignments:
             self._consumer.incremental_assign(assignments)
         # Counters at zero from the task's start: a restore stuck from its first record still has a
@@ -116,7 +128,7 @@ class ChangelogReader:
                 self._started[managed] = time.monotonic()
 
     def unregister(self, managed: ManagedTask) -> None:
-        live = [tp for tp, owner in self._index.items() if owner is managed]
+        live = [tp for tp, entry in self._index.items() if entry.managed is managed]
         for tp in live:
             del self._index[tp]
         if live:
@@ -141,12 +153,11 @@ class ChangelogReader:
         messages: list[Any] = self._consumer.consume(max_records, timeout)
         batches, ends = self._by_partition(messages)
         for tp, records in batches.items():
-            managed = self._index.get(tp)
-            if managed is None:
+            entry = self._index.get(tp)
+            if entry is None:
                 continue
-            manager = managed.task.state_manager
-            store = manager.changelog_partitions()[tp]
-            manager.restore_messages(store, records, records[-1].offset() + 1)
+            managed, store = entry.managed, entry.store
+            entry.manager.restore_messages(store, records, records[-1].offset() + 1)
             labels = {"task": str(managed.task.id), "store": store}
             kind = "standby-updated-records-total" if managed.standby else "restored-records-total"
             self._metrics.increment(kind, len(records), **labels)
@@ -154,10 +165,9 @@ class ChangelogReader:
                 self._restored += len(records)
         # After the records: the end of a partition is past its last record and any transaction markers.
         for tp, end in ends.items():
-            managed = self._index.get(tp)
-            if managed is not None:
-                manager = managed.task.state_manager
-                manager.advance(manager.changelog_partitions()[tp], end)
+            entry = self._index.get(tp)
+            if entry is not None:
+                entry.manager.advance(entry.store, end)
         finished = self._caught_up({*ends, *batches}, set(ends))
         self._report()
         return finished
@@ -198,11 +208,11 @@ class ChangelogReader:
     def _caught_up(self, touched: set[tuple[str, int]], at_end: set[tuple[str, int]]) -> list[ManagedTask]:
         finished: list[ManagedTask] = []
         for tp in touched:
-            managed = self._index.get(tp)
-            if managed is None or managed.standby or tp not in managed.pending:
+            entry = self._index.get(tp)
+            if entry is None or entry.managed.standby or tp not in entry.managed.pending:
                 continue
-            manager = managed.task.state_manager
-            position = manager.offset(manager.changelog_partitions()[tp]) or 0
+            managed = entry.managed
+            position = entry.manager.offset(entry.store) or 0
             if position < managed.end_offsets[tp]:
                 if tp in at_end:
                     self._log_open_transaction(managed, tp, position)
@@ -230,7 +240,7 @@ class ChangelogReader:
     def _finish(self, managed: ManagedTask) -> None:
         seconds = time.monotonic() - self._started.get(managed, time.monotonic())
         self.unregister(managed)
-        manager = managed.task.state_manager
+        manager = managed.state_manager
         manager.checkpoint_offsets()
         managed.task.complete_restoration()
         self._metrics.set_gauge("restore-remaining-records", 0, task=str(managed.task.id))
@@ -244,14 +254,14 @@ class ChangelogReader:
         )
 
     def remaining(self, managed: ManagedTask) -> int:
-        manager = managed.task.state_manager
+        manager = managed.state_manager
         partitions = manager.changelog_partitions()
         return sum(
             max(0, managed.end_offsets[tp] - (manager.offset(partitions[tp]) or 0)) for tp in managed.pending
         )
 
     def remaining_text(self, managed: ManagedTask) -> str:
-        manager = managed.task.state_manager
+        manager = managed.state_manager
         partitions = manager.changelog_partitions()
         return ", ".join(
             f"{t}-{p}: {manager.offset(partitions[(t, p)]) or 0}..{managed.end_offsets[(t, p)]}"
@@ -259,7 +269,7 @@ class ChangelogReader:
         )
 
     def _report(self) -> None:
-        restoring = {id(m): m for m in self._index.values() if not m.standby}
+        restoring = {id(e.managed): e.managed for e in self._index.values() if not e.managed.standby}
         remaining_total = 0
         for managed in restoring.values():
             remaining = self.remaining(managed)

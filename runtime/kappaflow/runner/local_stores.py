@@ -76,7 +76,7 @@ class LocalStoreProvider:
         return tm
 
     def _store(self, managed: ManagedTask) -> Any:
-        return managed.task.context.stores[self.name]
+        return managed.task.store(self.name)
 
     def _global_store(self) -> Any:
         thread = self.streams.stream_thread
@@ -146,11 +146,3 @@ class LocalStoreProvider:
                         if partitions is not None:
                             partitions.append(task_id.partition)
         return results
-
-    def local_partitions(self) -> list[int]:
-        if self.is_global:
-            return []
-        with self.streams.state_lock:
-            tm = self._task_manager()
-            ids = set(tm.active) | (set(tm.standby) if self.enable_stale_stores else set())
-        return sorted(t.partition for t in ids if t.subtopology == self.subtopology)

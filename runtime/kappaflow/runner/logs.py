@@ -103,8 +103,3 @@ def configure_logging(
     root = logging.getLogger()
     root.handlers[:] = handlers
     root.setLevel(root_level)
-
-
-def configure_json_logging(level: str = "INFO") -> None:
-    """JSON lines on stderr (what `kappaflow run` uses in pods)."""
-    configure_logging(level, "json")

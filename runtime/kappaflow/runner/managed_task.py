@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from kappaflow.api.errors import StreamsError
+from kappaflow.tasks.state_manager import ProcessorStateManager
 from kappaflow.tasks.task import StreamTask
 
 
@@ -53,3 +54,8 @@ class ManagedTask:
         self.standby = standby
         self.end_offsets: dict[tuple[str, int], int] = {}
         self.pending: set[tuple[str, int]] = set()
+
+    @property
+    def state_manager(self) -> ProcessorStateManager:
+        """The task's stores and their changelog offsets: what the changelog reader restores into."""
+        return self.task.state_manager

@@ -1,10 +1,12 @@
 """The stream thread's producer and, under exactly_once_v2, its transactions (Kafka Streams'
 StreamsProducer).
 
-It hands the tasks a record collector, begins a transaction lazily (on the first record or commit of a
-transaction), commits it together with the consumed offsets, aborts it, and replaces a producer that was
-fenced or failed fatally (a new producer's init_transactions takes over the epoch and fences the old
-one). Every failure leaves as a typed error the stream thread acts on:
+It owns the librdkafka producers and their delivery reports (the tasks' record collector, built beside
+it in `assembly.py`, sends through it). Under exactly_once_v2 it begins a transaction when the stream
+thread is about to process or punctuate (`begin`), or when a commit carries offsets and none is open; it
+commits it together with the consumed offsets, aborts it, and replaces a producer that was fenced or
+failed fatally (a new producer's init_transactions takes over the epoch and fences the old one).
+Every failure leaves as a typed error the stream thread acts on:
 
 - ProducerFencedError: the producer is done for; `replace()` it and redo the work since the last commit.
 - TransactionAbortedError: the transaction cannot commit; `abort()` it and redo the work.
@@ -31,7 +33,7 @@ from confluent_kafka import KafkaException, Producer, TopicPartition
 
 from kappaflow.api.errors import ProducerFencedError, StreamsError, TransactionAbortedError
 from kappaflow.api.record import Headers
-from kappaflow.clients.kafka import KafkaRecordCollector, ProductionError, production_failure
+from kappaflow.clients.kafka import DeliveryReports, ProductionError, production_failure
 from kappaflow.runner.retry import retry_unreachable
 from kappaflow.tasks.handlers import FailedRecord, resolve_handler
 
@@ -74,11 +76,16 @@ class _BoundedCall:
 
 
 class StreamsProducer:
+    """The stream thread's producer (Kafka Streams' StreamsProducer). It exists so that the loop, the
+    commit and the rebalance handler deal with one object whatever the processing guarantee: it owns
+    the librdkafka producers (one transactional producer, or at at_least_once one for changelogs and
+    one for the rest), their delivery reports, and under exactly_once_v2 the open transaction and its
+    recovery (abort, or replacement when fenced or a call failed). It holds no collector and no task."""
+
     def __init__(
         self,
         settings: dict[str, Any],
         exactly_once: bool,
-        metadata_source: Any,
         production_handler: Callable[[Any, Any], bool] | None,
         api_timeout_s: float,
         factory: ProducerFactory = Producer,
@@ -92,14 +99,11 @@ class StreamsProducer:
         self._in_transaction = False
         # a call of the open transaction failed or timed out: abort by re-initializing (module docstring)
         self._call_failed = False
-        producer, changelog_producer = self._create()
-        self.collector = KafkaRecordCollector(
-            producer,
-            metadata_source,
-            None if exactly_once else production_handler,
-            transactional=exactly_once,
-            changelog_producer=changelog_producer,
+        self.deliveries = DeliveryReports(
+            None if exactly_once else production_handler, transactional=exactly_once
         )
+        self.producer, changelog_producer = self._create()
+        self.changelog_producer = changelog_producer or self.producer
 
     def _create(self) -> tuple[Producer, Producer | None]:
         """The producer and, at at_least_once, the changelog producer (see KafkaRecordCollector):
@@ -124,12 +128,23 @@ class StreamsProducer:
 
     @property
     def acknowledged(self) -> dict[tuple[str, int], int]:
-        """The last offset Kafka acknowledged per partition written (changelogs included)."""
-        return self.collector.written
+        """The last offset Kafka acknowledged per changelog partition written."""
+        return self.deliveries.written
 
-    @property
-    def in_transaction(self) -> bool:
-        return self._in_transaction
+    def producers(self) -> list[Producer]:
+        """The producers records go through: one, or at at_least_once two."""
+        if self.changelog_producer is self.producer:
+            return [self.producer]
+        return [self.producer, self.changelog_producer]
+
+    def serve_reports(self) -> None:
+        """Serve delivery reports and the producers' queued librdkafka log lines (an idle thread's too)."""
+        try:
+            self.producer.poll(0)
+            if self.changelog_producer is not self.producer:
+                self.changelog_producer.poll(0)
+        except (KafkaException, SystemError) as exc:
+            raise production_failure(exc, "serving delivery reports") from exc
 
     def begin(self) -> None:
         """Open a transaction unless one is open (exactly_once_v2 only; a no-op otherwise)."""
@@ -137,7 +152,7 @@ class StreamsProducer:
             return
         self._in_transaction = True
         try:
-            self.collector.producer.begin_transaction()
+            self.producer.begin_transaction()
         except (KafkaException, SystemError) as exc:
             # a producer that cannot begin is in no state to abort with an EndTxn: the reset replaces it
             self._call_failed = True
@@ -146,11 +161,25 @@ class StreamsProducer:
     def flush(self) -> None:
         """Wait until every record sent is acknowledged (or raise why one was not)."""
         try:
-            self.collector.flush(self._api_timeout_s)
+            self._flush_all(self._api_timeout_s)
         except ProductionError as exc:
             if self.exactly_once:
                 raise TransactionAbortedError(str(exc)) from exc
             raise
+
+    def _flush_all(self, timeout: float) -> None:
+        """Wait for every record's delivery; raise the first production error (ProducerFencedError
+        when the producer itself failed)."""
+        remaining = 0
+        deadline = time.monotonic() + timeout
+        for producer in self.producers():
+            try:
+                remaining += producer.flush(max(deadline - time.monotonic(), 0.0))
+            except (KafkaException, SystemError) as exc:
+                raise production_failure(exc, "flushing the producer") from exc
+        if remaining:
+            raise ProductionError(f"{remaining} records not delivered within {timeout}s")
+        self.deliveries.raise_error()
 
     def commit(
         self, offsets: list[TopicPartition], group_metadata: Any, prepare: Callable[[], None] = lambda: None
@@ -174,7 +203,7 @@ class StreamsProducer:
             prepare()
             self.flush()
             return
-        producer = self.collector.producer
+        producer = self.producer
         # No retry here: a transaction that cannot commit now is aborted and its work redone, which
         # leaves nothing open meanwhile (a blocked commit holds its changelog records' transaction
         # open, and with it the restoration of any task that reads that changelog).
@@ -226,7 +255,7 @@ class StreamsProducer:
         if not self._in_transaction:
             return
         self._in_transaction = False
-        producer, timeout = self.collector.producer, self._api_timeout_s
+        producer, timeout = self.producer, self._api_timeout_s
         try:
             self._start(lambda: producer.abort_transaction(timeout)).wait("aborting the transaction")
         except (KafkaException, SystemError, ProducerFencedError) as exc:
@@ -246,8 +275,10 @@ class StreamsProducer:
         """A new producer in place of a fenced or failed one (same settings, so the same transactional
         id: its init_transactions fences the old epoch). Records the old one still held are dropped."""
         log.warning("replacing the producer")
-        old = self.collector.producers()
-        self.collector.use_producers(*self._create())
+        old = self.producers()
+        producer, changelog_producer = self._create()
+        self.producer, self.changelog_producer = producer, changelog_producer or producer
+        self.deliveries.error = None  # the old producers' failure: they are gone
         self._in_transaction = self._call_failed = False  # only now: a failed replacement is tried again
         for producer in old:
             with contextlib.suppress(KafkaException, SystemError, RuntimeError):
@@ -257,7 +288,7 @@ class StreamsProducer:
         """Abort an open transaction and deliver what at_least_once still holds (bounded)."""
         try:
             self.abort()
-            for producer in self.collector.producers():
+            for producer in self.producers():
                 producer.flush(10)
         except (KafkaException, SystemError, StreamsError) as exc:
             log.warning("closing the producer: %s", exc)

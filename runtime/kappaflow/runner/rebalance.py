@@ -48,7 +48,6 @@ class RebalanceHandler:
         self._on_change = on_change
         self._lock = state_lock
         self._incremental = incremental
-        self.partition_tasks: dict[tuple[str, int], TaskId] = {}
         self.in_group = False
         self.error: BaseException | None = None
         # Set when this member must not commit any more (a failure is being handled, or the consumer
@@ -57,10 +56,11 @@ class RebalanceHandler:
 
     @property
     def assigned(self) -> list[tuple[str, int]]:
-        return sorted(self.partition_tasks)
+        """The input partitions this member owns (the task manager's map)."""
+        return self._tasks.assigned
 
     def partitions_of(self, task_id: TaskId) -> list[TopicPartition]:
-        return [TopicPartition(t, p) for (t, p), owner in self.partition_tasks.items() if owner == task_id]
+        return [TopicPartition(t, p) for t, p in self._tasks.partitions_of(task_id)]
 
     def raise_error(self) -> None:
         error, self.error = self.error, None
@@ -93,9 +93,8 @@ class RebalanceHandler:
     def _assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.in_group = True
         added = [(tp.topic, tp.partition) for tp in partitions]
-        owned = set(self.partition_tasks) | set(added) if self._incremental else set(added)
-        by_task = self._tasks.task_ids_for(sorted(owned))
-        self.partition_tasks = {tp: task_id for task_id, tps in by_task.items() for tp in tps}
+        owned = set(self._tasks.assigned) | set(added) if self._incremental else set(added)
+        by_task = self._tasks.own(sorted(owned))
         restoring: list[TopicPartition] = []
         for task_id in sorted(by_task, key=lambda t: (t.subtopology, t.partition)):
             if task_id not in self._tasks.active:
@@ -144,12 +143,12 @@ class RebalanceHandler:
 
     def _close(self, partitions: set[tuple[str, int]], clean: bool) -> None:
         """Close the tasks owning `partitions` and forget those partitions."""
-        doomed = {self.partition_tasks[tp] for tp in partitions if tp in self.partition_tasks}
+        doomed = self._tasks.tasks_of(partitions)
         for task_id in doomed:
             self._close_task(task_id, clean)
-        self.partition_tasks = {tp: t for tp, t in self.partition_tasks.items() if t not in doomed}
+        self._tasks.disown_tasks(doomed)
         if not self._incremental:
-            self.partition_tasks = {}
+            self._tasks.disown_all()
 
     def close_all_dirty(self) -> dict[tuple[str, int], int]:
         """Close every active task without committing (their partitions stay assigned); return where
@@ -187,15 +186,16 @@ class RebalanceHandler:
             )
             broker = {(tp.topic, tp.partition): tp.offset for tp in committed if tp.offset >= 0}
             resume = {**resume, **broker}
+        owned = set(self._tasks.assigned)
         for (topic, partition), offset in resume.items():
-            if (topic, partition) in self.partition_tasks:
+            if (topic, partition) in owned:
                 start = offset if offset >= 0 else OFFSET_BEGINNING
                 consumer.seek(TopicPartition(topic, partition, start))
-        for task_id in set(self.partition_tasks.values()):
+        for task_id in self._tasks.tasks_of(owned):
             if self._tasks.create_active(task_id).task.state is TaskState.RESTORING:
                 consumer.pause(self.partitions_of(task_id))
 
     def forget(self) -> None:
         """The consumer is gone: nothing is assigned any more."""
-        self.partition_tasks = {}
+        self._tasks.disown_all()
         self.in_group = False

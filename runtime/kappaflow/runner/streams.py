@@ -117,6 +117,13 @@ def check_state_dir(path: Path) -> Path:
 
 
 class KafkaStreams:
+    """One instance of a streams application: Kafka Streams' KafkaStreams, the object users start and
+    close. It exists to give a Topology a lifecycle (the states in the module docstring, a state
+    listener, an uncaught-exception handler) and a face for queries and operations. It owns the
+    instance's stream thread (or its worker processes), its metrics and health endpoints, the lock
+    queries and the thread share, and the instance's view of where keys live (the group's assignment);
+    it does not process records itself: the stream thread does."""
+
     def __init__(self, topology: Topology, config: StreamsConfig | Mapping[str, Any]) -> None:
         self.topology = topology
         self.config = config if isinstance(config, StreamsConfig) else StreamsConfig(dict(config))

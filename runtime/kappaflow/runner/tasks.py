@@ -25,8 +25,53 @@ from kappaflow.topology.topology import Topology
 
 log = logging.getLogger(__name__)
 
+TopicPartition = tuple[str, int]
 
-class TaskManager:
+
+class PartitionOwnership:
+    """Which active task each assigned input partition feeds: the one map from partition to task,
+    set by the rebalance handler on each assignment and read per consumed batch. Pure (no tasks opened
+    or closed here); `task_ids_for` is how partitions group into tasks."""
+
+    def __init__(self) -> None:
+        self.partition_tasks: dict[TopicPartition, TaskId] = {}
+
+    def task_ids_for(self, partitions: list[TopicPartition]) -> dict[TaskId, list[TopicPartition]]:
+        raise NotImplementedError
+
+    @property
+    def assigned(self) -> list[TopicPartition]:
+        return sorted(self.partition_tasks)
+
+    def own(self, partitions: list[TopicPartition]) -> dict[TaskId, list[TopicPartition]]:
+        """Own exactly `partitions` from now; return them grouped by task."""
+        by_task = self.task_ids_for(sorted(partitions))
+        self.partition_tasks = {tp: task_id for task_id, tps in by_task.items() for tp in tps}
+        return by_task
+
+    def partitions_of(self, task_id: TaskId) -> list[TopicPartition]:
+        return [tp for tp, owner in self.partition_tasks.items() if owner == task_id]
+
+    def tasks_of(self, partitions: set[TopicPartition]) -> set[TaskId]:
+        return {self.partition_tasks[tp] for tp in partitions if tp in self.partition_tasks}
+
+    def disown_tasks(self, task_ids: set[TaskId]) -> None:
+        """Forget the partitions of `task_ids` (closed)."""
+        self.partition_tasks = {tp: t for tp, t in self.partition_tasks.items() if t not in task_ids}
+
+    def disown_all(self) -> None:
+        self.partition_tasks = {}
+
+
+class TaskManager(PartitionOwnership):
+    """The active and standby tasks of one stream thread (Kafka Streams' TaskManager).
+
+    It exists so that the rebalance handler, the loop and the commit see tasks by id and state, not
+    how they are opened: it owns the tasks (each with its directory lock, as a `ManagedTask`), which
+    assigned input partition feeds which task (`PartitionOwnership`), and their registration with the
+    changelog reader; it opens a task (restoring or running), closes it (clean or dirty) and routes
+    consumed records to it. It does not commit (runner/commit.py) or decide assignments (the group)."""
+
     def __init__(
         self,
         topology: Topology,
@@ -38,6 +83,7 @@ class TaskManager:
         clock: Callable[[], int],
         global_stores: dict[str, Any] | None = None,
     ) -> None:
+        super().__init__()
         self.topology = topology
         self.config = config
         self.collector = collector
@@ -68,14 +114,6 @@ class TaskManager:
             sub = self.topology.subtopology_for_topic(name)
             result.setdefault(TaskId(sub.id, partition), []).append((topic, partition))
         return result
-
-    def all_task_ids(self, counts: dict[str, int]) -> list[TaskId]:
-        ids: set[TaskId] = set()
-        for topic, count in counts.items():
-            if topic in self._resolved:
-                sub = self.topology.subtopology_for_topic(self._resolved[topic])
-                ids.update(TaskId(sub.id, p) for p in range(count))
-        return sorted(ids, key=lambda t: (t.subtopology, t.partition))
 
     def _open(self, task_id: TaskId, standby: bool) -> ManagedTask:
         task_dir = self.state_root / str(task_id)
@@ -123,7 +161,7 @@ class TaskManager:
         task = managed.task
         try:
             if clean and managed.standby:
-                task.state_manager.checkpoint_offsets()
+                managed.state_manager.checkpoint_offsets()
             task.close(clean=clean)
         finally:
             managed.lock.release()
@@ -140,9 +178,10 @@ class TaskManager:
         if managed is not None:
             self._close(managed, clean=True)
 
-    def add_records(self, task_id: TaskId | None, tp: tuple[str, int], records: list[RawTuple]) -> None:
-        """Queue consumed records for the active task `task_id` (dropped if it is not open: the
-        partition is being handed over, and its new owner reads from the committed offset)."""
+    def add_records(self, tp: tuple[str, int], records: list[RawTuple]) -> None:
+        """Queue consumed records for the active task of `tp` (dropped if it is not open: the partition
+        is being handed over, and its new owner reads from the committed offset)."""
+        task_id = self.partition_tasks.get(tp)
         managed = self.active.get(task_id) if task_id is not None else None
         if managed is not None:
             managed.task.add_records(tp[0], tp[1], records)
@@ -188,8 +227,8 @@ class TaskManager:
 
     def checkpoint_standbys(self) -> None:
         for managed in self.standby.values():
-            managed.task.state_manager.flush()
-            managed.task.state_manager.checkpoint_offsets()
+            managed.state_manager.flush()
+            managed.state_manager.checkpoint_offsets()
 
     def store_lags(self) -> list[tuple[str, int, int, int]]:
         """(store, partition, position, end) of every local copy, active and standby.
@@ -198,7 +237,7 @@ class TaskManager:
         task or a standby lags by the changelog records it has not applied yet."""
         result = []
         for managed in [*self.active.values(), *self.standby.values()]:
-            manager = managed.task.state_manager
+            manager = managed.state_manager
             running = not managed.standby and managed.task.state is TaskState.RUNNING
             for tp, store in manager.changelog_partitions().items():
                 position = manager.offset(store) or 0

@@ -48,6 +48,12 @@ BATCH = 1000
 
 
 class StreamThread:
+    """The poll -> process -> commit loop of one process (Kafka Streams' StreamThread) and its answers
+    to failures (the module docstring). It exists to run the protocol in one readable place; the
+    roles are built once by `assembly.py` and handed to it: it owns the consumer, the loop's timers
+    and the thread-level state it reports, and holds the producer, the task manager, the committer,
+    the rebalance handler and the standby placer without reaching into them."""
+
     def __init__(
         self,
         topology: Topology,
@@ -140,7 +146,7 @@ class StreamThread:
             if self.global_state is not None:
                 self.global_state.poll()
             for tp, records in raw_records_by_partition(messages):
-                tm.add_records(self.rebalance.partition_tasks.get(tp), tp, records)
+                tm.add_records(tp, records)
             for managed in tm.restore_step(timeout=0.02 if busy else 0.0):
                 consumer.resume(self.rebalance.partitions_of(managed.task.id))
             self.standbys.maybe_place(consumer.memberid, self.rebalance.assigned)
@@ -154,7 +160,7 @@ class StreamThread:
         if time.monotonic() - self._last_served >= SERVE_INTERVAL_S:
             # nothing else polls an idle thread's producers: their librdkafka log lines would pile up
             self._last_served = time.monotonic()
-            self.producer.collector.serve_reports()
+            self.producer.serve_reports()
         if time.monotonic() - self._last_lag >= LAG_INTERVAL_S and self.rebalance.assigned:
             self._last_lag = time.monotonic()
             report_consumer_lag(consumer, self.rebalance.assigned, self.metrics)

@@ -39,11 +39,14 @@ class CacheEntry:
 
 DirtyEntries = list[tuple[bytes, CacheEntry]]
 FlushListener = Callable[[DirtyEntries], None]
-BoundGet = Callable[[bytes], CacheEntry | None]
-BoundPutDirty = Callable[[bytes, bytes | None, RecordContext, object], None]
 
 
 class NamedCache:
+    """One namespace (a task's store) of the record cache: its entries in LRU order and its dirty keys in
+    the order last written. Slotted: the native core updates `entries`, `dirty` and `size` in place."""
+
+    __slots__ = ("dirty", "entries", "listener", "name", "size")
+
     def __init__(self, name: str) -> None:
         self.name = name
         self.entries: OrderedDict[bytes, CacheEntry] = OrderedDict()
@@ -90,6 +93,13 @@ class NamedCacheBinding:
 
 
 class ThreadCache:
+    """Kafka Streams' ThreadCache: the record cache every task of one stream thread writes its cached
+    stores through (see the module docstring). It owns the bound (`max_bytes`), the named caches and the
+    thread's hit, miss and eviction counts. Slotted: the native aggregation reads and updates `hits`,
+    `misses`, `size_bytes` and `max_bytes` through member descriptors (kappaflow.tasks.native.TOUCHES)."""
+
+    __slots__ = ("_caches", "evictions", "hits", "max_bytes", "misses", "size_bytes")
+
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self._caches: dict[str, NamedCache] = {}
@@ -167,55 +177,8 @@ class ThreadCache:
 
     def binding(self, namespace: str) -> NamedCacheBinding:
         """One namespace's cache as a compiled stage updates it (kappaflow_native's AggregateStage): the
-        same operations as `bind`'s, on these objects."""
+        same operations as `get` and a dirty `put`, on these objects."""
         return NamedCacheBinding(self, self.named(namespace), CacheEntry, _ENTRY_OVERHEAD, NOT_DECODED)
-
-    def bind(self, namespace: str) -> tuple[BoundGet, BoundPutDirty]:
-        """`get` and a dirty `put` for one namespace, its NamedCache looked up once: the per-record
-        calls of a fused aggregation (kappaflow.tasks.fusion). Hits and misses, LRU and dirty order,
-        size accounting and eviction are exactly those of `get` and `put(..., dirty=True, ...)`."""
-        cache = self.named(namespace)
-        entries, dirty_keys = cache.entries, cache.dirty
-        move_to_end, move_dirty_to_end = entries.move_to_end, dirty_keys.move_to_end
-
-        def get(key: bytes) -> CacheEntry | None:
-            entry = entries.get(key)
-            if entry is None:
-                self.misses += 1
-                return None
-            self.hits += 1
-            move_to_end(key)
-            return entry
-
-        def put_dirty(key: bytes, value: bytes | None, context: RecordContext, decoded: object) -> None:
-            size = len(key) + len(context.topic) + _ENTRY_OVERHEAD
-            if value is not None:
-                size += len(value)
-            old = entries.get(key)
-            if old is None:
-                entries[key] = CacheEntry(value, True, context, size, decoded)
-                dirty_keys[key] = None
-                cache.size += size
-                self.size_bytes += size
-            else:  # the hot key of an aggregation: in place, most often already dirty and the same size
-                old.value = value
-                old.context = context
-                old.decoded = decoded
-                move_to_end(key)
-                if old.dirty:  # a dirty entry's key is in `dirty_keys` (NamedCache.flush clears both)
-                    move_dirty_to_end(key)
-                else:
-                    old.dirty = True
-                    dirty_keys[key] = None
-                delta = size - old.size
-                if delta:
-                    old.size = size
-                    cache.size += delta
-                    self.size_bytes += delta
-            if self.size_bytes > self.max_bytes:
-                self.evict_over_bound(cache)
-
-        return get, put_dirty
 
     def evict_over_bound(self, cache: NamedCache) -> None:
         """Evict `cache`'s least recently used entries while the thread's total is over the bound."""
@@ -244,7 +207,3 @@ class ThreadCache:
         cache = self._caches.pop(namespace, None)
         if cache is not None:
             self.size_bytes -= cache.size
-
-    def entry_count(self, namespace: str) -> int:
-        cache = self._caches.get(namespace)
-        return len(cache.entries) if cache is not None else 0

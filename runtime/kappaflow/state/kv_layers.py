@@ -7,7 +7,6 @@ to a key between two commits collapse into one downstream record and one changel
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -23,25 +22,20 @@ from kappaflow.state.api import (
     StoreContext,
     prefix_upper_bound,
 )
-from kappaflow.state.cache import NOT_DECODED, CacheEntry, DirtyEntries, NamedCacheBinding, ThreadCache
+from kappaflow.state.cache import NOT_DECODED, DirtyEntries, NamedCacheBinding, ThreadCache
 from kappaflow.state.metered import MeteredStoreBase
-from kappaflow.state.timestamped import TIMESTAMPED_LONG, ValueAndTimestamp, ValueAndTimestampSerde
+from kappaflow.state.timestamped import ValueAndTimestampSerde
 from kappaflow.state.uncommitted import overlay
 
 K = TypeVar("K")
 V = TypeVar("V")
 
-CachedRead = Callable[[K], tuple[bytes, V | None]]
-"""A fused aggregation's `get`: the value and the key's bytes (MeteredKeyValueStore.cached_read_write)."""
-CachedWrite = Callable[[bytes, V | None], None]
-"""A fused aggregation's `put`, given the key's bytes its read returned."""
-
 
 @dataclass(frozen=True, slots=True)
 class CachedStoreBinding:
-    """A cached typed key-value store as a fused aggregation uses it (`MeteredKeyValueStore.cached_binding`):
-    the store (its `gets` and `puts` counters), the context whose record context writes carry, the
-    record cache's namespace, and the serdes and the store below the cache."""
+    """A cached typed key-value store as the native aggregation uses it (`cached_binding`): the store
+    (its `gets` and `puts` counters), the context whose record context writes carry, the record cache's
+    namespace, and the serdes and the store below the cache."""
 
     store: MeteredKeyValueStore[Any, Any]
     context: StoreContext
@@ -248,11 +242,6 @@ class CachingKeyValueStore(WrappedBytesStore):
         assert self._cache is not None
         return self._cache, self._namespace
 
-    def cached_entry(self, key: bytes) -> CacheEntry | None:
-        """The key's cache entry (a hit refreshes it), or None: the typed layer's decoded fast path."""
-        assert self._cache is not None
-        return self._cache.get(self._namespace, key)
-
     def put_decoded(self, key: bytes, value: bytes | None, decoded: object) -> None:
         """`put` that also remembers the typed value the bytes decode to (caching on only)."""
         cache: Any = self._cache
@@ -335,6 +324,19 @@ class CachingKeyValueStore(WrappedBytesStore):
 
 class MeteredKeyValueStore(MeteredStoreBase, Generic[K, V]):
     """The typed store processors and queries see: serdes at the boundary, counters in the metrics."""
+
+    __slots__ = (
+        "_caching",
+        "_context",
+        "_labels",
+        "_metrics",
+        "_namespace",
+        "_thread_cache",
+        "deletes",
+        "gets",
+        "puts",
+        "scans",
+    )
 
     def __init__(
         self, inner: KeyValueBytesStore, key_serde: Serde[Any] | None, value_serde: Serde[Any] | None
@@ -431,7 +433,7 @@ class MeteredKeyValueStore(MeteredStoreBase, Generic[K, V]):
             caching.put(raw_key, raw_value)
 
     def cached_binding(self) -> CachedStoreBinding | None:
-        """What a fused aggregation reads and writes this store through, caching on only (None
+        """What the native aggregation reads and writes this store through, caching on only (None
         without): the typed store's serdes, the store below the cache, and the cache's namespace."""
         caching, cache, context = self._caching, self._thread_cache, self._context
         if caching is None or cache is None or context is None:
@@ -452,51 +454,6 @@ class MeteredKeyValueStore(MeteredStoreBase, Generic[K, V]):
             packs_longs=type(value_serde) is ValueAndTimestampSerde and value_serde.packs_longs,
             caching_put=caching.put,
         )
-
-    def cached_read_write(self) -> tuple[CachedRead[K, V], CachedWrite[V]] | None:
-        """A read-modify-write pair for a fused aggregation (kappaflow.tasks.fusion), caching on only.
-
-        `read(key)` is `get(key)` that also returns the key's bytes; `write(raw_key, value)` is
-        `put(key, value)` given them: the key is serialized once per update, and the calls skip the
-        generic layers' frames. Counters, cache hits and misses, entry sizes, dirty order and evictions
-        are those of `get` and `put`."""
-        binding = self.cached_binding()
-        if binding is None:
-            return None
-        named = binding.cache
-        cache_get, cache_put = named.thread.bind(named.cache.name)
-        inner_get, caching_put = binding.inner_get, binding.caching_put
-        record_context = binding.context.record_context
-        serialize, deserialize, decodes = binding.serialize, binding.deserialize, binding.decodes_to_itself
-        longs, pack = binding.packs_longs, TIMESTAMPED_LONG.pack
-        topic, utf8, serialize_key = binding.topic, binding.utf8_keys, binding.serialize_key
-
-        def read(key: K) -> tuple[bytes, V | None]:
-            self.gets += 1
-            text: Any = key
-            raw_key = text.encode() if utf8 and type(key) is str else serialize_key(key)
-            entry = cache_get(raw_key)
-            if entry is None:
-                return raw_key, deserialize(topic, inner_get(raw_key))
-            decoded: Any = entry.decoded
-            return raw_key, deserialize(topic, entry.value) if decoded is NOT_DECODED else decoded
-
-        def write(raw_key: bytes, value: V | None) -> None:
-            self.puts += 1
-            stamped: Any = value
-            if longs and type(value) is ValueAndTimestamp and type(stamped.value) is int:
-                try:
-                    cache_put(raw_key, pack(stamped.timestamp, stamped.value), record_context(), value)
-                    return
-                except struct.error:
-                    pass  # out of range: the serde raises its error
-            raw_value = serialize(topic, value)
-            if decodes(value):
-                cache_put(raw_key, raw_value, record_context(), value)
-            else:
-                caching_put(raw_key, raw_value)
-
-        return read, write
 
     def put_if_absent(self, key: K, value: V | None) -> V | None:
         self.puts += 1

@@ -20,6 +20,10 @@ _NO_KEY: Any = object()
 
 
 class MeteredStoreBase:
+    """The typed facade shared by every store kind (see the module docstring). Slotted, with its
+    key-value subclass: the native aggregation counts `gets` and `puts` through member descriptors."""
+
+    __slots__ = ("_topic", "_utf8_keys", "inner", "key_serde", "last_key", "last_raw_key", "value_serde")
     kind = "store"  # how errors name the store: "store", "window store", "session store"
 
     def __init__(

@@ -27,20 +27,6 @@ if TYPE_CHECKING:
 NO_CONTEXT = RecordContext(-1, "", -1, -1, Headers())
 
 
-class DirectRoute:
-    """A processor's one child, for built-in processors to call without `forward()` (one Python frame
-    less per hop). The caller makes the child current, calls `handle`, and makes `node` current again;
-    on an exception it leaves the failing node current, so the enclosing `forward()` still names it."""
-
-    __slots__ = ("child", "context", "handle", "node")
-
-    def __init__(self, context: ProcessorContextImpl, node: ProcessorNode, child: ProcessorNode) -> None:
-        self.context = context
-        self.node = node
-        self.child = child
-        self.handle: Callable[[Record[Any, Any]], None] = child.handle
-
-
 class ProcessorContextImpl:
     """A task's ProcessorContext and StoreContext. Slotted: the drain loop (`kappaflow.tasks.drain`, and
     the native core's, through the slots' descriptors) sets the record's context and current node on it
@@ -149,13 +135,6 @@ class ProcessorContextImpl:
             self.current_node = previous
             raise
         self.current_node = previous
-
-    def direct_route(self) -> DirectRoute | None:
-        """For the processor being initialized: the route to its only child, or None (several, none)."""
-        node = self.current_node
-        if node is None or len(node.children) != 1:
-            return None
-        return DirectRoute(self, node, node.children[0])
 
     def schedule(
         self, interval: timedelta | int, punctuation_type: PunctuationType, callback: Callable[[int], None]

@@ -1,27 +1,29 @@
-"""Operator fusion: a task's chains of built-in processors compiled into plain function calls.
+"""Operator fusion: a task's chains of built-in processors compiled by kappaflow's native core.
 
-The generic path moves a record from node to node as a `Record`, through `forward()` (or a
-`DirectRoute`), making each node current on the way. For the built-in stateless processors (filter,
-map, flat_map, select_key, peek, ...), the repartition sink and a cached aggregation that is all
-overhead: their callbacks take a key and a value, never the node or the record. So once a task's
-processors are initialized, each such node is compiled into a *stage*, a function
-`(key, value, timestamp, headers)` that calls the next stage directly: no `Record` per hop, no
-current-node bookkeeping. User callbacks are called exactly as before, in the same order.
+The generic path moves a record from node to node as a `Record`, through `forward()`, making each node
+current on the way: it is the reference, and the only path without the native core. For the built-in
+stateless processors (filter, map, flat_map, select_key, peek, ...), fixed-topic sinks and a cached
+stream aggregation that is all overhead: their callbacks take a key and a value, never the node or the
+record. So once a task's processors are initialized and the native core is in use, each such node is
+compiled into a *stage*, a callable `(key, value, timestamp, headers)` that calls the next stage directly
+(in Rust when it is native too): no `Record` per hop, no current-node bookkeeping. User callbacks are
+called exactly as `process` calls them, in the same order. There is no Python-compiled stage: measured
+against the generic path and the native one, it did not earn a third implementation of every operator
+(docs/record-path.md has the numbers).
 
 What must not change is kept by the stages themselves:
 - an exception names the deepest node it came from: a stage sets `context.failed_node` to its own name
   when nothing deeper did (what `forward()` does), so the processing error and handler see the same node;
-- a node the fusion does not know (user processors, joins, branches, ...) is reached through a
-  *boundary* stage that builds the `Record`, makes that node current and calls it as `forward()` would;
-- every fused node keeps a `handle` (a `Record` adapter over its stage), so a generic parent (a table
+- a node the fusion does not compile (user processors, joins, branches, merges, ...) is reached through
+  a *boundary* stage that builds the `Record`, makes that node current and calls it as `forward()` would;
+- every compiled node keeps a `handle` (a `Record` adapter over its stage), so a generic parent (a table
   flush, a branch, a merge) reaches the same code.
 
-A built-in processor takes part by being `Fusable` and defining `fuse(downstream, node_name) -> Stage |
-None` next to its `process` (None: not in this configuration, e.g. an aggregation whose store has no
-cache); a subclass that overrides `process` without its own `fuse` stays generic. A processor whose stage
-kappaflow's native core also compiles (a cached aggregation) defines `fuse_native` too; the task prefers
-it when it runs the native core, and both stages are tested to do the same.
-`kappaflow.fusion.enabled=false` turns it all off, which the tests use to compare both paths.
+A built-in processor takes part by being `Fusable` and defining `fuse_native(downstream, node_name, core)
+-> Stage | None` next to its `process` (None: not in this configuration, e.g. an aggregation whose store
+has no cache); a subclass that overrides `process` without its own `fuse_native` stays generic.
+`kappaflow.fusion.enabled=false` (or `kappaflow.native.enabled=false`) keeps every node generic, which
+the tests use to compare both paths.
 """
 
 from __future__ import annotations
@@ -48,26 +50,16 @@ class Fusable:
 
     __slots__ = ()
 
-    def fuse(self, downstream: Stage, node: str) -> Stage | None:
-        """The stage doing what `process` does, calling `downstream` where it would forward."""
-        return None
-
     def fuse_native(self, downstream: Stage, node: str, core: NativeCore) -> Stage | None:
-        """The same stage compiled by kappaflow's native core, when it has one for this processor
-        (tried before `fuse` when the core is in use; None: `fuse` decides)."""
+        """The stage doing what `process` does, compiled by kappaflow's native core, calling
+        `downstream` where `process` would forward (None: stays generic)."""
         return None
 
 
 def fusable(processor: object) -> bool:
-    """Whether `processor.fuse` compiles exactly its `process`: both defined by its own class."""
+    """Whether `processor.fuse_native` compiles exactly its `process`: both defined by its own class."""
     own = vars(type(processor))
-    return isinstance(processor, Fusable) and "fuse" in own and "process" in own
-
-
-def mark_failed(context: Any, node: str) -> None:
-    """On an exception leaving a stage: name this node, unless a deeper one was named already."""
-    if context.failed_node is None:
-        context.failed_node = node
+    return isinstance(processor, Fusable) and "fuse_native" in own and "process" in own
 
 
 def _no_children(key: Any, value: Any, timestamp: int, headers: Headers) -> None:
@@ -100,8 +92,7 @@ def boundary(node: ProcessorNode, context: FailureContext) -> Stage:
         try:
             handle(Record(key, value, timestamp, headers))
         except BaseException:
-            # as forward(): the node left current names the error (a DirectRoute inside leaves the
-            # failing child current)
+            # as forward(): the node left current names the error
             failed = context.current_node
             if context.failed_node is None and failed is not None:
                 context.failed_node = failed.name
@@ -112,57 +103,25 @@ def boundary(node: ProcessorNode, context: FailureContext) -> Stage:
     return deliver
 
 
-def sink_stage(sink: SinkNode, context: FailureContext, core: NativeCore | None = None) -> Stage | None:
-    """SinkNode.process for a fixed topic, compiled (a topic extractor stays on the generic path); by
-    the native core when there is one and the sink has no partitioner."""
+def sink_stage(sink: SinkNode, core: NativeCore) -> Stage | None:
+    """SinkNode.process for a fixed topic without a partitioner, compiled by the native core (a topic
+    extractor or a partitioner stays on the generic path)."""
     topic = sink.static_topic
-    if topic is None or sink.missing_serde:
+    if topic is None or sink.missing_serde or sink.partitioner is not None:
         return None  # a dynamic topic needs the record; a missing serde fails there, with its message
-    name = sink.name
-    if core is not None and sink.partitioner is None:
-        plan = SinkPlan(
-            topic=topic,
-            node=name,
-            send=sink.send,
-            key_utf8=sink.key_utf8,
-            value_utf8=sink.value_utf8,
-            key_serializer=sink.key_serializer,
-            value_serializer=sink.value_serializer,
-            context=sink.context,
-            serialization_error=SerializationError,
-            streams_error=StreamsError,
-        )
-        return core.SinkStage(plan)
-    send = sink.send
-    key_utf8, value_utf8 = sink.key_utf8, sink.value_utf8
-    key_serializer, value_serializer = sink.key_serializer, sink.value_serializer
-    partitioner = sink.partitioner
-    sink_context = sink.context  # its collector asked per record, as SinkNode._partition does
-
-    def write(key: Any, value: Any, timestamp: int, headers: Headers) -> None:
-        try:
-            try:
-                raw_key = key.encode() if key_utf8 and type(key) is str else key_serializer(topic, key)
-                if value_utf8 and type(value) is str:
-                    raw_value = value.encode()
-                else:
-                    raw_value = value_serializer(topic, value)
-            except SerializationError as exc:
-                raise SerializationError(f"sink '{name}': {exc}") from exc
-            if timestamp < 0:
-                raise StreamsError(f"sink '{name}': record has negative timestamp {timestamp}")
-            if partitioner is None:
-                send(topic, raw_key, raw_value, headers, timestamp, None)
-            else:
-                count = sink_context.collector.partition_count(topic)
-                partition = partitioner(topic, key, value, count) if count else None
-                send(topic, raw_key, raw_value, headers, timestamp, partition)
-        except BaseException:
-            if context.failed_node is None:
-                context.failed_node = name
-            raise
-
-    return write
+    plan = SinkPlan(
+        topic=topic,
+        node=sink.name,
+        send=sink.send,
+        key_utf8=sink.key_utf8,
+        value_utf8=sink.value_utf8,
+        key_serializer=sink.key_serializer,
+        value_serializer=sink.value_serializer,
+        context=sink.context,
+        serialization_error=SerializationError,
+        streams_error=StreamsError,
+    )
+    return core.SinkStage(plan)
 
 
 def _adapter(stage: Stage) -> Callable[[Record[Any, Any]], None]:
@@ -173,10 +132,11 @@ def _adapter(stage: Stage) -> Callable[[Record[Any, Any]], None]:
 
 
 def fuse_nodes(nodes: list[ProcessorNode], context: FailureContext, core: NativeCore | None) -> int:
-    """Compile every node that can be (its processors already initialized); return how many were.
-
-    Each compiled node gets `fused` (its stage) and a `handle` that runs it; the others keep theirs.
-    With the native core, a processor's `fuse_native` stage is preferred to its `fuse`."""
+    """Compile every node the native core can (its processors already initialized); return how many
+    were. Each compiled node gets `fused` (its stage) and a `handle` that runs it; the others keep
+    theirs. Without the core nothing is compiled: every node runs its generic `process`."""
+    if core is None:
+        return 0
     stages: dict[int, Stage | None] = {}
 
     def compile_node(node: ProcessorNode) -> Stage | None:
@@ -184,14 +144,10 @@ def fuse_nodes(nodes: list[ProcessorNode], context: FailureContext, core: Native
             return stages[id(node)]
         stage: Stage | None = None
         if isinstance(node, SinkNode):
-            stage = sink_stage(node, context, core)
+            stage = sink_stage(node, core)
         elif isinstance(node.processor, Fusable) and fusable(node.processor):
             downstream = fan_out([compile_node(c) or boundary(c, context) for c in node.children])
-            processor = node.processor
-            if core is not None:
-                stage = processor.fuse_native(downstream, node.name, core)
-            if stage is None:
-                stage = processor.fuse(downstream, node.name)
+            stage = node.processor.fuse_native(downstream, node.name, core)
         stages[id(node)] = stage
         return stage
 

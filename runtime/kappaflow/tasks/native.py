@@ -1,10 +1,10 @@
-"""kappaflow's native core: `kappaflow_native` (Rust, `runtime/native/`), a task's drain loop and its
-cached aggregations compiled.
+"""kappaflow's native core: `kappaflow_native` (Rust, `runtime/native/`), a task's drain loop and its cached
+aggregations compiled.
 
-The core is optional. `make setup` builds it with maturin when Rust is on the machine; without it kappaflow
-runs their Python twins (`kappaflow.tasks.drain.drain_python`, `KStreamAggregateProcessor.fuse`), with the
-same results, slower. `kappaflow.native.enabled=false` keeps a process on the Python code with the core
-installed: the tests run the in-process tiers with both that way.
+The core is optional. `make setup` builds it with maturin when Rust is on the machine (CI and the images
+always do); without it kappaflow runs the Python references (`kappaflow.tasks.drain.drain_python` and every
+processor's generic `process`), with the same results, slower. `kappaflow.native.enabled=false` keeps a
+process on the Python code with the core installed: the tests run the in-process tiers with both that way.
 """
 
 from __future__ import annotations
@@ -26,8 +26,105 @@ from kappaflow.tasks.drain import Drained, DrainPlan, RawTuple
 
 log = logging.getLogger(__name__)
 
-PROTOCOL = 4
+PROTOCOL = 5
 """The version of the calls below; a core built from other sources says another and is not used."""
+
+TOUCHES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "kappaflow.tasks.drain.DrainPlan",
+        (
+            "topic",
+            "partition",
+            "key_utf8",
+            "value_utf8",
+            "key_deserializer",
+            "value_deserializer",
+            "custom_extractor",
+            "extract_timestamp",
+            "deserialization_failed",
+            "registry_unavailable",
+            "processing_failed",
+            "passed_through",
+            "context",
+            "record_context",
+            "node",
+            "call",
+            "record_type",
+            "schedules",
+            "punctuate",
+        ),
+    ),
+    (
+        "kappaflow.tasks.native.StatelessPlan",
+        ("kind", "callback", "flag", "node", "context", "downstream", "pair"),
+    ),
+    (
+        "kappaflow.tasks.native.SinkPlan",
+        (
+            "topic",
+            "node",
+            "send",
+            "key_utf8",
+            "value_utf8",
+            "key_serializer",
+            "value_serializer",
+            "context",
+            "serialization_error",
+            "streams_error",
+        ),
+    ),
+    (
+        "kappaflow.tasks.native.AggregatePlan",
+        (
+            "node",
+            "context",
+            "skip_null",
+            "counting",
+            "initializer",
+            "aggregator",
+            "reducer",
+            "store",
+            "value_and_timestamp",
+            "record_context",
+        ),
+    ),
+    (
+        "kappaflow.tasks.context.ProcessorContextImpl",
+        ("current", "current_node", "failed_node", "stream_time"),
+    ),
+    ("kappaflow.state.api.RecordContext", ("timestamp", "topic", "partition", "offset", "headers")),
+    ("kappaflow.state.timestamped.ValueAndTimestamp", ("value", "timestamp")),
+    (
+        "kappaflow.state.kv_layers.CachedStoreBinding",
+        (
+            "store",
+            "context",
+            "cache",
+            "topic",
+            "utf8_keys",
+            "serialize_key",
+            "deserialize",
+            "inner_get",
+            "serialize",
+            "decodes_to_itself",
+            "packs_longs",
+            "caching_put",
+        ),
+    ),
+    ("kappaflow.state.kv_layers.MeteredKeyValueStore", ("gets", "puts")),
+    (
+        "kappaflow.state.cache.NamedCacheBinding",
+        ("thread", "cache", "entry_type", "entry_overhead", "not_decoded"),
+    ),
+    ("kappaflow.state.cache.ThreadCache", ("hits", "misses", "size_bytes", "max_bytes", "evict_over_bound")),
+    ("kappaflow.state.cache.NamedCache", ("entries", "dirty", "size")),
+    ("kappaflow.state.cache.CacheEntry", ("value", "dirty", "context", "size", "decoded")),
+)
+"""Every Python class the native core reads or writes, with the attributes it touches: the table the core
+exports as `TOUCHES` (runtime/native/src/touches.rs), compared at import as `PROTOCOL` is. A rename here
+without the core's is caught when the core is loaded, not per record; every class listed is slotted (the
+core reads fields through their member descriptors), and tests/runtime/test_native_core.py checks both
+and that the Rust sources name no attribute this table lacks."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +198,7 @@ class AggregateStage(Protocol):
 
 class NativeCore(Protocol):
     PROTOCOL: int
+    TOUCHES: list[tuple[str, list[str]]]
     AggregateStage: type[AggregateStage]
     StatelessStage: type[StatelessStage]
     SinkStage: type[SinkStage]
@@ -119,13 +217,28 @@ def installed_core() -> NativeCore | None:
         module = importlib.import_module("kappaflow_native")
     except ImportError:
         return None
-    found = getattr(module, "PROTOCOL", None)
-    if found != PROTOCOL:
-        log.warning(
-            "kappaflow_native speaks protocol %s, this kappaflow %s: using the Python loop", found, PROTOCOL
-        )
+    mismatch = incompatibility(module)
+    if mismatch is not None:
+        log.warning("kappaflow_native %s: using the Python loop", mismatch)
         return None
     return cast(NativeCore, module)
+
+
+def incompatibility(module: object) -> str | None:
+    """Why this kappaflow cannot drive `module` (another protocol, or other classes and attributes
+    touched than `TOUCHES` says), or None when it can."""
+    found = getattr(module, "PROTOCOL", None)
+    if found != PROTOCOL:
+        return f"speaks protocol {found}, this kappaflow {PROTOCOL}"
+    if core_touches(module) != TOUCHES:
+        return "touches other Python classes or attributes than kappaflow.tasks.native.TOUCHES"
+    return None
+
+
+def core_touches(module: object) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The core's `TOUCHES` table in the shape of this module's (the core exports lists)."""
+    exported: Any = getattr(module, "TOUCHES", ())
+    return tuple((str(cls), tuple(str(a) for a in attributes)) for cls, attributes in exported)
 
 
 def core(enabled: bool) -> NativeCore | None:

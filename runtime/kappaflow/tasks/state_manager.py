@@ -64,6 +64,12 @@ def innermost(store: Any) -> Any:
 
 
 class ProcessorStateManager:
+    """A task's stores as state: Kafka Streams' ProcessorStateManager (see the module docstring). It
+    exists so the task, the changelog reader and the commit deal with stores through one owner: it
+    holds each registered store's metadata (logged or not, its changelog partition, its restore
+    callbacks) and is the one owner of each store's changelog offset; it decides where restoration
+    starts, applies restored records, flushes, checkpoints and closes the stores."""
+
     def __init__(
         self, task_dir: Path, partition: int, changelog_topic: Any, transactional: bool = False
     ) -> None:

@@ -18,7 +18,6 @@ from typing import Any
 
 from kappaflow.api.config import StreamsConfig
 from kappaflow.api.errors import (
-    HandlerResponse,
     ProcessingError,
     SchemaRegistryUnavailableError,
     StreamsError,
@@ -35,17 +34,10 @@ from kappaflow.tasks import native
 from kappaflow.tasks.collector import RecordCollector
 from kappaflow.tasks.context import ProcessorContextImpl
 from kappaflow.tasks.drain import DrainPlan, RawRecord, RawTuple, drain_python
+from kappaflow.tasks.failures import RecordFailures
 from kappaflow.tasks.fusion import fuse_nodes
-from kappaflow.tasks.handlers import (
-    DESERIALIZATION_HANDLER,
-    PROCESSING_HANDLER,
-    SKIP_HINT,
-    FailedRecord,
-    dead_letter_headers,
-    handler_setting,
-    resolve_handler,
-)
 from kappaflow.tasks.nodes import ProcessorNode, SinkNode, SourceNode
+from kappaflow.tasks.partition_group import LAGGING_STALL_MS, PartitionGroup
 from kappaflow.tasks.punctuation import PunctuationQueue
 from kappaflow.tasks.state_manager import ProcessorStateManager
 from kappaflow.topology.nodes import ProcessorSpec, SinkSpec, SourceSpec
@@ -59,22 +51,17 @@ class TaskState(Enum):
     CREATED = "CREATED"
     RESTORING = "RESTORING"
     RUNNING = "RUNNING"
-    SUSPENDED = "SUSPENDED"
     CLOSED = "CLOSED"
 
 
 _TRANSITIONS: dict[TaskState, set[TaskState]] = {
     TaskState.CREATED: {TaskState.RESTORING, TaskState.CLOSED},
-    TaskState.RESTORING: {TaskState.RUNNING, TaskState.SUSPENDED, TaskState.CLOSED},
-    TaskState.RUNNING: {TaskState.SUSPENDED, TaskState.CLOSED},
-    TaskState.SUSPENDED: {TaskState.RESTORING, TaskState.RUNNING, TaskState.CLOSED},
+    TaskState.RESTORING: {TaskState.RUNNING, TaskState.CLOSED},
+    TaskState.RUNNING: {TaskState.CLOSED},
     TaskState.CLOSED: set(),
 }
 
-
-LAGGING_STALL_MS = 10_000
-"""How long a task waits for a lagging input that delivers nothing before it processes without it: a
-guard against a partition whose fetches stall (Kafka Streams waits as long as the lag is positive)."""
+__all__ = ["LAGGING_STALL_MS", "StreamTask", "TaskState"]  # LAGGING_STALL_MS: PartitionGroup's, for callers
 
 
 def resolve_serde(explicit: Serde[Any] | None, config: StreamsConfig, key: str) -> Serde[Any] | None:
@@ -84,6 +71,16 @@ def resolve_serde(explicit: Serde[Any] | None, config: StreamsConfig, key: str) 
 
 
 class StreamTask:
+    """One partition of one sub-topology, bound to the runtime: Kafka Streams' StreamTask.
+
+    It exists so that everything one input partition's processing needs is built once and driven
+    through a few calls, whoever drives it (the runner, TopologyTestDriver, a Spark executor). It owns
+    the sub-topology's nodes for this partition, their processor context, the stores (through its
+    `ProcessorStateManager`), its input queues and their choice of the next record (`PartitionGroup`),
+    its failed-record handling (`RecordFailures`), the input offsets consumed and committed, and its
+    lifecycle state. It does not own the clients, the commit protocol or the thread cache: those are
+    handed in (the collector, the cache) or live in the runner."""
+
     def __init__(
         self,
         task_id: TaskId,
@@ -125,38 +122,28 @@ class StreamTask:
             clock,
         )
         self.context.global_stores = global_stores or {}
-        self.queues: dict[tuple[str, int], deque[RawTuple]] = {}
-        self.partition_time: dict[tuple[str, int], int] = {}
         self.consumed_offsets: dict[tuple[str, int], int] = {}
         self.committed_offsets: dict[tuple[str, int], int] = {}
         self.first_offsets: dict[tuple[str, int], int] = {}  # the first offset handed, per partition
         self._punctuated = False  # a wall-clock punctuation ran since the last commit
         self.sources: dict[str, SourceNode] = {}
         self.nodes: list[ProcessorNode] = []
-        self._deserialization_handler = resolve_handler(
-            config.get(DESERIALIZATION_HANDLER), DESERIALIZATION_HANDLER
-        )
-        self._processing_handler = resolve_handler(config.get(PROCESSING_HANDLER), PROCESSING_HANDLER)
-        # the settings that decided, named in the error when a handler fails the application
-        self._deserialization_setting = handler_setting(
-            DESERIALIZATION_HANDLER, config.get(DESERIALIZATION_HANDLER)
-        )
-        self._processing_setting = handler_setting(PROCESSING_HANDLER, config.get(PROCESSING_HANDLER))
-        self._dead_letter_topic = config.get_str("errors.dead.letter.queue.topic.name")
         self._labels = {"task": str(task_id)}
-        if self._dead_letter_topic:
-            # at zero from the task's start, so the first dead letters are an increase alerts can see
-            dead_letters = {"topic": self._dead_letter_topic, **self._labels}
-            self.metrics.increment("dead-letter-records-total", 0, **dead_letters)
+        self.failures = RecordFailures(config, metrics, collector, self._labels)
         self._processed = 0  # published to the metrics registry on commit
-        self._enforced = 0  # records processed with an input empty (enforced processing), likewise
-        self.max_task_idle_ms = config.get_int("max.task.idle.ms")
-        self._empty_since: dict[tuple[str, int], int] = {}  # input partitions with nothing buffered
         self._plans: dict[tuple[str, int], DrainPlan] = {}  # per input partition, while running
         self._native = native.core(config.get_bool("kappaflow.native.enabled"))
         self._run_drain = self._native.drain if self._native is not None else drain_python
         self._build_nodes()
         self.input_partitions = [(topic, task_id.partition) for topic in sorted(self.sources)]
+        self.partitions = PartitionGroup(
+            str(task_id), self.input_partitions, config.get_int("max.task.idle.ms")
+        )
+
+    @property
+    def partition_time(self) -> dict[tuple[str, int], int]:
+        """Per input partition, the largest timestamp processed from it (the partition group's)."""
+        return self.partitions.partition_time
 
     # ----------------------------------------------------------------- construction
     def changelog_topic(self, store_name: str) -> str:
@@ -233,17 +220,19 @@ class StreamTask:
             fuse_nodes(self.nodes, self.context, self._native)
         self._transition(TaskState.RUNNING)
 
+    def store(self, name: str) -> Any | None:
+        """The task's store `name` (the typed store processors see), or None when the task has none of
+        that name: what interactive queries and the test driver read."""
+        return self.context.stores.get(name)
+
     # ----------------------------------------------------------------- input
     def add_records(self, topic: str, partition: int, records: Iterable[RawTuple]) -> None:
         key = (topic, partition)
-        queue = self.queues.get(key)
-        if queue is None:
-            queue = self.queues[key] = deque()
         if key not in self.first_offsets:
             records = list(records)
             if records:
                 self.first_offsets[key] = records[0][0]
-        queue.extend(records)
+        self.partitions.add(key, records)
 
     def resume_offsets(self) -> dict[tuple[str, int], int]:
         """Per input partition, where input resumes if this task's work since its last commit is
@@ -251,28 +240,17 @@ class StreamTask:
         return {**self.first_offsets, **self.committed_offsets}
 
     def buffered(self) -> int:
-        return sum(len(q) for q in self.queues.values())
+        return self.partitions.buffered()
 
     def has_buffered(self) -> bool:
         """Whether any input has a record queued (asked every loop: no count)."""
-        return any(self.queues.values())
-
-    def _next_queue(self) -> tuple[tuple[str, int], deque[RawTuple]] | None:
-        if len(self.queues) == 1:
-            for item in self.queues.items():
-                return item if item[1] else None
-        best: tuple[tuple[str, int], deque[RawTuple]] | None = None
-        best_ts = 0
-        for key, queue in self.queues.items():
-            if queue and (best is None or queue[0][1] < best_ts):
-                best, best_ts = (key, queue), queue[0][1]
-        return best
+        return self.partitions.has_buffered()
 
     def process(self) -> bool:
         """Process the buffered record with the lowest timestamp; False when nothing is buffered."""
         if self.state is not TaskState.RUNNING:
             return False
-        chosen = self._next_queue()
+        chosen = self.partitions.next_queue()
         if chosen is None:
             return False
         (topic, partition), queue = chosen
@@ -293,9 +271,9 @@ class StreamTask:
         `fetched_lag`); without `fetched_lag` (test driver, Spark) every input is already buffered."""
         if self.state is not TaskState.RUNNING:
             return 0
-        queues = self.queues
-        if len(self.input_partitions) == 1 and len(queues) == 1:
-            (topic, partition), queue = next(iter(queues.items()))
+        only = self.partitions.only_queue()
+        if only is not None:
+            (topic, partition), queue = only
             return self._drain(topic, partition, queue, limit)
         count = 0
         if fetched_lag is None:
@@ -316,41 +294,8 @@ class StreamTask:
         return count
 
     def ready_to_process(self, now_ms: int, fetched_lag: Callable[[str, int], int | None]) -> bool:
-        """Kafka Streams' rule for a task with several input partitions (KIP-695): with an input empty,
-        wait while it has fetchable data not yet here (lag > 0 or unknown), else up to
-        `max.task.idle.ms` for new data (0: not at all; -1: never wait); then process anyway
-        ("enforced processing", counted). Without this a join could run ahead on one side."""
-        queues = self.queues
-        empty_since = self._empty_since
-        enforced = False
-        for tp in self.input_partitions:
-            if queues.get(tp):
-                if empty_since:
-                    empty_since.pop(tp, None)
-                continue
-            if self.max_task_idle_ms < 0:
-                enforced = True
-                continue
-            since = empty_since.setdefault(tp, now_ms)
-            lag = fetched_lag(*tp)
-            if lag is None or lag > 0:
-                if now_ms - since < LAGGING_STALL_MS:
-                    return False  # records are on the broker (or may be): wait for the fetch
-                log.warning(
-                    "task %s: %s-%s has lag %s but nothing arrived for %d ms; processing without it",
-                    self.id,
-                    tp[0],
-                    tp[1],
-                    lag,
-                    now_ms - since,
-                )
-                empty_since[tp] = now_ms
-            elif now_ms - since < self.max_task_idle_ms:
-                return False
-            enforced = True
-        if enforced and any(queues.values()):
-            self._enforced += 1  # published with the processed count
-        return True
+        """Whether the task may process now, with one of its inputs empty (`PartitionGroup.ready`)."""
+        return self.partitions.ready(now_ms, fetched_lag)
 
     def _drain(self, topic: str, partition: int, queue: deque[RawTuple], limit: int) -> int:
         """Process up to `limit` records from the head of one partition's queue (`kappaflow.tasks.drain`);
@@ -359,15 +304,14 @@ class StreamTask:
         plan = self._plans.get(tp)
         if plan is None:
             plan = self._plans[tp] = self._plan(topic, partition)
-        context = self.context
-        partition_time = self.partition_time.get(tp, -1)
+        partition_times = self.partitions.partition_time
         count, last, partition_time, processed, error = self._run_drain(
-            queue, limit, plan, partition_time, context.stream_time
+            queue, limit, plan, partition_times.get(tp, -1), self.context.stream_time
         )
         if count:
             self.consumed_offsets[tp] = last
         if partition_time >= 0:
-            self.partition_time[tp] = partition_time
+            partition_times[tp] = partition_time
         self._processed += processed
         if error is not None:
             raise error
@@ -387,6 +331,7 @@ class StreamTask:
         elif only_child is not None:  # the source's one child, called directly
             node, call = only_child, only_child.handle
         name = source.name
+        failures = self.failures
 
         def extract_timestamp(raw: RawTuple, key: Any, value: Any, partition_time: int) -> int:
             return self._extract_timestamp(
@@ -395,15 +340,12 @@ class StreamTask:
 
         def deserialization_failed(exc: Exception, key_failed: bool, raw: RawTuple) -> None:
             error = source.deserialization_error(exc, key_failed, topic, partition, raw[0])
-            self._handle_failure(
-                self._deserialization_handler, self._deserialization_setting, error, topic, partition,
-                RawRecord(*raw), name,
-            )  # fmt: skip
+            failures.deserialization_failed(error, topic, partition, RawRecord(*raw), name)
 
         def processing_failed(exc: Exception, raw: RawTuple) -> None:
             if context.failed_node is None and context.current_node is not None:
                 context.failed_node = context.current_node.name  # raised outside forward()
-            self._processing_failure(exc, topic, partition, RawRecord(*raw), name)
+            failures.processing_failed(exc, topic, partition, RawRecord(*raw), context.failed_node or name)
 
         return DrainPlan(
             topic=topic,
@@ -451,52 +393,6 @@ class StreamTask:
             self.metrics.increment("dropped-records-total", reason="invalid-timestamp", **self._labels)
         return timestamp
 
-    def _processing_failure(
-        self, exc: Exception, topic: str, partition: int, raw: RawRecord, source: str
-    ) -> None:
-        node = self.context.failed_node or source
-        error = ProcessingError(
-            f"error processing record {topic}-{partition}@{raw.offset} in node '{node}': "
-            f"{type(exc).__name__}: {exc}",
-            node=node,
-            topic=topic,
-            partition=partition,
-            offset=raw.offset,
-        )
-        error.__cause__ = exc
-        self._handle_failure(
-            self._processing_handler, self._processing_setting, error, topic, partition, raw, node
-        )
-
-    def _handle_failure(
-        self,
-        handler: Any,
-        setting: str,
-        error: StreamsError,
-        topic: str,
-        partition: int,
-        raw: RawRecord,
-        node: str,
-    ) -> None:
-        failed = FailedRecord(
-            topic, partition, raw.offset, raw.timestamp, raw.key, raw.value, raw.headers, node
-        )
-        response = handler(error, failed)
-        if response is not HandlerResponse.CONTINUE:
-            error.args = (f"{error} [{setting} failed the application on this record{SKIP_HINT}]",)
-            raise error
-        self.metrics.increment("dropped-records-total", reason=type(error).__name__, **self._labels)
-        if self._dead_letter_topic:
-            self.metrics.increment("dead-letter-records-total", topic=self._dead_letter_topic, **self._labels)
-            self.context.collector.send(
-                self._dead_letter_topic,
-                raw.key,
-                raw.value,
-                dead_letter_headers(failed, error),
-                max(raw.timestamp, 0),
-                None,
-            )
-
     # ----------------------------------------------------------------- punctuation
     def _punctuate(self, queue: PunctuationQueue, now: int) -> bool:
         fired = False
@@ -527,7 +423,7 @@ class StreamTask:
 
     def prepare_commit(self) -> dict[tuple[str, int], int]:
         """Flush stores (caches forward and log their dirty entries) and return the offsets to commit."""
-        if self.state in (TaskState.RUNNING, TaskState.RESTORING, TaskState.SUSPENDED):
+        if self.state in (TaskState.RUNNING, TaskState.RESTORING):
             self.state_manager.flush()
         self.publish_metrics()
         return self.committable_offsets()
@@ -553,13 +449,9 @@ class StreamTask:
         if self._processed:
             self.metrics.increment("records-processed-total", self._processed, **self._labels)
             self._processed = 0
-        if self._enforced:
-            self.metrics.increment("enforced-processing-total", self._enforced, **self._labels)
-            self._enforced = 0
-
-    def suspend(self) -> None:
-        if self.state is TaskState.RUNNING or self.state is TaskState.RESTORING:
-            self._transition(TaskState.SUSPENDED)
+        if self.partitions.enforced:
+            self.metrics.increment("enforced-processing-total", self.partitions.enforced, **self._labels)
+            self.partitions.enforced = 0
 
     def close(self, clean: bool = True) -> None:
         if self.state is TaskState.CLOSED:

@@ -30,6 +30,12 @@ from kappaflow_contract.topics import changelog_short_name, internal_topic_name
 
 
 class Topology:
+    """The graph of a streams application: nodes (sources, processors, sinks), the stores they use, the
+    global stores, the internal topics and the co-partitioning groups (Kafka Streams' Topology, built
+    with the Processor API or compiled from the DSL). It exists so that every runtime - the test
+    driver, the Kafka runner, Spark - executes one representation; it owns the specs only, never a
+    client, task or store instance: tasks build those from it."""
+
     def __init__(self) -> None:
         self.nodes: dict[str, NodeSpec] = {}
         self.stores: dict[str, StoreBuilder] = {}

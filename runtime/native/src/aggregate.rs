@@ -1,6 +1,6 @@
-//! A stream aggregation over a cached store, compiled: the stage `KStreamAggregateProcessor.fuse` builds
-//! in Python, with the typed store's read and write (`MeteredKeyValueStore.cached_read_write`) and the
-//! record cache's get and dirty put (`ThreadCache.bind`) inlined.
+//! A stream aggregation over a cached store, compiled: `KStreamAggregateProcessor.process` with the typed
+//! store's `get` and `put` (`MeteredKeyValueStore`) and the record cache's `get` and dirty `put`
+//! (`ThreadCache`) inlined.
 //!
 //! The record cache stays the Python objects it is (`NamedCache.entries` and `.dirty`, ordered dicts of
 //! `CacheEntry`): this stage reads and updates them with the same operations in the same order, so LRU
@@ -8,51 +8,25 @@
 //! Initializer, aggregator, reducer, serdes, the store below the cache and eviction (which flushes
 //! through the store's listeners) are called as Python.
 
-use pyo3::exceptions::{PyAttributeError, PyTypeError};
+use pyo3::exceptions::PyTypeError;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyString};
+use pyo3::types::{PyBytes, PyDict, PyString, PyType};
 use pyo3::{PyTraverseError, PyVisit};
 
+use crate::failure::FailureMark;
 use crate::slots::{encode_utf8, Slot, SlotClass};
-use crate::stages::FailureMark;
+use crate::touches::{CACHE_ENTRY_FIELDS, VALUE_AND_TIMESTAMP_FIELDS};
 
-/// The fields of `kappaflow.state.cache.CacheEntry`, in declaration order.
-const CACHE_ENTRY_FIELDS: [&str; 5] = ["value", "dirty", "context", "size", "decoded"];
-/// The fields of `kappaflow.state.timestamped.ValueAndTimestamp`.
-const VALUE_AND_TIMESTAMP_FIELDS: [&str; 2] = ["value", "timestamp"];
-
-/// The instance dict of a plain Python object whose attributes `names` the stage reads and writes
-/// there directly: what `getattr`/`setattr` end in for an attribute its class does not define (checked
-/// here), without the lookup through the class they start with.
-fn attributes<'py>(owner: &Bound<'py, PyAny>, names: &[&str]) -> PyResult<Bound<'py, PyDict>> {
-    let cls = owner.get_type();
-    for name in names {
-        if cls.hasattr(*name)? {
-            return Err(PyTypeError::new_err(format!(
-                "kappaflow_native: {}.{name} is defined by the class, not an instance attribute",
-                cls.name()?
-            )));
-        }
-    }
-    Ok(owner
-        .getattr(pyo3::intern!(owner.py(), "__dict__"))?
-        .cast_into::<PyDict>()?)
-}
-
-/// An instance attribute through its dict (see `attributes`): AttributeError when it is missing.
-fn attribute<'py>(
-    dict: &Bound<'py, PyDict>,
-    name: &Bound<'py, PyString>,
-) -> PyResult<Bound<'py, PyAny>> {
-    dict.get_item(name)?
-        .ok_or_else(|| PyAttributeError::new_err(name.clone().unbind()))
-}
-
-/// `owner.<name> += delta` through the owner's instance dict.
-fn add_to(dict: &Bound<'_, PyDict>, name: &Bound<'_, PyString>, delta: isize) -> PyResult<()> {
-    let total = attribute(dict, name)?.add(delta)?;
-    dict.set_item(name, total)
+/// A counter or size held in a slot: `owner.<slot> += delta`.
+fn add_to<'py>(
+    py: Python<'py>,
+    slot: &Slot,
+    owner: &Bound<'py, PyAny>,
+    delta: isize,
+) -> PyResult<()> {
+    let total = slot.get(py, owner)?.add(delta)?;
+    slot.put(py, owner, &total)
 }
 
 /// What a read found: the aggregate, and the key's `CacheEntry` when the cache held it (a hit).
@@ -74,8 +48,10 @@ pub struct AggregateStage {
     aggregator: Py<PyAny>,
     reducer: Py<PyAny>,
     value_and_timestamp: SlotClass<2>,
-    // the typed store (its gets and puts, in its instance dict) and its serdes
-    store: Py<PyDict>,
+    // the typed store (its gets and puts counters) and its serdes
+    store: Py<PyAny>,
+    store_gets: Slot,
+    store_puts: Slot,
     topic: Py<PyAny>,
     utf8_keys: bool,
     serialize_key: Py<PyAny>,
@@ -87,9 +63,12 @@ pub struct AggregateStage {
     caching_put: Py<PyAny>,
     // the thread's record cache and this store's named cache in it
     thread: Py<PyAny>,
-    /// the thread cache's instance dict: hits, misses, size_bytes, max_bytes
-    thread_attributes: Py<PyDict>,
+    thread_hits: Slot,
+    thread_misses: Slot,
+    thread_size_bytes: Slot,
+    thread_max_bytes: Slot,
     named: Py<PyAny>,
+    named_size: Slot,
     entries: Py<PyDict>,
     entries_move_to_end: Py<PyAny>,
     dirty: Py<PyDict>,
@@ -115,6 +94,9 @@ impl AggregateStage {
         let context_type = context.get_type();
         let named = cache.getattr(intern!(py, "cache"))?;
         let thread = cache.getattr(intern!(py, "thread"))?;
+        let thread_type: Bound<'_, PyType> = thread.get_type();
+        let typed_store = store.getattr(intern!(py, "store"))?;
+        let typed_store_type: Bound<'_, PyType> = typed_store.get_type();
         let entries = named
             .getattr(intern!(py, "entries"))?
             .cast_into::<PyDict>()?;
@@ -142,14 +124,19 @@ impl AggregateStage {
             decodes_to_itself: store.getattr(intern!(py, "decodes_to_itself"))?.unbind(),
             packs_longs: store.getattr(intern!(py, "packs_longs"))?.is_truthy()?,
             caching_put: store.getattr(intern!(py, "caching_put"))?.unbind(),
-            store: attributes(&store.getattr(intern!(py, "store"))?, &["gets", "puts"])?.unbind(),
-            thread_attributes: attributes(&thread, &["hits", "misses", "size_bytes", "max_bytes"])?
-                .unbind(),
+            store_gets: Slot::of(&typed_store_type, "gets")?,
+            store_puts: Slot::of(&typed_store_type, "puts")?,
+            store: typed_store.unbind(),
+            thread_hits: Slot::of(&thread_type, "hits")?,
+            thread_misses: Slot::of(&thread_type, "misses")?,
+            thread_size_bytes: Slot::of(&thread_type, "size_bytes")?,
+            thread_max_bytes: Slot::of(&thread_type, "max_bytes")?,
             thread: thread.unbind(),
             entries_move_to_end: entries.getattr(intern!(py, "move_to_end"))?.unbind(),
             dirty_move_to_end: dirty.getattr(intern!(py, "move_to_end"))?.unbind(),
             entries: entries.unbind(),
             dirty: dirty.unbind(),
+            named_size: Slot::of(&named.get_type(), "size")?,
             named: named.unbind(),
             entry: SlotClass::of(
                 py,
@@ -198,7 +185,6 @@ impl AggregateStage {
             visit.call(object)?;
         }
         visit.call(&self.store)?;
-        visit.call(&self.thread_attributes)?;
         visit.call(&self.entries)?;
         visit.call(&self.dirty)
     }
@@ -206,7 +192,7 @@ impl AggregateStage {
 
 impl AggregateStage {
     /// The stage: on any exception the node is named as failed (unless a deeper one was), as
-    /// `kappaflow.tasks.fusion.mark_failed` does.
+    /// `forward()` does.
     pub fn process<'py>(
         &self,
         py: Python<'py>,
@@ -265,7 +251,7 @@ impl AggregateStage {
         py: Python<'py>,
         key: &Bound<'py, PyAny>,
     ) -> PyResult<(Bound<'py, PyAny>, Read<'py>)> {
-        add_to(self.store.bind(py), intern!(py, "gets"), 1)?;
+        add_to(py, &self.store_gets, self.store.bind(py), 1)?;
         let raw_key = match key.cast::<PyString>() {
             Ok(text) if self.utf8_keys && text.is_exact_instance_of::<PyString>() => {
                 encode_utf8(py, text)?
@@ -273,9 +259,9 @@ impl AggregateStage {
             _ => self.serialize_key.bind(py).call1((key,))?,
         };
         let topic = self.topic.bind(py);
-        let thread = self.thread_attributes.bind(py);
+        let thread = self.thread.bind(py);
         let Some(entry) = self.entries.bind(py).get_item(&raw_key)? else {
-            add_to(thread, intern!(py, "misses"), 1)?;
+            add_to(py, &self.thread_misses, thread, 1)?;
             let stored = self.inner_get.bind(py).call1((&raw_key,))?;
             let previous = self.deserialize.bind(py).call1((topic, stored))?;
             return Ok((
@@ -286,7 +272,7 @@ impl AggregateStage {
                 },
             ));
         };
-        add_to(thread, intern!(py, "hits"), 1)?;
+        add_to(py, &self.thread_hits, thread, 1)?;
         self.entries_move_to_end.bind(py).call1((&raw_key,))?;
         let slots = &self.entry.slots;
         let decoded = slots[4].get(py, &entry)?;
@@ -334,7 +320,7 @@ impl AggregateStage {
         timestamp: i64,
         current: Option<Bound<'py, PyAny>>,
     ) -> PyResult<()> {
-        add_to(self.store.bind(py), intern!(py, "puts"), 1)?;
+        add_to(py, &self.store_puts, self.store.bind(py), 1)?;
         let stamped = if new.is_none() {
             new
         } else {
@@ -371,7 +357,7 @@ impl AggregateStage {
         }
     }
 
-    /// `ThreadCache.bind`'s `put_dirty`: the entry written in place (or added), made the most recent
+    /// `ThreadCache.put(..., dirty=True, ...)`: the entry written in place (or added), made the most recent
     /// and the last dirty, sizes kept, and the cache evicted when over its bound. `current` is the key's
     /// entry when the caller knows it is already the most recent.
     fn put_dirty<'py>(
@@ -391,10 +377,8 @@ impl AggregateStage {
         let entries = self.entries.bind(py);
         let dirty = self.dirty.bind(py);
         let named = self.named.bind(py);
-        let thread = self.thread_attributes.bind(py);
+        let thread = self.thread.bind(py);
         let slots = &self.entry.slots;
-        let size_name = intern!(py, "size");
-        let total_name = intern!(py, "size_bytes");
         let true_ = true.into_pyobject(py)?.to_owned().into_any();
         let moved = current.is_some();
         let found = match current {
@@ -438,16 +422,13 @@ impl AggregateStage {
             }
         };
         if delta != 0 {
-            let grown = named.getattr(size_name)?.add(delta)?;
-            named.setattr(size_name, grown)?;
-            add_to(thread, total_name, delta)?;
+            add_to(py, &self.named_size, named, delta)?;
+            add_to(py, &self.thread_size_bytes, thread, delta)?;
         }
-        let total: isize = attribute(thread, total_name)?.extract()?;
-        let bound: isize = attribute(thread, intern!(py, "max_bytes"))?.extract()?;
+        let total: isize = self.thread_size_bytes.get(py, thread)?.extract()?;
+        let bound: isize = self.thread_max_bytes.get(py, thread)?.extract()?;
         if total > bound {
-            self.thread
-                .bind(py)
-                .call_method1(intern!(py, "evict_over_bound"), (named,))?;
+            thread.call_method1(intern!(py, "evict_over_bound"), (named,))?;
         }
         Ok(())
     }

@@ -11,9 +11,7 @@ use pyo3::types::{PyBytes, PyString, PyTuple};
 
 use crate::slots::{Slot, SlotClass};
 use crate::stages::Next;
-
-/// The fields of `kappaflow.state.api.RecordContext`, in the order the loop sets them.
-const RECORD_CONTEXT_FIELDS: [&str; 5] = ["timestamp", "topic", "partition", "offset", "headers"];
+use crate::touches::RECORD_CONTEXT_FIELDS;
 
 /// `bytes.decode()` (strict UTF-8): the same str, or the same UnicodeDecodeError.
 fn decode_utf8<'py>(py: Python<'py>, raw: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {

@@ -2,21 +2,29 @@
 //! and the stages of the processors it feeds: the built-in stateless ones and fixed-topic sinks
 //! (`StatelessStage`, `SinkStage`) and cached stream aggregations (`AggregateStage`).
 //!
-//! Each mirrors its Python twin step for step (`kappaflow.tasks.drain.drain_python`, the stages the
-//! processors' `fuse` builds), which stays the reference and the fallback: user callbacks, serdes,
-//! handlers and the record cache's structures are the Python objects, called and updated from here in
-//! the same order. What moves to Rust is only the interpreter's own work per record.
+//! Each mirrors its Python reference step for step (`kappaflow.tasks.drain.drain_python`, the processors'
+//! generic `process`), which stays the fallback: user callbacks, serdes, handlers and the record cache's
+//! structures are the Python objects, called and updated from here in the same order. What moves to Rust
+//! is only the interpreter's own work per record. Every Python class and attribute it touches is declared
+//! in `touches.rs`.
 
 mod aggregate;
 mod drain;
+mod failure;
 mod slots;
 mod stages;
+mod touches;
 
 use pyo3::prelude::*;
 
 #[pymodule]
 fn kappaflow_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add("PROTOCOL", 4)?;
+    m.add("PROTOCOL", 5)?;
+    let touches: Vec<(&str, Vec<&str>)> = touches::TOUCHES
+        .iter()
+        .map(|(class, attributes)| (*class, attributes.to_vec()))
+        .collect();
+    m.add("TOUCHES", touches)?;
     m.add_function(wrap_pyfunction!(drain::drain, m)?)?;
     m.add_class::<aggregate::AggregateStage>()?;
     m.add_class::<stages::StatelessStage>()?;

@@ -85,17 +85,17 @@ pub struct SlotClass<const N: usize> {
 }
 
 impl<const N: usize> SlotClass<N> {
-    pub fn of(py: Python<'_>, cls: Bound<'_, PyAny>, fields: [&str; N]) -> PyResult<Self> {
+    pub fn of(py: Python<'_>, cls: Bound<'_, PyAny>, fields: &[&str]) -> PyResult<Self> {
         let cls = cls.cast_into::<PyType>()?;
         let declared: Vec<String> = cls.getattr(intern!(py, "__slots__"))?.extract()?;
-        if declared != fields {
+        if fields.len() != N || declared != fields {
             return Err(PyTypeError::new_err(format!(
                 "kappaflow_native sets {} fields {fields:?}, the class has {declared:?}",
                 cls.name()?
             )));
         }
         let mut slots = Vec::with_capacity(N);
-        for name in fields {
+        for &name in fields {
             slots.push(Slot::of(&cls, name)?);
         }
         let slots: [Slot; N] = slots

@@ -1,6 +1,6 @@
-//! The built-in stateless processors and the fixed-topic sink, compiled: each mirrors the Python stage
-//! its processor's `fuse` builds (`kappaflow.dsl.stream_processors`, `kappaflow.tasks.fusion.sink_stage`)
-//! and calls the same user callbacks and serializers with the same arguments, in the same order.
+//! The built-in stateless processors and the fixed-topic sink, compiled: each mirrors its processor's
+//! `process` (`kappaflow.dsl.stream_processors`, `kappaflow.tasks.nodes.SinkNode`) and calls the same
+//! user callbacks and serializers with the same arguments, in the same order.
 //!
 //! A stage calls the next one directly in Rust when that one is native too (`Next`), so a chain such as
 //! flat_map_values -> select_key -> the repartition filter -> its sink makes no Python call of its own
@@ -13,7 +13,8 @@ use pyo3::types::{PyString, PyTuple};
 use pyo3::{PyTraverseError, PyVisit};
 
 use crate::aggregate::AggregateStage;
-use crate::slots::{encode_utf8, Slot};
+use crate::failure::FailureMark;
+use crate::slots::encode_utf8;
 
 /// A stage's downstream: a native stage called in Rust, or any Python stage.
 pub enum Next {
@@ -77,52 +78,6 @@ enum Op {
     SelectKey,
     Peek { forwards: bool },
     NullKeyFilter,
-}
-
-/// The task context's `failed_node`, set as `kappaflow.tasks.fusion.mark_failed` does (every native
-/// stage's, from its plan's `node` and `context`).
-pub struct FailureMark {
-    node: Py<PyAny>,
-    context: Py<PyAny>,
-    failed_node: Slot,
-}
-
-impl FailureMark {
-    pub fn of(py: Python<'_>, plan: &Bound<'_, PyAny>) -> PyResult<Self> {
-        let context = plan.getattr(intern!(py, "context"))?;
-        Ok(FailureMark {
-            node: plan.getattr(intern!(py, "node"))?.unbind(),
-            failed_node: Slot::of(&context.get_type(), "failed_node")?,
-            context: context.unbind(),
-        })
-    }
-
-    /// The task context the stage runs in.
-    pub fn context<'py>(&self, py: Python<'py>) -> &Bound<'py, PyAny> {
-        self.context.bind(py)
-    }
-
-    pub fn traverse(&self, visit: &PyVisit<'_>) -> Result<(), PyTraverseError> {
-        visit.call(&self.node)?;
-        visit.call(&self.context)
-    }
-
-    /// On an exception leaving the node: name it, unless a deeper node was named already.
-    fn mark(&self, py: Python<'_>) -> PyResult<()> {
-        let context = self.context.bind(py);
-        if self.failed_node.get(py, context)?.is_none() {
-            self.failed_node.put(py, context, self.node.bind(py))?;
-        }
-        Ok(())
-    }
-
-    /// `outcome`, with the node marked when it is an error.
-    pub fn marked<T>(&self, py: Python<'_>, outcome: PyResult<T>) -> PyResult<T> {
-        if outcome.is_err() {
-            self.mark(py)?;
-        }
-        outcome
-    }
 }
 
 /// A compiled built-in stateless processor (see `kappaflow.tasks.native.StatelessPlan`).

@@ -1,0 +1,106 @@
+"""`RecordFailures`: what a task does with a record that cannot be deserialized or processed.
+
+Kafka Streams hands such a record to a configured handler (`deserialization.exception.handler`,
+`processing.exception.handler`): CONTINUE drops it (counted, and sent to the dead-letter topic when one
+is set), FAIL stops the application with an error that names the setting that decided. The task's drain
+loop only says which record failed and how; the handlers, the error messages, the metrics and the
+dead letters are here, in one place.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kappaflow.api.config import StreamsConfig
+from kappaflow.api.errors import HandlerResponse, ProcessingError, StreamsError
+from kappaflow.api.metrics import Metrics
+from kappaflow.tasks.collector import RecordCollector
+from kappaflow.tasks.drain import RawRecord
+from kappaflow.tasks.handlers import (
+    DESERIALIZATION_HANDLER,
+    PROCESSING_HANDLER,
+    SKIP_HINT,
+    FailedRecord,
+    dead_letter_headers,
+    handler_setting,
+    resolve_handler,
+)
+
+
+class RecordFailures:
+    """One task's failed-record handling: it owns the two resolved handlers, the settings named when
+    they fail the application, and the dead-letter topic; it counts dropped records and dead letters
+    under the task's labels and sends dead letters through the task's collector."""
+
+    def __init__(
+        self, config: StreamsConfig, metrics: Metrics, collector: RecordCollector, labels: dict[str, str]
+    ) -> None:
+        self.metrics = metrics
+        self.collector = collector
+        self.labels = labels
+        self._deserialization_handler = resolve_handler(
+            config.get(DESERIALIZATION_HANDLER), DESERIALIZATION_HANDLER
+        )
+        self._processing_handler = resolve_handler(config.get(PROCESSING_HANDLER), PROCESSING_HANDLER)
+        # the settings that decided, named in the error when a handler fails the application
+        self._deserialization_setting = handler_setting(
+            DESERIALIZATION_HANDLER, config.get(DESERIALIZATION_HANDLER)
+        )
+        self._processing_setting = handler_setting(PROCESSING_HANDLER, config.get(PROCESSING_HANDLER))
+        self.dead_letter_topic = config.get_str("errors.dead.letter.queue.topic.name")
+        if self.dead_letter_topic:
+            # at zero from the task's start, so the first dead letters are an increase alerts can see
+            dead_letters = {"topic": self.dead_letter_topic, **labels}
+            self.metrics.increment("dead-letter-records-total", 0, **dead_letters)
+
+    def deserialization_failed(
+        self, error: StreamsError, topic: str, partition: int, raw: RawRecord, source: str
+    ) -> None:
+        """The deserialization handler's turn on `error` (the source's, naming the record)."""
+        self._handle(
+            self._deserialization_handler, self._deserialization_setting, error, topic, partition, raw, source
+        )
+
+    def processing_failed(
+        self, exc: Exception, topic: str, partition: int, raw: RawRecord, node: str
+    ) -> None:
+        """The processing handler's turn on `exc`, raised in `node` while processing `raw`."""
+        error = ProcessingError(
+            f"error processing record {topic}-{partition}@{raw.offset} in node '{node}': "
+            f"{type(exc).__name__}: {exc}",
+            node=node,
+            topic=topic,
+            partition=partition,
+            offset=raw.offset,
+        )
+        error.__cause__ = exc
+        self._handle(self._processing_handler, self._processing_setting, error, topic, partition, raw, node)
+
+    def _handle(
+        self,
+        handler: Any,
+        setting: str,
+        error: StreamsError,
+        topic: str,
+        partition: int,
+        raw: RawRecord,
+        node: str,
+    ) -> None:
+        failed = FailedRecord(
+            topic, partition, raw.offset, raw.timestamp, raw.key, raw.value, raw.headers, node
+        )
+        response = handler(error, failed)
+        if response is not HandlerResponse.CONTINUE:
+            error.args = (f"{error} [{setting} failed the application on this record{SKIP_HINT}]",)
+            raise error
+        self.metrics.increment("dropped-records-total", reason=type(error).__name__, **self.labels)
+        if self.dead_letter_topic:
+            self.metrics.increment("dead-letter-records-total", topic=self.dead_letter_topic, **self.labels)
+            self.collector.send(
+                self.dead_letter_topic,
+                raw.key,
+                raw.value,
+                dead_letter_headers(failed, error),
+                max(raw.timestamp, 0),
+                None,
+            )
