@@ -144,7 +144,9 @@ def _run(args: argparse.Namespace) -> int:
         )
     failed = failed or streams.error is not None  # the stream thread may have failed while closing
     unclean = streams.final_commit_error
-    if failed or not closed:
+    if failed and streams.error is not None:
+        log.error("stopped (error): %s", streams.error)
+    elif failed or not closed:
         log.info("stopped (%s)", "error" if failed else "close timed out")
     elif unclean is not None:
         log.error("stopped (not clean: the final commit failed: %s); records processed since the last "

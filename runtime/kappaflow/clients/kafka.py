@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -297,6 +298,26 @@ class KafkaRecordCollector:
         self.sent += 1  # counted inline: this runs for every record
         if self.sent & 0x3FF == 0:
             self._serve_reports()
+
+    def send_dead_letter(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers,
+        timestamp: int,
+        on_written: Callable[[], None],
+    ) -> None:
+        """Dead letters are rare: each gets its own delivery report, so only a written one is counted."""
+
+        def report(err: KafkaError | None, msg: Any) -> None:
+            if err is None:
+                on_written()
+            else:
+                self._failed(err, msg)
+
+        produce_record(self.producer, topic, key, value, headers, timestamp, None, report)
+        self.sent += 1
 
     def send_changelog(
         self, topic: str, key: bytes, value: bytes | None, timestamp: int, partition: int

@@ -39,7 +39,7 @@ from kappaflow.api.config import StreamsConfig
 from kappaflow.api.errors import ConfigError, InvalidStateStoreError, StreamsError
 from kappaflow.api.metrics import Metrics
 from kappaflow.api.serdes import Serde
-from kappaflow.clients.admin import InternalTopicManager
+from kappaflow.clients.admin import InternalTopicManager, TopicError
 from kappaflow.clients.kafka import client_configs
 from kappaflow.runner.app_shutdown import ApplicationShutdownSignal
 from kappaflow.runner.http import HealthServer
@@ -296,7 +296,10 @@ class KafkaStreams:
                     self._set_state(State.ERROR)
                 return
             except BaseException as exc:
-                log.exception("stream thread failed: %s", exc)
+                if isinstance(exc, (TopicError, ConfigError)):  # a set-up mistake its message explains
+                    log.error("stream thread failed: %s", exc)
+                else:
+                    log.exception("stream thread failed: %s", exc)
                 self.error = exc
                 response = StreamThreadExceptionResponse.SHUTDOWN_CLIENT
                 if self._handler is not None:

@@ -51,9 +51,10 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from kappaflow.api.config import StreamsConfig
 from kappaflow.api.errors import StreamsError
 from kappaflow.clients.admin import InternalTopicManager
-from kappaflow.clients.kafka import client_configs
+from kappaflow.clients.kafka import client_configs, new_consumer
+from kappaflow.clients.rdkafka_log import serve_consumer_logs
 from kappaflow.dsl.stream_processors import CallableProcessorAdapter, FixedKeyProcessorAdapter
-from kappaflow.runner.topics import prepare_topics
+from kappaflow.runner.topics import output_topics, prepare_topics
 from kappaflow.spark.executor import InputRow, OutputRow, RecordRow, StageJob, load_app, run_partitions
 from kappaflow.topology.nodes import ProcessorSpec, SubTopology
 from kappaflow.topology.topology import Topology
@@ -150,6 +151,7 @@ def watermarks(consumer: Consumer, topic: str, partition: int, timeout: float = 
             settling = error.code() in _SETTLING or error.retriable()
             if not settling or time.monotonic() > deadline:
                 raise
+            serve_consumer_logs(consumer)  # it never fetches: its librdkafka lines arrive only so
             time.sleep(0.2)
 
 
@@ -293,9 +295,13 @@ class Reprocessor:
     # ----------------------------------------------------------------- driver-side steps
     def prepare_topics(self) -> dict[str, int]:
         """Create/validate the new id's internal topics; refuse an id whose internal topics hold records."""
-        counts = prepare_topics(self.topology, self.config, self.admin).partition_counts
+        outputs: dict[str, list[str]] = {}
+        if not self.skip_outputs:  # the topics records are really written to: renamed ones, or none
+            for topic, sinks in output_topics(self.topology).items():
+                outputs.setdefault(self.output_map.get(topic, topic), []).extend(sinks)
+        counts = prepare_topics(self.topology, self.config, self.admin, outputs).partition_counts
         internal = self.topology.internal_topic_names(self.app_id)
-        consumer = Consumer({**self.settings["restore"], "group.id": f"{self.app_id}-reprocess-check"})
+        consumer = self._check_consumer()
         try:
             for topic in internal:
                 for partition in range(counts.get(topic, 0)):
@@ -319,9 +325,13 @@ class Reprocessor:
         )
         return counts
 
+    def _check_consumer(self) -> Consumer:
+        """A consumer for watermarks on the driver (never subscribed), its librdkafka lines logged."""
+        return new_consumer({**self.settings["restore"], "group.id": f"{self.app_id}-reprocess-check"})
+
     def offset_ranges(self, counts: Mapping[str, int]) -> tuple[Offsets, Offsets]:
         user = {t: counts[t] for t in self.user_sources()}
-        consumer = Consumer({**self.settings["restore"], "group.id": f"{self.app_id}-reprocess-check"})
+        consumer = self._check_consumer()
         try:
             starts = _resolve_range(consumer, user, self.start, "earliest")
             ends = _resolve_range(consumer, user, self.end, "latest")
@@ -343,7 +353,7 @@ class Reprocessor:
         """Commit the range's end on the input topics, and repartition topics' current ends, for the group."""
 
         tps = [TopicPartition(t, p, o) for t, parts in ends.items() for p, o in parts.items()]
-        consumer = Consumer({**self.settings["restore"], "group.id": f"{self.app_id}-reprocess-check"})
+        consumer = self._check_consumer()
         try:
             for name in self.topology.internal_topics:
                 topic = self.topology.resolve_topic(name, self.app_id)

@@ -149,6 +149,7 @@ class StreamTask:
             dead_letters = {"topic": self._dead_letter_topic, **self._labels}
             self.metrics.increment("dead-letter-records-total", 0, **dead_letters)
         self._processed = 0  # published to the metrics registry on commit
+        self._dead_letters = 0  # dead letters written since the last commit, counted when it succeeds
         self._enforced = 0  # records processed with an input empty (enforced processing), likewise
         self.max_task_idle_ms = config.get_int("max.task.idle.ms")
         self._empty_since: dict[tuple[str, int], int] = {}  # input partitions with nothing buffered
@@ -487,15 +488,17 @@ class StreamTask:
             raise error
         self.metrics.increment("dropped-records-total", reason=type(error).__name__, **self._labels)
         if self._dead_letter_topic:
-            self.metrics.increment("dead-letter-records-total", topic=self._dead_letter_topic, **self._labels)
-            self.context.collector.send(
+            self.context.collector.send_dead_letter(
                 self._dead_letter_topic,
                 raw.key,
                 raw.value,
                 dead_letter_headers(failed, error),
                 max(raw.timestamp, 0),
-                None,
+                self._dead_letter_written,
             )
+
+    def _dead_letter_written(self) -> None:
+        self._dead_letters += 1
 
     # ----------------------------------------------------------------- punctuation
     def _punctuate(self, queue: PunctuationQueue, now: int) -> bool:
@@ -544,6 +547,10 @@ class StreamTask:
         self.consumed_offsets.clear()
         self.context.commit_requested = False
         self._punctuated = False
+        if self._dead_letters:  # written and committed (in the transaction that just committed, with EOS)
+            labels = {"topic": self._dead_letter_topic, **self._labels}
+            self.metrics.increment("dead-letter-records-total", self._dead_letters, **labels)
+            self._dead_letters = 0
         if written:
             self.state_manager.record_written(written)
         # always: transactional stores (exactly_once_v2) apply the committed writes here, offsets or not
