@@ -308,7 +308,9 @@ class KafkaRecordCollector:
         timestamp: int,
         on_written: Callable[[], None],
     ) -> None:
-        """Dead letters are rare: each gets its own delivery report, so only a written one is counted."""
+        """Dead letters are rare: each gets its own delivery report, so only a written one is counted.
+        They go through the producer that reports successes (`producer` reports only errors at
+        at_least_once)."""
 
         def report(err: KafkaError | None, msg: Any) -> None:
             if err is None:
@@ -316,7 +318,7 @@ class KafkaRecordCollector:
             else:
                 self._failed(err, msg)
 
-        produce_record(self.producer, topic, key, value, headers, timestamp, None, report)
+        produce_record(self.changelog_producer, topic, key, value, headers, timestamp, None, report)
         self.sent += 1
 
     def send_changelog(
