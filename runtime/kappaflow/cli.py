@@ -115,6 +115,7 @@ def _run(args: argparse.Namespace) -> int:
     """Run until SIGTERM/SIGINT, then commit and close (exit 0), or exit 1 if the app failed."""
     from kappaflow.runner import KafkaStreams, State, tune_gc_for_streaming
     from kappaflow.runner.logs import LogSettingError, configure_logging
+    from kappaflow.runner.retry import StoppedWhileWaitingError
 
     try:  # text on a terminal, JSON lines otherwise (a pod's log), unless asked
         configure_logging(args.log_level, args.log_format, default_format="auto")
@@ -144,7 +145,9 @@ def _run(args: argparse.Namespace) -> int:
         )
     failed = failed or streams.error is not None  # the stream thread may have failed while closing
     unclean = streams.final_commit_error
-    if failed and streams.error is not None:
+    if failed and isinstance(streams.error, StoppedWhileWaitingError):
+        log.error("%s", streams.error)  # "stopped while waiting for the broker at ..."
+    elif failed and streams.error is not None:
         log.error("stopped (error): %s", streams.error)
     elif failed or not closed:
         log.info("stopped (%s)", "error" if failed else "close timed out")

@@ -31,6 +31,7 @@ import os
 import socket
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,7 @@ from kappaflow.runner.metadata import (
 )
 from kappaflow.runner.placement import standby_tasks_for
 from kappaflow.runner.process_id import ProcessId, acquire_process_id
+from kappaflow.runner.retry import StoppedWhileWaitingError
 from kappaflow.runner.thread import StreamThread
 from kappaflow.runner.worker_process import NamedCall, StoreCall, WorkerSpec
 from kappaflow.runner.workers import ForwardedStore, ThreadMetadata, WorkerPool
@@ -67,6 +69,8 @@ log = logging.getLogger(__name__)
 
 # How long a worker process gives its own close (commit, tasks, clients) on SIGTERM.
 WORKER_CLOSE_TIMEOUT_S = 60.0
+# How long close() first waits for a stream thread that may just be between two broker attempts.
+STOP_GRACE_S = 0.5
 
 
 class State(enum.Enum):
@@ -296,6 +300,9 @@ class KafkaStreams:
                     self._set_state(State.ERROR)
                 return
             except BaseException as exc:
+                if isinstance(exc, StoppedWhileWaitingError) and self._stop.is_set():
+                    log.info("stream thread ended: %s", exc)  # close() reported the stop
+                    return
                 if isinstance(exc, (TopicError, ConfigError)):  # a set-up mistake its message explains
                     log.error("stream thread failed: %s", exc)
                 else:
@@ -343,10 +350,13 @@ class KafkaStreams:
             self.final_commit_error = StreamsError(
                 f"in worker(s) {', '.join(self._workers.unclean_exits)}, which exited non-zero (see above)"
             )
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
-            if self._thread.is_alive():
-                return False
+        thread = self._thread
+        if (
+            thread is not None
+            and thread is not threading.current_thread()
+            and not self._join_stream_thread(timeout)
+        ):
+            return False
         if self._http is not None:
             self._http.stop()
             self._http = None
@@ -362,6 +372,26 @@ class KafkaStreams:
         self._set_state(State.NOT_RUNNING)
         return workers_clean  # False: a worker was still running at the timeout and was killed
 
+    def _join_stream_thread(self, timeout: float) -> bool:
+        """Wait for the stream thread to end; True when it did, or when it still waits for a broker it
+        cannot reach to prepare topics: it holds nothing to commit or close then, and a librdkafka call
+        cannot be interrupted (it would hold a SIGTERM for up to `default.api.timeout.ms`). The thread
+        ends by itself after that call; `error` says the instance stopped before it ever ran."""
+        assert self._thread is not None
+        deadline = time.monotonic() + timeout
+        self._thread.join(min(timeout, STOP_GRACE_S))  # the thread may be between attempts: it ends now
+        while self._thread.is_alive() and time.monotonic() < deadline:
+            stream_thread = self.stream_thread
+            if stream_thread is not None and stream_thread.preparing:
+                bootstrap = self.config.get_str("bootstrap.servers")
+                self.error = self.error or StoppedWhileWaitingError(
+                    f"stopped while waiting for the broker at bootstrap.servers={bootstrap} to prepare "
+                    "topics: nothing was processed or committed"
+                )
+                return True
+            self._thread.join(0.05)
+        return not self._thread.is_alive()
+
     def _describe(self) -> dict[str, Any]:
         active, standby = self.local_task_ids()
         threads = [dataclasses.asdict(t) for t in self.local_threads_metadata()]
@@ -370,8 +400,6 @@ class KafkaStreams:
 
     def wait_until(self, state: State, timeout: float) -> bool:
         """Block until the instance reaches `state` (or ERROR/NOT_RUNNING); True if it reached it."""
-        import time
-
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.state is state:

@@ -30,11 +30,13 @@ from confluent_kafka import KafkaError
 from kappaflow.api.config import StreamsConfig
 from kappaflow.api.errors import ProducerFencedError, TaskMigratedError, TransactionAbortedError
 from kappaflow.api.metrics import Metrics
+from kappaflow.clients.admin import InternalTopicManager
 from kappaflow.clients.kafka import client_configs, new_consumer
-from kappaflow.runner.assembly import assemble, now_ms
+from kappaflow.runner.assembly import assemble, now_ms, wait_for_topics
 from kappaflow.runner.fetch_lag import LAG_INTERVAL_S, FetchedLag, report_consumer_lag
 from kappaflow.runner.global_state import GlobalStateUpdater
 from kappaflow.runner.metadata import consumer_client_id
+from kappaflow.runner.retry import StoppedWhileWaitingError
 from kappaflow.runner.routing import ConsumerFailedError, raw_records_by_partition
 from kappaflow.runner.tasks import TaskManager
 from kappaflow.tasks import native
@@ -80,13 +82,21 @@ class StreamThread:
         # set when the commit of a clean shutdown failed: what was processed since the last commit is
         # processed again by whoever owns the tasks next, so the stop was not clean
         self.final_commit_error: BaseException | None = None
+        # True until the topics are prepared: it holds no task, offset or store yet, so close() need not
+        # wait for a broker it cannot reach (runner/streams.py)
+        self.preparing = True
         log.info("drain loop: %s", native.describe(config.get_bool("kappaflow.native.enabled")))
 
     # ----------------------------------------------------------------- set-up
-    def _assemble(self) -> None:
+    def _assemble(self, stop: threading.Event) -> None:
+        admin = InternalTopicManager(self.settings["admin"])
+        topics = wait_for_topics(self.topology, self.config, admin, stop)
+        self.preparing = False
+        if stop.is_set():  # close() may not have waited for this thread: hold nothing from here
+            raise StoppedWhileWaitingError("stopped while preparing topics")
         parts = assemble(
             self.topology, self.config, self.settings, self.metrics, self.state_lock, self.commit,
-            self._assignment_changed,
+            self._assignment_changed, admin, topics,
         )  # fmt: skip
         self.subscription, self.partition_counts = parts.topics.subscription, parts.topics.partition_counts
         self.purger, self.producer, self.committer = parts.purger, parts.producer, parts.committer
@@ -108,7 +118,7 @@ class StreamThread:
 
     # ----------------------------------------------------------------- the loop
     def run(self, stop: threading.Event) -> None:
-        self._assemble()
+        self._assemble(stop)
         self._join()
         clean = False
         try:
