@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
+import importlib.metadata
 import inspect
 import json
 import logging
@@ -17,12 +18,15 @@ import shutil
 import signal
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from kappaflow.api.errors import StreamsError
+from kappaflow.cli_status import DEFAULT_SUMMARY_INTERVAL_S, Snapshot, banner_lines, snapshot, summary_line
+from kappaflow.cli_tools import add_commands as add_toolbox_commands
 from kappaflow.topology.topology import Topology
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")  # kappaflow.runner.logs.LEVELS (not imported here: slow)
@@ -126,12 +130,20 @@ def _run(args: argparse.Namespace) -> int:
     streams = KafkaStreams(topology, _config(args))
     stop = threading.Event()
     received = stop_on_signals(stop)
+    summary_every = _summary_interval(args.summary_interval)
     queries = _start_query_server(streams)  # before start(): a bad setting fails before joining the group
     tune_gc_for_streaming()  # this process is the application's: its collector is set for stream work
     streams.start()
+    for line in _banner(streams, queries):
+        log.info("%s", line)
+    last = _snapshot(streams)
     while not stop.wait(0.2):
         if streams.state is State.ERROR:
             break
+        if summary_every > 0 and time.monotonic() - last.at >= summary_every:
+            current = _snapshot(streams)
+            log.info("%s", summary_line(last, current))
+            last = current
     if received:
         log.info("received %s: committing and closing", signal.Signals(received[0]).name)
     failed = streams.state is State.ERROR
@@ -161,6 +173,49 @@ def _run(args: argparse.Namespace) -> int:
     # left to the interpreter's finalizer could otherwise hold the exit (e.g. on an unreachable broker).
     _flush_logs()
     os._exit(code)
+
+
+def version() -> str:
+    try:
+        return importlib.metadata.version("kappaflow")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        import kappaflow
+
+        return str(kappaflow.__version__)
+
+
+def _summary_interval(flag: float | None) -> float:
+    """`--summary-interval`, else KAPPAFLOW_SUMMARY_INTERVAL, else the default; 0 turns it off."""
+    if flag is not None:
+        if flag < 0:
+            raise StreamsError(f"--summary-interval: expected seconds (0 turns it off), got {flag}")
+        return flag
+    raw = os.environ.get("KAPPAFLOW_SUMMARY_INTERVAL")
+    if raw is None or raw.strip() == "":
+        return DEFAULT_SUMMARY_INTERVAL_S
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if seconds < 0:
+        raise StreamsError(f"KAPPAFLOW_SUMMARY_INTERVAL: expected seconds (0 turns it off), got {raw!r}")
+    return seconds
+
+
+def _banner(streams: Any, queries: Any) -> list[str]:
+    """The start-up banner of `streams`: its URLs are the ones really bound (a port 0 is resolved)."""
+    config = streams.config
+    metrics_url = None
+    if streams.metrics_port is not None:
+        host = config.get_str("metrics.host") or "0.0.0.0"
+        metrics_url = f"http://{'localhost' if host == '0.0.0.0' else host}:{streams.metrics_port}"
+    query_url = f"http://{streams.host_info}" if queries is not None else None
+    return banner_lines(version(), config.as_dict(), metrics_url, query_url)
+
+
+def _snapshot(streams: Any) -> Snapshot:
+    metrics = streams.metrics
+    return snapshot(time.monotonic(), streams.state.value, metrics.counters(), metrics.gauges())
 
 
 def _exit_if_stuck(seconds: float, log: logging.Logger) -> None:
@@ -302,6 +357,7 @@ def _reprocess(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kappaflow", description="Kafka Streams for Python")
+    parser.add_argument("--version", action="version", version=f"kappaflow {version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     describe = commands.add_parser("describe", help="print a topology's sub-topologies, nodes and stores")
     describe.add_argument("app", help="module:attr naming a Topology or a function returning one")
@@ -326,6 +382,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="default: KAPPAFLOW_LOG_FORMAT, else text on a terminal and JSON lines otherwise",
     )
     run.add_argument("--close-timeout", type=float, default=60.0, help="seconds to commit and close")
+    run.add_argument(
+        "--summary-interval",
+        type=float,
+        metavar="SECONDS",
+        help="log a summary line (state, records in/out, rate, lag) this often; 0: never (default: "
+        f"KAPPAFLOW_SUMMARY_INTERVAL, else {DEFAULT_SUMMARY_INTERVAL_S:.0f})",
+    )
     run.set_defaults(func=_run)
     reset = commands.add_parser(
         "reset", help="reset input offsets to earliest, delete internal topics and local state"
@@ -334,6 +397,7 @@ def build_parser() -> argparse.ArgumentParser:
     reset.add_argument("--config", help="a .properties file; KAPPAFLOW_* environment variables override it")
     reset.add_argument("--dry-run", action="store_true", help="print what would be done")
     reset.set_defaults(func=_reset)
+    add_toolbox_commands(commands)
     reprocess = commands.add_parser(
         "reprocess",
         help="rebuild outputs and state on Spark from the retained log, into a new application id",

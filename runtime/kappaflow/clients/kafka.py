@@ -59,6 +59,11 @@ def _base(config: StreamsConfig) -> dict[str, Any]:
     return base
 
 
+def connection_settings(config: StreamsConfig) -> dict[str, Any]:
+    """How to reach the cluster (`bootstrap.servers`, security settings): what every client shares."""
+    return _base(config)
+
+
 def client_configs(
     config: StreamsConfig, client_id: str, process_id: str | None = None
 ) -> dict[str, dict[str, Any]]:

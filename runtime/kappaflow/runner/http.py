@@ -40,6 +40,7 @@ HELP: dict[str, str] = {
     "process-seconds-total": "Time spent processing records, in seconds",
     "process-latency-avg-ms": "Average processing time per record in the last batch, in milliseconds",
     "poll-loops-total": "Poll loops that processed records",
+    "records-sent-total": "Records sent to Kafka: output, repartition, changelog and dead-letter topics",
     "enforced-processing-total": "Records processed while an input partition was empty (max.task.idle.ms)",
     "commit-total": "Commits",
     "commit-seconds-total": "Time spent committing, in seconds",

@@ -85,6 +85,7 @@ class StreamThread:
         # True until the topics are prepared: it holds no task, offset or store yet, so close() need not
         # wait for a broker it cannot reach (runner/streams.py)
         self.preparing = True
+        self._sent = 0  # the collector's count of records sent, as last published
         log.info("drain loop: %s", native.describe(config.get_bool("kappaflow.native.enabled")))
 
     # ----------------------------------------------------------------- set-up
@@ -165,6 +166,7 @@ class StreamThread:
             # nothing else polls an idle thread's producers: their librdkafka log lines would pile up
             self._last_served = time.monotonic()
             self.producer.collector.serve_reports()
+            self._publish_sent()
         if time.monotonic() - self._last_lag >= LAG_INTERVAL_S and self.rebalance.assigned:
             self._last_lag = time.monotonic()
             report_consumer_lag(consumer, self.rebalance.assigned, self.metrics)
@@ -194,6 +196,14 @@ class StreamThread:
             self.global_state.checkpoint()
         self.purger.committed(offsets)
         self._last_commit = time.monotonic()
+        self._publish_sent()
+
+    def _publish_sent(self) -> None:
+        """The collector counts records sent inline, per record; the metric follows per interval."""
+        sent = self.producer.collector.sent
+        if sent > self._sent:
+            self.metrics.increment("records-sent-total", sent - self._sent)
+            self._sent = sent
 
     # ----------------------------------------------------------------- failures
     def _on_consumer_error(self, err: KafkaError) -> None:
