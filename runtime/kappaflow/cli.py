@@ -446,7 +446,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # `produce TOPIC --parse-key a:1 b:2`: values after options are values too
+        if args.command != "produce" or any(item.startswith("--") for item in extra):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.values = [*args.values, *extra]
     try:
         return int(args.func(args))
     except StreamsError as exc:

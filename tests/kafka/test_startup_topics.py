@@ -57,7 +57,10 @@ def test_missing_dead_letter_topic_names_the_setting(kafka_bootstrap, kafka_topi
         kafka_bootstrap,
         f"start-dlq-{uuid.uuid4().hex[:8]}",
         str(tmp_path / "state"),
-        **{"errors.dead.letter.queue.topic.name": missing, "processing.exception.handler": "log_and_continue"},
+        **{
+            "errors.dead.letter.queue.topic.name": missing,
+            "processing.exception.handler": "log_and_continue",
+        },
     )
     code, seconds, lines = _run_to_exit(props, tmp_path, {"WC_INPUT": source, "WC_OUTPUT": sink})
     assert code != 0 and seconds < 20, lines
@@ -73,7 +76,9 @@ def test_a_topic_name_extractor_sink_is_not_refused(kafka_bootstrap, kafka_topic
     builder = StreamsBuilder()
     stream = builder.stream(source, key_serde=serdes.String(), value_serde=serdes.String())
     stream.to(lambda _key, _value, _context: sink, key_serde=serdes.String(), value_serde=serdes.String())
-    app = KafkaStreams(builder.build(), fast_config(kafka_bootstrap, f"dyn-{uuid.uuid4().hex[:8]}", str(tmp_path)))
+    app = KafkaStreams(
+        builder.build(), fast_config(kafka_bootstrap, f"dyn-{uuid.uuid4().hex[:8]}", str(tmp_path))
+    )
     app.start()
     try:
         wait_running(app)
