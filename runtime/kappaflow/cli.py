@@ -330,12 +330,16 @@ def _reprocess(args: argparse.Namespace) -> int:
 
     from kappaflow.api.config import StreamsConfig
     from kappaflow.spark import reprocess
+    from kappaflow.spark.progress import live_output_warning
 
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    load_topology(args.app)  # fail fast, before Spark starts, if the application cannot be imported
+    topology = load_topology(args.app)  # fail fast, before Spark starts, if it cannot be imported
     config = StreamsConfig.load({"application.id": args.application_id}, file=args.config)
     config = config.with_overrides({"application.id": args.application_id})
     output_map = dict(item.split("=", 1) for item in args.output_map)
+    warning = live_output_warning(topology.sink_topics(), output_map, args.skip_outputs)
+    if warning is not None:
+        print(f"WARNING: {warning}", file=sys.stderr, flush=True)
     result = reprocess(
         functools.partial(load_topology, args.app),
         config,
@@ -349,6 +353,7 @@ def _reprocess(args: argparse.Namespace) -> int:
         reader=args.reader,
         splits=args.splits,
         progress=lambda text: print(f"==> {text}", flush=True),
+        progress_interval_s=args.progress_interval,
     )
     if args.json:
         print(json.dumps(dataclasses.asdict(result), default=str))
@@ -436,9 +441,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     reprocess.add_argument("--skip-outputs", action="store_true", help="rebuild state only, write no outputs")
     reprocess.add_argument(
-        "--output-map", action="append", default=[], metavar="OLD=NEW", help="write output topic OLD to NEW"
+        "--output-map",
+        action="append",
+        default=[],
+        metavar="OLD=NEW",
+        help="write output topic OLD to NEW (default: the live output topics themselves)",
     )
     reprocess.add_argument("--json", action="store_true", help="print the result as JSON at the end")
+    reprocess.add_argument(
+        "--progress-interval",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="report a running stage's Spark tasks this often (0: only when each stage ends)",
+    )
     reprocess.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, default="WARNING")
     reprocess.set_defaults(func=_reprocess)
     return parser

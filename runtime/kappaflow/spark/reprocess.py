@@ -56,6 +56,8 @@ from kappaflow.clients.rdkafka_log import serve_consumer_logs
 from kappaflow.dsl.stream_processors import CallableProcessorAdapter, FixedKeyProcessorAdapter
 from kappaflow.runner.topics import output_topics, prepare_topics
 from kappaflow.spark.executor import InputRow, OutputRow, RecordRow, StageJob, load_app, run_partitions
+from kappaflow.spark.progress import DEFAULT_INTERVAL_S as DEFAULT_PROGRESS_INTERVAL_S
+from kappaflow.spark.progress import StageProgress
 from kappaflow.topology.nodes import ProcessorSpec, SubTopology
 from kappaflow.topology.topology import Topology
 from kappaflow_contract.topics import changelog_topic
@@ -249,7 +251,8 @@ class Reprocessor:
     `earliest`/`latest` or per-partition offsets. `write_state=None` writes RocksDB state only when Spark
     runs locally. `output_map` renames output topics; `skip_outputs` rebuilds state only. `splits` is how
     many offset ranges each input partition of a splittable stage is cut into (None: enough for twice
-    Spark's default parallelism; 1: never split).
+    Spark's default parallelism; 1: never split). `progress` gets a line per step, and every
+    `progress_interval_s` (0: never) the running stage's Spark tasks done so far.
     """
 
     def __init__(
@@ -266,6 +269,7 @@ class Reprocessor:
         reader: str = DEFAULT_READER,
         splits: int | None = None,
         progress: Callable[[str], None] | None = None,
+        progress_interval_s: float = DEFAULT_PROGRESS_INTERVAL_S,
     ) -> None:
         if reader not in READERS:
             raise StreamsError(f"reader must be one of {', '.join(READERS)}, got '{reader}'")
@@ -285,6 +289,7 @@ class Reprocessor:
         self.output_map = dict(output_map or {})
         self.skip_outputs = skip_outputs
         self.progress = progress or (lambda text: log.info("%s", text))
+        self.progress_interval_s = progress_interval_s  # a running stage's Spark tasks, this often
         if self.topology.global_stores:
             raise StreamsError("global stores are not supported by reprocessing yet")
         if isinstance(app, Topology):
@@ -477,7 +482,9 @@ class Reprocessor:
                 StorageLevel.MEMORY_AND_DISK
             )
             persisted.append(out)
-            stats = [json.loads(r[2]) for r in out.filter(_is_stats).collect()]
+            label = f"stage {index}/{len(stages)} (sub-topology {sub.id})"
+            with StageProgress(spark, label, self.progress, self.progress_interval_s):
+                stats = [json.loads(r[2]) for r in out.filter(_is_stats).collect()]
             for topic in sub.sink_topics:
                 resolved = self.topology.resolve_topic(topic, self.app_id)
                 if resolved in repartition:
