@@ -58,6 +58,7 @@ from kappaflow.runner.topics import output_topics, prepare_topics
 from kappaflow.spark.executor import InputRow, OutputRow, RecordRow, StageJob, load_app, run_partitions
 from kappaflow.spark.progress import DEFAULT_INTERVAL_S as DEFAULT_PROGRESS_INTERVAL_S
 from kappaflow.spark.progress import StageProgress
+from kappaflow.spark.session import spark_kafka_options
 from kappaflow.topology.nodes import ProcessorSpec, SubTopology
 from kappaflow.topology.topology import Topology
 from kappaflow_contract.topics import changelog_topic
@@ -92,28 +93,6 @@ class ReprocessResult:
             f"records, {self.changelog_records} state records written, in {self.seconds:.1f}s "
             f"({rate:,.0f} records/s)"
         )
-
-
-def spark_kafka_options(config: StreamsConfig) -> dict[str, str]:
-    """Spark Kafka source options from the streams config (Java client names, prefixed `kafka.`)."""
-    options = {"kafka.bootstrap.servers": config.require("bootstrap.servers")}
-    protocol = config.get_str("security.protocol")
-    if protocol:
-        options["kafka.security.protocol"] = protocol
-    mechanism = config.get_str("sasl.mechanism") or config.get_str("sasl.mechanisms")
-    if mechanism:
-        options["kafka.sasl.mechanism"] = mechanism
-        user, password = config.get_str("sasl.username"), config.get_str("sasl.password")
-        module = (
-            "org.apache.kafka.common.security.plain.PlainLoginModule"
-            if mechanism.upper() == "PLAIN"
-            else "org.apache.kafka.common.security.scram.ScramLoginModule"
-        )
-        if user:
-            options["kafka.sasl.jaas.config"] = f'{module} required username="{user}" password="{password}";'
-    if config.exactly_once:
-        options["kafka.isolation.level"] = "read_committed"
-    return options
 
 
 def parse_offsets(spec: str | Offsets, default: str) -> str | Offsets:
