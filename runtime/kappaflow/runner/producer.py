@@ -31,7 +31,7 @@ from confluent_kafka import KafkaException, Producer, TopicPartition
 
 from kappaflow.api.errors import ProducerFencedError, StreamsError, TransactionAbortedError
 from kappaflow.api.record import Headers
-from kappaflow.clients.kafka import KafkaRecordCollector, ProductionError, production_failure
+from kappaflow.clients.kafka import KafkaRecordCollector, ProductionError, new_producer, production_failure
 from kappaflow.runner.retry import retry_unreachable
 from kappaflow.tasks.handlers import FailedRecord, resolve_handler
 
@@ -81,7 +81,7 @@ class StreamsProducer:
         metadata_source: Any,
         production_handler: Callable[[Any, Any], bool] | None,
         api_timeout_s: float,
-        factory: ProducerFactory = Producer,
+        factory: ProducerFactory = new_producer,
     ) -> None:
         """`production_handler` decides, under at_least_once, whether a failed delivery is dropped;
         under exactly_once_v2 a failed delivery always aborts the transaction."""

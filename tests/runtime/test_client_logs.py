@@ -1,6 +1,7 @@
-"""Reprocessing's own Kafka clients (the executors' producer and range reader, the driver's watermark
-consumer) route librdkafka's lines through Python logging, as the runner's clients do: with the broker
-down they used to print raw `%3|...|FAIL|` lines to stderr, one per reconnect attempt."""
+"""Every Kafka client kappaflow makes routes librdkafka's lines through Python logging: reprocessing's
+(the executors' producer and range reader, the driver's watermark consumer) and the stream thread's
+producers, which were made with confluent-kafka's bare Producer. With the broker down they used to
+print raw `%3|...|FAIL|` lines to stderr, one per reconnect attempt."""
 
 from __future__ import annotations
 
@@ -40,3 +41,21 @@ def test_reprocess_clients_log_through_python_logging_not_raw_lines(capfd, caplo
     assert "|FAIL|" not in stderr and "%3|" not in stderr, stderr[:500]
     warnings = [r for r in caplog.records if r.name == "kappaflow.clients" and bootstrap in r.getMessage()]
     assert warnings, [r.getMessage() for r in caplog.records]
+
+
+def test_the_stream_threads_producers_log_through_python_logging(capfd, caplog):
+    from kappaflow.runner.producer import StreamsProducer
+
+    bootstrap = f"127.0.0.1:{free_port()}"  # nothing listens there
+    caplog.set_level(logging.INFO, logger="kappaflow.clients")
+    settings = {"bootstrap.servers": bootstrap, "client.id": "quiet-producer", "message.timeout.ms": 2000}
+    producer = StreamsProducer(settings, False, None, None, 5.0)
+    for client in producer.collector.producers():  # the sink producer and the changelog producer
+        client.produce("out", b"v")
+        client.flush(3)
+    stderr = capfd.readouterr().err
+    assert "|FAIL|" not in stderr and "%3|" not in stderr, stderr[:500]
+    routed = {
+        r.getMessage().split(":")[0] for r in caplog.records if r.name == "kappaflow.clients.librdkafka"
+    }
+    assert any(name.startswith("quiet-producer") for name in routed), routed  # repeats are aggregated
