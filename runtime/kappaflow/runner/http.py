@@ -55,7 +55,7 @@ HELP: dict[str, str] = {
     "streams-state": "The instance's state as the index of kappaflow.runner.State (2 is RUNNING)",
     "dropped-records-total": "Records skipped (handler continued, late, invalid timestamp), by reason",
     "expired-window-record-drop-total": "Records dropped because their window had closed",
-    "dead-letter-records-total": "Records sent to the dead-letter topic",
+    "dead-letter-records-total": "Records written to the dead-letter topic (counted once committed)",
     "transaction-aborts-total": "Aborted transactions, work redone from the last commit (exactly-once)",
     "task-rewinds-total": "Tasks closed dirty and resumed from the committed offsets (at-least-once)",
     "consumer-rejoins-total": "Group consumers replaced after a fatal error",
