@@ -69,8 +69,10 @@ log = logging.getLogger(__name__)
 
 # How long a worker process gives its own close (commit, tasks, clients) on SIGTERM.
 WORKER_CLOSE_TIMEOUT_S = 60.0
-# How long close() first waits for a stream thread that may just be between two broker attempts.
-STOP_GRACE_S = 0.5
+# How long close() waits for a stream thread still preparing topics before it leaves it behind: long
+# enough for a reachable broker to finish (the thread then ends cleanly), short enough to stop promptly
+# when the broker cannot be reached.
+STOP_GRACE_S = 2.0
 
 
 class State(enum.Enum):
@@ -379,7 +381,7 @@ class KafkaStreams:
         ends by itself after that call; `error` says the instance stopped before it ever ran."""
         assert self._thread is not None
         deadline = time.monotonic() + timeout
-        self._thread.join(min(timeout, STOP_GRACE_S))  # the thread may be between attempts: it ends now
+        self._thread.join(min(timeout, STOP_GRACE_S))
         while self._thread.is_alive() and time.monotonic() < deadline:
             stream_thread = self.stream_thread
             if stream_thread is not None and stream_thread.preparing:

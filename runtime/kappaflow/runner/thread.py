@@ -93,7 +93,7 @@ class StreamThread:
         admin = InternalTopicManager(self.settings["admin"])
         topics = wait_for_topics(self.topology, self.config, admin, stop)
         self.preparing = False
-        if stop.is_set():  # close() may not have waited for this thread: hold nothing from here
+        if stop.is_set():  # stopped meanwhile: end before holding anything (close() may not wait)
             raise StoppedWhileWaitingError("stopped while preparing topics")
         parts = assemble(
             self.topology, self.config, self.settings, self.metrics, self.state_lock, self.commit,
