@@ -86,3 +86,27 @@ def test_a_topic_name_extractor_sink_is_not_refused(kafka_bootstrap, kafka_topic
         assert [m.value() for m in read_topic(kafka_bootstrap, sink, expected=1)] == [b"routed"]
     finally:
         app.close(30)
+
+
+def test_sigterm_during_a_normal_start_still_stops_cleanly(kafka_bootstrap, kafka_topics, tmp_path):
+    """A stop that arrives while topics are prepared, with the broker reachable, is not 'waiting for the
+    broker': preparation finishes, the thread ends holding nothing, and the run exits 0."""
+    import signal
+
+    source, sink = kafka_topics("start-stop-in"), kafka_topics("start-stop-out")
+    props = fast_config(kafka_bootstrap, f"start-stop-{uuid.uuid4().hex[:8]}", str(tmp_path / "state"))
+    process = start_cli_app(
+        "tests.kafka.apps:wordcount", props, tmp_path, {"WC_INPUT": source, "WC_OUTPUT": sink}
+    )
+    log = tmp_path / "app.log"
+    try:
+        deadline = time.monotonic() + 30
+        while "CREATED -> REBALANCING" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(30)
+    finally:
+        kill_if_running(process)
+    lines = log.read_text().splitlines()
+    assert code == 0, lines
+    assert "stopped (clean)" in lines[-1] and not any("waiting for the broker" in line for line in lines)
