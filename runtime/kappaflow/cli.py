@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
+import importlib.metadata
 import inspect
 import json
 import logging
@@ -17,12 +18,15 @@ import shutil
 import signal
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from kappaflow.api.errors import StreamsError
+from kappaflow.cli_status import DEFAULT_SUMMARY_INTERVAL_S, Snapshot, banner_lines, snapshot, summary_line
+from kappaflow.cli_tools import add_commands as add_toolbox_commands
 from kappaflow.topology.topology import Topology
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")  # kappaflow.runner.logs.LEVELS (not imported here: slow)
@@ -115,6 +119,7 @@ def _run(args: argparse.Namespace) -> int:
     """Run until SIGTERM/SIGINT, then commit and close (exit 0), or exit 1 if the app failed."""
     from kappaflow.runner import KafkaStreams, State, tune_gc_for_streaming
     from kappaflow.runner.logs import LogSettingError, configure_logging
+    from kappaflow.runner.retry import StoppedWhileWaitingError
 
     try:  # text on a terminal, JSON lines otherwise (a pod's log), unless asked
         configure_logging(args.log_level, args.log_format, default_format="auto")
@@ -125,12 +130,20 @@ def _run(args: argparse.Namespace) -> int:
     streams = KafkaStreams(topology, _config(args))
     stop = threading.Event()
     received = stop_on_signals(stop)
+    summary_every = _summary_interval(args.summary_interval)
     queries = _start_query_server(streams)  # before start(): a bad setting fails before joining the group
     tune_gc_for_streaming()  # this process is the application's: its collector is set for stream work
     streams.start()
+    for line in _banner(streams, queries):
+        log.info("%s", line)
+    last = _snapshot(streams)
     while not stop.wait(0.2):
         if streams.state is State.ERROR:
             break
+        if summary_every > 0 and time.monotonic() - last.at >= summary_every:
+            current = _snapshot(streams)
+            log.info("%s", summary_line(last, current))
+            last = current
     if received:
         log.info("received %s: committing and closing", signal.Signals(received[0]).name)
     failed = streams.state is State.ERROR
@@ -144,7 +157,11 @@ def _run(args: argparse.Namespace) -> int:
         )
     failed = failed or streams.error is not None  # the stream thread may have failed while closing
     unclean = streams.final_commit_error
-    if failed or not closed:
+    if failed and isinstance(streams.error, StoppedWhileWaitingError):
+        log.error("%s", streams.error)  # "stopped while waiting for the broker at ..."
+    elif failed and streams.error is not None:
+        log.error("stopped (error): %s", streams.error)
+    elif failed or not closed:
         log.info("stopped (%s)", "error" if failed else "close timed out")
     elif unclean is not None:
         log.error("stopped (not clean: the final commit failed: %s); records processed since the last "
@@ -156,6 +173,49 @@ def _run(args: argparse.Namespace) -> int:
     # left to the interpreter's finalizer could otherwise hold the exit (e.g. on an unreachable broker).
     _flush_logs()
     os._exit(code)
+
+
+def version() -> str:
+    try:
+        return importlib.metadata.version("kappaflow")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        import kappaflow
+
+        return str(kappaflow.__version__)
+
+
+def _summary_interval(flag: float | None) -> float:
+    """`--summary-interval`, else KAPPAFLOW_SUMMARY_INTERVAL, else the default; 0 turns it off."""
+    if flag is not None:
+        if flag < 0:
+            raise StreamsError(f"--summary-interval: expected seconds (0 turns it off), got {flag}")
+        return flag
+    raw = os.environ.get("KAPPAFLOW_SUMMARY_INTERVAL")
+    if raw is None or raw.strip() == "":
+        return DEFAULT_SUMMARY_INTERVAL_S
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if seconds < 0:
+        raise StreamsError(f"KAPPAFLOW_SUMMARY_INTERVAL: expected seconds (0 turns it off), got {raw!r}")
+    return seconds
+
+
+def _banner(streams: Any, queries: Any) -> list[str]:
+    """The start-up banner of `streams`: its URLs are the ones really bound (a port 0 is resolved)."""
+    config = streams.config
+    metrics_url = None
+    if streams.metrics_port is not None:
+        host = config.get_str("metrics.host") or "0.0.0.0"
+        metrics_url = f"http://{'localhost' if host == '0.0.0.0' else host}:{streams.metrics_port}"
+    query_url = f"http://{streams.host_info}" if queries is not None else None
+    return banner_lines(version(), config.as_dict(), metrics_url, query_url)
+
+
+def _snapshot(streams: Any) -> Snapshot:
+    metrics = streams.metrics
+    return snapshot(time.monotonic(), streams.state.value, metrics.counters(), metrics.gauges())
 
 
 def _exit_if_stuck(seconds: float, log: logging.Logger) -> None:
@@ -270,12 +330,16 @@ def _reprocess(args: argparse.Namespace) -> int:
 
     from kappaflow.api.config import StreamsConfig
     from kappaflow.spark import reprocess
+    from kappaflow.spark.progress import live_output_warning
 
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    load_topology(args.app)  # fail fast, before Spark starts, if the application cannot be imported
+    topology = load_topology(args.app)  # fail fast, before Spark starts, if it cannot be imported
     config = StreamsConfig.load({"application.id": args.application_id}, file=args.config)
     config = config.with_overrides({"application.id": args.application_id})
     output_map = dict(item.split("=", 1) for item in args.output_map)
+    warning = live_output_warning(topology.sink_topics(), output_map, args.skip_outputs)
+    if warning is not None:
+        print(f"WARNING: {warning}", file=sys.stderr, flush=True)
     result = reprocess(
         functools.partial(load_topology, args.app),
         config,
@@ -289,6 +353,7 @@ def _reprocess(args: argparse.Namespace) -> int:
         reader=args.reader,
         splits=args.splits,
         progress=lambda text: print(f"==> {text}", flush=True),
+        progress_interval_s=args.progress_interval,
     )
     if args.json:
         print(json.dumps(dataclasses.asdict(result), default=str))
@@ -297,6 +362,7 @@ def _reprocess(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kappaflow", description="Kafka Streams for Python")
+    parser.add_argument("--version", action="version", version=f"kappaflow {version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     describe = commands.add_parser("describe", help="print a topology's sub-topologies, nodes and stores")
     describe.add_argument("app", help="module:attr naming a Topology or a function returning one")
@@ -321,6 +387,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="default: KAPPAFLOW_LOG_FORMAT, else text on a terminal and JSON lines otherwise",
     )
     run.add_argument("--close-timeout", type=float, default=60.0, help="seconds to commit and close")
+    run.add_argument(
+        "--summary-interval",
+        type=float,
+        metavar="SECONDS",
+        help="log a summary line (state, records in/out, rate, lag) this often; 0: never (default: "
+        f"KAPPAFLOW_SUMMARY_INTERVAL, else {DEFAULT_SUMMARY_INTERVAL_S:.0f})",
+    )
     run.set_defaults(func=_run)
     reset = commands.add_parser(
         "reset", help="reset input offsets to earliest, delete internal topics and local state"
@@ -329,6 +402,7 @@ def build_parser() -> argparse.ArgumentParser:
     reset.add_argument("--config", help="a .properties file; KAPPAFLOW_* environment variables override it")
     reset.add_argument("--dry-run", action="store_true", help="print what would be done")
     reset.set_defaults(func=_reset)
+    add_toolbox_commands(commands)
     reprocess = commands.add_parser(
         "reprocess",
         help="rebuild outputs and state on Spark from the retained log, into a new application id",
@@ -367,9 +441,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     reprocess.add_argument("--skip-outputs", action="store_true", help="rebuild state only, write no outputs")
     reprocess.add_argument(
-        "--output-map", action="append", default=[], metavar="OLD=NEW", help="write output topic OLD to NEW"
+        "--output-map",
+        action="append",
+        default=[],
+        metavar="OLD=NEW",
+        help="write output topic OLD to NEW (default: the live output topics themselves)",
     )
     reprocess.add_argument("--json", action="store_true", help="print the result as JSON at the end")
+    reprocess.add_argument(
+        "--progress-interval",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="report a running stage's Spark tasks this often (0: only when each stage ends)",
+    )
     reprocess.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, default="WARNING")
     reprocess.set_defaults(func=_reprocess)
     return parser
@@ -377,7 +462,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # `produce TOPIC --parse-key a:1 b:2`: values after options are values too
+        if args.command != "produce" or any(item.startswith("--") for item in extra):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.values = [*args.values, *extra]
     try:
         return int(args.func(args))
     except StreamsError as exc:

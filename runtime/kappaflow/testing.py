@@ -12,7 +12,7 @@ import shutil
 import tempfile
 import time
 from collections import defaultdict, deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -68,6 +68,18 @@ class _DriverCollector:
         partition: int | None,
     ) -> None:
         self._driver._route(ProducedRecord(topic, key, value, (headers or Headers()).copy(), timestamp))
+
+    def send_dead_letter(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers,
+        timestamp: int,
+        on_written: Callable[[], None],
+    ) -> None:
+        self.send(topic, key, value, headers, timestamp, None)
+        on_written()
 
     def send_changelog(
         self, topic: str, key: bytes, value: bytes | None, timestamp: int, partition: int

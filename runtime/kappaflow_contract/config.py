@@ -47,6 +47,7 @@ NON_CONFIG_ENV = frozenset(
         DESCRIBE_KEY_ENV,
         "KAPPAFLOW_LOG_LEVEL",  # logging (kappaflow.runner.logs), read by `kappaflow run`
         "KAPPAFLOW_LOG_FORMAT",
+        "KAPPAFLOW_SUMMARY_INTERVAL",  # `kappaflow run`'s summary line, seconds (0: none)
     }
 )
 NON_CONFIG_ENV_PREFIXES = ("KAPPAFLOW_TEST_", "KAPPAFLOW_OPERATOR_")

@@ -68,6 +68,48 @@ def test_poison_records_land_in_the_dead_letter_topic(kafka_bootstrap, kafka_top
     assert second["__kappaflow.error.class"] == b"ProcessingError"
     assert b"unlucky number" in second["__kappaflow.error.message"]
     assert app.metrics.counter("dropped-records-total") == 2
+    assert app.metrics.counter("dead-letter-records-total", topic=dead) == 2
+
+
+def test_a_dead_letter_that_could_not_be_written_is_not_counted(kafka_bootstrap, kafka_topics, tmp_path):
+    """The dead-letter topic disappears while the app runs: the poison record's dead letter fails (the
+    production handler drops it), and the dead-letter counter, which counts writes, stays at 0."""
+    from confluent_kafka.admin import AdminClient
+
+    source = kafka_topics("dlq-gone-in")
+    sink = kafka_topics("dlq-gone-out")
+    dead = kafka_topics("dlq-gone-dead")
+    config = fast_config(
+        kafka_bootstrap,
+        f"dlq-gone-{uuid.uuid4().hex[:8]}",
+        str(tmp_path),
+        **{
+            "processing.exception.handler": "log_and_continue",
+            "production.exception.handler": "log_and_continue",
+            "errors.dead.letter.queue.topic.name": dead,
+            "producer.message.timeout.ms": 3000,
+        },
+    )
+    app = KafkaStreams(doubling(source, sink), config)
+    app.start()
+    try:
+        wait_running(app)
+        admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+        admin.delete_topics([dead])[dead].result(30)
+        producer = Producer({"bootstrap.servers": kafka_bootstrap})
+        producer.produce(source, key=b"b", value=struct.pack(">q", 13))
+        producer.produce(source, key=b"c", value=struct.pack(">q", 2))
+        assert producer.flush(10) == 0
+        out = read_topic(kafka_bootstrap, sink, expected=1, timeout=30)
+        assert [m.key() for m in out] == [b"c"]
+        deadline = time.monotonic() + 30  # the dead letter's delivery fails after message.timeout.ms
+        while app.metrics.counter("dropped-records-total") < 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(5)  # past the delivery timeout and a few commits
+    finally:
+        app.close(30)
+    assert app.metrics.counter("dropped-records-total") == 1
+    assert app.metrics.counter("dead-letter-records-total", topic=dead) == 0
 
 
 def test_uncaught_processing_error_reaches_the_handler_and_stops_the_client(

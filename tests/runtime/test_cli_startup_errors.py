@@ -127,3 +127,46 @@ def test_a_topology_function_with_arguments_is_one_line(tmp_path):
         "taking no arguments",
         "needs_an_argument(name",
     )
+
+
+def test_sigterm_while_waiting_for_the_broker_stops_promptly_and_says_so(tmp_path):
+    """With the broker down, topic preparation retries for `default.api.timeout.ms` (60 s here), each
+    metadata call blocking ~15 s: SIGTERM used to wait all of that out. It stops within seconds now, exits
+    non-zero, and its last line says what it was waiting for."""
+    import signal
+    import time
+
+    port = _free_port()
+    config = tmp_path / "app.properties"
+    values = {
+        "application.id": "stopped-waiting",
+        "bootstrap.servers": f"127.0.0.1:{port}",
+        "state.dir": str(tmp_path / "state"),
+        "metrics.port": -1,
+        "default.api.timeout.ms": 60000,
+    }
+    config.write_text("".join(f"{k}={v}\n" for k, v in values.items()))
+    log = tmp_path / "run.log"
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "kappaflow.cli", "run", "examples.wordcount:build_topology", "--config",
+             str(config), "--log-format", "text"],
+            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 20
+            while "cannot connect to Kafka" not in log.read_text() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert "cannot connect to Kafka" in log.read_text(), log.read_text()
+            time.sleep(1.0)  # inside a metadata call that blocks for its 15 s timeout
+            stopped = time.monotonic()
+            process.send_signal(signal.SIGTERM)
+            code = process.wait(30)
+            seconds = time.monotonic() - stopped
+        finally:
+            if process.poll() is None:
+                process.kill()
+    lines = log.read_text().splitlines()
+    assert code != 0
+    assert seconds < 5, f"took {seconds:.1f}s to stop"
+    assert f"stopped while waiting for the broker at bootstrap.servers=127.0.0.1:{port}" in lines[-1], lines

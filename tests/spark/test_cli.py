@@ -46,6 +46,8 @@ def test_cli_reprocesses_into_a_new_application_id(kafka_bootstrap, kafka_topics
     done = run_cli([*args, "--json"], env)
 
     assert done.returncode == 0, done.stderr[-3000:]
+    assert f"WARNING: reprocess writes to the live output topic(s) {sink}:" in done.stderr
+    assert f"--output-map {sink}={sink}-reprocessed" in done.stderr
     assert "==> stage 1/2" in done.stdout and "==> stage 2/2" in done.stdout
     assert f"==> reprocessed '{app_id}': 300 records read" in done.stdout
     result = json.loads(done.stdout.strip().splitlines()[-1])

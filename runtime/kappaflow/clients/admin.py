@@ -13,10 +13,21 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicCollection, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaException,
+    TopicCollection,
+    TopicPartition,
+)
 
 # NewTopic and ConsumerGroupDescription are re-exported without __all__: mypy needs the ignore.
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
 
 from kappaflow.api.errors import StreamsError
 from kappaflow.clients.rdkafka_log import serve_logs, with_logger
@@ -77,6 +88,20 @@ class InternalTopicManager:
         if missing:
             raise TopicError(f"source topics do not exist: {', '.join(missing)}; create them first")
         return counts
+
+    def broker_creates_topics(self) -> bool | None:
+        """The broker's `auto.create.topics.enable`: whether producing to a missing topic creates it
+        (librdkafka's producer asks it to). None when it cannot be read (e.g. not authorized)."""
+        try:
+            metadata = self.admin.list_topics(timeout=15)
+            broker = str(next(iter(metadata.brokers)))
+            resource = ConfigResource(ResourceType.BROKER, broker)
+            configs = self.admin.describe_configs([resource])[resource].result(timeout=15)
+        except (KafkaException, StopIteration) as exc:
+            log.debug("cannot read the broker's auto.create.topics.enable: %s", exc)
+            return None
+        entry = configs.get("auto.create.topics.enable")
+        return None if entry is None or entry.value is None else str(entry.value).lower() == "true"
 
     def ensure(
         self, plans: list[TopicPlan], wanted: Mapping[str, int], create: bool, replication_factor: int = -1

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -55,6 +56,11 @@ def _base(config: StreamsConfig) -> dict[str, Any]:
         if key in config:
             base[key] = config.get(key)
     return base
+
+
+def connection_settings(config: StreamsConfig) -> dict[str, Any]:
+    """How to reach the cluster (`bootstrap.servers`, security settings): what every client shares."""
+    return _base(config)
 
 
 def client_configs(
@@ -134,6 +140,11 @@ def is_consumer_protocol(settings: dict[str, Any]) -> bool:
 def new_consumer(settings: dict[str, Any]) -> Consumer:
     """A consumer its owner polls (its librdkafka log lines arrive through those polls)."""
     return Consumer(with_logger(settings))
+
+
+def new_producer(settings: dict[str, Any]) -> Producer:
+    """A producer its owner polls (its librdkafka log lines arrive through those polls)."""
+    return Producer(with_logger(settings))
 
 
 class ProductionError(StreamsError):
@@ -313,6 +324,30 @@ class KafkaRecordCollector:
         self.sent += 1  # counted inline: this runs for every record
         if self.sent & 0x3FF == 0:  # every 1024 records: neither producer's queue of reports grows
             self._clients.serve_reports()
+
+    def send_dead_letter(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers,
+        timestamp: int,
+        on_written: Callable[[], None],
+    ) -> None:
+        """Dead letters are rare: each gets its own delivery report, so only a written one is counted.
+        They go through the producer that reports successes (`producer` reports only errors at
+        at_least_once)."""
+
+        def report(err: KafkaError | None, msg: Any) -> None:
+            if err is None:
+                on_written()
+            else:
+                self._failed(err, msg)
+
+        produce_record(
+            self._clients.changelog_producer, topic, key, value, headers, timestamp, None, report
+        )
+        self.sent += 1
 
     def send_changelog(
         self, topic: str, key: bytes, value: bytes | None, timestamp: int, partition: int

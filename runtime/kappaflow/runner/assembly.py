@@ -4,6 +4,7 @@ broker restart must not become a crash loop)."""
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -37,11 +38,21 @@ class ThreadParts:
     topics: PreparedTopics
     purger: RepartitionPurger
     producer: StreamsProducer
+    collector: KafkaRecordCollector
     global_state: GlobalStateUpdater | None
     tasks: TaskManager
     committer: Committer
     rebalance: RebalanceHandler
     standbys: StandbyPlacer
+
+
+def wait_for_topics(
+    topology: Topology, config: StreamsConfig, admin: InternalTopicManager, stop: threading.Event
+) -> PreparedTopics:
+    """Topic preparation, retried while the broker cannot be reached, until `stop` is set."""
+    api_timeout_s = config.get_int("default.api.timeout.ms") / 1000.0
+    prepare = functools.partial(prepare_topics, topology, config, admin)
+    return retry_unreachable("preparing topics", prepare, api_timeout_s, stop=stop)
 
 
 def assemble(
@@ -52,13 +63,12 @@ def assemble(
     state_lock: threading.RLock,
     commit: Callable[[], None],
     on_assignment: Callable[[bool], None],
+    admin: InternalTopicManager,
+    topics: PreparedTopics,
 ) -> ThreadParts:
-    """`commit` and `on_assignment` are the stream thread's, called back by the rebalance handler."""
+    """`commit` and `on_assignment` are the stream thread's, called back by the rebalance handler;
+    `admin` prepared `topics` (`wait_for_topics`)."""
     api_timeout_s = config.get_int("default.api.timeout.ms") / 1000.0
-    admin = InternalTopicManager(settings["admin"])
-    topics = retry_unreachable(
-        "preparing topics", lambda: prepare_topics(topology, config, admin), api_timeout_s
-    )
     purge_interval_s = config.get_int("repartition.purge.interval.ms") / 1000.0
     purger = RepartitionPurger(admin, topics.repartition_topics, purge_interval_s)
     handler = production_handler(config.get("production.exception.handler"))
@@ -91,6 +101,7 @@ def assemble(
         topics,
         purger,
         producer,
+        collector,
         global_state,
         tasks,
         Committer(producer, metrics, api_timeout_s),

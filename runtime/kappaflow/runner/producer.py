@@ -33,7 +33,7 @@ from confluent_kafka import KafkaException, Producer, TopicPartition
 
 from kappaflow.api.errors import ProducerFencedError, StreamsError, TransactionAbortedError
 from kappaflow.api.record import Headers
-from kappaflow.clients.kafka import DeliveryReports, ProductionError, production_failure
+from kappaflow.clients.kafka import DeliveryReports, ProductionError, new_producer, production_failure
 from kappaflow.runner.retry import retry_unreachable
 from kappaflow.tasks.handlers import FailedRecord, resolve_handler
 
@@ -88,7 +88,7 @@ class StreamsProducer:
         exactly_once: bool,
         production_handler: Callable[[Any, Any], bool] | None,
         api_timeout_s: float,
-        factory: ProducerFactory = Producer,
+        factory: ProducerFactory = new_producer,
     ) -> None:
         """`production_handler` decides, under at_least_once, whether a failed delivery is dropped;
         under exactly_once_v2 a failed delivery always aborts the transaction."""

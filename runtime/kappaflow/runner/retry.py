@@ -2,12 +2,14 @@
 
 A broker restart or a short network partition must not crash an instance (and, in a pod, start a crash
 loop): like Kafka Streams, calls that fail with a retriable or connectivity error are tried again until
-the API timeout, then fail with a message that says what was being attempted.
+the API timeout, then fail with a message that says what was being attempted. A stop asked for meanwhile
+(SIGTERM) ends the waiting at once: a process told to stop must not sit out the timeout first.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -40,6 +42,10 @@ _PERMANENT = {
 }
 
 
+class StoppedWhileWaitingError(StreamsError):
+    """The instance was told to stop while it retried a broker it could not reach."""
+
+
 def is_unreachable(exc: BaseException) -> bool:
     """True for a client error worth retrying: the broker cannot be reached, or its partitions' leaders
     are moving (a broker restart shows as transport errors, leader-epoch errors, `No leaders found`...).
@@ -58,9 +64,11 @@ def retry_unreachable(
     backoff_s: float = 0.5,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
+    stop: threading.Event | None = None,
 ) -> T:
     """`call()`, retried with backoff while it fails with an error `retriable` accepts, for up to
-    `timeout_s`; then a StreamsError naming `what` and the last error."""
+    `timeout_s`; then a StreamsError naming `what` and the last error. With `stop`, its setting ends the
+    retries (StoppedWhileWaitingError) instead of the next attempt."""
     deadline = clock() + timeout_s
     attempt = 0
     while True:
@@ -70,9 +78,14 @@ def retry_unreachable(
             if not retriable(exc):
                 raise
             attempt += 1
+            if stop is not None and stop.is_set():
+                raise StoppedWhileWaitingError(f"{what}: stopped while retrying: {exc}") from exc
             if clock() + backoff_s > deadline:
                 raise StreamsError(f"{what}: broker unreachable for {timeout_s:.0f}s: {exc}") from exc
             if attempt == 1 or attempt % 10 == 0:
                 log.warning("%s: %s; retrying for up to %.0fs", what, exc, timeout_s)
-            sleep(backoff_s)
+            if stop is not None:
+                stop.wait(backoff_s)
+            else:
+                sleep(backoff_s)
             backoff_s = min(backoff_s * 2, 5.0)

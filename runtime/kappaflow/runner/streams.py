@@ -31,6 +31,7 @@ import os
 import socket
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,7 @@ from kappaflow.api.config import StreamsConfig
 from kappaflow.api.errors import ConfigError, InvalidStateStoreError, StreamsError
 from kappaflow.api.metrics import Metrics
 from kappaflow.api.serdes import Serde
-from kappaflow.clients.admin import InternalTopicManager
+from kappaflow.clients.admin import InternalTopicManager, TopicError
 from kappaflow.clients.kafka import client_configs
 from kappaflow.runner.app_shutdown import ApplicationShutdownSignal
 from kappaflow.runner.http import HealthServer
@@ -57,6 +58,7 @@ from kappaflow.runner.metadata import (
 )
 from kappaflow.runner.placement import standby_tasks_for
 from kappaflow.runner.process_id import ProcessId, acquire_process_id
+from kappaflow.runner.retry import StoppedWhileWaitingError
 from kappaflow.runner.thread import StreamThread
 from kappaflow.runner.worker_process import NamedCall, StoreCall, WorkerSpec
 from kappaflow.runner.workers import ForwardedStore, ThreadMetadata, WorkerPool
@@ -67,6 +69,10 @@ log = logging.getLogger(__name__)
 
 # How long a worker process gives its own close (commit, tasks, clients) on SIGTERM.
 WORKER_CLOSE_TIMEOUT_S = 60.0
+# How long close() waits for a stream thread still preparing topics before it leaves it behind: long
+# enough for a reachable broker to finish (the thread then ends cleanly), short enough to stop promptly
+# when the broker cannot be reached.
+STOP_GRACE_S = 2.0
 
 
 class State(enum.Enum):
@@ -303,7 +309,13 @@ class KafkaStreams:
                     self._set_state(State.ERROR)
                 return
             except BaseException as exc:
-                log.exception("stream thread failed: %s", exc)
+                if isinstance(exc, StoppedWhileWaitingError) and self._stop.is_set():
+                    log.info("stream thread ended: %s", exc)  # close() reported the stop
+                    return
+                if isinstance(exc, (TopicError, ConfigError)):  # a set-up mistake its message explains
+                    log.error("stream thread failed: %s", exc)
+                else:
+                    log.exception("stream thread failed: %s", exc)
                 self.error = exc
                 response = StreamThreadExceptionResponse.SHUTDOWN_CLIENT
                 if self._handler is not None:
@@ -347,10 +359,13 @@ class KafkaStreams:
             self.final_commit_error = StreamsError(
                 f"in worker(s) {', '.join(self._workers.unclean_exits)}, which exited non-zero (see above)"
             )
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
-            if self._thread.is_alive():
-                return False
+        thread = self._thread
+        if (
+            thread is not None
+            and thread is not threading.current_thread()
+            and not self._join_stream_thread(timeout)
+        ):
+            return False
         if self._http is not None:
             self._http.stop()
             self._http = None
@@ -366,6 +381,26 @@ class KafkaStreams:
         self._set_state(State.NOT_RUNNING)
         return workers_clean  # False: a worker was still running at the timeout and was killed
 
+    def _join_stream_thread(self, timeout: float) -> bool:
+        """Wait for the stream thread to end; True when it did, or when it still waits for a broker it
+        cannot reach to prepare topics: it holds nothing to commit or close then, and a librdkafka call
+        cannot be interrupted (it would hold a SIGTERM for up to `default.api.timeout.ms`). The thread
+        ends by itself after that call; `error` says the instance stopped before it ever ran."""
+        assert self._thread is not None
+        deadline = time.monotonic() + timeout
+        self._thread.join(min(timeout, STOP_GRACE_S))
+        while self._thread.is_alive() and time.monotonic() < deadline:
+            stream_thread = self.stream_thread
+            if stream_thread is not None and stream_thread.preparing:
+                bootstrap = self.config.get_str("bootstrap.servers")
+                self.error = self.error or StoppedWhileWaitingError(
+                    f"stopped while waiting for the broker at bootstrap.servers={bootstrap} to prepare "
+                    "topics: nothing was processed or committed"
+                )
+                return True
+            self._thread.join(0.05)
+        return not self._thread.is_alive()
+
     def _describe(self) -> dict[str, Any]:
         active, standby = self.local_task_ids()
         threads = [dataclasses.asdict(t) for t in self.local_threads_metadata()]
@@ -374,8 +409,6 @@ class KafkaStreams:
 
     def wait_until(self, state: State, timeout: float) -> bool:
         """Block until the instance reaches `state` (or ERROR/NOT_RUNNING); True if it reached it."""
-        import time
-
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.state is state:

@@ -30,11 +30,13 @@ from confluent_kafka import KafkaError
 from kappaflow.api.config import StreamsConfig
 from kappaflow.api.errors import ProducerFencedError, TaskMigratedError, TransactionAbortedError
 from kappaflow.api.metrics import Metrics
+from kappaflow.clients.admin import InternalTopicManager
 from kappaflow.clients.kafka import client_configs, new_consumer
-from kappaflow.runner.assembly import assemble, now_ms
+from kappaflow.runner.assembly import assemble, now_ms, wait_for_topics
 from kappaflow.runner.fetch_lag import LAG_INTERVAL_S, FetchedLag, report_consumer_lag
 from kappaflow.runner.global_state import GlobalStateUpdater
 from kappaflow.runner.metadata import consumer_client_id
+from kappaflow.runner.retry import StoppedWhileWaitingError
 from kappaflow.runner.routing import ConsumerFailedError, raw_records_by_partition
 from kappaflow.runner.tasks import TaskManager
 from kappaflow.tasks import native
@@ -86,16 +88,26 @@ class StreamThread:
         # set when the commit of a clean shutdown failed: what was processed since the last commit is
         # processed again by whoever owns the tasks next, so the stop was not clean
         self.final_commit_error: BaseException | None = None
+        # True until the topics are prepared: it holds no task, offset or store yet, so close() need not
+        # wait for a broker it cannot reach (runner/streams.py)
+        self.preparing = True
+        self._sent = 0  # the collector's count of records sent, as last published
         log.info("drain loop: %s", native.describe(config.get_bool("kappaflow.native.enabled")))
 
     # ----------------------------------------------------------------- set-up
-    def _assemble(self) -> None:
+    def _assemble(self, stop: threading.Event) -> None:
+        admin = InternalTopicManager(self.settings["admin"])
+        topics = wait_for_topics(self.topology, self.config, admin, stop)
+        self.preparing = False
+        if stop.is_set():  # stopped meanwhile: end before holding anything (close() may not wait)
+            raise StoppedWhileWaitingError("stopped while preparing topics")
         parts = assemble(
             self.topology, self.config, self.settings, self.metrics, self.state_lock, self.commit,
-            self._assignment_changed,
+            self._assignment_changed, admin, topics,
         )  # fmt: skip
         self.subscription, self.partition_counts = parts.topics.subscription, parts.topics.partition_counts
         self.purger, self.producer, self.committer = parts.purger, parts.producer, parts.committer
+        self.collector = parts.collector
         self.tm, self.global_state = parts.tasks, parts.global_state
         self.rebalance, self.standbys, self.admin = parts.rebalance, parts.standbys, parts.admin
 
@@ -114,7 +126,7 @@ class StreamThread:
 
     # ----------------------------------------------------------------- the loop
     def run(self, stop: threading.Event) -> None:
-        self._assemble()
+        self._assemble(stop)
         self._join()
         clean = False
         try:
@@ -161,6 +173,7 @@ class StreamThread:
             # nothing else polls an idle thread's producers: their librdkafka log lines would pile up
             self._last_served = time.monotonic()
             self.producer.serve_reports()
+            self._publish_sent()
         if time.monotonic() - self._last_lag >= LAG_INTERVAL_S and self.rebalance.assigned:
             self._last_lag = time.monotonic()
             report_consumer_lag(consumer, self.rebalance.assigned, self.metrics)
@@ -190,6 +203,14 @@ class StreamThread:
             self.global_state.checkpoint()
         self.purger.committed(offsets)
         self._last_commit = time.monotonic()
+        self._publish_sent()
+
+    def _publish_sent(self) -> None:
+        """The collector counts records sent inline, per record; the metric follows per interval."""
+        sent = self.collector.sent
+        if sent > self._sent:
+            self.metrics.increment("records-sent-total", sent - self._sent)
+            self._sent = sent
 
     # ----------------------------------------------------------------- failures
     def _on_consumer_error(self, err: KafkaError) -> None:

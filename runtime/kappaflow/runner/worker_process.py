@@ -37,6 +37,7 @@ class LocalInstance(Protocol):
 
     metrics: Metrics
     final_commit_error: BaseException | None
+    error: BaseException | None
 
     def set_state_listener(self, listener: Callable[[Any, Any], None]) -> None: ...
     def start(self) -> None: ...
@@ -146,6 +147,9 @@ def worker_main(spec: WorkerSpec, status: Connection, queries: Connection) -> No
                 break
         failed = not instance.alive()
         closed = instance.close(spec.close_timeout_s)
+        if instance.error is not None and not failed:  # stopped while waiting for the broker
+            log.error("worker %s: %s", spec.name, instance.error)
+            failed = True
         code = 0 if closed and not failed and instance.final_commit_error is None else 1
     except BaseException:
         log.exception("worker %s failed", spec.name)

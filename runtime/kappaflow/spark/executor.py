@@ -55,6 +55,7 @@ from kappaflow.api.processor import TaskId
 from kappaflow.api.record import Headers
 from kappaflow.clients.kafka import produce_record
 from kappaflow.clients.murmur2 import partition_for_key
+from kappaflow.clients.rdkafka_log import with_logger
 from kappaflow.state.cache import ThreadCache
 from kappaflow.tasks.drain import RawTuple
 from kappaflow.tasks.task import StreamTask
@@ -172,6 +173,19 @@ class SparkCollector:
         self._produce(self.job.output_map.get(topic, topic), key, value, headers, timestamp, partition)
         self.outputs += 1
 
+    def send_dead_letter(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers,
+        timestamp: int,
+        on_written: Callable[[], None],
+    ) -> None:
+        """A failed delivery fails the Spark task at its flush, so a record sent here is one written."""
+        self.send(topic, key, value, headers, timestamp, None)
+        on_written()
+
     def send_changelog(
         self, topic: str, key: bytes, value: bytes | None, timestamp: int, partition: int
     ) -> None:
@@ -199,7 +213,7 @@ class SparkCollector:
         if producer is None:
             from confluent_kafka import Producer
 
-            producer = self.producer = Producer(self.job.producer)
+            producer = self.producer = Producer(with_logger(self.job.producer))
         produce_record(producer, topic, key, value, headers, timestamp, partition, self._on_delivery)
 
     def shuffle_rows(self) -> list[OutputRow]:
@@ -253,7 +267,7 @@ def read_range(settings: dict[str, Any], topic: str, partition: int, start: int,
     if end <= start:
         return records
     consumer = Consumer(
-        {**settings, **_READ_TUNING, "enable.partition.eof": True, "enable.auto.commit": False}
+        with_logger({**settings, **_READ_TUNING, "enable.partition.eof": True, "enable.auto.commit": False})
     )
     try:
         consumer.assign([TopicPartition(topic, partition, start)])

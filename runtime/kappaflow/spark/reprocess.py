@@ -51,10 +51,14 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from kappaflow.api.config import StreamsConfig
 from kappaflow.api.errors import StreamsError
 from kappaflow.clients.admin import InternalTopicManager
-from kappaflow.clients.kafka import client_configs
+from kappaflow.clients.kafka import client_configs, new_consumer
+from kappaflow.clients.rdkafka_log import serve_consumer_logs
 from kappaflow.dsl.stream_processors import CallableProcessorAdapter, FixedKeyProcessorAdapter
-from kappaflow.runner.topics import prepare_topics
+from kappaflow.runner.topics import output_topics, prepare_topics
 from kappaflow.spark.executor import InputRow, OutputRow, RecordRow, StageJob, load_app, run_partitions
+from kappaflow.spark.progress import DEFAULT_INTERVAL_S as DEFAULT_PROGRESS_INTERVAL_S
+from kappaflow.spark.progress import StageProgress
+from kappaflow.spark.session import spark_kafka_options
 from kappaflow.topology.nodes import ProcessorSpec, SubTopology
 from kappaflow.topology.topology import Topology
 from kappaflow_contract.topics import changelog_topic
@@ -89,28 +93,6 @@ class ReprocessResult:
             f"records, {self.changelog_records} state records written, in {self.seconds:.1f}s "
             f"({rate:,.0f} records/s)"
         )
-
-
-def spark_kafka_options(config: StreamsConfig) -> dict[str, str]:
-    """Spark Kafka source options from the streams config (Java client names, prefixed `kafka.`)."""
-    options = {"kafka.bootstrap.servers": config.require("bootstrap.servers")}
-    protocol = config.get_str("security.protocol")
-    if protocol:
-        options["kafka.security.protocol"] = protocol
-    mechanism = config.get_str("sasl.mechanism") or config.get_str("sasl.mechanisms")
-    if mechanism:
-        options["kafka.sasl.mechanism"] = mechanism
-        user, password = config.get_str("sasl.username"), config.get_str("sasl.password")
-        module = (
-            "org.apache.kafka.common.security.plain.PlainLoginModule"
-            if mechanism.upper() == "PLAIN"
-            else "org.apache.kafka.common.security.scram.ScramLoginModule"
-        )
-        if user:
-            options["kafka.sasl.jaas.config"] = f'{module} required username="{user}" password="{password}";'
-    if config.exactly_once:
-        options["kafka.isolation.level"] = "read_committed"
-    return options
 
 
 def parse_offsets(spec: str | Offsets, default: str) -> str | Offsets:
@@ -150,6 +132,7 @@ def watermarks(consumer: Consumer, topic: str, partition: int, timeout: float = 
             settling = error.code() in _SETTLING or error.retriable()
             if not settling or time.monotonic() > deadline:
                 raise
+            serve_consumer_logs(consumer)  # it never fetches: its librdkafka lines arrive only so
             time.sleep(0.2)
 
 
@@ -247,7 +230,8 @@ class Reprocessor:
     `earliest`/`latest` or per-partition offsets. `write_state=None` writes RocksDB state only when Spark
     runs locally. `output_map` renames output topics; `skip_outputs` rebuilds state only. `splits` is how
     many offset ranges each input partition of a splittable stage is cut into (None: enough for twice
-    Spark's default parallelism; 1: never split).
+    Spark's default parallelism; 1: never split). `progress` gets a line per step, and every
+    `progress_interval_s` (0: never) the running stage's Spark tasks done so far.
     """
 
     def __init__(
@@ -264,6 +248,7 @@ class Reprocessor:
         reader: str = DEFAULT_READER,
         splits: int | None = None,
         progress: Callable[[str], None] | None = None,
+        progress_interval_s: float = DEFAULT_PROGRESS_INTERVAL_S,
     ) -> None:
         if reader not in READERS:
             raise StreamsError(f"reader must be one of {', '.join(READERS)}, got '{reader}'")
@@ -283,6 +268,7 @@ class Reprocessor:
         self.output_map = dict(output_map or {})
         self.skip_outputs = skip_outputs
         self.progress = progress or (lambda text: log.info("%s", text))
+        self.progress_interval_s = progress_interval_s  # a running stage's Spark tasks, this often
         if self.topology.global_stores:
             raise StreamsError("global stores are not supported by reprocessing yet")
         if isinstance(app, Topology):
@@ -293,9 +279,13 @@ class Reprocessor:
     # ----------------------------------------------------------------- driver-side steps
     def prepare_topics(self) -> dict[str, int]:
         """Create/validate the new id's internal topics; refuse an id whose internal topics hold records."""
-        counts = prepare_topics(self.topology, self.config, self.admin).partition_counts
+        outputs: dict[str, list[str]] = {}
+        if not self.skip_outputs:  # the topics records are really written to: renamed ones, or none
+            for topic, sinks in output_topics(self.topology).items():
+                outputs.setdefault(self.output_map.get(topic, topic), []).extend(sinks)
+        counts = prepare_topics(self.topology, self.config, self.admin, outputs).partition_counts
         internal = self.topology.internal_topic_names(self.app_id)
-        consumer = Consumer({**self.settings["restore"], "group.id": f"{self.app_id}-reprocess-check"})
+        consumer = self._check_consumer()
         try:
             for topic in internal:
                 for partition in range(counts.get(topic, 0)):
@@ -319,9 +309,13 @@ class Reprocessor:
         )
         return counts
 
+    def _check_consumer(self) -> Consumer:
+        """A consumer for watermarks on the driver (never subscribed), its librdkafka lines logged."""
+        return new_consumer({**self.settings["restore"], "group.id": f"{self.app_id}-reprocess-check"})
+
     def offset_ranges(self, counts: Mapping[str, int]) -> tuple[Offsets, Offsets]:
         user = {t: counts[t] for t in self.user_sources()}
-        consumer = Consumer({**self.settings["restore"], "group.id": f"{self.app_id}-reprocess-check"})
+        consumer = self._check_consumer()
         try:
             starts = _resolve_range(consumer, user, self.start, "earliest")
             ends = _resolve_range(consumer, user, self.end, "latest")
@@ -343,7 +337,7 @@ class Reprocessor:
         """Commit the range's end on the input topics, and repartition topics' current ends, for the group."""
 
         tps = [TopicPartition(t, p, o) for t, parts in ends.items() for p, o in parts.items()]
-        consumer = Consumer({**self.settings["restore"], "group.id": f"{self.app_id}-reprocess-check"})
+        consumer = self._check_consumer()
         try:
             for name in self.topology.internal_topics:
                 topic = self.topology.resolve_topic(name, self.app_id)
@@ -467,7 +461,9 @@ class Reprocessor:
                 StorageLevel.MEMORY_AND_DISK
             )
             persisted.append(out)
-            stats = [json.loads(r[2]) for r in out.filter(_is_stats).collect()]
+            label = f"stage {index}/{len(stages)} (sub-topology {sub.id})"
+            with StageProgress(spark, label, self.progress, self.progress_interval_s):
+                stats = [json.loads(r[2]) for r in out.filter(_is_stats).collect()]
             for topic in sub.sink_topics:
                 resolved = self.topology.resolve_topic(topic, self.app_id)
                 if resolved in repartition:

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from kappaflow.api.config import StreamsConfig
 from kappaflow.spark.jars import ensure_kafka_connector
 
 
@@ -64,3 +65,25 @@ def create_session(
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     return session
+
+
+def spark_kafka_options(config: StreamsConfig) -> dict[str, str]:
+    """Spark Kafka source options from the streams config (Java client names, prefixed `kafka.`)."""
+    options = {"kafka.bootstrap.servers": config.require("bootstrap.servers")}
+    protocol = config.get_str("security.protocol")
+    if protocol:
+        options["kafka.security.protocol"] = protocol
+    mechanism = config.get_str("sasl.mechanism") or config.get_str("sasl.mechanisms")
+    if mechanism:
+        options["kafka.sasl.mechanism"] = mechanism
+        user, password = config.get_str("sasl.username"), config.get_str("sasl.password")
+        module = (
+            "org.apache.kafka.common.security.plain.PlainLoginModule"
+            if mechanism.upper() == "PLAIN"
+            else "org.apache.kafka.common.security.scram.ScramLoginModule"
+        )
+        if user:
+            options["kafka.sasl.jaas.config"] = f'{module} required username="{user}" password="{password}";'
+    if config.exactly_once:
+        options["kafka.isolation.level"] = "read_committed"
+    return options

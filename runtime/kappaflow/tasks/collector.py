@@ -6,6 +6,7 @@ the runtime, to in-memory topics in the TopologyTestDriver, and to a buffer on S
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 from kappaflow.api.record import Headers
@@ -22,6 +23,19 @@ class RecordCollector(Protocol):
         partition: int | None,
     ) -> None:
         """Send a record. `partition=None` means: choose it with the murmur2 partitioner on the key."""
+        ...
+
+    def send_dead_letter(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers,
+        timestamp: int,
+        on_written: Callable[[], None],
+    ) -> None:
+        """Send a record to the dead-letter topic and call `on_written` once it is written (a failed
+        write goes where any failed record goes): the dead-letter counter counts writes, not attempts."""
         ...
 
     def send_changelog(

@@ -48,6 +48,7 @@ class RecordFailures:
         )
         self._processing_setting = handler_setting(PROCESSING_HANDLER, config.get(PROCESSING_HANDLER))
         self.dead_letter_topic = config.get_str("errors.dead.letter.queue.topic.name")
+        self._dead_letters = 0  # dead letters written since the last commit, counted when it succeeds
         if self.dead_letter_topic:
             # at zero from the task's start, so the first dead letters are an increase alerts can see
             dead_letters = {"topic": self.dead_letter_topic, **labels}
@@ -95,12 +96,23 @@ class RecordFailures:
             raise error
         self.metrics.increment("dropped-records-total", reason=type(error).__name__, **self.labels)
         if self.dead_letter_topic:
-            self.metrics.increment("dead-letter-records-total", topic=self.dead_letter_topic, **self.labels)
-            self.collector.send(
+            self.collector.send_dead_letter(
                 self.dead_letter_topic,
                 raw.key,
                 raw.value,
                 dead_letter_headers(failed, error),
                 max(raw.timestamp, 0),
-                None,
+                self._dead_letter_written,
             )
+
+    def _dead_letter_written(self) -> None:
+        self._dead_letters += 1
+
+    def committed(self) -> None:
+        """The task committed: the dead letters written since (inside the transaction that just
+        committed, under exactly_once_v2) are counted now, so the counter never counts a record that a
+        failed write or an aborted transaction lost."""
+        if self._dead_letters:
+            labels = {"topic": self.dead_letter_topic, **self.labels}
+            self.metrics.increment("dead-letter-records-total", self._dead_letters, **labels)
+            self._dead_letters = 0

@@ -440,6 +440,7 @@ class StreamTask:
         self.consumed_offsets.clear()
         self.context.commit_requested = False
         self._punctuated = False
+        self.failures.committed()
         if written:
             self.state_manager.record_written(written)
         # always: transactional stores (exactly_once_v2) apply the committed writes here, offsets or not
