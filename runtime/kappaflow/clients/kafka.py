@@ -342,7 +342,7 @@ class KafkaRecordCollector:
             if err is None:
                 on_written()
             else:
-                self._failed(err, msg)
+                self._report_error(err, msg)
 
         produce_record(
             self._clients.changelog_producer, topic, key, value, headers, timestamp, None, report
