@@ -132,6 +132,19 @@ def test_every_panel_query_returns_data(kafka_bootstrap, kafka_topics, tmp_path)
             for _title, expr in dashboard_targets():
                 prom.query(expr)  # the operator's queries must at least parse
             assert prom.query("sum(kappaflow_dead_letter_records_total)")[0]["value"][1] == "1"
+
+            def value(expr: str) -> float:
+                return float(prom.query(expr)[0]["value"][1])
+
+            # the new series hold real values, not only exist: the member got its assignment once, the
+            # word count's RocksDB store is on disk, the process used CPU and memory, the thread polled,
+            # and a record written now is processed within seconds of its timestamp
+            assert value("sum(kappaflow_rebalances_total)") >= 1
+            assert value("sum(kappaflow_rocksdb_size_bytes)") > 0
+            assert value("sum(kappaflow_process_cpu_seconds_total)") > 0
+            assert value("sum(kappaflow_process_resident_memory_bytes)") > 10 * 2**20
+            assert value(f"sum(rate(kappaflow_poll_seconds_total[{RATE_WINDOW}]))") > 0
+            assert 0 <= value("max(kappaflow_record_e2e_latency_ms)") < 30_000
     finally:
         stop.set()
         if feeder.is_alive():
