@@ -87,6 +87,10 @@ def _millis(value: datetime | timedelta | int | None) -> int | None:
 
 
 class TopologyTestDriver:
+    """Runs a topology without a broker, as Java's `TopologyTestDriver`: the real tasks, processors and stores
+    in memory, records piped in one at a time and processed at once, outputs read back from in-memory
+    topics, wall-clock time advanced by hand."""
+
     def __init__(
         self,
         topology: Topology,
@@ -197,6 +201,7 @@ class TopologyTestDriver:
             self._process(self._enqueue(topic, record))
 
     def pipe_raw(self, topic: str, record: ProducedRecord) -> None:
+        """Process one already-serialized record as if it arrived on `topic`."""
         if self._closed:
             raise TopologyError("the driver is closed")
         if self._global is not None and topic in self._global.topics():
@@ -220,6 +225,7 @@ class TopologyTestDriver:
         start_timestamp: datetime | int | None = None,
         auto_advance: timedelta | int | None = None,
     ) -> TestInputTopic:
+        """A `TestInputTopic` that serializes with these serdes and pipes records into topic `name`."""
         return TestInputTopic(
             self,
             name,
@@ -232,6 +238,7 @@ class TopologyTestDriver:
     def create_output_topic(
         self, name: str, key_serde: Serde[Any] | None = None, value_serde: Serde[Any] | None = None
     ) -> TestOutputTopic:
+        """A `TestOutputTopic` reading what the topology wrote to topic `name`, with these serdes."""
         return TestOutputTopic(
             self,
             name,
@@ -240,6 +247,7 @@ class TopologyTestDriver:
         )
 
     def advance_wall_clock_time(self, advance: timedelta | int) -> None:
+        """Move the driver's wall-clock time forward (firing wall-clock punctuations that come due)."""
         self._wall_clock += to_millis(advance, "advance")
         for task in self._tasks.values():
             if task.maybe_punctuate_system_time(self._wall_clock):
@@ -248,6 +256,7 @@ class TopologyTestDriver:
 
     @property
     def wall_clock_time_ms(self) -> int:
+        """The driver's current wall-clock time, in milliseconds."""
         return self._wall_clock
 
     def _find_store(self, name: str) -> Any:
@@ -259,12 +268,15 @@ class TopologyTestDriver:
         return None
 
     def get_state_store(self, name: str) -> Any:
+        """The store named `name`, of any kind; raises InvalidStateStoreError if the topology has none."""
         store = self._find_store(name)
         if store is None:
             raise InvalidStateStoreError(f"no store named '{name}' in this topology")
         return store
 
     def get_key_value_store(self, name: str) -> ReadOnlyKeyValueView:
+        """A read-only view of the key-value store `name` with plain values (a timestamped store's values
+        unwrapped), as Java's `getKeyValueStore`."""
         return ReadOnlyKeyValueView(self.get_state_store(name))
 
     def get_window_store(self, name: str) -> ReadOnlyWindowView:
@@ -276,18 +288,22 @@ class TopologyTestDriver:
         return ReadOnlySessionView(self.get_state_store(name))
 
     def get_timestamped_key_value_store(self, name: str) -> Any:
+        """The timestamped key-value store named `name` (values with their timestamps)."""
         return self.get_state_store(name)
 
     def metrics(self) -> Metrics:
+        """The metrics the tasks and stores recorded (dropped records, store operations, ...)."""
         return self._metrics
 
     def producer_topics(self) -> list[str]:
+        """The topics the topology has written to so far."""
         return sorted(self.produced)
 
     def _output_queue(self, topic: str) -> deque[ProducedRecord]:
         return self._outputs[topic]
 
     def close(self) -> None:
+        """Close the tasks and stores (also done by leaving the `with` block)."""
         if self._closed:
             return
         self._closed = True

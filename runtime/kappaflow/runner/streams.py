@@ -117,6 +117,10 @@ def check_state_dir(path: Path) -> Path:
 
 
 class KafkaStreams:
+    """Runs a topology on Kafka, as Java's `KafkaStreams`: `start()` joins the consumer group and processes,
+    `close()` commits and leaves. One instance per process; run more processes (or `num.stream.threads`
+    worker processes) to scale out. Serves metrics and health on `metrics.port`."""
+
     def __init__(self, topology: Topology, config: StreamsConfig | Mapping[str, Any]) -> None:
         self.topology = topology
         self.config = config if isinstance(config, StreamsConfig) else StreamsConfig(dict(config))
@@ -157,11 +161,14 @@ class KafkaStreams:
 
     # ----------------------------------------------------------------- listeners
     def set_state_listener(self, listener: StateListener) -> None:
+        """Call `listener(new_state, old_state)` on each state change; set before `start()`."""
         if self.state is not State.CREATED:
             raise StreamsError("set the state listener before start()")
         self._listeners.append(listener)
 
     def set_uncaught_exception_handler(self, handler: UncaughtExceptionHandler) -> None:
+        """What a failure of the stream thread does: the handler returns `REPLACE_THREAD`, `SHUTDOWN_CLIENT`
+        or `SHUTDOWN_APPLICATION`; set before `start()`."""
         if self.state is not State.CREATED:
             raise StreamsError("set the uncaught exception handler before start()")
         self._handler = handler
@@ -191,6 +198,8 @@ class KafkaStreams:
 
     # ----------------------------------------------------------------- lifecycle
     def start(self) -> None:
+        """Start processing in the background: create the internal topics, join the group, restore state, then
+        process. Returns at once; follow `state`."""
         if self.state is not State.CREATED:
             raise StreamsError(f"start() is allowed once, in state CREATED (now {self.state.value})")
         state_dir = check_state_dir(Path(self.config.get_str("state.dir")))
@@ -379,9 +388,11 @@ class KafkaStreams:
         return self.state is state
 
     def ready(self) -> bool:
+        """True while the instance is RUNNING (every active task restored): the readiness probe."""
         return self.state is State.RUNNING
 
     def alive(self) -> bool:
+        """True unless the instance is in ERROR or NOT_RUNNING: the liveness probe."""
         return self.state not in (State.ERROR, State.NOT_RUNNING)
 
     def local_task_ids(self) -> tuple[list[str], list[str]]:
@@ -425,6 +436,7 @@ class KafkaStreams:
         return ForwardedStore(self._workers, call, task_of_key)
 
     def changelog_topic(self, store: str) -> str:
+        """The changelog topic of `store` (`<application.id>-<store>-changelog`)."""
         return changelog_topic(self.application_id, store)
 
     def store_key_serde(self, store: str) -> Serde[Any]:
@@ -440,6 +452,8 @@ class KafkaStreams:
         return serde
 
     def store_partition_count(self, store: str) -> int | None:
+        """How many partitions `store` has (its sub-topology's source partitions), or None while they are not
+        known yet."""
         thread = self.stream_thread
         if thread is not None and thread.partition_counts:
             self._counts = dict(thread.partition_counts)
