@@ -19,7 +19,7 @@ PYTHON_DRAIN_TESTS ?= tests/runtime --ignore=tests/runtime/test_native_core.py \
 	tests/kafka/test_dead_letter.py tests/kafka/test_runner_recovery.py tests/kafka/test_task_idling.py \
 	tests/kafka/test_wordcount_e2e.py
 
-.PHONY: docs docs-serve prometheus conformance-golden conformance-jars run bench bench-reprocess spark-jars test-spark setup test test-unit test-kafka chaos test-kube lint typecheck crds crds-check chart-lint describe \
+.PHONY: config-docs docs docs-serve prometheus conformance-golden conformance-jars run bench bench-reprocess spark-jars test-spark setup test test-unit test-kafka chaos test-kube lint typecheck crds crds-check chart-lint describe \
 	kafka-up kafka-down kafka-status kafka-download images test-images kube-build flux-build test-gitops kube-up kube-down kube-status operator-run test-operator kind-up kind-down clean \
 	cluster-build cluster-up cluster-down cluster-status cluster-selftest test-real e2e-real
 
@@ -153,6 +153,10 @@ typecheck: setup
 crds: setup
 	$(PY) -m kappaflow_operator.crdgen
 	$(PY) -m tests.harness.kopf_peering
+
+# docs/configuration.md from the config definitions (kappaflow.api.config_reference); a test fails on drift.
+config-docs: setup
+	$(PY) -m kappaflow.api.config_reference
 
 crds-check: setup
 	@$(PY) -m kappaflow_operator.crdgen --check

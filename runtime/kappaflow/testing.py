@@ -99,10 +99,13 @@ def _millis(value: datetime | timedelta | int | None) -> int | None:
 
 
 class TopologyTestDriver:
-    """Runs a Topology with the real tasks, processors and stores and no broker (see the module
-    docstring), so a topology's tests are fast and exact. It owns one StreamTask per sub-topology (one
-    partition each), the global task, the in-memory topics the tasks write to (changelogs included),
-    the mock wall clock and the thread cache; input topics and output topics are views over these."""
+    """Runs a topology without a broker, as Java's `TopologyTestDriver`: the real tasks, processors and stores
+    in memory, records piped in one at a time and processed at once, outputs read back from in-memory
+    topics, wall-clock time advanced by hand.
+
+    It owns one StreamTask per sub-topology (one partition each), the global task, the in-memory topics
+    the tasks write to (changelogs included), the mock wall clock and the thread cache; input and output
+    topics are views over these."""
 
     def __init__(
         self,
@@ -214,6 +217,7 @@ class TopologyTestDriver:
             self._process(self._enqueue(topic, record))
 
     def pipe_raw(self, topic: str, record: ProducedRecord) -> None:
+        """Process one already-serialized record as if it arrived on `topic`."""
         if self._closed:
             raise TopologyError("the driver is closed")
         if self._global is not None and topic in self._global.topics():
@@ -237,6 +241,7 @@ class TopologyTestDriver:
         start_timestamp: datetime | int | None = None,
         auto_advance: timedelta | int | None = None,
     ) -> TestInputTopic:
+        """A `TestInputTopic` that serializes with these serdes and pipes records into topic `name`."""
         return TestInputTopic(
             self,
             name,
@@ -249,6 +254,7 @@ class TopologyTestDriver:
     def create_output_topic(
         self, name: str, key_serde: Serde[Any] | None = None, value_serde: Serde[Any] | None = None
     ) -> TestOutputTopic:
+        """A `TestOutputTopic` reading what the topology wrote to topic `name`, with these serdes."""
         return TestOutputTopic(
             self,
             name,
@@ -257,6 +263,7 @@ class TopologyTestDriver:
         )
 
     def advance_wall_clock_time(self, advance: timedelta | int) -> None:
+        """Move the driver's wall-clock time forward (firing wall-clock punctuations that come due)."""
         self._wall_clock += to_millis(advance, "advance")
         for task in self._tasks.values():
             if task.maybe_punctuate_system_time(self._wall_clock):
@@ -265,6 +272,7 @@ class TopologyTestDriver:
 
     @property
     def wall_clock_time_ms(self) -> int:
+        """The driver's current wall-clock time, in milliseconds."""
         return self._wall_clock
 
     def _find_store(self, name: str) -> Any:
@@ -277,12 +285,15 @@ class TopologyTestDriver:
         return None
 
     def get_state_store(self, name: str) -> Any:
+        """The store named `name`, of any kind; raises InvalidStateStoreError if the topology has none."""
         store = self._find_store(name)
         if store is None:
             raise InvalidStateStoreError(f"no store named '{name}' in this topology")
         return store
 
     def get_key_value_store(self, name: str) -> ReadOnlyKeyValueView:
+        """A read-only view of the key-value store `name` with plain values (a timestamped store's values
+        unwrapped), as Java's `getKeyValueStore`."""
         return ReadOnlyKeyValueView(self.get_state_store(name))
 
     def get_window_store(self, name: str) -> ReadOnlyWindowView:
@@ -294,18 +305,22 @@ class TopologyTestDriver:
         return ReadOnlySessionView(self.get_state_store(name))
 
     def get_timestamped_key_value_store(self, name: str) -> Any:
+        """The timestamped key-value store named `name` (values with their timestamps)."""
         return self.get_state_store(name)
 
     def metrics(self) -> Metrics:
+        """The metrics the tasks and stores recorded (dropped records, store operations, ...)."""
         return self._metrics
 
     def producer_topics(self) -> list[str]:
+        """The topics the topology has written to so far."""
         return sorted(self.produced)
 
     def _output_queue(self, topic: str) -> deque[ProducedRecord]:
         return self._outputs[topic]
 
     def close(self) -> None:
+        """Close the tasks and stores (also done by leaving the `with` block)."""
         if self._closed:
             return
         self._closed = True

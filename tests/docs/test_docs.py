@@ -89,3 +89,20 @@ def test_every_public_method_is_on_the_java_page():
             continue
         unlisted += [f"{path}.{m}" for m in dir(cls) if not m.startswith("_") and f"{path}.{m}" not in listed]
     assert not unlisted, f"public API missing from docs/coming-from-java.md: {unlisted}"
+
+
+def test_every_exported_metric_family_is_in_the_operations_table() -> None:
+    """The runtime's `# HELP` table (kappaflow.runner.http.HELP) and docs/operations.md's metric table
+    name the same families: a metric added to the runtime must be documented."""
+    from kappaflow.runner.http import HELP, _metric_name
+
+    text = (DOCS / "operations.md").read_text()
+    documented = set(re.findall(r"`(kappaflow_[a-z0-9_]+)`", text))
+    for prefix, suffixes in re.findall(r"`(kappaflow_[a-z0-9_]+?)_get_total`((?:, `_[a-z]+_total`)+)", text):
+        documented |= {prefix + s for s in re.findall(r"`(_[a-z]+_total)`", suffixes)}
+    missing = []
+    for raw in HELP:
+        name = _metric_name(raw)
+        if name not in documented and name + "_total" not in documented:
+            missing.append(name)
+    assert not missing, f"exported but not in docs/operations.md: {missing}"

@@ -4,7 +4,9 @@ The word count runs on the test broker with a dead-letter topic; one line that i
 dead-letter topic, so the error panels have data too. Debian's `prometheus` scrapes the app's /metrics
 every second and also loads the chart's alert rules (a rule that does not parse fails the test). Each
 panel target's `expr` is read from the dashboard JSON, Grafana's `$__rate_interval` is replaced by a
-window that holds several 1 s scrapes, and the query must return at least one series.
+window that holds several 1 s scrapes, the namespace/app/instance variables by their "All" value (`.*`,
+which also matches a series without the label, as here: a static target has no namespace or app), and
+the query must return at least one series.
 
 The operator's panels (`kappaflow_operator_*`) must parse here; they are checked for data against a
 running operator in tests/operator/test_operator_dashboard.py.
@@ -13,10 +15,12 @@ running operator in tests/operator/test_operator_dashboard.py.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,15 +32,26 @@ pytestmark = [pytest.mark.kafka, pytest.mark.timeout(180)]
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "kappaflow"
 RATE_WINDOW = "10s"
+SELECTORS = ("namespace", "app", "instance")  # the dashboard's template variables, "All" = ".*"
+
+
+def dashboard() -> dict[str, Any]:
+    return dict(json.loads((CHART / "dashboards" / "kappaflow.json").read_text()))
+
+
+def raw_targets() -> list[tuple[str, str]]:
+    """(panel title, PromQL as the dashboard has it) for every target of every panel."""
+    return [(p["title"], t["expr"]) for p in dashboard()["panels"] for t in p.get("targets", [])]
 
 
 def dashboard_targets() -> list[tuple[str, str]]:
     """(panel title, PromQL) for every target of every panel, with Grafana's variables filled in."""
-    dashboard = json.loads((CHART / "dashboards" / "kappaflow.json").read_text())
     targets = []
-    for panel in dashboard["panels"]:
-        for target in panel.get("targets", []):
-            targets.append((panel["title"], target["expr"].replace("$__rate_interval", RATE_WINDOW)))
+    for title, expr in raw_targets():
+        expr = expr.replace("$__rate_interval", RATE_WINDOW)
+        for name in SELECTORS:
+            expr = expr.replace(f"${name}", ".*")
+        targets.append((title, expr))
     return targets
 
 
@@ -45,6 +60,34 @@ def test_dashboard_lists_every_area():
     for area in ("throughput", "process latency", "commit latency", "lag", "restore", "task states"):
         assert area in titles
     assert "dead-letter" in titles and "operator reconciles" in titles
+    for area in ("rebalances", "thread utilization", "rocksdb size", "end-to-end latency", "cpu", "memory"):
+        assert area in titles, area
+
+
+def test_every_app_metric_in_the_dashboard_is_filtered_by_namespace_app_and_instance():
+    """Every app metric a panel reads carries the three template-variable selectors, so choosing an app
+    filters every panel (the operator's metrics carry no app label: their panels say so)."""
+    variables = {v["name"]: v for v in dashboard()["templating"]["list"]}
+    for name in SELECTORS:
+        assert variables[name]["includeAll"] and variables[name]["allValue"] == ".*", name
+    wanted = ", ".join(f'{name}=~"${name}"' for name in SELECTORS)
+    for title, expr in raw_targets():
+        if "kappaflow_operator_" in expr:
+            continue
+        uses = re.findall(r"(kappaflow_[a-z0-9_]+)(\{[^}]*\})?", expr)
+        assert uses, title
+        for metric, selector in uses:
+            assert selector == "{" + wanted + "}", f"{title}: {metric}{selector}"
+
+
+def test_every_exported_app_metric_is_plotted():
+    """Every family the runtime exports (its `# HELP` table) appears on some panel."""
+    from kappaflow.runner.http import HELP, _metric_name
+
+    text = " ".join(expr for _, expr in raw_targets())
+    families = {_metric_name(raw) for raw in HELP}
+    unplotted = sorted(f for f in families if not re.search(re.escape(f) + r"(_total)?\b", text))
+    assert not unplotted, unplotted
 
 
 def test_every_panel_query_returns_data(kafka_bootstrap, kafka_topics, tmp_path):
@@ -89,6 +132,19 @@ def test_every_panel_query_returns_data(kafka_bootstrap, kafka_topics, tmp_path)
             for _title, expr in dashboard_targets():
                 prom.query(expr)  # the operator's queries must at least parse
             assert prom.query("sum(kappaflow_dead_letter_records_total)")[0]["value"][1] == "1"
+
+            def value(expr: str) -> float:
+                return float(prom.query(expr)[0]["value"][1])
+
+            # the new series hold real values, not only exist: the member got its assignment once, the
+            # word count's RocksDB store is on disk, the process used CPU and memory, the thread polled,
+            # and a record written now is processed within seconds of its timestamp
+            assert value("sum(kappaflow_rebalances_total)") >= 1
+            assert value("sum(kappaflow_rocksdb_size_bytes)") > 0
+            assert value("sum(kappaflow_process_cpu_seconds_total)") > 0
+            assert value("sum(kappaflow_process_resident_memory_bytes)") > 10 * 2**20
+            assert value(f"sum(rate(kappaflow_poll_seconds_total[{RATE_WINDOW}]))") > 0
+            assert 0 <= value("max(kappaflow_record_e2e_latency_ms)") < 30_000
     finally:
         stop.set()
         if feeder.is_alive():

@@ -93,6 +93,9 @@ def test_two_workers_exactly_once_with_kill_queries_and_sigterm(kafka_bootstrap,
         metrics = http_get(port, "/metrics")[1]
         for name in pids:
             assert f'thread_id="{name}"' in metrics
+            # each worker process samples its own CPU and memory (runner/samples.py)
+            assert f'kappaflow_process_cpu_seconds_total{{thread_id="{name}"}}' in metrics
+            assert f'kappaflow_process_resident_memory_bytes{{thread_id="{name}"}}' in metrics
 
         # kill -9 one worker while input keeps arriving: replaced, output still exactly once.
         second = lines(600, 3)

@@ -62,6 +62,32 @@ def test_unknown_keys_fail_naming_the_key() -> None:
         StreamsConfig.load({}, environ={"KAPPAFLOW_NUM_STANDBY_REPLICA": "1"})
 
 
+def test_unknown_keys_get_a_did_you_mean_naming_where_they_came_from(tmp_path) -> None:
+    """The error suggests the key a typo most likely means; from a file it names the file, from the
+    environment the variable and the variable the intended key reads."""
+    with pytest.raises(ConfigError) as raised:
+        StreamsConfig({"application.id": "a", "comit.interval.ms": 100})
+    assert str(raised.value) == (
+        "config 'comit.interval.ms' is not a kappaflow config key (did you mean commit.interval.ms?)"
+    )
+    props = tmp_path / "app.properties"
+    props.write_text("application.id=a\nbootstrap.server=localhost:9092\n")
+    with pytest.raises(ConfigError) as raised:
+        StreamsConfig.load(file=props, environ={})
+    assert str(raised.value) == (
+        f"{props}: config 'bootstrap.server' is not a kappaflow config key (did you mean bootstrap.servers?)"
+    )
+    with pytest.raises(ConfigError) as raised:
+        StreamsConfig.load({}, environ={"KAPPAFLOW_NUM_STANDBY_REPLICA": "1"})
+    assert str(raised.value) == (
+        "environment variable KAPPAFLOW_NUM_STANDBY_REPLICA: config 'num.standby.replica' is not a "
+        "kappaflow config key (did you mean num.standby.replicas?); the variable for num.standby.replicas "
+        "is KAPPAFLOW_NUM_STANDBY_REPLICAS"
+    )
+    with pytest.raises(ConfigError, match=r"\(a typo\?\)$"):
+        StreamsConfig({"zzz.qqq": 1})  # nothing close: no suggestion
+
+
 def test_honoured_keys_and_client_settings_pass() -> None:
     config = StreamsConfig.load(
         {"consumer.fetch.min.bytes": 1, "producer.linger.ms": 10, "security.protocol": "PLAINTEXT"},

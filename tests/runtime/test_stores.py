@@ -238,8 +238,9 @@ def test_metered_store_publishes_operation_counts_on_flush() -> None:
     with TopologyTestDriver(builder.build()) as driver:
         driver.create_input_topic("in", S, S).pipe_key_value_list([("a", "1"), ("a", "2")])
         metrics = driver.metrics()
-        assert metrics.gauge("state-store-put-total", store="c") == 2
-        assert metrics.gauge("state-store-get-total", store="c") == 2
+        assert metrics.counter("state-store-put-total", store="c") == 2
+        assert metrics.gauge("state-store-put-total", store="c") is None  # a counter, not a gauge
+        assert metrics.counter("state-store-get-total", store="c") == 2
 
 
 typed_ops = st.lists(

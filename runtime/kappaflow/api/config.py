@@ -35,13 +35,13 @@ from kappaflow_contract.keys import EMIT_INTERVAL_WINDOWED_AGGREGATION as EMIT_I
 from kappaflow_contract.keys import EXACTLY_ONCE_V2 as EXACTLY_ONCE_V2
 from kappaflow_contract.keys import NOT_IMPLEMENTED as NOT_IMPLEMENTED
 from kappaflow_contract.keys import ONLY_VALUE as ONLY_VALUE
-from kappaflow_contract.keys import key_problem
+from kappaflow_contract.keys import closest_key, key_problem
 from kappaflow_contract.properties import PropertiesError, loads
 
 # KAPPAFLOW_* environment variables of the tooling, not configuration (NON_CONFIG_ENV and
 # NON_CONFIG_ENV_PREFIXES), and env_key, come from the contract: the operator sets some on its Jobs.
 
-_INT_KEYS = {
+INT_KEYS = {
     EMIT_INTERVAL_OUTER_JOIN,
     EMIT_INTERVAL_WINDOWED_AGGREGATION,
     "statestore.cache.max.bytes",
@@ -55,7 +55,7 @@ _INT_KEYS = {
     "repartition.purge.interval.ms",
     "default.api.timeout.ms",
 }
-_BOOL_KEYS = {
+BOOL_KEYS = {
     "query.http.enabled",
     "kappaflow.internal.topics.create",
     "kappaflow.fusion.enabled",
@@ -86,6 +86,19 @@ def check_key(key: str, value: Any) -> None:
         raise ConfigError(problem)
 
 
+def _check_source_key(key: str, value: Any, source: str) -> None:
+    """`check_key`, with where the key came from (a properties file, an environment variable) in the
+    message, and for a variable the name of the variable the intended key reads."""
+    problem = key_problem(key, value)
+    if problem is None:
+        return
+    suggestion = closest_key(key)
+    hint = ""
+    if source.startswith("environment variable") and suggestion is not None:
+        hint = f"; the variable for {suggestion} is {env_key(suggestion)}"
+    raise ConfigError(f"{source}: {problem}{hint}")
+
+
 class StreamsConfig:
     """An immutable view of the configuration with typed getters."""
 
@@ -106,7 +119,10 @@ class StreamsConfig:
         """Merge, lowest precedence first: defaults, the dict, the properties file, `KAPPAFLOW_*` env."""
         merged: dict[str, Any] = dict(values or {})
         if file is not None:
-            merged.update(read_properties(file))
+            from_file = read_properties(file)
+            for key, value in from_file.items():
+                _check_source_key(key, value, f"{file}")
+            merged.update(from_file)
         env = os.environ if environ is None else environ
         known = set(DEFAULTS) | set(CLIENT_PASSTHROUGH) | set(ONLY_VALUE) | NOT_IMPLEMENTED | set(merged)
         by_env = {env_key(k): k for k in known}
@@ -114,6 +130,7 @@ class StreamsConfig:
             if not name.startswith(ENV_PREFIX) or is_tooling_env(name):
                 continue
             key = by_env.get(name) or name[len(ENV_PREFIX) :].lower().replace("_", ".")
+            _check_source_key(key, value, f"environment variable {name}")
             merged[key] = value
         return cls(merged)
 
@@ -126,9 +143,9 @@ class StreamsConfig:
                 f"config 'processing.guarantee': expected '{AT_LEAST_ONCE}' or '{EXACTLY_ONCE_V2}', "
                 f"got '{guarantee}'"
             )
-        for key in _INT_KEYS:
+        for key in INT_KEYS:
             self.get_int(key)
-        for key in _BOOL_KEYS:
+        for key in BOOL_KEYS:
             self.get_bool(key)
         if self.get_int("statestore.cache.max.bytes") < 0:
             raise ConfigError("config 'statestore.cache.max.bytes' must be >= 0")

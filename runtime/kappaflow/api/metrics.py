@@ -8,7 +8,7 @@ so the layers below the runner never import a metrics library.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 
 def _labels_key(labels: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
@@ -29,6 +29,18 @@ class Metrics:
 
     def set_gauge(self, name: str, value: float, **labels: str) -> None:
         self._gauges[name][_labels_key(labels)] = value
+
+    def set_counter(self, name: str, value: float, **labels: str) -> None:
+        """Set a counter to a cumulative total counted elsewhere (a store's own operation count, the
+        process's CPU seconds): exported as a counter, which a gauge holding a total must not be."""
+        self._counters[name][_labels_key(labels)] = value
+
+    def retain_gauge(self, name: str, keep: Callable[[dict[str, str]], bool]) -> None:
+        """Drop the series of gauge `name` whose labels `keep` rejects (a task this instance no longer
+        holds), so a scrape does not show a frozen value for something that moved elsewhere."""
+        series = self._gauges.get(name, {})
+        for key in [k for k in series if not keep(dict(k))]:
+            del series[key]
 
     def record_processing(self, records: int, seconds: float) -> None:
         """One poll loop's processing: records, time spent and the average latency per record."""

@@ -33,6 +33,7 @@ class TaskId:
 
     @staticmethod
     def parse(text: str) -> TaskId:
+        """The TaskId of its text form, `<sub-topology>_<partition>` (e.g. `0_1`)."""
         sub, _, part = text.partition("_")
         return TaskId(int(sub), int(part))
 
@@ -45,47 +46,65 @@ class PunctuationType(Enum):
 
 
 class Cancellable(Protocol):
-    def cancel(self) -> None: ...
+    """The handle `ProcessorContext.schedule` returns."""
+
+    def cancel(self) -> None:
+        """Stop the punctuation."""
 
 
 class ProcessorContext(Protocol):
     """What a processor may do: forward records, schedule punctuations, reach its stores and metadata."""
 
     @property
-    def application_id(self) -> str: ...
+    def application_id(self) -> str:
+        """The application's `application.id`."""
 
     @property
-    def task_id(self) -> TaskId: ...
+    def task_id(self) -> TaskId:
+        """The task this processor instance runs in."""
 
     @property
-    def app_config(self) -> StreamsConfig: ...
+    def app_config(self) -> StreamsConfig:
+        """The application's configuration."""
 
-    def forward(self, record: Record[Any, Any], child: str | None = None) -> None: ...
+    def forward(self, record: Record[Any, Any], child: str | None = None) -> None:
+        """Send `record` to every child processor, or only to the child named `child`."""
 
     def schedule(
         self, interval: timedelta | int, punctuation_type: PunctuationType, callback: Callable[[int], None]
-    ) -> Cancellable: ...
+    ) -> Cancellable:
+        """Call `callback(timestamp)` every `interval` of stream time (`PunctuationType.STREAM_TIME`, advanced
+        by records) or wall-clock time; `cancel()` the returned handle to stop."""
 
-    def get_state_store(self, name: str) -> Any: ...
+    def get_state_store(self, name: str) -> Any:
+        """The store `name`, connected to this processor by `Topology.add_state_store` or by naming it in
+        `KStream.process`."""
 
-    def record_metadata(self) -> RecordMetadata | None: ...
+    def record_metadata(self) -> RecordMetadata | None:
+        """Topic, partition and offset of the record being processed; None in a punctuation."""
 
-    def current_stream_time_ms(self) -> int: ...
+    def current_stream_time_ms(self) -> int:
+        """The task's stream time: the largest record timestamp it has seen."""
 
-    def current_system_time_ms(self) -> int: ...
+    def current_system_time_ms(self) -> int:
+        """The wall-clock time (the driver's in the TopologyTestDriver)."""
 
-    def commit(self) -> None: ...
+    def commit(self) -> None:
+        """Ask for a commit soon after this record, before `commit.interval.ms` elapses."""
 
 
 @runtime_checkable
 class Processor(Protocol[KIn, VIn]):
     """A node of the topology: `init` once per task, `process` for each record, `close` at shutdown."""
 
-    def init(self, context: ProcessorContext) -> None: ...
+    def init(self, context: ProcessorContext) -> None:
+        """Called once before the first record: keep the context, look up stores, schedule punctuations."""
 
-    def process(self, record: Record[KIn, VIn]) -> None: ...
+    def process(self, record: Record[KIn, VIn]) -> None:
+        """Called for each record; forward results with `context.forward`."""
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Called when the task closes (rebalance, shutdown); release what `init` acquired."""
 
 
 class BaseProcessor:
@@ -94,12 +113,15 @@ class BaseProcessor:
     context: ProcessorContext
 
     def init(self, context: ProcessorContext) -> None:
+        """Keep the context as `self.context`."""
         self.context = context
 
     def process(self, record: Record[Any, Any]) -> None:
+        """Override: handle one record."""
         raise NotImplementedError
 
     def close(self) -> None:
+        """Nothing to release by default."""
         return None
 
 

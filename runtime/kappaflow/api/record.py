@@ -27,26 +27,32 @@ class Headers(list[tuple[str, bytes | None]]):
     __slots__ = ()
 
     def add(self, key: str, value: bytes | None) -> Headers:
+        """Append a header (keys may repeat, as in Kafka); returns the headers."""
         self.append((key, value))
         return self
 
     def remove(self, key: str) -> Headers:  # type: ignore[override]  # Kafka's Headers.remove(key)
+        """Remove every header named `key`; returns the headers."""
         self[:] = [(k, v) for k, v in self if k != key]
         return self
 
     def last_header(self, key: str) -> bytes | None:
+        """The value of the last header named `key`, or None."""
         for k, v in reversed(self):
             if k == key:
                 return v
         return None
 
     def headers(self, key: str) -> list[bytes | None]:
+        """The values of every header named `key`, in order."""
         return [v for k, v in self if k == key]
 
     def to_list(self) -> list[tuple[str, bytes | None]]:
+        """The headers as a list of `(key, value)` pairs."""
         return list(self)
 
     def copy(self) -> Headers:
+        """An independent copy."""
         return Headers(self)
 
     def __repr__(self) -> str:
@@ -67,15 +73,19 @@ class Record(Generic[K, V]):
     headers: Headers = field(default_factory=Headers)
 
     def with_key(self, key: K2) -> Record[K2, V]:
+        """A copy with another key."""
         return Record(key, self.value, self.timestamp, self.headers)
 
     def with_value(self, value: V2) -> Record[K, V2]:
+        """A copy with another value."""
         return Record(self.key, value, self.timestamp, self.headers)
 
     def with_timestamp(self, timestamp: int) -> Record[K, V]:
+        """A copy with another timestamp."""
         return Record(self.key, self.value, timestamp, self.headers)
 
     def with_headers(self, headers: Headers) -> Record[K, V]:
+        """A copy with other headers."""
         return Record(self.key, self.value, self.timestamp, headers)
 
 

@@ -28,6 +28,10 @@ from kappaflow.topology.topology import Topology
 
 
 class StreamsBuilder:
+    """Builds a topology with the DSL, as Java's `StreamsBuilder`: `stream`, `table` and `global_table` read
+    topics, the returned KStream/KTable operations add processors, and `build()` compiles it all into a
+    `Topology`."""
+
     def __init__(self) -> None:
         self._internal = InternalBuilder(stream_factory=KStream)
 
@@ -146,6 +150,8 @@ class StreamsBuilder:
         value_serde: Serde[Any] | None = None,
         materialized: Materialized | str | None = None,
     ) -> GlobalKTable[Any, Any]:
+        """A GlobalKTable of `topic`: every instance reads all of its partitions into a local store (no
+        co-partitioning needed to join with it)."""
         internal = self._internal
         mat = Materialized.of(materialized)
         store_name = mat.name or internal.new_name(f"{topic}-STATE-STORE-")
@@ -171,6 +177,8 @@ class StreamsBuilder:
         return self
 
     def build(self) -> Topology:
+        """Compile what was built into a `Topology` (sub-topologies, stores, internal topics), ready for
+        `KafkaStreams`, the `TopologyTestDriver` or Spark reprocessing."""
         return self._internal.topology
 
 

@@ -42,6 +42,9 @@ Aggregator = Callable[[Any, Any, Any], Any]
 
 
 class KGroupedStream(Generic[K, V]):
+    """A stream grouped by key, from `group_by_key` or `group_by`: aggregate it (`count`, `reduce`,
+    `aggregate`), window it (`windowed_by`) or combine it with other grouped streams (`cogroup`)."""
+
     def __init__(
         self,
         builder: InternalBuilder,
@@ -104,6 +107,8 @@ class KGroupedStream(Generic[K, V]):
     def reduce(
         self, reducer: Callable[[V, V], V], materialized: Materialized | str | None = None
     ) -> KTable[K, V]:
+        """A table with the running combination of each key's values: `reducer(aggregate, value)`; the first
+        value is the start."""
         return self._aggregate(
             "KSTREAM-REDUCE-",
             materialized,
@@ -117,6 +122,8 @@ class KGroupedStream(Generic[K, V]):
         aggregator: Callable[[K, V, VA], VA],
         materialized: Materialized | str | None = None,
     ) -> KTable[K, VA]:
+        """A table with each key's aggregate: starts at `initializer()` and folds each record in with
+        `aggregator(key, value, aggregate)`."""
         return self._aggregate(
             "KSTREAM-AGGREGATE-",
             materialized,

@@ -74,6 +74,7 @@ class KStream(Generic[K, V]):
 
     # ----------------------------------------------------------------- stateless
     def filter(self, predicate: Callable[[K, V], bool], *, name: str | None = None) -> KStream[K, V]:
+        """Keep the records for which `predicate(key, value)` is true."""
         return self._derive(
             "KSTREAM-FILTER-",
             lambda: FilterProcessor(predicate, False),
@@ -84,6 +85,7 @@ class KStream(Generic[K, V]):
         )
 
     def filter_not(self, predicate: Callable[[K, V], bool], *, name: str | None = None) -> KStream[K, V]:
+        """Drop the records for which `predicate(key, value)` is true."""
         return self._derive(
             "KSTREAM-FILTER-",
             lambda: FilterProcessor(predicate, True),
@@ -94,6 +96,8 @@ class KStream(Generic[K, V]):
         )
 
     def map(self, mapper: Callable[[K, V], tuple[KR, VR]], *, name: str | None = None) -> KStream[KR, VR]:
+        """Replace each record by `mapper(key, value)`, a new `(key, value)` pair; a new key marks the stream
+        for repartitioning before a grouping or join."""
         return self._derive(
             "KSTREAM-MAP-",
             lambda: MapProcessor(mapper),
@@ -124,6 +128,8 @@ class KStream(Generic[K, V]):
     def flat_map(
         self, mapper: Callable[[K, V], Iterable[tuple[KR, VR]]], *, name: str | None = None
     ) -> KStream[KR, VR]:
+        """Replace each record by the `(key, value)` pairs `mapper(key, value)` returns (zero or more); a new
+        key marks the stream for repartitioning."""
         return self._derive(
             "KSTREAM-FLATMAP-",
             lambda: FlatMapProcessor(mapper),
@@ -146,6 +152,8 @@ class KStream(Generic[K, V]):
     def flat_map_values(
         self, mapper: Callable[..., Iterable[VR]], *, name: str | None = None
     ) -> KStream[K, VR]:
+        """Replace each record by one record per value `mapper(value)` (or `mapper(key, value)`) returns,
+        keeping the key."""
         with_key = takes_key(mapper)
         return self._derive(
             "KSTREAM-FLATMAPVALUES-",
@@ -157,6 +165,8 @@ class KStream(Generic[K, V]):
         )
 
     def select_key(self, selector: Callable[[K, V], KR], *, name: str | None = None) -> KStream[KR, V]:
+        """Give each record the key `mapper(key, value)`; the stream is repartitioned before a grouping or
+        join."""
         return self._derive(
             "KSTREAM-KEY-SELECT-",
             lambda: SelectKeyProcessor(selector),
@@ -167,6 +177,8 @@ class KStream(Generic[K, V]):
         )
 
     def peek(self, action: Callable[[K, V], None], *, name: str | None = None) -> KStream[K, V]:
+        """Call `action(key, value)` for each record and pass the record on unchanged (for logging or
+        metrics)."""
         return self._derive(
             "KSTREAM-PEEK-",
             lambda: PeekProcessor(action, True),
@@ -177,15 +189,19 @@ class KStream(Generic[K, V]):
         )
 
     def foreach(self, action: Callable[[K, V], None], *, name: str | None = None) -> None:
+        """Call `action(key, value)` for each record: a terminal operation, nothing is forwarded."""
         self._builder.add_processor(
             "KSTREAM-FOREACH-", lambda: PeekProcessor(action, False), self.node, name=name
         )
 
     def split(self, prefix: str | None = None) -> BranchedKStream[K, V]:
+        """Branch the stream: `.branch(predicate, Branched...)` routes each record to the first branch whose
+        predicate matches, `.default_branch()` takes the rest (Java's `split()`)."""
         node = self._builder.new_name("KSTREAM-BRANCH-")
         return BranchedKStream(self, node, prefix if prefix is not None else f"{node}-")
 
     def merge(self, other: KStream[K, V], *, name: str | None = None) -> KStream[K, V]:
+        """One stream of the records of this stream and `other`, in the order they arrive."""
         if other._builder is not self._builder:
             raise TopologyError("cannot merge streams from different StreamsBuilders")
         node = name or self._builder.new_name("KSTREAM-MERGE-")
@@ -210,6 +226,8 @@ class KStream(Generic[K, V]):
         number_of_partitions: int | None = None,
         name: str | None = None,
     ) -> KStream[K, V]:
+        """Write the stream through an internal repartition topic and read it back, partitioned by its current
+        key (its partition count from `repartitioned`, or the source's)."""
         opts = repartitioned or Repartitioned()
         key_serde = key_serde or opts.key_serde or self.key_serde
         value_serde = value_serde or opts.value_serde or self.value_serde
@@ -236,6 +254,8 @@ class KStream(Generic[K, V]):
         partitioner: StreamPartitioner | None = None,
         produced: Produced | None = None,
     ) -> None:
+        """Write each record to `topic` (or to the topic a `TopicNameExtractor` callable names) with the given
+        serdes and optional partitioner: a terminal operation."""
         opts = produced or Produced()
         name = opts.name or self._builder.new_name("KSTREAM-SINK-")
         self._builder.topology.add_sink(
@@ -250,6 +270,8 @@ class KStream(Generic[K, V]):
     def to_table(
         self, materialized: Materialized | str | None = None, *, name: str | None = None
     ) -> KTable[K, V]:
+        """The stream as a KTable: each record is an update of its key (a `None` value deletes it),
+        materialized as `materialized` says."""
         builder = self._builder
         mat = Materialized.of(materialized)
         parent = self.node
@@ -280,6 +302,8 @@ class KStream(Generic[K, V]):
         value_serde: Serde[V] | None = None,
         grouped: Grouped | None = None,
     ) -> KGroupedStream[K, V]:
+        """Group by the current key for an aggregation (`count`, `reduce`, `aggregate`, `windowed_by`);
+        repartitions first if the key was changed."""
         opts = grouped or Grouped()
         return KGroupedStream(
             self._builder,
@@ -366,6 +390,8 @@ class KStream(Generic[K, V]):
         other_value_serde: Serde[Any] | None = None,
         store_type: str = "rocksdb",
     ) -> KStream[K, Any]:
+        """Like `join`, but every left record produces a result: with `None` for the right value when nothing
+        matches (for stream-stream joins, emitted when the window closes)."""
         return self._join("left", other, joiner_or_key_mapper, windows_or_joiner, name, key_serde,
                           value_serde, other_value_serde, store_type)  # fmt: skip
 
@@ -381,6 +407,8 @@ class KStream(Generic[K, V]):
         other_value_serde: Serde[Any] | None = None,
         store_type: str = "rocksdb",
     ) -> KStream[K, Any]:
+        """A stream-stream join in which records of either side without a match within the window produce a
+        result with `None` for the other side, once the window closes."""
         return self._join("outer", other, joiner, windows, name, key_serde, value_serde, other_value_serde,
                           store_type)  # fmt: skip
 

@@ -102,9 +102,13 @@ class KTable(Generic[K, V]):
 
     @property
     def queryable_store_name(self) -> str | None:
+        """The name of the store that materializes this table, if it has one (for interactive queries); `None`
+        when the table is not materialized."""
         return self.store_name
 
     def send_old_values_enabled(self) -> bool:
+        """Whether updates carry the old value along with the new one (needed by downstream aggregations that
+        subtract it)."""
         return self._send_old
 
     def enable_send_old_values(self) -> None:
@@ -171,11 +175,14 @@ class KTable(Generic[K, V]):
     def filter(
         self, predicate: Callable[[K, V], bool], materialized: Materialized | str | None = None
     ) -> KTable[K, V]:
+        """A table of the rows for which `predicate(key, value)` is true; a row that stops matching is deleted
+        downstream (a tombstone)."""
         return self._filter(predicate, False, materialized)
 
     def filter_not(
         self, predicate: Callable[[K, V], bool], materialized: Materialized | str | None = None
     ) -> KTable[K, V]:
+        """A table without the rows for which `predicate(key, value)` is true."""
         return self._filter(predicate, True, materialized)
 
     def _filter(
@@ -211,6 +218,7 @@ class KTable(Generic[K, V]):
     def map_values(
         self, mapper: Callable[..., VR], materialized: Materialized | str | None = None
     ) -> KTable[K, VR]:
+        """A table whose values are `mapper(value)` (or `mapper(key, value)`), optionally materialized."""
         with_key = takes_key(mapper)
 
         def derive(key: Any, value: Any) -> Any:
@@ -264,6 +272,7 @@ class KTable(Generic[K, V]):
         return table
 
     def to_stream(self, *, name: str | None = None) -> KStream[K, V]:
+        """The table's changelog as a stream: one record per update (a `None` value for a delete)."""
         node = self._builder.add_processor("KTABLE-TOSTREAM-", KTableToStreamProcessor, self.node, name=name)
         return self._builder.new_stream(node, self.key_serde, self.value_serde, repartition_required=False)
 
@@ -315,6 +324,8 @@ class KTable(Generic[K, V]):
         joiner_or_materialized: Any = None,
         materialized: Materialized | str | None = None,
     ) -> KTable[K, Any]:
+        """A table join that keeps every row of this table: the joiner gets `None` for the other value when
+        the other table has no row for the key."""
         return self._join("left", other, joiner_or_fk_extractor, joiner_or_materialized, materialized)
 
     def outer_join(
@@ -323,6 +334,8 @@ class KTable(Generic[K, V]):
         joiner: Callable[..., Any],
         materialized: Materialized | str | None = None,
     ) -> KTable[K, Any]:
+        """A table join that keeps the rows of both tables: the joiner gets `None` for the side that has no
+        row for the key."""
         return table_table_join(self, other, joiner, "outer", materialized)
 
     def suppress(self, suppressed: Suppressed) -> KTable[K, V]:
@@ -428,6 +441,8 @@ class KGroupedTable(Generic[K, V]):
         )
 
     def count(self, materialized: Materialized | str | None = None) -> KTable[K, int]:
+        """A table of how many rows of the grouped table map to each new key (rows moving between keys are
+        subtracted from the old one)."""
         return self._aggregate(
             "KTABLE-AGGREGATE-",
             materialized,
@@ -443,6 +458,8 @@ class KGroupedTable(Generic[K, V]):
         subtractor: Callable[[V, V], V],
         materialized: Materialized | str | None = None,
     ) -> KTable[K, V]:
+        """Combine the values of each key: `adder(aggregate, new)` for a row arriving, `subtractor(aggregate,
+        old)` for a row leaving the key."""
         return self._aggregate(
             "KTABLE-REDUCE-",
             materialized,
@@ -459,6 +476,8 @@ class KGroupedTable(Generic[K, V]):
         subtractor: Callable[[K, V, VA], VA],
         materialized: Materialized | str | None = None,
     ) -> KTable[K, VA]:
+        """Aggregate the values of each key from `initializer()`: `adder(key, value, aggregate)` for a row
+        arriving, `subtractor(key, value, aggregate)` for one leaving."""
         return self._aggregate(
             "KTABLE-AGGREGATE-",
             materialized,
@@ -479,4 +498,5 @@ class GlobalKTable(Generic[K, V]):
 
     @property
     def queryable_store_name(self) -> str:
+        """The name of the global store holding the table (every instance has all of it)."""
         return self.store_name

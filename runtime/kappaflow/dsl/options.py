@@ -40,34 +40,45 @@ class Materialized:
 
     @staticmethod
     def with_(key_serde: Serde[Any] | None, value_serde: Serde[Any] | None) -> Materialized:
+        """Materialize with these key and value serdes."""
         return Materialized(key_serde=key_serde, value_serde=value_serde)
 
     def with_key_serde(self, serde: Serde[Any]) -> Materialized:
+        """Use this key serde for the store and its changelog."""
         return replace(self, key_serde=serde)
 
     def with_value_serde(self, serde: Serde[Any]) -> Materialized:
+        """Use this value serde for the store and its changelog."""
         return replace(self, value_serde=serde)
 
     def with_caching_enabled(self) -> Materialized:
+        """Put the record cache in front of the store (the default): updates of a key are folded until the
+        next commit or eviction."""
         return replace(self, caching=True)
 
     def with_caching_disabled(self) -> Materialized:
+        """No record cache: every update is written to the store and forwarded downstream."""
         return replace(self, caching=False)
 
     def with_logging_enabled(self, config: dict[str, str] | None = None) -> Materialized:
+        """Back the store with a changelog topic (the default), with optional topic configs."""
         return replace(self, logging=True, log_config=dict(config or {}))
 
     def with_logging_disabled(self) -> Materialized:
+        """No changelog topic: the store is not restored after a failure or move."""
         return replace(self, logging=False)
 
     def with_store_type(self, store_type: StoreType) -> Materialized:
+        """Keep the store in RocksDB (`rocksdb`, the default) or in memory (`memory`)."""
         return replace(self, store_type=store_type)
 
     def with_retention(self, retention_ms: int) -> Materialized:
+        """How long a windowed store keeps windows, in milliseconds (at least the window size plus grace)."""
         return replace(self, retention_ms=retention_ms)
 
     @staticmethod
     def of(value: Materialized | str | None) -> Materialized:
+        """A Materialized from what DSL calls accept: a Materialized, a store name, or None (defaults)."""
         if value is None:
             return Materialized()
         if isinstance(value, str):

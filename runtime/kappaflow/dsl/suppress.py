@@ -73,6 +73,9 @@ class BufferConfig:
 
 @dataclass(frozen=True)
 class Suppressed:
+    """How `KTable.suppress` holds back updates, as Java's `Suppressed`: only each window's final result
+    (`until_window_closes`) or the latest update per key after a time limit (`until_time_limit`)."""
+
     final_results: bool
     time_limit_ms: int
     buffer: BufferConfig
@@ -80,6 +83,8 @@ class Suppressed:
 
     @staticmethod
     def until_window_closes(buffer: BufferConfig) -> Suppressed:
+        """Emit each window's result once, when the window closes (its end plus grace, in stream time), and
+        nothing before."""
         if not buffer.shut_down_when_full:
             raise TopologyError(
                 "until_window_closes needs a strict buffer: unbounded() or should_shut_down()"
@@ -88,9 +93,12 @@ class Suppressed:
 
     @staticmethod
     def until_time_limit(limit: timedelta | int, buffer: BufferConfig) -> Suppressed:
+        """Emit the latest update of a key once `limit` of stream time has passed since its first held
+        update, holding at most what `buffer` allows."""
         return Suppressed(False, to_millis(limit, "time limit"), buffer)
 
     def with_name(self, name: str) -> Suppressed:
+        """Name the suppression processor (and its buffer's store and changelog)."""
         return replace(self, name=name)
 
 

@@ -39,24 +39,30 @@ class TimeWindows:
 
     @staticmethod
     def of_size_with_no_grace(size: Duration) -> TimeWindows:
+        """Tumbling windows of `size` (hopping once `advance_by` is given) that accept no late records."""
         millis = _positive(size, "window size")
         return TimeWindows(millis, millis, 0)
 
     @staticmethod
     def of_size_and_grace(size: Duration, grace: Duration) -> TimeWindows:
+        """Tumbling windows of `size` that still accept records up to `grace` after a window ends (in stream
+        time)."""
         millis = _positive(size, "window size")
         return TimeWindows(millis, millis, _non_negative(grace, "grace period"))
 
     def advance_by(self, advance: Duration) -> TimeWindows:
+        """Hopping windows: a new window starts every `advance` (at most the size)."""
         millis = _positive(advance, "advance")
         if millis > self.size_ms:
             raise ValueError(f"advance ({millis} ms) must not exceed the window size ({self.size_ms} ms)")
         return replace(self, advance_ms=millis)
 
     def size(self) -> int:
+        """The window size, in milliseconds."""
         return self.size_ms
 
     def grace_period_ms(self) -> int:
+        """How long after a window's end it still accepts records, in milliseconds."""
         return self.grace_ms
 
     def windows_for(self, timestamp: int) -> dict[int, Window]:
@@ -79,18 +85,23 @@ class SlidingWindows:
 
     @staticmethod
     def of_time_difference_without_grace(time_difference: Duration) -> SlidingWindows:
+        """Sliding windows: records are in a window together when their timestamps differ by at most
+        `time_difference`; no late records."""
         return SlidingWindows(_positive(time_difference, "time difference"), 0)
 
     @staticmethod
     def of_time_difference_and_grace(time_difference: Duration, grace: Duration) -> SlidingWindows:
+        """Sliding windows with a grace period for late records."""
         return SlidingWindows(
             _positive(time_difference, "time difference"), _non_negative(grace, "grace period")
         )
 
     def size(self) -> int:
+        """The window size (the maximum time difference), in milliseconds."""
         return self.time_difference_ms
 
     def grace_period_ms(self) -> int:
+        """How long after a window's end it still accepts records, in milliseconds."""
         return self.grace_ms
 
 
@@ -103,16 +114,20 @@ class SessionWindows:
 
     @staticmethod
     def of_inactivity_gap_with_no_grace(gap: Duration) -> SessionWindows:
+        """Session windows: records of a key closer than `gap` in time are one session; no late records."""
         return SessionWindows(_positive(gap, "inactivity gap"), 0)
 
     @staticmethod
     def of_inactivity_gap_and_grace(gap: Duration, grace: Duration) -> SessionWindows:
+        """Session windows with a grace period for late records."""
         return SessionWindows(_positive(gap, "inactivity gap"), _non_negative(grace, "grace period"))
 
     def inactivity_gap(self) -> int:
+        """The inactivity gap that closes a session, in milliseconds."""
         return self.gap_ms
 
     def grace_period_ms(self) -> int:
+        """How long after a session's end it still accepts records, in milliseconds."""
         return self.grace_ms
 
 
@@ -127,22 +142,30 @@ class JoinWindows:
 
     @staticmethod
     def of_time_difference_without_grace(time_difference: Duration) -> JoinWindows:
+        """Stream-stream join windows: records join when their timestamps differ by at most `time_difference`;
+        no late records."""
         millis = _non_negative(time_difference, "time difference")
         return JoinWindows(millis, millis, 0)
 
     @staticmethod
     def of_time_difference_and_grace(time_difference: Duration, grace: Duration) -> JoinWindows:
+        """Stream-stream join windows with a grace period for late records."""
         millis = _non_negative(time_difference, "time difference")
         return JoinWindows(millis, millis, _non_negative(grace, "grace period"))
 
     def before(self, time_difference: Duration) -> JoinWindows:
+        """A window that reaches `before` back in time from the left record (instead of the symmetric time
+        difference)."""
         return replace(self, before_ms=_non_negative(time_difference, "before"))
 
     def after(self, time_difference: Duration) -> JoinWindows:
+        """A window that reaches `after` forward in time from the left record."""
         return replace(self, after_ms=_non_negative(time_difference, "after"))
 
     def size(self) -> int:
+        """The window size, before plus after, in milliseconds."""
         return self.before_ms + self.after_ms
 
     def grace_period_ms(self) -> int:
+        """How long after a window's end it still accepts records, in milliseconds."""
         return self.grace_ms

@@ -60,6 +60,18 @@ HELP: dict[str, str] = {
     "task-rewinds-total": "Tasks closed dirty and resumed from the committed offsets (at-least-once)",
     "consumer-rejoins-total": "Group consumers replaced after a fatal error",
     "worker-replacements-total": "Worker processes replaced after they died",
+    "rebalances-total": "Partition assignments this member received (one per completed rebalance)",
+    "poll-seconds-total": "Time the stream thread spent polling the consumer, in seconds",
+    "record-e2e-latency-ms": (
+        "Wall-clock time minus the record timestamp of the last record of the last processed batch, in ms"
+    ),
+    "process-cpu-seconds-total": "CPU time (user and system) of this OS process, in seconds",
+    "process-resident-memory-bytes": "Resident memory of this OS process, in bytes",
+    "rocksdb-size-bytes": "Bytes on disk of a task's RocksDB store directory (SST files, WAL, manifest)",
+    "state-store-get-total": "Reads of a key-value store, per task and store",
+    "state-store-put-total": "Writes to a key-value store, per task and store",
+    "state-store-delete-total": "Deletes from a key-value store, per task and store",
+    "state-store-scan-total": "Range, prefix and full scans of a key-value store, per task and store",
 }
 
 

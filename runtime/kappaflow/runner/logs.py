@@ -27,7 +27,11 @@ TEXT_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
 
 
 class JsonFormatter(logging.Formatter):
+    """One JSON object per log line (`ts`, `level`, `logger`, `thread`, `msg`, and `exc` with the traceback),
+    for log collectors."""
+
     def format(self, record: logging.LogRecord) -> str:
+        """The record as one line of JSON."""
         entry = {
             "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
             + f".{int(record.msecs):03d}Z",
@@ -73,6 +77,7 @@ def resolve_level(explicit: str | None = None) -> str:
 
 
 def make_formatter(fmt: str) -> logging.Formatter:
+    """The formatter for `fmt`: `json` gives JsonFormatter, anything else the text format."""
     return JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT)
 
 

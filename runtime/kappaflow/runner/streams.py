@@ -123,12 +123,15 @@ def check_state_dir(path: Path) -> Path:
 
 
 class KafkaStreams:
-    """One instance of a streams application: Kafka Streams' KafkaStreams, the object users start and
-    close. It exists to give a Topology a lifecycle (the states in the module docstring, a state
-    listener, an uncaught-exception handler) and a face for queries and operations. It owns the
-    instance's stream thread (or its worker processes), its metrics and health endpoints, the lock
-    queries and the thread share, and the instance's view of where keys live (the group's assignment);
-    it does not process records itself: the stream thread does."""
+    """Runs a topology on Kafka, as Java's `KafkaStreams`: `start()` joins the consumer group and processes,
+    `close()` commits and leaves. One instance per process; run more processes (or `num.stream.threads`
+    worker processes) to scale out. Serves metrics and health on `metrics.port`.
+
+    It gives a Topology a lifecycle (the states in the module docstring, a state listener, an
+    uncaught-exception handler) and a face for queries and operations. It owns the instance's stream
+    thread (or its worker processes), its metrics and health endpoints, the lock queries and the thread
+    share, and the instance's view of where keys live (the group's assignment); it does not process
+    records itself: the stream thread does."""
 
     def __init__(self, topology: Topology, config: StreamsConfig | Mapping[str, Any]) -> None:
         self.topology = topology
@@ -170,11 +173,14 @@ class KafkaStreams:
 
     # ----------------------------------------------------------------- listeners
     def set_state_listener(self, listener: StateListener) -> None:
+        """Call `listener(new_state, old_state)` on each state change; set before `start()`."""
         if self.state is not State.CREATED:
             raise StreamsError("set the state listener before start()")
         self._listeners.append(listener)
 
     def set_uncaught_exception_handler(self, handler: UncaughtExceptionHandler) -> None:
+        """What a failure of the stream thread does: the handler returns `REPLACE_THREAD`, `SHUTDOWN_CLIENT`
+        or `SHUTDOWN_APPLICATION`; set before `start()`."""
         if self.state is not State.CREATED:
             raise StreamsError("set the uncaught exception handler before start()")
         self._handler = handler
@@ -204,6 +210,8 @@ class KafkaStreams:
 
     # ----------------------------------------------------------------- lifecycle
     def start(self) -> None:
+        """Start processing in the background: create the internal topics, join the group, restore state, then
+        process. Returns at once; follow `state`."""
         if self.state is not State.CREATED:
             raise StreamsError(f"start() is allowed once, in state CREATED (now {self.state.value})")
         state_dir = check_state_dir(Path(self.config.get_str("state.dir")))
@@ -419,9 +427,11 @@ class KafkaStreams:
         return self.state is state
 
     def ready(self) -> bool:
+        """True while the instance is RUNNING (every active task restored): the readiness probe."""
         return self.state is State.RUNNING
 
     def alive(self) -> bool:
+        """True unless the instance is in ERROR or NOT_RUNNING: the liveness probe."""
         return self.state not in (State.ERROR, State.NOT_RUNNING)
 
     def local_task_ids(self) -> tuple[list[str], list[str]]:
@@ -465,6 +475,7 @@ class KafkaStreams:
         return ForwardedStore(self._workers, call, task_of_key)
 
     def changelog_topic(self, store: str) -> str:
+        """The changelog topic of `store` (`<application.id>-<store>-changelog`)."""
         return changelog_topic(self.application_id, store)
 
     def store_key_serde(self, store: str) -> Serde[Any]:
@@ -480,6 +491,8 @@ class KafkaStreams:
         return serde
 
     def store_partition_count(self, store: str) -> int | None:
+        """How many partitions `store` has (its sub-topology's source partitions), or None while they are not
+        known yet."""
         thread = self.stream_thread
         if thread is not None and thread.partition_counts:
             self._counts = dict(thread.partition_counts)

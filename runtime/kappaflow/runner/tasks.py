@@ -230,6 +230,10 @@ class TaskManager(PartitionOwnership):
             managed.state_manager.flush()
             managed.state_manager.checkpoint_offsets()
 
+    def task_dirs(self) -> list[tuple[str, Path]]:
+        """(task id, state directory) of every task held here, active and standby."""
+        return [(str(t), self.state_root / str(t)) for t in [*self.active, *self.standby]]
+
     def store_lags(self) -> list[tuple[str, int, int, int]]:
         """(store, partition, position, end) of every local copy, active and standby.
 

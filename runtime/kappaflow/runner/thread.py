@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from confluent_kafka import KafkaError
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError
 
 from kappaflow.api.config import StreamsConfig
 from kappaflow.api.errors import ProducerFencedError, TaskMigratedError, TransactionAbortedError
@@ -38,6 +38,7 @@ from kappaflow.runner.global_state import GlobalStateUpdater
 from kappaflow.runner.metadata import consumer_client_id
 from kappaflow.runner.retry import StoppedWhileWaitingError
 from kappaflow.runner.routing import ConsumerFailedError, raw_records_by_partition
+from kappaflow.runner.samples import SAMPLE_INTERVAL_S, sample_process, sample_rocksdb_sizes
 from kappaflow.runner.tasks import TaskManager
 from kappaflow.tasks import native
 from kappaflow.tasks.task import StreamTask
@@ -82,6 +83,7 @@ class StreamThread:
         self.poll_timeout = config.get_int("poll.ms") / 1000.0
         self._consumer_failure: KafkaError | None = None  # set by librdkafka's error callback
         self._last_commit = self._last_lag = self._last_served = time.monotonic()
+        self._last_sample = 0.0  # the first iteration samples
         self.partition_counts: dict[str, int] = {}
         self.tm: TaskManager | None = None
         self.global_state: GlobalStateUpdater | None = None
@@ -93,6 +95,11 @@ class StreamThread:
         self.preparing = True
         self._sent = 0  # the collector's count of records sent, as last published
         log.info("drain loop: %s", native.describe(config.get_bool("kappaflow.native.enabled")))
+        # Counters a dashboard plots exist from the start, at 0, so rate() and increase() see their
+        # first increments (a series born at 1 has no increase to show).
+        recovery = "transaction-aborts-total" if config.exactly_once else "task-rewinds-total"
+        for counter in ("rebalances-total", "poll-seconds-total", "consumer-rejoins-total", recovery):
+            metrics.increment(counter, 0)
 
     # ----------------------------------------------------------------- set-up
     def _assemble(self, stop: threading.Event) -> None:
@@ -148,9 +155,11 @@ class StreamThread:
         # What is already fetched, at once; only when nothing is, wait (up to poll.ms) for the first record.
         # consume(BATCH, timeout) would block until BATCH records arrive, idling while a repartition
         # topic trickles back.
+        polled = time.perf_counter()
         messages = consumer.consume(BATCH, 0)
         if not messages and not busy:
             messages = consumer.consume(1, self.poll_timeout)
+        self.metrics.increment("poll-seconds-total", time.perf_counter() - polled)
         self.rebalance.raise_error()
         if self._consumer_failure is not None:
             raise ConsumerFailedError(f"the consumer failed fatally: {self._consumer_failure}")
@@ -164,6 +173,8 @@ class StreamThread:
             self.standbys.maybe_place(consumer.memberid, self.rebalance.assigned)
             running = tm.running()
             self._process(running)
+            if messages:
+                self._sample_e2e_latency(messages[-1].timestamp())
             if time.monotonic() - self._last_commit >= self.commit_interval or any(
                 t.context.commit_requested for t in running
             ):
@@ -177,6 +188,18 @@ class StreamThread:
         if time.monotonic() - self._last_lag >= LAG_INTERVAL_S and self.rebalance.assigned:
             self._last_lag = time.monotonic()
             report_consumer_lag(consumer, self.rebalance.assigned, self.metrics)
+        if time.monotonic() - self._last_sample >= SAMPLE_INTERVAL_S:
+            self._last_sample = time.monotonic()
+            sample_process(self.metrics)
+            sample_rocksdb_sizes(self.metrics, tm.task_dirs())
+
+    def _sample_e2e_latency(self, timestamp: tuple[int, int]) -> None:
+        """End-to-end latency, sampled once per batch: wall-clock time now, once the batch is processed,
+        minus the timestamp of the batch's last record (Kafka Streams' record-e2e-latency, which it
+        measures per record; here one sample per batch keeps the per-record path free of it)."""
+        kind, ts = timestamp
+        if kind != TIMESTAMP_NOT_AVAILABLE and ts >= 0:
+            self.metrics.set_gauge("record-e2e-latency-ms", float(max(0, now_ms() - ts)))
 
     def _process(self, running: list[StreamTask]) -> None:
         count, started, now = 0, time.perf_counter(), now_ms()
@@ -238,6 +261,7 @@ class StreamThread:
     # ----------------------------------------------------------------- state and shutdown
     def _assignment_changed(self, assigned: bool) -> None:
         if assigned:
+            self.metrics.increment("rebalances-total")
             self.fetched_lag.reset()
             self.standbys.schedule()
         self._update_state()

@@ -132,10 +132,13 @@ class Stores:
 
     @staticmethod
     def persistent_key_value_store(name: str) -> KeyValueBytesStoreSupplier:
+        """A RocksDB key-value store named `name`."""
         return KeyValueBytesStoreSupplier(name, True, RocksDBKeyValueBytesStore)
 
     @staticmethod
     def persistent_timestamped_key_value_store(name: str) -> KeyValueBytesStoreSupplier:
+        """A RocksDB key-value store named `name` for values with their timestamps (use with
+        `timestamped_key_value_store_builder`)."""
         return KeyValueBytesStoreSupplier(name, True, RocksDBKeyValueBytesStore)
 
     @staticmethod
@@ -149,28 +152,34 @@ class Stores:
     def in_memory_versioned_key_value_store(
         name: str, history_retention: timedelta | int
     ) -> VersionedBytesStoreSupplier:
+        """An in-memory versioned store keeping `history_retention` of old values."""
         return versioned_supplier(name, history_retention, persistent=False)
 
     @staticmethod
     def versioned_key_value_store_builder(
         supplier: VersionedBytesStoreSupplier, key_serde: Serde[Any] | None, value_serde: Serde[Any] | None
     ) -> VersionedKeyValueStoreBuilder:
+        """A builder of a versioned store from `supplier` with these serdes."""
         return VersionedKeyValueStoreBuilder(supplier, key_serde, value_serde)
 
     @staticmethod
     def in_memory_key_value_store(name: str) -> KeyValueBytesStoreSupplier:
+        """An in-memory key-value store named `name` (restored from its changelog on start)."""
         return KeyValueBytesStoreSupplier(name, False, InMemoryKeyValueBytesStore)
 
     @staticmethod
     def key_value_store_builder(
         supplier: KeyValueBytesStoreSupplier, key_serde: Serde[Any] | None, value_serde: Serde[Any] | None
     ) -> KeyValueStoreBuilder[Any, Any]:
+        """A builder of a key-value store from `supplier` with these serdes; caching and logging are set on
+        the builder."""
         return KeyValueStoreBuilder(supplier, key_serde, value_serde)
 
     @staticmethod
     def timestamped_key_value_store_builder(
         supplier: KeyValueBytesStoreSupplier, key_serde: Serde[Any] | None, value_serde: Serde[Any] | None
     ) -> KeyValueStoreBuilder[Any, Any]:
+        """A builder of a key-value store whose values keep their timestamps (`ValueAndTimestamp`)."""
         return KeyValueStoreBuilder(supplier, key_serde, value_serde, timestamped=True)
 
 

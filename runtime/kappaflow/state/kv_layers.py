@@ -381,7 +381,7 @@ class MeteredKeyValueStore(MeteredStoreBase, Generic[K, V]):
             ("state-store-delete-total", self.deletes),
             ("state-store-scan-total", self.scans),
         ):
-            self._metrics.set_gauge(name, float(value), **self._labels)
+            self._metrics.set_counter(name, float(value), **self._labels)
 
     def _v(self, value: V | None) -> bytes | None:
         return self.value_serde.serialize(self._topic, value)  # type: ignore[union-attr]

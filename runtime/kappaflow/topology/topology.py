@@ -30,11 +30,13 @@ from kappaflow_contract.topics import changelog_short_name, internal_topic_name
 
 
 class Topology:
-    """The graph of a streams application: nodes (sources, processors, sinks), the stores they use, the
-    global stores, the internal topics and the co-partitioning groups (Kafka Streams' Topology, built
-    with the Processor API or compiled from the DSL). It exists so that every runtime - the test
-    driver, the Kafka runner, Spark - executes one representation; it owns the specs only, never a
-    client, task or store instance: tasks build those from it."""
+    """A processing graph built by hand (the Processor API) or by `StreamsBuilder.build()`: named sources,
+    processors and sinks, the stores they use and the internal topics; split into sub-topologies at
+    repartition topics. `describe()` prints what Java's prints.
+
+    It exists so that every runtime (the test driver, the Kafka runner, Spark) executes one
+    representation; it owns the specs only, never a client, task or store instance: tasks build those
+    from it."""
 
     def __init__(self) -> None:
         self.nodes: dict[str, NodeSpec] = {}
@@ -54,6 +56,7 @@ class Topology:
         value_serde: Serde[Any] | None = None,
         timestamp_extractor: TimestampExtractor | None = None,
     ) -> Topology:
+        """A source node `name` reading `topics` with these serdes (and timestamp extractor)."""
         self._check_new(name)
         if not topics:
             raise TopologyError(f"source '{name}' must name at least one topic")
@@ -70,6 +73,7 @@ class Topology:
         return self
 
     def add_processor(self, name: str, supplier: ProcessorSupplier, *parent_names: str) -> Topology:
+        """A processor node `name`, created by `supplier()` once per task, fed by the `parent_names` nodes."""
         self._check_new(name)
         if not parent_names:
             raise TopologyError(f"processor '{name}' must have at least one parent")
@@ -87,6 +91,8 @@ class Topology:
         value_serde: Serde[Any] | None = None,
         partitioner: StreamPartitioner | None = None,
     ) -> Topology:
+        """A sink node `name` writing what the `parent_names` nodes forward to `topic` (or the topic a
+        `TopicNameExtractor` names)."""
         self._check_new(name)
         if not parent_names:
             raise TopologyError(f"sink '{name}' must have at least one parent")
@@ -96,6 +102,7 @@ class Topology:
         return self
 
     def add_state_store(self, builder: StoreBuilder, *processor_names: str) -> Topology:
+        """Add the store `builder` builds and connect it to the processors named."""
         if builder.name in self.stores or builder.name in self.global_stores:
             raise TopologyError(f"store '{builder.name}' is already added")
         self.stores[builder.name] = builder
@@ -105,6 +112,7 @@ class Topology:
         return self
 
     def connect_processor_and_state_stores(self, processor_name: str, *store_names: str) -> Topology:
+        """Let the processor `processor_name` use the stores named (already added)."""
         node = self.nodes.get(processor_name)
         if not isinstance(node, ProcessorSpec):
             raise TopologyError(f"'{processor_name}' is not a processor of this topology")
@@ -117,6 +125,7 @@ class Topology:
         return self
 
     def connect_processor_and_state_stores_each(self, processor_names: tuple[str, ...], store: str) -> None:
+        """Connect `store` to each of the processors named."""
         for processor in processor_names:
             self.connect_processor_and_state_stores(processor, store)
 
@@ -152,10 +161,13 @@ class Topology:
 
     # ----------------------------------------------------------------- used by the DSL
     def add_internal_topic(self, spec: InternalTopicSpec) -> None:
+        """Declare an internal topic (repartition or changelog) the application creates and owns."""
         self.internal_topics[spec.name] = spec
         self._changed()
 
     def add_copartition_group(self, topics: set[str]) -> None:
+        """Declare that these topics must have the same partition count (their records join by partition);
+        checked at start-up."""
         self.copartition_groups.append(set(topics))
 
     # ----------------------------------------------------------------- queries
@@ -181,9 +193,12 @@ class Topology:
         self._subtopologies = None
 
     def global_node_names(self) -> set[str]:
+        """The names of the global stores' source and processor nodes."""
         return {n for g in self.global_stores.values() for n in (g.source.name, g.processor.name)}
 
     def sub_topologies(self) -> list[SubTopology]:
+        """The sub-topologies: the parts connected without a topic in between, cut at repartition topics; each
+        runs as one task per input partition."""
         if self._subtopologies is None:
             self._subtopologies = self._compute_subtopologies()
         return self._subtopologies
@@ -230,6 +245,7 @@ class Topology:
         return result
 
     def subtopology_for_topic(self, topic: str) -> SubTopology:
+        """The sub-topology that reads `topic`."""
         for sub in self.sub_topologies():
             if topic in sub.source_topics:
                 return sub
@@ -242,6 +258,7 @@ class Topology:
         return topics
 
     def sink_topics(self) -> list[str]:
+        """The topics the topology writes to, internal topics excluded."""
         return [t for s in self.sub_topologies() for t in s.sink_topics if t not in self.internal_topics]
 
     def changelog_topics(self) -> dict[str, InternalTopicSpec]:
@@ -265,4 +282,5 @@ class Topology:
         return names + [internal_topic_name(application_id, s.name) for s in self.changelog_topics().values()]
 
     def describe(self) -> TopologyDescription:
+        """The topology's description; `str()` of it is Java's `describe()` text."""
         return TopologyDescription(self)
