@@ -240,8 +240,13 @@ def test_spark_application_for_reprocess():
         "name": "kafka-user",
         "key": "password",
     }
-    env = {e["name"]: e["value"] for e in body["driver"]["env"]}
-    assert env["KAPPAFLOW_SSL_CA_LOCATION"] == "/etc/kappaflow/secrets/kafka-ca/ca.crt"
+    for role in ("driver", "executor"):
+        (container,) = body[role]["template"]["spec"]["containers"]
+        env = {e["name"]: e["value"] for e in container["env"]}
+        assert env["KAPPAFLOW_SSL_CA_LOCATION"] == "/etc/kappaflow/secrets/kafka-ca/ca.crt"
+        assert {"name": "kafka-ca", "path": "/etc/kappaflow/secrets/kafka-ca", "secretType": "Generic"} in body[
+            role
+        ]["secrets"]
     assert app["metadata"]["ownerReferences"][0]["uid"] == REF.uid
     assert spark_state(app) is None
     assert spark_state({"status": {"applicationState": {"state": "COMPLETED"}}}) == "COMPLETED"
