@@ -83,7 +83,8 @@ def build(force: bool = False) -> Path:
         out.parent.mkdir(parents=True, exist_ok=True)
         _log(f"go build ./cmd/operator (minutes on a cold cache); full log {log_path}")
         with log_path.open("a") as log:
-            _go(["go", "build", "-ldflags", "-s -w", "-o", f"{out}.tmp", "./cmd/operator"], src, env, log, log_path)
+            argv = ["go", "build", "-ldflags", "-s -w", "-o", f"{out}.tmp", "./cmd/operator"]
+            _go(argv, src, env, log, log_path)
         os.replace(f"{out}.tmp", out)
         shutil.rmtree(src, ignore_errors=True)  # the module stays in Go's cache
         marker.write_text(f"{MODULE}@{VERSION}\n")

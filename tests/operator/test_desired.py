@@ -244,9 +244,8 @@ def test_spark_application_for_reprocess():
         (container,) = body[role]["template"]["spec"]["containers"]
         env = {e["name"]: e["value"] for e in container["env"]}
         assert env["KAPPAFLOW_SSL_CA_LOCATION"] == "/etc/kappaflow/secrets/kafka-ca/ca.crt"
-        assert {"name": "kafka-ca", "path": "/etc/kappaflow/secrets/kafka-ca", "secretType": "Generic"} in body[
-            role
-        ]["secrets"]
+        mounted = {"name": "kafka-ca", "path": "/etc/kappaflow/secrets/kafka-ca", "secretType": "Generic"}
+        assert mounted in body[role]["secrets"]
     assert app["metadata"]["ownerReferences"][0]["uid"] == REF.uid
     assert spark_state(app) is None
     assert spark_state({"status": {"applicationState": {"state": "COMPLETED"}}}) == "COMPLETED"

@@ -22,7 +22,8 @@ def test_the_run_mounts_a_config_rendered_from_the_new_spec_under_the_new_id():
         # the config volume or the PodSecurity `restricted` contexts.
         assert "configMaps" not in app["spec"][role] and "securityContext" not in app["spec"][role]
         pod = app["spec"][role]["template"]["spec"]
-        assert pod["volumes"] == [{"name": "kappaflow-config", "configMap": {"name": configmap["metadata"]["name"]}}]
+        config_volume = {"name": "kappaflow-config", "configMap": {"name": configmap["metadata"]["name"]}}
+        assert pod["volumes"] == [config_volume]
         assert pod["securityContext"]["runAsNonRoot"] is True
         assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
         (container,) = pod["containers"]
@@ -65,8 +66,9 @@ def test_small_cpu_requests_reach_the_driver_and_executor_pods():
     _, app = reprocess_resources(s, REF, spec_digest="ab" * 8, new_application_id="wordcount-rabab")
     assert app["spec"]["driver"]["coreRequest"] == "250m" and app["spec"]["driver"]["cores"] == 1
     assert app["spec"]["executor"]["coreRequest"] == "100m" and app["spec"]["executor"]["instances"] == 1
-    plain = reprocess_resources(spec(upgrade={"mode": "reprocess"}), REF, spec_digest="ab" * 8,
-                                new_application_id="wordcount-rabab")[1]
+    plain = reprocess_resources(
+        spec(upgrade={"mode": "reprocess"}), REF, spec_digest="ab" * 8, new_application_id="wordcount-rabab"
+    )[1]
     assert "coreRequest" not in plain["spec"]["driver"]
 
 

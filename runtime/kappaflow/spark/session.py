@@ -52,18 +52,21 @@ def create_session(
                 "spark.driver.bindAddress": "127.0.0.1",
             }
         )
-    settings.update({
-        "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "false",
-        "spark.sql.shuffle.partitions": "4",
-        "spark.default.parallelism": "2",
-        "spark.sql.session.timeZone": "UTC",
-        # A retried task would produce its outputs twice: fail the job instead (see reprocess docstring).
-        "spark.task.maxFailures": "1",
-        "spark.python.worker.reuse": "true",
-        # Workers fork from a daemon that imported kappaflow once and loads the installed pyspark (daemon.py).
-        "spark.python.daemon.module": "kappaflow.spark.daemon",
-    })
+    settings.update(
+        {
+            "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
+            "spark.sql.shuffle.partitions": "4",
+            "spark.default.parallelism": "2",
+            "spark.sql.session.timeZone": "UTC",
+            # A retried task would produce its outputs twice: fail the job instead (see reprocess docstring).
+            "spark.task.maxFailures": "1",
+            "spark.python.worker.reuse": "true",
+            # Workers fork from a daemon that imported kappaflow once and loads the installed pyspark
+            # (daemon.py).
+            "spark.python.daemon.module": "kappaflow.spark.daemon",
+        }
+    )
     settings.update(conf or {})
     for key, value in settings.items():
         builder = builder.config(key, value)
