@@ -78,3 +78,16 @@ def test_a_cpu_request_that_is_no_quantity_is_refused_naming_the_field():
 
     with pytest.raises(pydantic.ValidationError, match="coreRequest"):
         spec(upgrade={"mode": "reprocess", "spark": {"driver": {"coreRequest": "lots"}}})
+
+
+def test_the_pods_env_reaches_the_spark_driver_and_executors():
+    """A topology may read the env (the word count example reads its topic names from it): the Spark
+    job must see what the pods see, or it would rebuild a different topology."""
+    s = spec(
+        upgrade={"mode": "reprocess"},
+        pod_template={"env": [{"name": "WORDCOUNT_INPUT", "value": "lines"}]},
+    )
+    _, app = reprocess_resources(s, REF, spec_digest="ab" * 8, new_application_id="wordcount-rabab")
+    for role in ("driver", "executor"):
+        (container,) = app["spec"][role]["template"]["spec"]["containers"]
+        assert {"name": "WORDCOUNT_INPUT", "value": "lines"} in container["env"]

@@ -107,8 +107,12 @@ def _pod_template(
         "securityContext": container_security_context(spec),
         "volumeMounts": [{"name": CONFIG_VOLUME, "mountPath": CONFIG_DIR, "readOnly": True}],
     }
-    if env:
-        body["env"] = [{"name": k, "value": v} for k, v in sorted(env.items())]
+    # The pods' own env (`podTemplate.env`) first: a topology may read it (topic names, flags), and
+    # the Spark job must build the topology the pods will run. The credentials' paths follow.
+    wire = [e.to_wire() for e in spec.pod_template.env]
+    wire += [{"name": k, "value": v} for k, v in sorted(env.items())]
+    if wire:
+        body["env"] = wire
     pod: dict[str, Any] = {
         "securityContext": pod_security_context(spec),
         "volumes": [{"name": CONFIG_VOLUME, "configMap": {"name": configmap}}],
