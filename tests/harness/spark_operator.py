@@ -14,7 +14,7 @@ v2.5.0: the newest v2 release the proxy serves at the time of writing; it passes
 executor pod templates (`spec.driver.template`, `spec.executor.template`, since v2.1) to spark-submit,
 which is what lets kappaflow's SparkApplications run without the operator's mutating webhook.
 
-CLI: `python -m tests.harness.spark_operator build`.
+CLI: `python -m tests.harness.spark_operator build` (or `chart`: builds, then prints the chart's path).
 """
 
 from __future__ import annotations
@@ -94,11 +94,14 @@ def build(force: bool = False) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.harness.spark_operator")
-    parser.add_argument("command", choices=["build"])
-    parser.add_argument("--force", action="store_true")
+    parser.add_argument("command", choices=["build", "chart"], help="build it; or print the chart's path")
+    parser.add_argument("--force", action="store_true", help="rebuild even if cached")
     args = parser.parse_args(argv)
     out = build(force=args.force)
-    print(component_line("Spark operator", VERSION, "ready", out.stat().st_size), flush=True)
+    if args.command == "chart":
+        print(chart_dir())
+    else:
+        print(component_line("Spark operator", VERSION, "ready", out.stat().st_size), flush=True)
     return 0
 
 
