@@ -101,6 +101,9 @@ def install_operator(node: RealNode, replicas: int = 2, *extra: str) -> None:
     would in a release pipeline, so a rebuilt image under the same tag rolls the operator."""
     from tests.harness.realnode.images_store import docker_id
 
+    # Helm installs a chart's crds/ on the first install only and never upgrades them: apply them first,
+    # as a user upgrading the chart does (the node may hold an older StreamApp CRD).
+    node.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CHART / "crds"))
     argv = [
         helm_binary(),
         f"--kubeconfig={node.kubeconfig}",
