@@ -51,7 +51,7 @@ pytestmark = [pytest.mark.realnode, pytest.mark.timeout(900)]
 NAMESPACE = "kappaflow-reprocess"
 APP = "wordcount"
 SPARK_IMAGE = "kappaflow-examples-spark:0.1.0"
-SELECTOR = f"kappaflow.io/streamapp={APP},!job-name"
+SELECTOR = f"kappaflow.io/streamapp={APP},!job-name,!spark-role"  # the app pods: not Jobs, not Spark
 #: Small enough for a 2-CPU node shared with Kafka, both operators and the app's pods.
 SPARK = {
     "serviceAccountName": "kappaflow-spark",
