@@ -91,3 +91,21 @@ def test_the_pods_env_reaches_the_spark_driver_and_executors():
     for role in ("driver", "executor"):
         (container,) = app["spec"][role]["template"]["spec"]["containers"]
         assert {"name": "WORDCOUNT_INPUT", "value": "lines"} in container["env"]
+
+
+def test_spark_pods_are_not_selected_as_the_apps_pods():
+    """The Spark operator copies a SparkApplication's labels onto its driver and executor pods: the
+    app's selector label there would put Spark's pods behind the app's Service and PDB (and among the
+    pods the operator observes). The run is found by its own label instead."""
+    from kappaflow_operator.desired.common import selector_labels
+    from kappaflow_operator.desired.spark import REPROCESS_OF_LABEL
+
+    _, app = reprocess_resources(
+        spec(upgrade={"mode": "reprocess"}), REF, spec_digest="ab" * 8, new_application_id="wordcount-rabab"
+    )
+    labels = app["metadata"]["labels"]
+    assert not set(selector_labels(REF.name)) & set(labels)
+    assert labels[REPROCESS_OF_LABEL] == REF.name
+    for role in ("driver", "executor"):
+        assert not set(selector_labels(REF.name)) & set(app["spec"][role]["labels"])
+        assert not set(selector_labels(REF.name)) & set(app["spec"][role]["template"]["metadata"]["labels"])

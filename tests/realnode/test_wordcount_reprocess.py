@@ -112,6 +112,7 @@ class Watch:
         self.spark_states: list[str] = []
         self.phases: list[str] = []
         self.spark_pods: dict[str, dict[str, str]] = {"driver": {}, "executor": {}}
+        self.spark_pod_labels: dict[str, dict[str, str]] = {}
 
     def poll(self) -> dict[str, Any]:
         app = self.node.get("streamapp", APP, NAMESPACE)
@@ -128,6 +129,7 @@ class Watch:
         pods = json.loads(self.node.kubectl("-n", NAMESPACE, "get", "pods", "-l", "spark-role", "-o", "json"))
         for pod in pods["items"]:
             role = pod["metadata"]["labels"]["spark-role"]
+            self.spark_pod_labels[pod["metadata"]["name"]] = pod["metadata"]["labels"]
             seen = self.spark_pods.setdefault(role, {})
             phase = pod["status"].get("phase", "")
             if seen.get(pod["metadata"]["name"]) != "Running":  # keep the fact it ran
@@ -247,6 +249,8 @@ def test_reprocess_upgrade_runs_spark_as_pods_and_rolls_onto_its_state(
         assert any(p in ("Running", "Succeeded") for p in watch.spark_pods["executor"].values()), (
             watch.spark_pods
         )
+        # Spark's pods are not the app's: the app's Service and PDB select `kappaflow.io/streamapp`.
+        assert all("kappaflow.io/streamapp" not in labels for labels in watch.spark_pod_labels.values())
         executor_states = spark_app["status"].get("executorState") or {}
         assert executor_states and set(executor_states.values()) <= {"COMPLETED", "RUNNING"}, spark_app[
             "status"

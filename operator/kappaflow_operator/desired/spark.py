@@ -18,11 +18,15 @@ from kappaflow_contract import config as keys
 from kappaflow_contract.topics import is_internal_topic_name
 
 from ..models import StreamAppSpec
-from .common import CONFIG_DIR, CONFIG_FILE, AppRef, object_meta, stable_hash
+from .common import APP_LABEL, CONFIG_DIR, CONFIG_FILE, AppRef, object_meta, stable_hash
 from .config import render_properties, runtime_config
 from .security import container_security_context, pod_security_context
 
 SPARK_API_VERSION = "sparkoperator.k8s.io/v1beta2"
+#: The label naming a SparkApplication's StreamApp (observe lists the app's runs by it). Not the app's
+#: selector label (`APP_LABEL`): the Spark operator copies a SparkApplication's labels onto its driver
+#: and executor pods, and the app's Service and PodDisruptionBudget select pods by APP_LABEL.
+REPROCESS_OF_LABEL = "kappaflow.io/reprocess-of"
 LAUNCHER = "local:///opt/kappaflow/reprocess.py"
 SECRETS_DIR = "/etc/kappaflow/secrets"
 
@@ -177,12 +181,10 @@ def build_spark_application(
         body["imagePullPolicy"] = spec.image_pull_policy
     if spec.pod_template.image_pull_secrets:
         body["imagePullSecrets"] = list(spec.pod_template.image_pull_secrets)
-    return {
-        "apiVersion": SPARK_API_VERSION,
-        "kind": "SparkApplication",
-        "metadata": object_meta(ref, name, labels),
-        "spec": body,
-    }
+    meta = object_meta(ref, name, labels)
+    meta["labels"] = {k: v for k, v in meta["labels"].items() if k != APP_LABEL}
+    meta["labels"][REPROCESS_OF_LABEL] = ref.name
+    return {"apiVersion": SPARK_API_VERSION, "kind": "SparkApplication", "metadata": meta, "spec": body}
 
 
 def spark_state(spark_application: dict[str, Any]) -> str | None:
