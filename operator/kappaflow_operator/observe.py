@@ -28,7 +28,7 @@ from .context import Context
 from .decide import app_ref, application_id, state_claims
 from .desired.common import APP_LABEL, AppRef, spec_hash, topology_configmap_name
 from .desired.jobs import DESCRIBE_JOB_LABEL
-from .desired.spark import SPARK_API_VERSION
+from .desired.spark import REPROCESS_OF_LABEL, SPARK_API_VERSION
 from .k8s import Kube
 from .kafka import KafkaAdmin, KafkaError
 from .models import API_VERSION, StreamAppSpec
@@ -133,7 +133,7 @@ def observe(
             snap, spark_application=kube.get(SPARK_API_VERSION, "SparkApplication", namespace, spark_name)
         )
     if reprocess.cleanup_due(prev):
-        runs = kube.list(SPARK_API_VERSION, "SparkApplication", namespace, f"{APP_LABEL}={name}")
+        runs = kube.list(SPARK_API_VERSION, "SparkApplication", namespace, f"{REPROCESS_OF_LABEL}={name}")
         snap = replace(snap, spark_applications=runs)
     if spec.upgrade.mode == "reset" and sts is not None:
         snap = replace(

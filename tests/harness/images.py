@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.harness import image_inputs as inputs
+from tests.harness import spark_operator
 from tests.harness.docker_host import (
     DockerUnavailable,
     docker,
@@ -52,6 +53,9 @@ RUNTIME = f"kappaflow-runtime:{VERSION}"
 OPERATOR = f"kappaflow-operator:{VERSION}"
 EXAMPLES = f"kappaflow-examples:{VERSION}"
 SPARK = f"kappaflow-spark:{VERSION}"
+#: The word count example on the Spark image: what `upgrade: reprocess` runs as driver and executors.
+EXAMPLES_SPARK = f"kappaflow-examples-spark:{VERSION}"
+SPARK_OPERATOR = f"kappaflow-spark-operator:{spark_operator.VERSION.lstrip('v')}"
 KAFKA = f"kappaflow-kafka:{KAFKA_VERSION}"
 
 PAUSE_DOCKERFILE = 'FROM scratch\nCOPY pause /pause\nUSER 65535:65535\nENTRYPOINT ["/pause"]\n'
@@ -214,7 +218,36 @@ def _spark(ids: dict[str, str], no_cache: bool) -> Recipe:
 
     key = inputs.wheelhouse_spec("spark")[0]
     material = [ids[RUNTIME], key, inputs.spark_jars_digest(), repr(sorted(args.items()))]
+    material += _read("runtime/spark-entrypoint.sh")
     return Recipe([*material, *_read(dockerfile, ".dockerignore")], build, inputs.stage_spark)
+
+
+def _examples_spark(ids: dict[str, str], no_cache: bool) -> Recipe:
+    """The example's Dockerfile on the Spark image: a user's app image for reprocessing is built the same
+    way, FROM kappaflow-spark instead of kappaflow-runtime."""
+    dockerfile = "examples/k8s/Dockerfile.wordcount"
+    args = {"RUNTIME_IMAGE": SPARK}
+
+    def build(label: str) -> None:
+        _docker_build(EXAMPLES_SPARK, ROOT / dockerfile, ROOT, label, args, no_cache=no_cache)
+
+    material = [ids[SPARK], *_read(dockerfile, ".dockerignore"), inputs.files_digest(["examples"])]
+    return Recipe(material, build)
+
+
+def _spark_operator(ids: dict[str, str], no_cache: bool) -> Recipe:
+    """The Kubeflow Spark operator's controller (built from its Go module) on the Spark image."""
+    dockerfile = "runtime/Dockerfile.spark-operator"
+    args = {"SPARK_IMAGE": SPARK, "OPERATOR_BIN": "context", "SPARK_OPERATOR_VERSION": spark_operator.VERSION}
+
+    def prepare() -> None:
+        inputs.stage([spark_operator.build()], inputs.context_dir() / "spark-operator")
+
+    def build(label: str) -> None:
+        _docker_build(SPARK_OPERATOR, ROOT / dockerfile, ROOT, label, args, no_cache=no_cache)
+
+    material = [ids[SPARK], spark_operator.MODULE, spark_operator.VERSION, repr(sorted(args.items()))]
+    return Recipe([*material, *_read(dockerfile, ".dockerignore")], build, prepare)
 
 
 def _kafka(ids: dict[str, str], no_cache: bool) -> Recipe:
@@ -239,6 +272,8 @@ IMAGES: dict[str, Image] = {
         Image(OPERATOR, "operator", (PYTHON3,), _wheels_image(OPERATOR, "operator/Dockerfile", "operator")),
         Image(EXAMPLES, "examples", (RUNTIME,), _examples),
         Image(SPARK, "spark", (RUNTIME,), _spark),
+        Image(EXAMPLES_SPARK, "examples-spark", (SPARK,), _examples_spark),
+        Image(SPARK_OPERATOR, "spark-operator", (SPARK,), _spark_operator),
         Image(KAFKA, "kafka", (DEBIAN,), _kafka),
     )
 }

@@ -20,6 +20,7 @@ from tests.harness.images import (
     PYTHON3,
     RUNTIME,
     SPARK,
+    SPARK_OPERATOR,
     ensure_images,
 )
 from tests.images.conftest import DockerRun
@@ -92,6 +93,29 @@ def test_spark_image_has_pyspark_java_and_the_connector(docker_run: DockerRun) -
     assert version and int(jars) >= 2
     java = docker_run(SPARK, "-version", entrypoint="java")
     assert java.returncode == 0 and "openjdk" in java.stderr.lower()
+
+
+def test_spark_image_entrypoint_serves_spark_pods_and_kappaflow(docker_run: DockerRun) -> None:
+    """Spark's Kubernetes backend starts pods with `driver ...` / `executor` and env; anything else is a
+    kappaflow command, as in the runtime image. An executor started without Spark's env says what is
+    missing instead of a JVM stack trace."""
+    executor = docker_run(SPARK, "executor")
+    assert executor.returncode == 64 and "SPARK_DRIVER_URL" in executor.stderr, executor
+    driver = docker_run(SPARK, "driver", "--version")
+    assert driver.returncode != 0 and "SPARK_DRIVER_BIND_ADDRESS" in driver.stderr, driver
+    assert "reprocess" in _ok(docker_run(SPARK, "--help"))
+    # SPARK_HOME is PySpark's directory, with spark-submit and the Kafka connector among Spark's jars
+    listing = _ok(docker_run(SPARK, "-c", 'ls "$SPARK_HOME/bin" "$SPARK_HOME/jars"', entrypoint="bash"))
+    assert "spark-submit" in listing and "spark-sql-kafka-0-10_2.13-4.0.0.jar" in listing
+
+
+def test_spark_operator_image_runs_the_controller_beside_spark_submit(docker_run: DockerRun) -> None:
+    out = docker_run(SPARK_OPERATOR, "controller", "start", "--help")
+    assert out.returncode == 0 and "--namespaces" in out.stdout + out.stderr, out
+    home = _ok(
+        docker_run(SPARK_OPERATOR, "-c", 'test -x "$SPARK_HOME/bin/spark-submit" && id -u', entrypoint="sh")
+    )
+    assert home.strip() == "1000"
 
 
 def test_base_images(docker_run: DockerRun) -> None:

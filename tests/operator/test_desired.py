@@ -240,8 +240,12 @@ def test_spark_application_for_reprocess():
         "name": "kafka-user",
         "key": "password",
     }
-    env = {e["name"]: e["value"] for e in body["driver"]["env"]}
-    assert env["KAPPAFLOW_SSL_CA_LOCATION"] == "/etc/kappaflow/secrets/kafka-ca/ca.crt"
+    for role in ("driver", "executor"):
+        (container,) = body[role]["template"]["spec"]["containers"]
+        env = {e["name"]: e["value"] for e in container["env"]}
+        assert env["KAPPAFLOW_SSL_CA_LOCATION"] == "/etc/kappaflow/secrets/kafka-ca/ca.crt"
+        mounted = {"name": "kafka-ca", "path": "/etc/kappaflow/secrets/kafka-ca", "secretType": "Generic"}
+        assert mounted in body[role]["secrets"]
     assert app["metadata"]["ownerReferences"][0]["uid"] == REF.uid
     assert spark_state(app) is None
     assert spark_state({"status": {"applicationState": {"state": "COMPLETED"}}}) == "COMPLETED"
@@ -288,3 +292,18 @@ def test_a_describe_job_from_another_pod_template_is_replaced_unless_it_succeede
     assert job_outdated({"metadata": {"name": "old"}}, want), "a Job of an older operator (no hash)"
     done = {**live, "status": {"conditions": [{"type": "Complete", "status": "True"}]}}
     assert not job_outdated(done, want), "a Job that succeeded published what counts"
+
+
+def test_describe_job_sees_the_pods_env_and_is_renamed_when_it_changes():
+    """A topology may read its topic names from the env (examples/wordcount.py does): the description
+    must be of the topology the pods build, so the Job gets their env and a new env is a new Job."""
+    plain = build_describe_job(spec(), REF)
+    with_env = build_describe_job(spec(podTemplate={"env": [{"name": "WORDCOUNT_INPUT", "value": "x"}]}), REF)
+    other_env = build_describe_job(
+        spec(podTemplate={"env": [{"name": "WORDCOUNT_INPUT", "value": "y"}]}), REF
+    )
+    (container,) = with_env["spec"]["template"]["spec"]["containers"]
+    assert {"name": "WORDCOUNT_INPUT", "value": "x"} in container["env"]
+    names = {job["metadata"]["name"] for job in (plain, with_env, other_env)}
+    assert len(names) == 3
+    assert plain["metadata"]["name"] == build_describe_job(spec(replicas=5), REF)["metadata"]["name"]

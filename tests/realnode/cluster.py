@@ -101,6 +101,9 @@ def install_operator(node: RealNode, replicas: int = 2, *extra: str) -> None:
     would in a release pipeline, so a rebuilt image under the same tag rolls the operator."""
     from tests.harness.realnode.images_store import docker_id
 
+    # Helm installs a chart's crds/ on the first install only and never upgrades them: apply them first,
+    # as a user upgrading the chart does (the node may hold an older StreamApp CRD).
+    node.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CHART / "crds"))
     argv = [
         helm_binary(),
         f"--kubeconfig={node.kubeconfig}",
@@ -361,3 +364,62 @@ def write_pod_targets(node: RealNode, workdir: Path) -> int:
         tmp.write_text(json.dumps(targets))
         tmp.replace(workdir / f"{job}.json")
     return sum(len(v) for v in jobs.values())
+
+
+SPARK_OPERATOR_NAMESPACE = "spark-operator"
+SPARK_OPERATOR_VALUES = ROOT / "examples" / "k8s" / "spark-operator-values.yaml"
+
+
+def install_spark_operator(node: RealNode, job_namespaces: list[str]) -> None:
+    """`helm upgrade --install` of the Kubeflow Spark operator's own chart (from its Go module) with
+    examples/k8s/spark-operator-values.yaml, watching `job_namespaces` (they must exist: the chart puts
+    the Spark ServiceAccount and its Role there). The image's ID goes on the pod, as for kappaflow's."""
+    from tests.harness import spark_operator
+    from tests.harness.images import SPARK_OPERATOR
+    from tests.harness.realnode.images_store import docker_id
+
+    spark_operator.build()
+    argv = [
+        helm_binary(),
+        f"--kubeconfig={node.kubeconfig}",
+        "upgrade",
+        "--install",
+        "spark-operator",
+        str(spark_operator.chart_dir()),
+        "--namespace",
+        SPARK_OPERATOR_NAMESPACE,
+        "--create-namespace",
+        "-f",
+        str(SPARK_OPERATOR_VALUES),
+        "--set",
+        f"spark.jobNamespaces={{{','.join(job_namespaces)}}}",
+        "--set-string",
+        f"controller.annotations.kappaflow\\.io/image-id={docker_id(SPARK_OPERATOR)}",
+        "--wait",
+        "--timeout",
+        "300s",
+    ]
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=330, check=False)
+    if p.returncode:
+        pods = node.kubectl("-n", SPARK_OPERATOR_NAMESPACE, "get", "pods,events", check=False)
+        raise RuntimeError(f"helm install of the Spark operator failed: {p.stderr.strip()}\n{pods}")
+
+
+def uninstall_spark_operator(node: RealNode) -> None:
+    subprocess.run(
+        [
+            helm_binary(),
+            f"--kubeconfig={node.kubeconfig}",
+            "uninstall",
+            "spark-operator",
+            "-n",
+            SPARK_OPERATOR_NAMESPACE,
+            "--wait",
+            "--timeout",
+            "120s",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=150,
+        check=False,
+    )

@@ -3,7 +3,7 @@ that runs each SparkApplication's job the way its spec says, with Spark in local
 
 What a real Spark operator would do with the operator's manifest: spark-submit the `mainApplicationFile`
 (the image's `/opt/kappaflow/reprocess.py`, which is runtime/kappaflow/spark_driver.py) with the
-`arguments`, the ConfigMaps in `spec.driver.configMaps` mounted and the driver's env, then report
+`arguments`, the ConfigMaps and env of `spec.driver.template` (the driver pod template) in place, then report
 `status.applicationState.state` (SUBMITTED, RUNNING, COMPLETED or FAILED with an `errorMessage`) and
 `status.driverInfo`. Here the main file runs as a local process; the mounted ConfigMap becomes a local
 file, and `state.dir` points at a scratch directory (an executor's disk, thrown away).
@@ -177,13 +177,13 @@ class SparkOperatorStandIn:
         # spark-submit runs the image's main file as a script with the arguments.
         argv = [sys.executable, str(MAIN_FILES[spec["mainApplicationFile"]]), *spec["arguments"]]
         driver = spec["driver"]
-        for mount in driver.get("configMaps", []):
-            data = self.core.read_namespaced_config_map(mount["name"], self.namespace).data or {}
+        for configmap, path in _template_configmaps(driver.get("template") or {}):
+            data = self.core.read_namespaced_config_map(configmap, self.namespace).data or {}
             for key, text in data.items():
                 (job_dir / key).write_text(text)
-                argv = [str(job_dir / key) if a == f"{mount['path']}/{key}" else a for a in argv]
+                argv = [str(job_dir / key) if a == f"{path}/{key}" else a for a in argv]
         env = {k: v for k, v in os.environ.items() if not k.startswith("KAPPAFLOW_")}
-        env.update({e["name"]: e["value"] for e in driver.get("env", [])})
+        env.update({e["name"]: e["value"] for e in _driver_container(driver).get("env", [])})
         env.update(self.env)
         env.update(self.env_for_image.get(spec["image"], {}))
         env["KAPPAFLOW_STATE_DIR"] = str(job_dir / "executor-disk")
@@ -193,3 +193,21 @@ class SparkOperatorStandIn:
             return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         finally:
             log.close()
+
+
+def _driver_container(driver: dict[str, Any]) -> dict[str, Any]:
+    """The driver pod template's `spark-kubernetes-driver` container (Spark's name for it)."""
+    containers = ((driver.get("template") or {}).get("spec") or {}).get("containers") or []
+    return next((c for c in containers if c.get("name") == "spark-kubernetes-driver"), {})
+
+
+def _template_configmaps(template: dict[str, Any]) -> list[tuple[str, str]]:
+    """(ConfigMap name, mount path) of each ConfigMap volume the driver container mounts: what Spark
+    would mount in the driver pod built from the template."""
+    volumes = {
+        v["name"]: v["configMap"]["name"]
+        for v in (template.get("spec") or {}).get("volumes", [])
+        if "configMap" in v
+    }
+    mounts = _driver_container({"template": template}).get("volumeMounts", [])
+    return [(volumes[m["name"]], m["mountPath"]) for m in mounts if m["name"] in volumes]

@@ -42,8 +42,12 @@ def _job_name(app: str, kind: str, digest: str) -> str:
 
 
 def describe_key(spec: StreamAppSpec) -> str:
-    """What a topology description depends on: the image and the entry point (not config, not replicas)."""
-    return stable_hash({"image": spec.image, "entryPoint": spec.entry_point}, 8)
+    """What a topology description depends on: the image, the entry point and the pods' extra env (a
+    topology may read its topic names from it; not config, not replicas)."""
+    key: dict[str, Any] = {"image": spec.image, "entryPoint": spec.entry_point}
+    if spec.pod_template.env:  # absent when unset: the Jobs of specs without env keep their names
+        key["env"] = [e.to_wire() for e in spec.pod_template.env]
+    return stable_hash(key, 8)
 
 
 #: The hash of the pod template a Job was built from (a Job's template is immutable).
@@ -96,6 +100,8 @@ def _job(
             container["volumeMounts"].append(dict(TLS_MOUNT))
             pod["volumes"].append(tls)
     tmpl = spec.pod_template
+    # the pods' env: the topology the Job loads is built with it, as in the pods
+    container["env"] += [e.to_wire() for e in tmpl.env]
     if tmpl.service_account_name:
         pod["serviceAccountName"] = tmpl.service_account_name
     if tmpl.image_pull_secrets:

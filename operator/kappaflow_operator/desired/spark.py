@@ -18,11 +18,15 @@ from kappaflow_contract import config as keys
 from kappaflow_contract.topics import is_internal_topic_name
 
 from ..models import StreamAppSpec
-from .common import CONFIG_DIR, CONFIG_FILE, AppRef, object_meta, stable_hash
+from .common import APP_LABEL, CONFIG_DIR, CONFIG_FILE, AppRef, object_meta, stable_hash
 from .config import render_properties, runtime_config
 from .security import container_security_context, pod_security_context
 
 SPARK_API_VERSION = "sparkoperator.k8s.io/v1beta2"
+#: The label naming a SparkApplication's StreamApp (observe lists the app's runs by it). Not the app's
+#: selector label (`APP_LABEL`): the Spark operator copies a SparkApplication's labels onto its driver
+#: and executor pods, and the app's Service and PodDisruptionBudget select pods by APP_LABEL.
+REPROCESS_OF_LABEL = "kappaflow.io/reprocess-of"
 LAUNCHER = "local:///opt/kappaflow/reprocess.py"
 SECRETS_DIR = "/etc/kappaflow/secrets"
 
@@ -59,8 +63,8 @@ def reprocess_configmap(
 def _credentials(spec: StreamAppSpec) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, str]]:
     """SASL env from Secrets, TLS Secrets mounted whole, and env overrides pointing ssl.* at them.
 
-    The Spark operator mounts a Secret as a directory of its keys (no per-key projection), so the file
-    paths differ from the pods'; KAPPAFLOW_SSL_* env vars override the config file (env wins).
+    spark-submit mounts a Secret as a directory of its keys (no per-key projection), so the file paths
+    differ from the pods'; KAPPAFLOW_SSL_* env vars (in the pod templates) override the config file.
     """
     env_refs: dict[str, Any] = {}
     if spec.kafka.sasl is not None:
@@ -84,6 +88,43 @@ def _credentials(spec: StreamAppSpec) -> tuple[dict[str, Any], list[dict[str, An
     return env_refs, secrets, env
 
 
+#: The container names Spark's Kubernetes backend looks for in a pod template (the Spark operator passes
+#: them as spark.kubernetes.{driver,executor}.podTemplateContainerName).
+DRIVER_CONTAINER = "spark-kubernetes-driver"
+EXECUTOR_CONTAINER = "spark-kubernetes-executor"
+CONFIG_VOLUME = "kappaflow-config"
+
+
+def _pod_template(
+    spec: StreamAppSpec, container: str, configmap: str, labels: dict[str, str], env: dict[str, str]
+) -> dict[str, Any]:
+    """The driver's or executors' pod template: security contexts, the run's config volume and env.
+
+    Why a template and not the SparkApplication's `configMaps`/`securityContext`/`env` fields: those
+    are applied by the Spark operator's mutating webhook, which many installs (and ours: controller
+    only) do not run. A pod template (Spark >= 3, operator >= 2.1) is handed to spark-submit, and Spark
+    itself builds the pods from it, so the pods pass PodSecurity `restricted` with or without a webhook.
+    """
+    body: dict[str, Any] = {
+        "name": container,
+        # PodSecurity `restricted`, as for the app's own pods (the Spark image runs as uid 1000 too).
+        "securityContext": container_security_context(spec),
+        "volumeMounts": [{"name": CONFIG_VOLUME, "mountPath": CONFIG_DIR, "readOnly": True}],
+    }
+    # The pods' own env (`podTemplate.env`) first: a topology may read it (topic names, flags), and
+    # the Spark job must build the topology the pods will run. The credentials' paths follow.
+    wire = [e.to_wire() for e in spec.pod_template.env]
+    wire += [{"name": k, "value": v} for k, v in sorted(env.items())]
+    if wire:
+        body["env"] = wire
+    pod: dict[str, Any] = {
+        "securityContext": pod_security_context(spec),
+        "volumes": [{"name": CONFIG_VOLUME, "configMap": {"name": configmap}}],
+        "containers": [body],
+    }
+    return {"metadata": {"labels": dict(labels)}, "spec": pod}
+
+
 def build_spark_application(
     spec: StreamAppSpec, ref: AppRef, *, spec_digest: str, new_application_id: str | None = None
 ) -> dict[str, Any]:
@@ -93,29 +134,30 @@ def build_spark_application(
     env_refs, secrets, env = _credentials(spec)
     name = spark_application_name(ref, spec_digest)
     labels = {"kappaflow.io/reprocess": stable_hash(app_id, 8)}
+    configmap = reprocess_configmap_name(ref, spec_digest)
 
-    def role(cores: int, memory: str) -> dict[str, Any]:
+    def role(container: str, cores: int, memory: str, core_request: str | None) -> dict[str, Any]:
         body: dict[str, Any] = {
             "cores": cores,
             "memory": memory,
             "labels": dict(labels),
-            "configMaps": [{"name": reprocess_configmap_name(ref, spec_digest), "path": CONFIG_DIR}],
-            # PodSecurity `restricted`, as for the app's own pods (the Spark image runs as uid 1000 too).
-            "podSecurityContext": pod_security_context(spec),
-            "securityContext": container_security_context(spec),
+            "template": _pod_template(spec, container, configmap, labels, env),
         }
+        if core_request:
+            body["coreRequest"] = core_request
+        # Secret env and Secret volumes are spark-submit options (no webhook needed).
         if env_refs:
             body["envSecretKeyRefs"] = dict(env_refs)
         if secrets:
             body["secrets"] = [dict(s) for s in secrets]
-        if env:
-            body["env"] = [{"name": k, "value": v} for k, v in sorted(env.items())]
         return body
 
-    driver = role(spark.driver.cores, spark.driver.memory)
+    driver = role(DRIVER_CONTAINER, spark.driver.cores, spark.driver.memory, spark.driver.core_request)
     if spark.service_account_name:
         driver["serviceAccount"] = spark.service_account_name
-    executor = role(spark.executor.cores, spark.executor.memory)
+    executor = role(
+        EXECUTOR_CONTAINER, spark.executor.cores, spark.executor.memory, spark.executor.core_request
+    )
     executor["instances"] = spark.executor.instances
     body: dict[str, Any] = {
         "type": "Python",
@@ -139,12 +181,10 @@ def build_spark_application(
         body["imagePullPolicy"] = spec.image_pull_policy
     if spec.pod_template.image_pull_secrets:
         body["imagePullSecrets"] = list(spec.pod_template.image_pull_secrets)
-    return {
-        "apiVersion": SPARK_API_VERSION,
-        "kind": "SparkApplication",
-        "metadata": object_meta(ref, name, labels),
-        "spec": body,
-    }
+    meta = object_meta(ref, name, labels)
+    meta["labels"] = {k: v for k, v in meta["labels"].items() if k != APP_LABEL}
+    meta["labels"][REPROCESS_OF_LABEL] = ref.name
+    return {"apiVersion": SPARK_API_VERSION, "kind": "SparkApplication", "metadata": meta, "spec": body}
 
 
 def spark_state(spark_application: dict[str, Any]) -> str | None:

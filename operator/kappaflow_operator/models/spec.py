@@ -203,6 +203,8 @@ class Autoscaling(CamelModel):
 
 
 SparkMemory = Annotated[str, Field(pattern=SPARK_MEMORY_PATTERN)]
+#: A CPU quantity as Kubernetes writes one: cores (1, 0.5) or millicores (250m).
+CpuQuantity = Annotated[str, Field(pattern=r"^([0-9]+(\.[0-9]+)?|[0-9]+m)$")]
 
 
 class SparkDriver(CamelModel):
@@ -212,6 +214,8 @@ class SparkDriver(CamelModel):
     """CPU cores of the driver."""
     memory: SparkMemory = "1g"
     """Memory of the driver (Spark notation, e.g. 1g, 512m)."""
+    core_request: CpuQuantity | None = None
+    """CPU the driver pod requests (a Kubernetes quantity, e.g. 250m); `cores` when unset."""
 
 
 class SparkExecutor(CamelModel):
@@ -223,6 +227,8 @@ class SparkExecutor(CamelModel):
     """CPU cores of each executor."""
     memory: SparkMemory = "2g"
     """Memory of each executor (Spark notation, e.g. 2g)."""
+    core_request: CpuQuantity | None = None
+    """CPU each executor pod requests (a Kubernetes quantity, e.g. 250m); `cores` when unset."""
 
 
 class SparkSettings(CamelModel):

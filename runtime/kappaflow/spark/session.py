@@ -4,7 +4,9 @@ Local mode is the default (and what tests use): `local[N]` with the UI off and f
 bound to 127.0.0.1. Python workers are started by the JVM with the driver's environment, so the driver's
 import path is exported as PYTHONPATH: a worker can then import the user's application module and
 kappaflow itself, as the driver did. On a cluster (the operator's SparkApplication) the image provides
-both and the master comes from spark-submit.
+both, and the master, the driver's address and the jars come from spark-submit: the driver pod binds
+its pod IP and executors in other pods dial it through the driver's Service, so nothing here may pin
+them to loopback (the Spark image has the Kafka connector on Spark's own classpath).
 """
 
 from __future__ import annotations
@@ -36,29 +38,36 @@ def create_session(
     """Build (or get) a SparkSession with Spark's Kafka connector; `master=None` keeps spark-submit's."""
     from pyspark.sql import SparkSession
 
-    jars = ensure_kafka_connector()
     os.environ["PYTHONPATH"] = _python_path()
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # bind to loopback, never a public interface
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
+    settings: dict[str, str] = {}
     if master:
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # bind to loopback, never a public interface
         builder = builder.master(master)
-    settings: dict[str, str] = {
-        "spark.jars": ",".join(str(j) for j in jars),
-        "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "false",
-        "spark.sql.shuffle.partitions": "4",
-        "spark.default.parallelism": "2",
-        "spark.driver.host": "127.0.0.1",
-        "spark.driver.bindAddress": "127.0.0.1",
-        "spark.sql.session.timeZone": "UTC",
-        # A retried task would produce its outputs twice: fail the job instead (see reprocess docstring).
-        "spark.task.maxFailures": "1",
-        "spark.python.worker.reuse": "true",
-        # Workers fork from a daemon that imported kappaflow once and loads the installed pyspark (daemon.py).
-        "spark.python.daemon.module": "kappaflow.spark.daemon",
-    }
+        settings.update(
+            {
+                "spark.jars": ",".join(str(j) for j in ensure_kafka_connector()),
+                "spark.driver.host": "127.0.0.1",
+                "spark.driver.bindAddress": "127.0.0.1",
+            }
+        )
+    settings.update(
+        {
+            "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
+            "spark.sql.shuffle.partitions": "4",
+            "spark.default.parallelism": "2",
+            "spark.sql.session.timeZone": "UTC",
+            # A retried task would produce its outputs twice: fail the job instead (see reprocess docstring).
+            "spark.task.maxFailures": "1",
+            "spark.python.worker.reuse": "true",
+            # Workers fork from a daemon that imported kappaflow once and loads the installed pyspark
+            # (daemon.py).
+            "spark.python.daemon.module": "kappaflow.spark.daemon",
+        }
+    )
     settings.update(conf or {})
     for key, value in settings.items():
         builder = builder.config(key, value)
