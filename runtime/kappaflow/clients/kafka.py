@@ -344,9 +344,7 @@ class KafkaRecordCollector:
             else:
                 self._report_error(err, msg)
 
-        produce_record(
-            self._clients.changelog_producer, topic, key, value, headers, timestamp, None, report
-        )
+        produce_record(self._clients.changelog_producer, topic, key, value, headers, timestamp, None, report)
         self.sent += 1
 
     def send_changelog(
