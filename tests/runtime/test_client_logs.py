@@ -49,8 +49,8 @@ def test_the_stream_threads_producers_log_through_python_logging(capfd, caplog):
     bootstrap = f"127.0.0.1:{free_port()}"  # nothing listens there
     caplog.set_level(logging.INFO, logger="kappaflow.clients")
     settings = {"bootstrap.servers": bootstrap, "client.id": "quiet-producer", "message.timeout.ms": 2000}
-    producer = StreamsProducer(settings, False, None, None, 5.0)
-    for client in producer.collector.producers():  # the sink producer and the changelog producer
+    producer = StreamsProducer(settings, False, None, 5.0)
+    for client in producer.producers():  # the sink producer and the changelog producer
         client.produce("out", b"v")
         client.flush(3)
     stderr = capfd.readouterr().err

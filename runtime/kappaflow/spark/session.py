@@ -17,7 +17,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from kappaflow.api.config import StreamsConfig
-from kappaflow.spark.jars import ensure_kafka_connector
 
 
 def _python_path() -> str:
@@ -36,7 +35,10 @@ def create_session(
     conf: Mapping[str, str] | None = None,
 ) -> Any:
     """Build (or get) a SparkSession with Spark's Kafka connector; `master=None` keeps spark-submit's."""
+    # here, not at module level: `python -m kappaflow.spark.jars` imports the package first
     from pyspark.sql import SparkSession
+
+    from kappaflow.spark.jars import ensure_kafka_connector
 
     os.environ["PYTHONPATH"] = _python_path()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
