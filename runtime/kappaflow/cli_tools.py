@@ -13,6 +13,7 @@ default, so what an exactly-once application has not committed is not shown.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import sys
 import threading
@@ -314,19 +315,27 @@ def _stop_on_signals() -> threading.Event:
 
 
 # ----------------------------------------------------------------------------------------------- parser
-def quiet_logs() -> None:
+@contextlib.contextmanager
+def quiet_logs() -> Iterator[None]:
     """A tool prints its own one-line errors: of the client's log, only kappaflow's warning that names
-    the broker it cannot reach is shown (librdkafka's own lines only from ERROR up)."""
+    the broker it cannot reach is shown (librdkafka's own lines only from ERROR up) while it runs; the
+    level is restored after, so a caller in the same process (a test, a notebook) keeps its own."""
     import logging
 
     logging.basicConfig(level=logging.WARNING, format="kappaflow: %(message)s")
-    logging.getLogger("kappaflow.clients.librdkafka").setLevel(logging.ERROR)
+    librdkafka = logging.getLogger("kappaflow.clients.librdkafka")
+    before = librdkafka.level
+    librdkafka.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        librdkafka.setLevel(before)
 
 
 def _tool(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     def call(args: argparse.Namespace) -> int:
-        quiet_logs()
-        return run(args)
+        with quiet_logs():
+            return run(args)
 
     return call
 
