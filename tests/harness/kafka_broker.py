@@ -177,6 +177,23 @@ def _cluster_id() -> str:
             return cluster_id
 
 
+def _port_free(port: int) -> bool:
+    """Whether Kafka could bind `port` (it binds with SO_REUSEADDR: a port in TIME_WAIT is free)."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 def broker_properties(port: int, controller_port: int, log_dir: Path) -> dict[str, str]:
     """Server settings for a fast single-node test broker (see the module docstring for why)."""
     return {
@@ -328,6 +345,8 @@ class LocalKafkaBroker:
     ) -> None:
         self.port = port
         self.controller_port = controller_port if controller_port is not None else port + 1
+        # only the default may move: port + 1 can be taken by anything (an ephemeral client port)
+        self._controller_port_chosen = controller_port is not None
         self.data_dir = Path(data_dir).resolve()
         self.version = version
         self.heap = heap
@@ -401,6 +420,9 @@ class LocalKafkaBroker:
         if self._proc is not None and self._proc.poll() is None:
             return
         libs = ensure_kafka_libs(self.version)
+        first_start = not (self.data_dir / "data" / "meta.properties").exists()
+        if first_start and not self._controller_port_chosen and not _port_free(self.controller_port):
+            self.controller_port = _free_port()  # recorded in the state file, like the default
         config = self._configure()
         self._format(libs, config)
         cmd = [
