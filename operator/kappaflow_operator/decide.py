@@ -27,7 +27,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -483,7 +483,7 @@ class _Applied:
     wait: Wait | None = None
     resetting: str = ""
     """The reset step under way, when `wait` is one."""
-    applying: Literal["", "roll", "scale"] = ""
+    applying: status.Applying = ""
     """What was applied to an existing StatefulSet (status.Observation.applying)."""
 
 
@@ -569,7 +569,7 @@ def _apply(
     d.effects += [
         Delete(v, kind, name, announce=True) for v, kind, name in desired.obsolete_resources(spec, ref)
     ]
-    applying: Literal["", "roll", "scale"] = ""
+    applying: status.Applying = ""
     if sts is not None and change.action in (Action.ROLL, Action.REPROCESS, Action.RESET):
         applying = "roll"
     elif sts is not None and statefulset_replicas(d.snap) != cap.replicas:

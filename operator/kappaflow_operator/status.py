@@ -50,6 +50,10 @@ _STUCK_WAITING = {
 }
 
 
+#: What a pass changed on an existing StatefulSet: nothing, its pod template, or its replicas.
+Applying = Literal["", "roll", "scale"]
+
+
 @dataclass(frozen=True)
 class Problem:
     """Something that makes the app Degraded: a CamelCase reason and a human message."""
@@ -84,7 +88,7 @@ class Observation:
     """Why state claims do not have state.size (volumes.py), for the VolumesMatchSpec condition."""
     resetting: str = ""
     """The step an `upgrade.mode: reset` waits for (phase Resetting); empty when none runs."""
-    applying: Literal["", "roll", "scale"] = ""
+    applying: Applying = ""
     """What this pass changed on an existing StatefulSet. `statefulset` was read before the change, so
     its status cannot show it yet: the app is not Running (nor its spec stable) until a later pass sees
     the StatefulSet controller report the change done."""

@@ -294,6 +294,12 @@ def operator_leaders(node: RealNode) -> list[str]:
     return [p for p in pods if (logs := operator_logs(node, p)).rfind(_RESUMED) >= logs.rfind(_PAUSED)]
 
 
+def one_operator_leader(node: RealNode) -> str | None:
+    """The leader, when exactly one replica handles StreamApps (None while none or both do)."""
+    leaders = operator_leaders(node)
+    return leaders[0] if len(leaders) == 1 else None
+
+
 def restored_records(node: RealNode, namespace: str, pod: str) -> tuple[int, list[str]]:
     """The changelog records a pod's current container restored, and its restoration log lines."""
     text = node.kubectl("-n", namespace, "logs", pod, check=False)

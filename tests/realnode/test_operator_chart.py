@@ -15,6 +15,7 @@ from tests.harness.realnode_fixtures import RealNode
 from tests.realnode.cluster import (
     OPERATOR_NAMESPACE,
     OPERATOR_SELECTOR,
+    one_operator_leader,
     operator_leaders,
     operator_logs,
     pod_names,
@@ -79,9 +80,7 @@ def test_metrics_are_served_on_the_pod_ip(real_node: RealNode, operator_release:
 
 
 def test_deleting_the_leader_pod_hands_over(real_node: RealNode, operator_release: str) -> None:
-    leader = wait_for(
-        "one leader", lambda: (lambda ls: ls[0] if len(ls) == 1 else None)(operator_leaders(real_node)), 120
-    )
+    leader = wait_for("one leader", lambda: one_operator_leader(real_node), 120)
     real_node.kubectl("-n", OPERATOR_NAMESPACE, "delete", "pod", leader, "--wait=true", "--timeout=60s")
     wait_for(
         "two replicas again",
@@ -105,7 +104,5 @@ def test_deleting_the_leader_pod_hands_over(real_node: RealNode, operator_releas
         ),
         120,
     )
-    survivor = wait_for(
-        "a new leader", lambda: (lambda ls: ls[0] if len(ls) == 1 else None)(operator_leaders(real_node)), 120
-    )
+    survivor = wait_for("a new leader", lambda: one_operator_leader(real_node), 120)
     assert survivor != leader

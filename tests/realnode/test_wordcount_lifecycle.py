@@ -28,7 +28,7 @@ from tests.realnode.cluster import (
     condition,
     input_word_counts,
     lines_for,
-    operator_leaders,
+    one_operator_leader,
     pod_names,
     pod_scrape_configs,
     produce_lines,
@@ -261,16 +261,11 @@ def test_sigkill_pod_delete_and_kubelet_restart_keep_exactly_once(app: App) -> N
     assert app.pvc_uids() == pvcs, "a volume was replaced"
 
 
-def _one_leader(app: App) -> str | None:
-    leaders = operator_leaders(app.node)
-    return leaders[0] if len(leaders) == 1 else None
-
-
 def test_a_hard_killed_operator_leader_hands_over_and_the_next_change_is_carried_out(app: App) -> None:
     """SIGKILL of the leading operator's process leaves its kopf peer record behind (no goodbye): a scale
     applied that moment is carried out once the record expires (the chart's peering.lifetimeSeconds),
     by the other replica or by the leader's restarted container."""
-    leader = wait_for("one operator leader", lambda: _one_leader(app), 120)
+    leader = wait_for("one operator leader", lambda: one_operator_leader(app.node), 120)
     container = app.node.get("pod", leader, OPERATOR_NAMESPACE)["status"]["containerStatuses"][0]
     ctr("tasks", "kill", "-s", "SIGKILL", str(container["containerID"]).split("://", 1)[1])
     started = time.monotonic()
@@ -289,7 +284,7 @@ def test_a_hard_killed_operator_leader_hands_over_and_the_next_change_is_carried
         return int(status["restartCount"]) > int(container["restartCount"])
 
     wait_for("the killed operator container restarted", restarted, 120)
-    wait_for("one operator leader again", lambda: _one_leader(app), 120)
+    wait_for("one operator leader again", lambda: one_operator_leader(app.node), 120)
     app.node.kubectl("-n", NAMESPACE, "scale", "streamapp", APP, f"--replicas={replicas}")
     app.wait_ready("scale back after the leader's kill")
 
