@@ -5,9 +5,10 @@ until its lifetime, shortened here through KAPPAFLOW_OPERATOR_PEERING_LIFETIME_S
 Each process is a real `kopf run -m kappaflow_operator.main --peering=...` with its own HOSTNAME (the
 chart's pod name, from which `main.peering_priority` derives a distinct priority) and its own metrics
 port. Who acts is read from what each one exposes: `kappaflow_operator_reconciles_total` on its
-/metrics, and the `reportingInstance` of the events it posts on the StreamApp. No broker and no kubelet
-are needed: a StreamApp's first passes start the describe Job and wait for it, and that is work enough
-to see which operator does it.
+/metrics, and the `reportingInstance` of the events it posts on the StreamApp. No kubelet is needed: a
+StreamApp's first passes start the describe Job and wait for it, and that is work enough to see which
+operator does it. The StreamApp names the session's broker: with an unreachable one every pass would end
+only when its Kafka call times out (15 s), and so would each operator's stop.
 """
 
 from __future__ import annotations
@@ -135,14 +136,14 @@ def _reporters(kube_cluster: Any, namespace: str, reason: str) -> list[str]:
     return [e.reporting_instance for e in events.items]
 
 
-def _create_app(api: Any, namespace: str, image: str) -> None:
+def _create_app(api: Any, namespace: str, image: str, bootstrap: str) -> None:
     from kubernetes import client
 
     spec = {
         "image": image,
         "entryPoint": "examples.wordcount:build_topology",
         "applicationId": f"wc-{uuid.uuid4().hex[:6]}",
-        "kafka": {"bootstrapServers": "127.0.0.1:9"},
+        "kafka": {"bootstrapServers": bootstrap},
     }
     body = {"apiVersion": "kappaflow.io/v1alpha1", "kind": "StreamApp", "metadata": {"name": "wc"}}
     client.CustomObjectsApi(api).create_namespaced_custom_object(
@@ -151,7 +152,7 @@ def _create_app(api: Any, namespace: str, image: str) -> None:
 
 
 def test_only_the_leader_reconciles_and_the_follower_takes_over(
-    kube_cluster: Any, namespace: str, tmp_path: Path
+    kube_cluster: Any, namespace: str, kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     from kubernetes import client
 
@@ -167,7 +168,7 @@ def test_only_the_leader_reconciles_and_the_follower_takes_over(
 
         with kube_cluster.api_client() as api:
             custom = client.CustomObjectsApi(api)
-            _create_app(api, namespace, "registry.example/wordcount:1.0.0")
+            _create_app(api, namespace, "registry.example/wordcount:1.0.0", kafka_bootstrap)
             wait_for("three passes by the leader", lambda: leader.reconciles() >= 3)
             assert follower.reconciles() == 0, "the follower never reconciles while the leader lives"
             assert _reporters(kube_cluster, namespace, "DescribingTopology") == [leader.hostname]
@@ -194,7 +195,7 @@ def test_only_the_leader_reconciles_and_the_follower_takes_over(
 
 
 def test_a_hard_killed_leader_is_replaced_once_its_peer_record_expires(
-    kube_cluster: Any, namespace: str, tmp_path: Path
+    kube_cluster: Any, namespace: str, kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     names = sorted(("kappaflow-operator-c", "kappaflow-operator-d"), key=peering_priority, reverse=True)
     leader = OperatorProcess(names[0], namespace, kube_cluster.kubeconfig, tmp_path, LIFETIME_S)
@@ -218,7 +219,7 @@ def test_a_hard_killed_leader_is_replaced_once_its_peer_record_expires(
             timeout=10,
         )
         with kube_cluster.api_client() as api:
-            _create_app(api, namespace, "registry.example/wordcount:1.0.0")
+            _create_app(api, namespace, "registry.example/wordcount:1.0.0", kafka_bootstrap)
         wait_for("passes by the new leader", lambda: follower.reconciles() >= 1)
         wait_for(
             "the describe Job started by the new leader",
