@@ -37,6 +37,8 @@ def run_scenario(scenario: dict[str, Any]) -> dict[str, Any]:
         "default.value.serde": "String",
         "statestore.cache.max.bytes": CACHE_BYTES if scenario.get("cache", True) else 0,
     }
+    if scenario.get("handler") == "continue":
+        config["processing.exception.handler"] = "log_and_continue"
     records: list[list[Any]] = []
     keys: set[str] = set()
     with TopologyTestDriver(topology, config, initial_wall_clock_time=0) as driver:

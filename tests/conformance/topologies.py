@@ -402,7 +402,131 @@ def _joins(b: StreamsBuilder, family: str, p: Params) -> Outputs | None:
     return {"out": "string"}
 
 
-FAMILIES = (_stateless, _tables, _aggregations, _windows, _joins)
+# ================================================================ ph- block (issue 27 items 4-7, 9)
+def meta(context: ProcessorContext) -> str:
+    """Java's ``recordMetadata().map(topic/partition/offset).orElse("none")``."""
+    found = context.record_metadata()
+    return "none" if found is None else f"{s(found.topic)}/{found.partition}/{found.offset}"
+
+
+class PunctuationChain(BaseProcessor):
+    """Punctuation-queue rules (java: PunctuationChain): A schedules B on its first run and cancels C on
+    its second; B cancels itself after its third run; outputs carry the record metadata seen."""
+
+    def __init__(self, punctuation_type: PunctuationType, interval: int, inner: int) -> None:
+        self.type = punctuation_type
+        self.interval = interval
+        self.inner = inner
+        self.a_runs = self.b_runs = 0
+        self.b: Any = None
+        self.c: Any = None
+
+    def init(self, context: ProcessorContext) -> None:
+        super().init(context)
+        context.schedule(self.interval, self.type, self.tick_a)
+        self.c = context.schedule(self.interval, self.type, self.tick_c)
+
+    def tick_a(self, ts: int) -> None:
+        self.a_runs += 1
+        self.context.forward(Record("A", f"{ts}|{meta(self.context)}", ts))
+        if self.a_runs == 1:
+            self.b = self.context.schedule(self.inner, self.type, self.tick_b)
+        elif self.a_runs == 2:
+            self.c.cancel()
+
+    def tick_b(self, ts: int) -> None:
+        self.b_runs += 1
+        self.context.forward(Record("B", f"{ts}|{meta(self.context)}", ts))
+        if self.b_runs == 3:
+            self.b.cancel()
+
+    def tick_c(self, ts: int) -> None:
+        self.context.forward(Record("C", f"{ts}|{meta(self.context)}", ts))
+
+    def process(self, record: Record[Any, Any]) -> None:
+        self.context.forward(record.with_value(f"{s(record.value)}|{meta(self.context)}"))
+
+
+class FailingTicker(BaseProcessor):
+    """Forwards each record (throws on "boom"); every 10 ms of stream time forwards ("tick", seen), then
+    throws when seen is even (java: FailingTicker)."""
+
+    def __init__(self) -> None:
+        self.seen = 0
+
+    def init(self, context: ProcessorContext) -> None:
+        super().init(context)
+        context.schedule(10, PunctuationType.STREAM_TIME, self.tick)
+
+    def tick(self, ts: int) -> None:
+        self.context.forward(Record("tick", str(self.seen), ts))
+        if self.seen % 2 == 0:
+            raise RuntimeError(f"punctuator failed at {ts}")
+
+    def process(self, record: Record[Any, Any]) -> None:
+        self.seen += 1
+        if record.value == "boom":
+            raise RuntimeError(f"processor failed on {record.key}")
+        self.context.forward(record)
+
+
+def fail_on(value: str, marker: str) -> str:
+    if value is not None and marker in value:
+        raise RuntimeError(f"failing on {value}")
+    return value
+
+
+def _ph(b: StreamsBuilder, family: str, p: Params) -> Outputs | None:
+    out: Outputs = {"out": "string"}
+    if family == "ph_punctuation_queue":
+        kind = PunctuationType.WALL_CLOCK_TIME if p.get("type") == "wall" else PunctuationType.STREAM_TIME
+        b.stream("in").process(lambda: PunctuationChain(kind, p["interval"], p["inner"])).to("out")
+    elif family == "ph_handler_siblings":
+        stream: KStream = b.stream("in")
+        stream.map_values(lambda v: fail_on(v, "x").upper()).to("out-a")
+        stream.map_values(lambda v: f"{s(v)}!").to("out-b")
+        stream.group_by_key().count("counts").to_stream().to("out-c", value_serde=Long())
+        out = {"out-a": "string", "out-b": "string", "out-c": "long"}
+    elif family == "ph_handler_chain":
+        stream = b.stream("in")
+        upper = stream.filter(lambda k, v: v is not None).map_values(lambda v: v.upper())
+        upper.map_values(lambda v: fail_on(v, "X") + "?").to("out-a")
+        upper.map_values(lambda v: v + "!").to("out-b")
+        stream.flat_map_values(lambda v: v.split(",")).map_values(lambda v: fail_on(v, "x") + "#").to("out-c")
+        out = {"out-a": "string", "out-b": "string", "out-c": "string"}
+    elif family == "ph_handler_punctuate":
+        b.stream("in").process(FailingTicker).map_values(lambda v: fail_on(v, "x") + ".").to("out")
+    elif family == "ph_order_repartitions":
+        parts = b.stream("in").flat_map(lambda k, v: [(part, f"{k}:{part}") for part in v.split(",")]).repartition()
+        parts.map_values(lambda v: "1:" + v).to("out")
+        parts.select_key(lambda k, v: k + "'").repartition().map_values(lambda v: "2:" + v).to("out")
+    elif family == "ph_order_merge":
+        rekeyed = b.stream("in").select_key(lambda k, v: v).repartition()
+        rekeyed.merge(b.stream("in2")).map_values(lambda k, v: f"{k}={v}").to("out")
+    elif family == "ph_order_ticker":
+        interval = p["interval"]
+        b.stream("in").filter(lambda k, v: starts_a(v)).repartition().process(
+            lambda: Ticker(PunctuationType.STREAM_TIME, interval)
+        ).to("out")
+    elif family == "ph_suppress_bytes":
+        table: KTable = b.table("in", materialized="store")
+        table.suppress(Suppressed.until_time_limit(p["limit"], BufferConfig.max_bytes(p["bytes"]))).to_stream().to(
+            "out"
+        )
+    elif family == "ph_suppress_bytes_group":
+        counts = b.stream("in").group_by_key().count("counts")
+        suppressed = counts.suppress(Suppressed.until_time_limit(p["limit"], BufferConfig.max_bytes(p["bytes"])))
+        suppressed.to_stream().to("out", value_serde=Long())
+        out = {"out": "long"}
+    else:
+        return None
+    return out
+
+
+# ================================================================ end of the ph- block
+
+
+FAMILIES = (_stateless, _tables, _aggregations, _windows, _joins, _ph)
 
 
 def build(family: str, params: Params) -> tuple[Topology, Outputs]:

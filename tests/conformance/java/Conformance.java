@@ -68,6 +68,10 @@ public final class Conformance {
         props.put(StreamsConfig.DEFAULT_VALUE_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
         boolean cache = !scenario.has("cache") || scenario.get("cache").asBoolean();
         props.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, cache ? 10L * 1024 * 1024 : 0L);
+        if (scenario.has("handler") && scenario.get("handler").asText().equals("continue")) {
+            props.put(StreamsConfig.PROCESSING_EXCEPTION_HANDLER_CLASS_CONFIG,
+                    org.apache.kafka.streams.errors.LogAndContinueProcessingExceptionHandler.class);
+        }
         props.put(StreamsConfig.STATE_DIR_CONFIG, System.getProperty("java.io.tmpdir") + "/kappaflow-conformance");
         ObjectNode result = JSON.createObjectNode();
         ArrayNode records = result.putArray("records");

@@ -162,8 +162,186 @@ final class Topologies {
         }
     }
 
+    // ================================================================ ph- block (issue 27 items 4-7, 9)
+    /** "topic/partition/offset" of context.recordMetadata(), "none" when absent. */
+    static String meta(ProcessorContext<?, ?> context) {
+        return context.recordMetadata().map(m -> m.topic() + "/" + m.partition() + "/" + m.offset()).orElse("none");
+    }
+
+    /**
+     * Punctuation-queue rules: A (scheduled at init) schedules B on its first run (due in the same round for
+     * stream time) and cancels C (scheduled after A, same interval) on its second; B cancels itself after its
+     * third run. Every output carries the record metadata the context reports at that moment.
+     */
+    static final class PunctuationChain implements Processor<String, String, String, String> {
+        private final PunctuationType type;
+        private final long interval;
+        private final long inner;
+        private ProcessorContext<String, String> context;
+        private org.apache.kafka.streams.processor.Cancellable b;
+        private org.apache.kafka.streams.processor.Cancellable c;
+        private int aRuns;
+        private int bRuns;
+
+        PunctuationChain(PunctuationType type, long interval, long inner) {
+            this.type = type;
+            this.interval = interval;
+            this.inner = inner;
+        }
+
+        @Override
+        public void init(ProcessorContext<String, String> context) {
+            this.context = context;
+            context.schedule(Duration.ofMillis(interval), type, this::tickA);
+            c = context.schedule(Duration.ofMillis(interval), type,
+                    ts -> this.context.forward(new Record<>("C", ts + "|" + meta(this.context), ts)));
+        }
+
+        private void tickA(long ts) {
+            aRuns++;
+            context.forward(new Record<>("A", ts + "|" + meta(context), ts));
+            if (aRuns == 1) {
+                b = context.schedule(Duration.ofMillis(inner), type, this::tickB);
+            } else if (aRuns == 2) {
+                c.cancel();
+            }
+        }
+
+        private void tickB(long ts) {
+            bRuns++;
+            context.forward(new Record<>("B", ts + "|" + meta(context), ts));
+            if (bRuns == 3) {
+                b.cancel();
+            }
+        }
+
+        @Override
+        public void process(Record<String, String> record) {
+            context.forward(record.withValue(record.value() + "|" + meta(context)));
+        }
+    }
+
+    /** Forwards each record; a stream-time punctuator forwards ("tick", seen) and then throws when seen is even. */
+    static final class FailingTicker implements Processor<String, String, String, String> {
+        private ProcessorContext<String, String> context;
+        private long seen;
+
+        @Override
+        public void init(ProcessorContext<String, String> context) {
+            this.context = context;
+            context.schedule(Duration.ofMillis(10), PunctuationType.STREAM_TIME, ts -> {
+                this.context.forward(new Record<>("tick", String.valueOf(seen), ts));
+                if (seen % 2 == 0) {
+                    throw new IllegalStateException("punctuator failed at " + ts);
+                }
+            });
+        }
+
+        @Override
+        public void process(Record<String, String> record) {
+            seen++;
+            if ("boom".equals(record.value())) {
+                throw new IllegalStateException("processor failed on " + record.key());
+            }
+            context.forward(record);
+        }
+    }
+
+    static String failOn(String v, String marker) {
+        if (v != null && v.contains(marker)) {
+            throw new IllegalStateException("failing on " + v);
+        }
+        return v;
+    }
+
+    static Spec buildPh(String family, JsonNode p) {
+        StreamsBuilder b = new StreamsBuilder();
+        Map<String, String> outputs = out("out", "string");
+        switch (family) {
+            case "ph_punctuation_queue": {
+                PunctuationType type = str(p, "type", "stream").equals("wall")
+                        ? PunctuationType.WALL_CLOCK_TIME : PunctuationType.STREAM_TIME;
+                b.<String, String>stream("in")
+                        .process(() -> new PunctuationChain(type, num(p, "interval"), num(p, "inner"))).to("out");
+                break;
+            }
+            case "ph_handler_siblings": {
+                KStream<String, String> in = b.stream("in");
+                in.mapValues(v -> failOn(v, "x").toUpperCase()).to("out-a");
+                in.mapValues(v -> v + "!").to("out-b");
+                in.groupByKey().count(Materialized.as("counts")).toStream()
+                        .to("out-c", Produced.with(Serdes.String(), Serdes.Long()));
+                outputs = out("out-a", "string", "out-b", "string", "out-c", "long");
+                break;
+            }
+            case "ph_handler_chain": {
+                KStream<String, String> in = b.stream("in");
+                KStream<String, String> upper = in.filter((k, v) -> v != null).mapValues(v -> v.toUpperCase());
+                upper.mapValues(v -> failOn(v, "X") + "?").to("out-a");
+                upper.mapValues(v -> v + "!").to("out-b");
+                in.flatMapValues(v -> java.util.Arrays.asList(v.split(",")))
+                        .mapValues(v -> failOn(v, "x") + "#").to("out-c");
+                outputs = out("out-a", "string", "out-b", "string", "out-c", "string");
+                break;
+            }
+            case "ph_handler_punctuate": {
+                b.<String, String>stream("in").process(FailingTicker::new)
+                        .mapValues(v -> failOn(v, "x") + ".").to("out");
+                break;
+            }
+            case "ph_order_repartitions": {
+                KStream<String, String> parts = b.<String, String>stream("in")
+                        .flatMap((k, v) -> {
+                            List<KeyValue<String, String>> kvs = new ArrayList<>();
+                            for (String part : v.split(",")) {
+                                kvs.add(KeyValue.pair(part, k + ":" + part));
+                            }
+                            return kvs;
+                        })
+                        .repartition();
+                parts.mapValues(v -> "1:" + v).to("out");
+                parts.selectKey((k, v) -> k + "'").repartition().mapValues(v -> "2:" + v).to("out");
+                break;
+            }
+            case "ph_order_merge": {
+                KStream<String, String> rekeyed = b.<String, String>stream("in").selectKey((k, v) -> v).repartition();
+                rekeyed.merge(b.stream("in2")).mapValues((k, v) -> k + "=" + v).to("out");
+                break;
+            }
+            case "ph_order_ticker": {
+                b.<String, String>stream("in").filter((k, v) -> startsA(v)).repartition()
+                        .process(() -> new Ticker(PunctuationType.STREAM_TIME, num(p, "interval"))).to("out");
+                break;
+            }
+            case "ph_suppress_bytes": {
+                KTable<String, String> table = b.table("in", kv("store"));
+                table.suppress(Suppressed.untilTimeLimit(Duration.ofMillis(num(p, "limit")),
+                        Suppressed.BufferConfig.maxBytes(num(p, "bytes")))).toStream().to("out");
+                break;
+            }
+            case "ph_suppress_bytes_group": {
+                KTable<String, Long> counts = b.<String, String>stream("in").groupByKey().count(Materialized.as("counts"));
+                counts.suppress(Suppressed.untilTimeLimit(Duration.ofMillis(num(p, "limit")),
+                        Suppressed.BufferConfig.maxBytes(num(p, "bytes")))).toStream()
+                        .to("out", Produced.with(Serdes.String(), Serdes.Long()));
+                outputs = out("out", "long");
+                break;
+            }
+            default:
+                return null;
+        }
+        return new Spec(b.build(), outputs);
+    }
+    // ================================================================ end of the ph- block
+
     @SuppressWarnings("checkstyle:MethodLength")
     static Spec build(String family, JsonNode p) {
+        if (family.startsWith("ph_")) {
+            Spec ph = buildPh(family, p);
+            if (ph != null) {
+                return ph;
+            }
+        }
         StreamsBuilder b = new StreamsBuilder();
         Map<String, String> outputs = out("out", "string");
         switch (family) {
