@@ -91,9 +91,10 @@ class Record(Generic[K, V]):
 
 @dataclass(frozen=True, slots=True)
 class RecordMetadata:
-    """Where the record being processed came from: its topic, partition and offset."""
+    """Where the record being processed came from: its topic, partition and offset (in a punctuation,
+    as Java's: topic None, partition -1, offset -1)."""
 
-    topic: str
+    topic: str | None
     partition: int
     offset: int
 

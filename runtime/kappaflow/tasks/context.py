@@ -51,6 +51,7 @@ class ProcessorContextImpl:
         "current_node",
         "failed_node",
         "global_stores",
+        "node_failed",
         "stores",
         "stream_time",
         "stream_time_punctuations",
@@ -89,6 +90,9 @@ class ProcessorContextImpl:
         self.system_time_punctuations = PunctuationQueue()
         self.commit_requested = False
         self.failed_node: str | None = None  # the deepest node a processing error came from
+        # the processing handler's turn at the node that raised (task-set when the handler may CONTINUE:
+        # Java's ProcessorNode catches per node); None: a failure goes up to the drain loop
+        self.node_failed: Callable[[Exception, ProcessorNode], None] | None = None
         self.changelog_partition = task_id.partition
 
     # ----------------------------------------------------------------- ProcessorContext
@@ -125,10 +129,18 @@ class ProcessorContextImpl:
             targets = [target]
         # no `finally`: the normal path restores the current node with one store, the error path in
         # `except` (this runs once per hop of every record)
+        node_failed = self.node_failed
         try:
             for node in targets:
                 self.current_node = node
-                node.handle(record)
+                if node_failed is None:
+                    node.handle(record)
+                    continue
+                try:
+                    node.handle(record)
+                except Exception as exc:  # the failing node's output is lost; its siblings still run
+                    node_failed(exc, node)  # raises when the handler fails the task
+                    self.failed_node = None
         except BaseException:
             if self.failed_node is None and self.current_node is not None:
                 self.failed_node = self.current_node.name
@@ -161,9 +173,12 @@ class ProcessorContextImpl:
         return store
 
     def record_metadata(self) -> RecordMetadata | None:
-        if not self.current.topic:
+        """Where the current record came from; in a punctuation (Java's punctuation record context) topic
+        None, partition -1, offset -1; None outside processing."""
+        current = self.current
+        if current is NO_CONTEXT:
             return None
-        return RecordMetadata(self.current.topic, self.current.partition, self.current.offset)
+        return RecordMetadata(current.topic or None, current.partition, current.offset)
 
     def current_stream_time_ms(self) -> int:
         return self.stream_time

@@ -14,6 +14,8 @@ from typing import Any
 from kappaflow.api.config import StreamsConfig
 from kappaflow.api.errors import HandlerResponse, ProcessingError, StreamsError
 from kappaflow.api.metrics import Metrics
+from kappaflow.api.record import Headers
+from kappaflow.state.api import RecordContext
 from kappaflow.tasks.collector import RecordCollector
 from kappaflow.tasks.drain import RawRecord
 from kappaflow.tasks.handlers import (
@@ -23,6 +25,7 @@ from kappaflow.tasks.handlers import (
     FailedRecord,
     dead_letter_headers,
     handler_setting,
+    log_and_fail,
     resolve_handler,
 )
 
@@ -58,9 +61,10 @@ class RecordFailures:
         self, error: StreamsError, topic: str, partition: int, raw: RawRecord, source: str
     ) -> None:
         """The deserialization handler's turn on `error` (the source's, naming the record)."""
-        self._handle(
-            self._deserialization_handler, self._deserialization_setting, error, topic, partition, raw, source
+        failed = FailedRecord(
+            topic, partition, raw.offset, raw.timestamp, raw.key, raw.value, raw.headers, source
         )
+        self._handle(self._deserialization_handler, self._deserialization_setting, error, failed, raw)
 
     def processing_failed(
         self, exc: Exception, topic: str, partition: int, raw: RawRecord, node: str
@@ -75,27 +79,63 @@ class RecordFailures:
             offset=raw.offset,
         )
         error.__cause__ = exc
-        self._handle(self._processing_handler, self._processing_setting, error, topic, partition, raw, node)
+        failed = FailedRecord(topic, partition, raw.offset, raw.timestamp, raw.key, raw.value, raw.headers, node)
+        self._handle(self._processing_handler, self._processing_setting, error, failed, raw)
+
+    @property
+    def handles_per_node(self) -> bool:
+        """Whether a processing failure needs the handler at the node that raised it: any handler but
+        the default log_and_fail may answer CONTINUE, and then (Java's ProcessorNode) only that node's
+        output is lost - its siblings and the rest of the topology still see the record. With
+        log_and_fail every failure ends the task anyway, wherever it is caught."""
+        return self._processing_handler is not log_and_fail
+
+    def punctuation_failed(self, exc: Exception, node: str, timestamp: int) -> None:
+        """The processing handler's turn on `exc`, raised by a punctuator of `node` (Java's
+        StreamTask.punctuate): CONTINUE goes on with the next punctuation; FAIL ends the task."""
+        error = ProcessingError(
+            f"error in a punctuation of node '{node}' at {timestamp}: {type(exc).__name__}: {exc}", node=node
+        )
+        error.__cause__ = exc
+        failed = FailedRecord("", -1, -1, timestamp, None, None, Headers(), node)
+        self._handle(self._processing_handler, self._processing_setting, error, failed, None)
+
+    def node_failed(
+        self, exc: Exception, node: str, context: RecordContext, raw: RawRecord | None
+    ) -> None:
+        """The processing handler's turn on `exc`, raised in `node` below the task's first node (while
+        processing `raw`, or in a punctuation or a cache flush when None): see `handles_per_node`."""
+        where = f"record {context.topic}-{context.partition}@{context.offset}" if context.topic else "a punctuation"
+        error = ProcessingError(
+            f"error processing {where} in node '{node}': {type(exc).__name__}: {exc}",
+            node=node,
+            topic=context.topic,
+            partition=context.partition,
+            offset=context.offset,
+        )
+        error.__cause__ = exc
+        key = value = None
+        if raw is not None:
+            key, value = raw.key, raw.value
+        failed = FailedRecord(
+            context.topic, context.partition, context.offset, context.timestamp, key, value, context.headers, node
+        )
+        self._handle(self._processing_handler, self._processing_setting, error, failed, raw)
 
     def _handle(
         self,
         handler: Any,
         setting: str,
         error: StreamsError,
-        topic: str,
-        partition: int,
-        raw: RawRecord,
-        node: str,
+        failed: FailedRecord,
+        raw: RawRecord | None,
     ) -> None:
-        failed = FailedRecord(
-            topic, partition, raw.offset, raw.timestamp, raw.key, raw.value, raw.headers, node
-        )
         response = handler(error, failed)
         if response is not HandlerResponse.CONTINUE:
             error.args = (f"{error} [{setting} failed the application on this record{SKIP_HINT}]",)
             raise error
         self.metrics.increment("dropped-records-total", reason=type(error).__name__, **self.labels)
-        if self.dead_letter_topic:
+        if self.dead_letter_topic and raw is not None:  # no source record: nothing to send
             self.collector.send_dead_letter(
                 self.dead_letter_topic,
                 raw.key,

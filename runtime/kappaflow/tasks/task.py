@@ -38,7 +38,7 @@ from kappaflow.tasks.failures import RecordFailures
 from kappaflow.tasks.fusion import fuse_nodes
 from kappaflow.tasks.nodes import ProcessorNode, SinkNode, SourceNode
 from kappaflow.tasks.partition_group import LAGGING_STALL_MS, PartitionGroup
-from kappaflow.tasks.punctuation import PunctuationQueue
+from kappaflow.tasks.punctuation import PunctuationQueue, PunctuationSchedule
 from kappaflow.tasks.state_manager import ProcessorStateManager
 from kappaflow.topology.nodes import ProcessorSpec, SinkSpec, SourceSpec
 from kappaflow.topology.topology import Topology
@@ -130,6 +130,11 @@ class StreamTask:
         self.nodes: list[ProcessorNode] = []
         self._labels = {"task": str(task_id)}
         self.failures = RecordFailures(config, metrics, collector, self._labels)
+        # the queue whose head is being processed (None in a punctuation or between records): the raw
+        # record a node-level failure names and dead-letters
+        self._draining: deque[RawTuple] | None = None
+        if self.failures.handles_per_node:
+            self.context.node_failed = self._node_failed
         self._processed = 0  # published to the metrics registry on commit
         self._plans: dict[tuple[str, int], DrainPlan] = {}  # per input partition, while running
         self._native = native.core(config.get_bool("kappaflow.native.enabled"))
@@ -216,7 +221,9 @@ class StreamTask:
             node.unfuse()  # initialized again (new stores): compiled again, no route to an old stage
         for node in self.nodes:
             node.init(self.context)
-        if self.config.get_bool("kappaflow.fusion.enabled"):
+        # a handler that may CONTINUE needs every node to catch its own failures (Java's ProcessorNode),
+        # which a compiled chain of stages does not do: such a task runs its nodes generically
+        if self.config.get_bool("kappaflow.fusion.enabled") and not self.failures.handles_per_node:
             fuse_nodes(self.nodes, self.context, self._native)
         self._transition(TaskState.RUNNING)
 
@@ -305,9 +312,13 @@ class StreamTask:
         if plan is None:
             plan = self._plans[tp] = self._plan(topic, partition)
         partition_times = self.partitions.partition_time
-        count, last, partition_time, processed, error = self._run_drain(
-            queue, limit, plan, partition_times.get(tp, -1), self.context.stream_time
-        )
+        self._draining = queue
+        try:
+            count, last, partition_time, processed, error = self._run_drain(
+                queue, limit, plan, partition_times.get(tp, -1), self.context.stream_time
+            )
+        finally:
+            self._draining = None
         if count:
             self.consumed_offsets[tp] = last
         if partition_time >= 0:
@@ -395,18 +406,39 @@ class StreamTask:
 
     # ----------------------------------------------------------------- punctuation
     def _punctuate(self, queue: PunctuationQueue, now: int) -> bool:
-        fired = False
-        for schedule in queue.due(now):
-            context = self.context
-            context.current = RecordContext(now, "", self.id.partition, -1, Headers())
+        """One round of `queue` at `now` (Java's PunctuationQueue.maybePunctuate and
+        StreamTask.punctuate): each punctuator runs with Java's punctuation record context (no topic,
+        partition -1, offset -1), and an exception it raises goes to the processing handler."""
+        context = self.context
+        draining, self._draining = self._draining, None  # not the record at the queue's head
+
+        def run(schedule: PunctuationSchedule) -> None:
+            context.current = RecordContext(now, "", -1, -1, Headers())
             context.current_node = schedule.node
             try:
                 schedule.callback(now)
+            except (TaskMigratedError, ProcessingError):
+                raise  # a node's failure the handler already answered with FAIL, or not the task's
+            except Exception as exc:
+                name = schedule.node.name if schedule.node is not None else "?"
+                self.failures.punctuation_failed(exc, name, now)
             finally:
                 context.current_node = None
-            schedule.advance(now)
-            fired = True
-        return fired
+                context.failed_node = None
+
+        try:
+            return queue.punctuate(now, run)
+        finally:
+            self._draining = draining
+
+    def _node_failed(self, exc: Exception, node: ProcessorNode) -> None:
+        """A node below the task's first one raised (see `RecordFailures.node_failed`); errors that are
+        not the record's fault, or a failure already answered, go on up."""
+        if isinstance(exc, (TaskMigratedError, ProcessingError, SchemaRegistryUnavailableError)):
+            raise exc
+        queue = self._draining
+        raw = RawRecord(*queue[0]) if queue else None
+        self.failures.node_failed(exc, node.name, self.context.current, raw)
 
     def maybe_punctuate_system_time(self, now: int) -> bool:
         if self.state is not TaskState.RUNNING or not len(self.context.system_time_punctuations):
