@@ -131,10 +131,37 @@ def _adapter(stage: Stage) -> Callable[[Record[Any, Any]], None]:
     return handle
 
 
-def fuse_nodes(nodes: list[ProcessorNode], context: FailureContext, core: NativeCore | None) -> int:
+def guarded(
+    stage: Stage,
+    node: ProcessorNode,
+    context: FailureContext,
+    node_failed: Callable[[Exception, ProcessorNode], None],
+) -> Stage:
+    """`stage` (the child `node`'s) with the processing handler at its own level, as `forward()` calls
+    each child under a handler that may CONTINUE (Java's ProcessorNode): a failure of that node loses
+    only its output, so its parent goes on (a flat_map with its next value, a fan-out with the next
+    child)."""
+
+    def guard(key: Any, value: Any, timestamp: int, headers: Headers) -> None:
+        try:
+            stage(key, value, timestamp, headers)
+        except Exception as exc:
+            node_failed(exc, node)  # raises when the handler fails the task
+            context.failed_node = None
+
+    return guard
+
+
+def fuse_nodes(
+    nodes: list[ProcessorNode],
+    context: FailureContext,
+    core: NativeCore | None,
+    node_failed: Callable[[Exception, ProcessorNode], None] | None = None,
+) -> int:
     """Compile every node the native core can (its processors already initialized); return how many
     were. Each compiled node gets `fused` (its stage) and a `handle` that runs it; the others keep
-    theirs. Without the core nothing is compiled: every node runs its generic `process`."""
+    theirs. Without the core nothing is compiled: every node runs its generic `process`. With
+    `node_failed` (a processing handler that may CONTINUE), every child stage is `guarded`."""
     if core is None:
         return 0
     stages: dict[int, Stage | None] = {}
@@ -146,7 +173,10 @@ def fuse_nodes(nodes: list[ProcessorNode], context: FailureContext, core: Native
         if isinstance(node, SinkNode):
             stage = sink_stage(node, core)
         elif isinstance(node.processor, Fusable) and fusable(node.processor):
-            downstream = fan_out([compile_node(c) or boundary(c, context) for c in node.children])
+            children = [(compile_node(c) or boundary(c, context), c) for c in node.children]
+            downstream = fan_out(
+                [stage if node_failed is None else guarded(stage, c, context, node_failed) for stage, c in children]
+            )
             stage = node.processor.fuse_native(downstream, node.name, core)
         stages[id(node)] = stage
         return stage

@@ -221,10 +221,8 @@ class StreamTask:
             node.unfuse()  # initialized again (new stores): compiled again, no route to an old stage
         for node in self.nodes:
             node.init(self.context)
-        # a handler that may CONTINUE needs every node to catch its own failures (Java's ProcessorNode),
-        # which a compiled chain of stages does not do: such a task runs its nodes generically
-        if self.config.get_bool("kappaflow.fusion.enabled") and not self.failures.handles_per_node:
-            fuse_nodes(self.nodes, self.context, self._native)
+        if self.config.get_bool("kappaflow.fusion.enabled"):
+            fuse_nodes(self.nodes, self.context, self._native, self.context.node_failed)
         self._transition(TaskState.RUNNING)
 
     def store(self, name: str) -> Any | None:
