@@ -47,6 +47,7 @@ from kappaflow.topology.nodes import SourceSpec
 
 log = logging.getLogger(__name__)
 _TS = struct.Struct(">q")
+_INT = struct.Struct(">i")
 
 
 def joiner_arity(joiner: Callable[..., Any]) -> int:
@@ -145,6 +146,45 @@ class LeftOrRightValueSerde(Serde[tuple[bool, Any]]):
         return is_left, (self.left if is_left else self.right).deserialize(topic, data[1:])
 
 
+class LeftOrRightValueListSerde(Serde[list[tuple[bool, Any]]]):
+    """Java's ListValueStore value: every unmatched record of one `[time][side][key]`, oldest first, as
+    `Serdes.ListSerde(ArrayList, ByteArray)` writes it - `[1-byte strategy = VARIABLE_SIZE][4-byte
+    count]` then `[4-byte length][LeftOrRightValue]` per record - so several records with the same key,
+    side and timestamp are all kept (and emitted), and the changelog holds the whole list."""
+
+    name = "ListValue<LeftOrRightValue>"
+    _VARIABLE_SIZE = b"\x01"
+
+    def __init__(self, element: LeftOrRightValueSerde) -> None:
+        self.element = element
+
+    def serialize(self, topic: str, data: list[tuple[bool, Any]] | None) -> bytes | None:
+        if data is None:
+            return None
+        parts = [self._VARIABLE_SIZE, _INT.pack(len(data))]
+        for item in data:
+            raw = self.element.serialize(topic, item)
+            assert raw is not None  # the element serde refuses None values itself
+            parts += (_INT.pack(len(raw)), raw)
+        return b"".join(parts)
+
+    def deserialize(self, topic: str, data: bytes | None) -> list[tuple[bool, Any]] | None:
+        if data is None:
+            return None
+        if data[:1] != self._VARIABLE_SIZE:
+            raise SerializationError(f"outer-join store: unknown list serialization strategy {data[:1]!r}")
+        (count,) = _INT.unpack_from(data, 1)
+        items: list[tuple[bool, Any]] = []
+        pos = 5
+        for _ in range(count):
+            (length,) = _INT.unpack_from(data, pos)
+            item = self.element.deserialize(topic, data[pos + 4 : pos + 4 + length])
+            assert item is not None
+            items.append(item)
+            pos += 4 + length
+        return items
+
+
 class _OuterJoinStore(MeteredKeyValueStore[Any, Any]):
     """Resolves its composite serdes at init, so unset serdes fall back to the configured defaults."""
 
@@ -167,7 +207,7 @@ class _OuterJoinStore(MeteredKeyValueStore[Any, Any]):
         if key is None or left is None or right is None:
             raise TopologyError(f"store '{self.name}' needs key and value serdes (or defaults)")
         self.key_serde = TimestampedKeyAndJoinSideSerde(key)
-        self.value_serde = LeftOrRightValueSerde(left, right)
+        self.value_serde = LeftOrRightValueListSerde(LeftOrRightValueSerde(left, right))
         super().init(context, root)
 
 
@@ -284,7 +324,12 @@ class KStreamKStreamJoinProcessor:
                 self.context.forward(Record(key, self._join(key, value, None), ts, record.headers))
             else:
                 self.tracker.update_min_time(ts)
-                self.outer_store.put((ts, self.is_left, key), (self.is_left, value))
+                # Java's ListValueStore: appended, so every unmatched record of this key, side and
+                # time is kept (a match deletes them all, as `delete` above)
+                stored_key = (ts, self.is_left, key)
+                unmatched = self.outer_store.get(stored_key) or []
+                unmatched.append((self.is_left, value))
+                self.outer_store.put(stored_key, unmatched)
 
     def _emit_non_joined(self, record: Record[Any, Any]) -> None:
         assert self.outer_store is not None
@@ -301,7 +346,7 @@ class KStreamKStreamJoinProcessor:
         tracker.min_time = None
         open_sides: set[bool] = set()
         emitted: list[tuple[int, bool, Any]] = []
-        for stored_key, stored_value in self.outer_store.all():
+        for stored_key, unmatched in self.outer_store.all():
             ts, is_left, key = stored_key
             tracker.min_time = ts
             if len(open_sides) == 2:
@@ -310,9 +355,9 @@ class KStreamKStreamJoinProcessor:
             if ts + lookback + grace >= stream_time:
                 open_sides.add(is_left)
                 continue
-            side_left, value = stored_value
-            joined = self.joiner(key, value, None) if side_left else self.joiner(key, None, value)
-            self.context.forward(Record(key, joined, ts, record.headers))
+            for side_left, value in unmatched:  # in arrival order, as Java's list iterator
+                joined = self.joiner(key, value, None) if side_left else self.joiner(key, None, value)
+                self.context.forward(Record(key, joined, ts, record.headers))
             emitted.append(stored_key)
         for stored_key in emitted:
             self.outer_store.delete(stored_key)
