@@ -34,6 +34,7 @@ from kappaflow.state.session_store import ReadOnlySessionView
 from kappaflow.state.window_store import ReadOnlyWindowView
 from kappaflow.tasks.drain import RawRecord
 from kappaflow.tasks.global_task import GlobalTask
+from kappaflow.tasks.java_heap import JavaPriorityQueue
 from kappaflow.tasks.task import StreamTask
 from kappaflow.topology.topology import Topology
 from kappaflow_contract.topics import is_changelog_topic
@@ -134,6 +135,10 @@ class TopologyTestDriver:
         self._outputs: dict[str, deque[ProducedRecord]] = defaultdict(deque)
         self.produced: dict[str, list[ProducedRecord]] = defaultdict(list)
         self._pending: deque[tuple[str, ProducedRecord]] = deque()
+        # Java's driver runs the whole topology as one task, so its stream time (and the stream-time
+        # punctuations) is one for all sub-topologies: the max timestamp processed by any of the tasks
+        self._stream_time = -1
+        self._non_empty: JavaPriorityQueue[str] = JavaPriorityQueue(self._head_time)
         self._offsets: dict[str, int] = defaultdict(int)
         self._closed = False
         state_root = Path(self.config.get_str("state.dir")) / self.application_id
@@ -194,27 +199,52 @@ class TopologyTestDriver:
         if record.topic in self._task_by_topic:
             self._pending.append((record.topic, record))
 
-    def _enqueue(self, topic: str, record: ProducedRecord) -> StreamTask:
+    def _enqueue(self, topic: str, record: ProducedRecord) -> None:
         task = self._task_by_topic[topic]
         offset = self._offsets[topic]
         self._offsets[topic] = offset + 1
+        queued = task.partitions.queues.get((topic, 0))
+        was_empty = not queued
         task.add_records(
             topic, 0, [RawRecord(offset, record.timestamp, record.key, record.value, record.headers)]
         )
-        return task
+        if was_empty:
+            self._non_empty.offer(topic)
 
-    def _process(self, task: StreamTask) -> None:
-        while task.process():
+    def _head_time(self, topic: str) -> int:
+        return int(self._task_by_topic[topic].partitions.queues[(topic, 0)][0][1])
+
+    def _process_all(self) -> None:
+        """Java's `completeAllProcessableWork`. Java's driver runs the whole topology as one task, so its
+        PartitionGroup chooses the next record across every input and repartition topic: the queue whose
+        head is oldest (ties in its PriorityQueue's order, `_non_empty`). After each record: the
+        stream-time punctuations of every task at the one stream time, a commit, and the records written
+        to topics the topology reads queued (`_capture`)."""
+        self._capture()
+        non_empty = self._non_empty
+        while non_empty:
+            topic = non_empty.poll()
+            task = self._task_by_topic[topic]
+            task.process_partition(topic, 0)
+            if task.partitions.queues[(topic, 0)]:
+                non_empty.offer(topic)
+            self._stream_time = max(self._stream_time, task.context.stream_time)
+            for other in self._tasks.values():
+                if other is not task and other.punctuate_stream_time(self._stream_time):
+                    self._commit(other)
             self._commit(task)
+            self._capture()
 
     def _commit(self, task: StreamTask) -> None:
         task.prepare_commit()
         task.post_commit()
 
-    def _drain(self) -> None:
-        while self._pending:
-            topic, record = self._pending.popleft()
-            self._process(self._enqueue(topic, record))
+    def _capture(self) -> None:
+        """Java's `captureOutputsAndReEnqueueInternalResults`: records written to a topic the topology
+        reads (a repartition topic, an input) are queued for processing, in the order written."""
+        pending, self._pending = self._pending, deque()
+        for topic, record in pending:
+            self._enqueue(topic, record)
 
     def pipe_raw(self, topic: str, record: ProducedRecord) -> None:
         """Process one already-serialized record as if it arrived on `topic`."""
@@ -229,8 +259,8 @@ class TopologyTestDriver:
             return
         if topic not in self._task_by_topic:
             raise TopologyError(f"unknown topic '{topic}': the topology does not read it")
-        self._process(self._enqueue(topic, record))
-        self._drain()
+        self._enqueue(topic, record)
+        self._process_all()
 
     # ----------------------------------------------------------------- public API
     def create_input_topic(
@@ -268,7 +298,7 @@ class TopologyTestDriver:
         for task in self._tasks.values():
             if task.maybe_punctuate_system_time(self._wall_clock):
                 self._commit(task)
-        self._drain()
+        self._process_all()
 
     @property
     def wall_clock_time_ms(self) -> int:

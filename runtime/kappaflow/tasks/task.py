@@ -262,6 +262,15 @@ class StreamTask:
         self._drain(topic, partition, queue, 1)
         return True
 
+    def process_partition(self, topic: str, partition: int) -> bool:
+        """Process the record at the head of one input partition's queue (the test driver chooses the
+        partition across its tasks, as Java's one task does); False when it has nothing queued."""
+        queue = self.partitions.queues.get((topic, partition))
+        if self.state is not TaskState.RUNNING or not queue:
+            return False
+        self._drain(topic, partition, queue, 1)
+        return True
+
     def process_buffered(
         self,
         limit: int = 1 << 62,
@@ -437,6 +446,18 @@ class StreamTask:
         queue = self._draining
         raw = RawRecord(*queue[0]) if queue else None
         self.failures.node_failed(exc, node.name, self.context.current, raw)
+
+    def punctuate_stream_time(self, stream_time: int) -> bool:
+        """Advance the task's stream time to `stream_time` if later and run the stream-time punctuations
+        due: the test driver shares one stream time across its tasks, as Java's runs one task."""
+        context = self.context
+        if self.state is not TaskState.RUNNING:
+            return False
+        if stream_time > context.stream_time:
+            context.stream_time = stream_time
+        if not context.stream_time_punctuations.schedules:
+            return False
+        return self._punctuate(context.stream_time_punctuations, context.stream_time)
 
     def maybe_punctuate_system_time(self, now: int) -> bool:
         if self.state is not TaskState.RUNNING or not len(self.context.system_time_punctuations):
