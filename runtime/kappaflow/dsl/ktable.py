@@ -347,6 +347,8 @@ class KTable(Generic[K, V]):
             if self.window_grace_ms is None:
                 raise TopologyError("suppress(until_window_closes) needs a windowed aggregation's table")
             grace = self.window_grace_ms
+        # Java's KTableSuppressProcessorSupplier: the buffer holds (and counts the bytes of) old values
+        self.enable_send_old_values()
         node = f"{suppressed.name}" if suppressed.name else builder.new_name("KTABLE-SUPPRESS-")
         store = (
             f"{suppressed.name}-store"

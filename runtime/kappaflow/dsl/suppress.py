@@ -143,7 +143,11 @@ class KTableSuppressProcessor:
 
     def process(self, record: Record[Any, Any]) -> None:
         self.observed_stream_time = max(self.observed_stream_time, record.timestamp)
-        self.buffer.put(self._buffer_time(record), record.key, record.value, record.timestamp, record.headers)
+        metadata = self.context.record_metadata()
+        topic = (metadata.topic or "") if metadata is not None else ""
+        self.buffer.put(
+            self._buffer_time(record), record.key, record.value, record.timestamp, record.headers, topic
+        )
         self._enforce()
 
     def _enforce(self) -> None:

@@ -28,7 +28,9 @@ from kappaflow.api.serdes import Serde
 from kappaflow.state.api import ChangelogRecord, StateStore, StoreContext
 
 _HEADER = struct.Struct(">qqi")
-_OVERHEAD = 32
+# Java's ProcessorRecordContext.residentMemorySizeEstimate without topic and headers: timestamp (8),
+# offset (8), partition (4); plus the entry's buffer time (8, InMemoryTimeOrderedKeyValueChangeBuffer)
+_CONTEXT_AND_TIME = 8 + 8 + 4 + 8
 
 # (serialized Change(new, old) or b"" for an all-None change) <-> Change objects
 ChangeCodec = tuple[Callable[[Any], bytes], Callable[[bytes], Any]]
@@ -110,8 +112,30 @@ class TimeOrderedKeyValueBuffer:
     def num_records(self) -> int:
         return len(self._entries)
 
-    def put(self, time: int, key: Any, change: Any, record_time: int, headers: Headers) -> None:
-        """Buffer `change` (a Change(new, old)) for `key`; an already buffered key keeps its time."""
+    def _value_size(self, change: Any, value: Any) -> int:
+        """The serialized size of one value (0 for None): the codec writes a 1-byte flag before it."""
+        return max(0, len(self._encode(dataclasses.replace(change, new_value=value, old_value=None))) - 1)
+
+    def _entry_size(self, raw_key: bytes, change: Any, prior: Any, first: bool, topic: str, headers: Headers) -> int:
+        """An entry's size as Java counts it (`computeRecordSize` + `BufferValue` +
+        `ProcessorRecordContext.residentMemorySizeEstimate`), so `BufferConfig.max_bytes` holds the same
+        keys in both: key, buffer time, the prior value (the old value of the key's first buffered
+        update), the old value unless it is that same prior, the new value, and the record context
+        (times, offset, partition, topic characters, header keys and values). `first`: this update is
+        the key's first buffered one (its old value is the prior)."""
+        size = _CONTEXT_AND_TIME + len(raw_key) + len(topic)
+        size += self._value_size(change, prior) + self._value_size(change, change.new_value)
+        if not first:
+            size += self._value_size(change, change.old_value)
+        for header_key, header_value in headers.to_list():
+            size += len(header_key) + (len(header_value) if header_value is not None else 0)
+        return size
+
+    def put(
+        self, time: int, key: Any, change: Any, record_time: int, headers: Headers, topic: str = ""
+    ) -> None:
+        """Buffer `change` (a Change(new, old)) for `key`, which came from `topic` ("" in a punctuation);
+        an already buffered key keeps its time."""
         raw_key = self._raw_key(key)
         previous = self._entries.get(raw_key)
         if previous is None:
@@ -123,7 +147,7 @@ class TimeOrderedKeyValueBuffer:
             self.size_bytes -= previous.size
         payload = self._encode(change)
         prior_payload = self._encode(dataclasses.replace(change, new_value=prior, old_value=None))
-        size = len(raw_key) + len(payload) + len(prior_payload) + _OVERHEAD
+        size = self._entry_size(raw_key, change, prior, previous is None, topic, headers)
         entry = BufferedEntry(time, token, key, change, record_time, headers, size, prior)
         self._entries[raw_key] = entry
         self.size_bytes += entry.size
@@ -169,10 +193,11 @@ class TimeOrderedKeyValueBuffer:
             prior = self._decode(value[_HEADER.size + length :]).new_value
             token = next(self._counter)
             key = self.key_serde.deserialize(self._topic, raw_key)  # type: ignore[union-attr]
-            size = len(raw_key) + len(value) - _HEADER.size + _OVERHEAD
-            entry = BufferedEntry(
-                time, token, key, self._decode(payload), record_time, Headers(), size, prior
-            )
+            change = self._decode(payload)
+            # the changelog keeps neither the topic nor the headers, so a restored entry counts without
+            # them; whether the update was the key's first is told by its old value being the prior
+            size = self._entry_size(raw_key, change, prior, change.old_value == prior, "", Headers())
+            entry = BufferedEntry(time, token, key, change, record_time, Headers(), size, prior)
             self._entries[raw_key] = entry
             self.size_bytes += entry.size
             heapq.heappush(self._heap, (time, raw_key, token))
