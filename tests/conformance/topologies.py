@@ -497,7 +497,11 @@ def _ph(b: StreamsBuilder, family: str, p: Params) -> Outputs | None:
     elif family == "ph_handler_punctuate":
         b.stream("in").process(FailingTicker).map_values(lambda v: fail_on(v, "x") + ".").to("out")
     elif family == "ph_order_repartitions":
-        parts = b.stream("in").flat_map(lambda k, v: [(part, f"{k}:{part}") for part in v.split(",")]).repartition()
+        parts = (
+            b.stream("in")
+            .flat_map(lambda k, v: [(part, f"{k}:{part}") for part in v.split(",")])
+            .repartition()
+        )
         parts.map_values(lambda v: "1:" + v).to("out")
         parts.select_key(lambda k, v: k + "'").repartition().map_values(lambda v: "2:" + v).to("out")
     elif family == "ph_order_merge":
@@ -510,12 +514,14 @@ def _ph(b: StreamsBuilder, family: str, p: Params) -> Outputs | None:
         ).to("out")
     elif family == "ph_suppress_bytes":
         table: KTable = b.table("in", materialized="store")
-        table.suppress(Suppressed.until_time_limit(p["limit"], BufferConfig.max_bytes(p["bytes"]))).to_stream().to(
-            "out"
-        )
+        table.suppress(
+            Suppressed.until_time_limit(p["limit"], BufferConfig.max_bytes(p["bytes"]))
+        ).to_stream().to("out")
     elif family == "ph_suppress_bytes_group":
         counts = b.stream("in").group_by_key().count("counts")
-        suppressed = counts.suppress(Suppressed.until_time_limit(p["limit"], BufferConfig.max_bytes(p["bytes"])))
+        suppressed = counts.suppress(
+            Suppressed.until_time_limit(p["limit"], BufferConfig.max_bytes(p["bytes"]))
+        )
         suppressed.to_stream().to("out", value_serde=Long())
         out = {"out": "long"}
     else:

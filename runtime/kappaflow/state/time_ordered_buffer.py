@@ -116,7 +116,9 @@ class TimeOrderedKeyValueBuffer:
         """The serialized size of one value (0 for None): the codec writes a 1-byte flag before it."""
         return max(0, len(self._encode(dataclasses.replace(change, new_value=value, old_value=None))) - 1)
 
-    def _entry_size(self, raw_key: bytes, change: Any, prior: Any, first: bool, topic: str, headers: Headers) -> int:
+    def _entry_size(
+        self, raw_key: bytes, change: Any, prior: Any, first: bool, topic: str, headers: Headers
+    ) -> int:
         """An entry's size as Java counts it (`computeRecordSize` + `BufferValue` +
         `ProcessorRecordContext.residentMemorySizeEstimate`), so `BufferConfig.max_bytes` holds the same
         keys in both: key, buffer time, the prior value (the old value of the key's first buffered

@@ -79,7 +79,9 @@ class RecordFailures:
             offset=raw.offset,
         )
         error.__cause__ = exc
-        failed = FailedRecord(topic, partition, raw.offset, raw.timestamp, raw.key, raw.value, raw.headers, node)
+        failed = FailedRecord(
+            topic, partition, raw.offset, raw.timestamp, raw.key, raw.value, raw.headers, node
+        )
         self._handle(self._processing_handler, self._processing_setting, error, failed, raw)
 
     @property
@@ -100,12 +102,14 @@ class RecordFailures:
         failed = FailedRecord("", -1, -1, timestamp, None, None, Headers(), node)
         self._handle(self._processing_handler, self._processing_setting, error, failed, None)
 
-    def node_failed(
-        self, exc: Exception, node: str, context: RecordContext, raw: RawRecord | None
-    ) -> None:
+    def node_failed(self, exc: Exception, node: str, context: RecordContext, raw: RawRecord | None) -> None:
         """The processing handler's turn on `exc`, raised in `node` below the task's first node (while
         processing `raw`, or in a punctuation or a cache flush when None): see `handles_per_node`."""
-        where = f"record {context.topic}-{context.partition}@{context.offset}" if context.topic else "a punctuation"
+        where = (
+            f"record {context.topic}-{context.partition}@{context.offset}"
+            if context.topic
+            else "a punctuation"
+        )
         error = ProcessingError(
             f"error processing {where} in node '{node}': {type(exc).__name__}: {exc}",
             node=node,
@@ -118,7 +122,14 @@ class RecordFailures:
         if raw is not None:
             key, value = raw.key, raw.value
         failed = FailedRecord(
-            context.topic, context.partition, context.offset, context.timestamp, key, value, context.headers, node
+            context.topic,
+            context.partition,
+            context.offset,
+            context.timestamp,
+            key,
+            value,
+            context.headers,
+            node,
         )
         self._handle(self._processing_handler, self._processing_setting, error, failed, raw)
 

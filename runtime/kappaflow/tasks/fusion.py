@@ -175,7 +175,10 @@ def fuse_nodes(
         elif isinstance(node.processor, Fusable) and fusable(node.processor):
             children = [(compile_node(c) or boundary(c, context), c) for c in node.children]
             downstream = fan_out(
-                [stage if node_failed is None else guarded(stage, c, context, node_failed) for stage, c in children]
+                [
+                    stage if node_failed is None else guarded(stage, c, context, node_failed)
+                    for stage, c in children
+                ]
             )
             stage = node.processor.fuse_native(downstream, node.name, core)
         stages[id(node)] = stage

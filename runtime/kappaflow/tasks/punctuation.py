@@ -8,8 +8,8 @@ One round (`PunctuationQueue.punctuate`) is Java's `maybePunctuate`: take the ea
 is due, skip it if it was cancelled, run it, put it back at its next time unless it cancelled itself. So
 a schedule added during the round (a stream-time one starts at 0) fires in the same round, and one
 cancelled earlier in the round does not fire. The queue is a binary heap ordered by timestamp alone with
-java.util.PriorityQueue's sift rules (`kappaflow.tasks.java_heap`), so schedules due at the same time fire in the order Java's heap
-hands them out (not necessarily the order they were scheduled), record for record as in Java.
+java.util.PriorityQueue's sift rules (`kappaflow.tasks.java_heap`), so schedules due at the same time fire
+in the order Java's heap hands them out (not necessarily the order they were scheduled), as in Java.
 """
 
 from __future__ import annotations
