@@ -106,7 +106,15 @@ class TopologyTestDriver:
 
     It owns one StreamTask per sub-topology (one partition each), the global task, the in-memory topics
     the tasks write to (changelogs included), the mock wall clock and the thread cache; input and output
-    topics are views over these."""
+    topics are views over these.
+
+    Java's driver runs the whole topology as one task, and so does this one in what can be observed: the
+    next record is the oldest queued head across every input and repartition topic (Java's PartitionGroup,
+    ties in its PriorityQueue's order); records written to repartition (or input) topics are queued, not
+    processed at once; stream time is one for all sub-topologies (the largest timestamp processed by any),
+    so a stream-time punctuation after a repartition fires on the records of the sub-topology before it,
+    and `current_stream_time_ms()` answers the same in all. Unlike Java, the punctuations of one
+    sub-topology run before those of the others when both are due after the same record."""
 
     def __init__(
         self,
