@@ -53,6 +53,16 @@ def test_run_serves_health_and_metrics_and_stops_cleanly_on_sigterm(kafka_bootst
         metrics = http_get(port, "/metrics")[1]
         assert "# TYPE kappaflow_records_processed_total counter" in metrics
         assert 'kappaflow_active_tasks{state="RUNNING"} 4.0' in metrics
+        # Kafka Streams 4.3's thread ratios, each a share of the last loop iteration
+        ratios = {
+            line.split()[0]: float(line.split()[1])
+            for line in metrics.splitlines()
+            if line.startswith("kappaflow_") and line.split()[0].endswith("_ratio")
+        }
+        assert set(ratios) == {
+            f"kappaflow_{p}_ratio" for p in ("poll", "restore", "process", "punctuate", "commit")
+        }
+        assert all(0.0 <= r <= 1.0 for r in ratios.values()) and sum(ratios.values()) <= 1.0 + 1e-9
         process.send_signal(signal.SIGTERM)
         assert process.wait(30) == 0
     finally:

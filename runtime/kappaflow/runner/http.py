@@ -72,6 +72,11 @@ HELP: dict[str, str] = {
     "state-store-put-total": "Writes to a key-value store, per task and store",
     "state-store-delete-total": "Deletes from a key-value store, per task and store",
     "state-store-scan-total": "Range, prefix and full scans of a key-value store, per task and store",
+    "poll-ratio": "Share of the stream thread's last loop iteration spent polling the consumer (0-1)",
+    "restore-ratio": "Share of the stream thread's last loop iteration spent restoring state (0-1)",
+    "process-ratio": "Share of the stream thread's last loop iteration spent processing records (0-1)",
+    "punctuate-ratio": "Share of the stream thread's last loop iteration spent in wall-clock punctuations (0-1)",
+    "commit-ratio": "Share of the stream thread's last loop iteration spent committing (0-1)",
 }
 
 

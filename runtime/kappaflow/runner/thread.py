@@ -35,6 +35,7 @@ from kappaflow.clients.kafka import client_configs, new_consumer
 from kappaflow.runner.assembly import assemble, now_ms, wait_for_topics
 from kappaflow.runner.fetch_lag import LAG_INTERVAL_S, FetchedLag, report_consumer_lag
 from kappaflow.runner.global_state import GlobalStateUpdater
+from kappaflow.runner.loop_ratios import LoopRatios
 from kappaflow.runner.metadata import consumer_client_id
 from kappaflow.runner.retry import StoppedWhileWaitingError
 from kappaflow.runner.routing import ConsumerFailedError, raw_records_by_partition
@@ -84,6 +85,7 @@ class StreamThread:
         self._consumer_failure: KafkaError | None = None  # set by librdkafka's error callback
         self._last_commit = self._last_lag = self._last_served = time.monotonic()
         self._last_sample = 0.0  # the first iteration samples
+        self.loop_ratios = LoopRatios()  # the thread's poll/restore/process/punctuate/commit ratios
         self.partition_counts: dict[str, int] = {}
         self.tm: TaskManager | None = None
         self.global_state: GlobalStateUpdater | None = None
@@ -155,11 +157,15 @@ class StreamThread:
         # What is already fetched, at once; only when nothing is, wait (up to poll.ms) for the first record.
         # consume(BATCH, timeout) would block until BATCH records arrive, idling while a repartition
         # topic trickles back.
+        ratios = self.loop_ratios
+        ratios.begin()
         polled = time.perf_counter()
         messages = consumer.consume(BATCH, 0)
         if not messages and not busy:
             messages = consumer.consume(1, self.poll_timeout)
-        self.metrics.increment("poll-seconds-total", time.perf_counter() - polled)
+        poll_seconds = time.perf_counter() - polled
+        self.metrics.increment("poll-seconds-total", poll_seconds)
+        ratios.add("poll", poll_seconds)
         self.rebalance.raise_error()
         if self._consumer_failure is not None:
             raise ConsumerFailedError(f"the consumer failed fatally: {self._consumer_failure}")
@@ -168,8 +174,10 @@ class StreamThread:
                 self.global_state.poll()
             for tp, records in raw_records_by_partition(messages):
                 tm.add_records(tp, records)
+            restoring = time.perf_counter()
             for managed in tm.restore_step(timeout=0.02 if busy else 0.0):
                 consumer.resume(self.rebalance.partitions_of(managed.task.id))
+            ratios.add("restore", time.perf_counter() - restoring)
             self.standbys.maybe_place(consumer.memberid, self.rebalance.assigned)
             running = tm.running()
             self._process(running)
@@ -178,7 +186,10 @@ class StreamThread:
             if time.monotonic() - self._last_commit >= self.commit_interval or any(
                 t.context.commit_requested for t in running
             ):
+                committing = time.perf_counter()
                 self.commit()
+                ratios.add("commit", time.perf_counter() - committing)
+        ratios.publish(self.metrics)
         self._update_state()
         if time.monotonic() - self._last_served >= SERVE_INTERVAL_S:
             # nothing else polls an idle thread's producers: their librdkafka log lines would pile up
@@ -208,12 +219,16 @@ class StreamThread:
                 self.producer.begin()
                 count += task.process_buffered(fetched_lag=self.fetched_lag, now_ms=now)
                 task.publish_metrics()  # per batch, so scrapes see progress between commits
+        punctuating = time.perf_counter()
         for task in running:
             if task.context.system_time_punctuations:
                 self.producer.begin()
                 task.maybe_punctuate_system_time(now)
+        self.loop_ratios.add("punctuate", time.perf_counter() - punctuating)
+        processed = punctuating - started
+        self.loop_ratios.add("process", processed)
         if count:
-            self.metrics.record_processing(count, time.perf_counter() - started)
+            self.metrics.record_processing(count, processed)
 
     def commit(self) -> None:
         """Commit every running task with something to commit (runner/commit.py has the protocol)."""
