@@ -75,7 +75,7 @@ HELP: dict[str, str] = {
     "poll-ratio": "Share of the stream thread's last loop iteration spent polling the consumer (0-1)",
     "restore-ratio": "Share of the stream thread's last loop iteration spent restoring state (0-1)",
     "process-ratio": "Share of the stream thread's last loop iteration spent processing records (0-1)",
-    "punctuate-ratio": "Share of the stream thread's last loop iteration spent in wall-clock punctuations (0-1)",
+    "punctuate-ratio": "Share of the stream thread's last loop iteration spent punctuating (0-1)",
     "commit-ratio": "Share of the stream thread's last loop iteration spent committing (0-1)",
 }
 
