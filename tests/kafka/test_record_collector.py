@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from kappaflow.api.errors import TransactionAbortedError
+from kappaflow.api.errors import HandlerResponse, TransactionAbortedError
 from kappaflow.api.record import Headers
 from kappaflow.clients.admin import InternalTopicManager
 from kappaflow.clients.kafka import KafkaRecordCollector, ProductionError
@@ -63,9 +63,9 @@ def test_at_least_once_hands_a_rejected_record_to_the_production_handler(kafka_b
     sink = kafka_topics("sink", config={"max.message.bytes": "1024"})
     handled: list[tuple[str, bytes]] = []
 
-    def drop(err: Any, msg: Any) -> bool:
+    def drop(err: Any, msg: Any) -> HandlerResponse:
         handled.append((msg.topic(), msg.key()))
-        return True  # continue: the record is dropped, the flush succeeds
+        return HandlerResponse.CONTINUE  # the record is dropped, the flush succeeds
 
     producer, collector = _producer(kafka_bootstrap, exactly_once=False, handler=drop)
     collector.send(sink, b"big", b"x" * 4096, None, 1000, None)

@@ -77,12 +77,14 @@ KEY_DOCS: dict[str, tuple[str, str, str]] = {
     "processing.exception.handler": (
         "handler",
         SC + "PROCESSING_EXCEPTION_HANDLER_CLASS_CONFIG",
-        "What an exception in a processor does: `log_and_fail`, `log_and_continue` or a callable.",
+        "What an exception in a processor or punctuator does: `log_and_fail`, `log_and_continue` or a "
+        "callable; CONTINUE drops only the failing node's output (its siblings still see the record).",
     ),
     "production.exception.handler": (
         "handler",
         SC + "PRODUCTION_EXCEPTION_HANDLER_CLASS_CONFIG",
-        "What a record the producer cannot send does: `fail`, `continue` or a callable.",
+        "What a record the producer cannot send does: `fail`, `continue` or a callable answering "
+        "CONTINUE, FAIL or RETRY (KIP-1065: a retriable failure redoes the work since the last commit).",
     ),
     "errors.dead.letter.queue.topic.name": (
         "string",

@@ -75,6 +75,12 @@ class ProducerFencedError(TaskMigratedError):
     work from the committed offsets."""
 
 
+class TaskCorruptedError(TaskMigratedError):
+    """A task's output since the last commit cannot be trusted (a delivery the production handler asked to
+    RETRY, KIP-1065; Java's TaskCorruptedException): its tasks are closed dirty and redo their work from
+    the committed offsets, which sends the failed records again."""
+
+
 class TransactionAbortedError(StreamsError):
     """The open transaction hit an abortable error (a failed delivery, a timed-out commit): it is aborted
     and the tasks redo their work from the committed offsets, under the same producer."""
@@ -85,3 +91,7 @@ class HandlerResponse(Enum):
 
     CONTINUE = "continue"
     FAIL = "fail"
+    RETRY = "retry"
+    """Production handler only (KIP-1065): a retriable delivery failure (a timeout, too few in-sync
+    replicas, a leader moving) is retried by redoing the work since the last commit; a non-retriable
+    one fails as with FAIL."""

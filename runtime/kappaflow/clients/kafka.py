@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from kappaflow.api.config import CLIENT_PASSTHROUGH, StreamsConfig
-from kappaflow.api.errors import ProducerFencedError, StreamsError
+from kappaflow.api.errors import HandlerResponse, ProducerFencedError, StreamsError, TaskCorruptedError
 from kappaflow.api.record import Headers
 from kappaflow.clients.rdkafka_log import serve_consumer_logs, with_logger
 
@@ -239,6 +239,7 @@ class DeliveryReports:
         self.written: dict[tuple[str, int], int] = {}
         self.error: KafkaError | None = None
         self.error_topic = ""
+        self.retry = False  # the handler answered RETRY for `error`, which is retriable
         self._handler = production_handler
         # bound once, not per record
         self.on_delivery = self._on_delivery
@@ -259,11 +260,14 @@ class DeliveryReports:
             self._failed(err, msg)
 
     def _failed(self, err: KafkaError, msg: Any) -> None:
-        if self._handler is not None and self._handler(err, msg):
+        response = None if self._handler is None else self._handler(err, msg)
+        if response is HandlerResponse.CONTINUE:
             log.warning("dropping record for %s after production error: %s", msg.topic(), err)
             return
         if self.error is None:
             self.error, self.error_topic = err, msg.topic()
+            # KIP-1065: RETRY only for what may succeed when sent again (Java: a RetriableException)
+            self.retry = response is HandlerResponse.RETRY and delivery_retriable(err)
 
     def raise_error(self) -> None:
         """Raise the failed delivery, once: ProducerFencedError when the producer itself failed."""
@@ -272,7 +276,24 @@ class DeliveryReports:
             self.error = None
             if producer_failed_fatally(err):
                 raise ProducerFencedError(f"producing to '{topic}' failed: {err}")
+            if self.retry:
+                self.retry = False
+                raise TaskCorruptedError(
+                    f"producing to '{topic}' failed: {err}; production.exception.handler answered RETRY: "
+                    "redoing the work since the last commit"
+                )
             raise ProductionError(f"producing to '{topic}' failed: {err}")
+
+
+# librdkafka reports a delivery it gave up on after `message.timeout.ms` as _MSG_TIMED_OUT, which it does
+# not flag retriable; Java's producer reports the same as a TimeoutException, a RetriableException
+_TIMEOUTS = (KafkaError._MSG_TIMED_OUT, KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT)
+
+
+def delivery_retriable(err: KafkaError) -> bool:
+    """Whether sending the record again may succeed (Java's RetriableException): what librdkafka flags
+    retriable, and its timeouts (a broker short of in-sync replicas or unreachable until the timeout)."""
+    return bool(err.retriable()) or err.code() in _TIMEOUTS
 
 
 class ProducerClients(Protocol):

@@ -31,7 +31,13 @@ from typing import Any
 
 from confluent_kafka import KafkaException, Producer, TopicPartition
 
-from kappaflow.api.errors import ProducerFencedError, StreamsError, TransactionAbortedError
+from kappaflow.api.errors import (
+    ConfigError,
+    HandlerResponse,
+    ProducerFencedError,
+    StreamsError,
+    TransactionAbortedError,
+)
 from kappaflow.api.record import Headers
 from kappaflow.clients.kafka import DeliveryReports, ProductionError, new_producer, production_failure
 from kappaflow.runner.retry import retry_unreachable
@@ -86,7 +92,7 @@ class StreamsProducer:
         self,
         settings: dict[str, Any],
         exactly_once: bool,
-        production_handler: Callable[[Any, Any], bool] | None,
+        production_handler: Callable[[Any, Any], HandlerResponse] | None,
         api_timeout_s: float,
         factory: ProducerFactory = new_producer,
     ) -> None:
@@ -302,15 +308,22 @@ class StreamsProducer:
         return TransactionAbortedError(f"{what}: {exc}")
 
 
-def production_handler(spec: Any) -> Callable[[Any, Any], bool]:
+def production_handler(spec: Any) -> Callable[[Any, Any], HandlerResponse]:
     """The configured `production.exception.handler` as the collector's delivery-failure decision:
-    True drops the record (CONTINUE), False fails the commit."""
+    CONTINUE drops the record, FAIL fails the commit, RETRY (KIP-1065) redoes the work since the last
+    commit when the failure is retriable (else it fails, as Java's RecordCollectorImpl)."""
     handler = resolve_handler(spec, "production.exception.handler")
 
-    def decide(err: Any, msg: Any) -> bool:
+    def decide(err: Any, msg: Any) -> HandlerResponse:
         failed = FailedRecord(
             msg.topic(), msg.partition(), -1, -1, msg.key(), msg.value(), Headers(msg.headers() or [])
         )
-        return handler(ProductionError(str(err)), failed).name == "CONTINUE"
+        response = handler(ProductionError(str(err)), failed)
+        if not isinstance(response, HandlerResponse):
+            raise ConfigError(
+                f"config 'production.exception.handler': the handler answered {response!r}, "
+                "not a HandlerResponse (CONTINUE, FAIL or RETRY)"
+            )
+        return response
 
     return decide
