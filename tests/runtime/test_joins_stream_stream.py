@@ -147,3 +147,30 @@ def test_null_keys_advance_time_and_outer_sides_emit_them_at_once() -> None:
         right.pipe_input(None, "n", 30)  # inner side: dropped, but it advances stream time...
         left.pipe_input("j", "B", 30)  # ...so this record (at stream time) closes A's window
         assert out(driver) == [(None, "N+None", 5), ("k", "A+None", 0)]
+
+
+def test_unmatched_records_with_one_key_side_and_time_all_survive_a_restart_in_javas_list_bytes() -> None:
+    """The outer-join store keeps a list per [time][side][key] (Java's ListValueStore): several unmatched
+    records with the same key, side and timestamp are all restored and all emitted, in arrival order; the
+    changelog holds the whole list as Java's ListSerde writes it."""
+    topology = join_topology("outer", JoinWindows.of_time_difference_and_grace(10, 0), "memory")
+    first = TopologyTestDriver(topology, CFG)
+    left = first.create_input_topic("left")
+    left.pipe_input("k", "A1", 5)
+    left.pipe_input("k", "A2", 5)
+    first.create_input_topic("right").pipe_input("j", "R", 12)  # matches nothing, closes no window yet
+    first.close()
+    changelog = [r for topic, records in first.produced.items() if "OUTERSHARED" in topic for r in records]
+    # [8-byte time][is-left][key] -> [VARIABLE_SIZE][count][len][is-left][value]...: the second write is
+    # the whole list of two
+    assert changelog[1].key == (5).to_bytes(8, "big") + b"\x01k"
+    assert (
+        changelog[1].value
+        == b"\x01" + (2).to_bytes(4, "big") + b"\x00\x00\x00\x03\x01A1\x00\x00\x00\x03\x01A2"
+    )
+    second = TopologyTestDriver(topology, CFG, restore_from=first)
+    try:
+        second.create_input_topic("left").pipe_input("x", "X", 100)
+        assert out(second) == [("k", "A1+None", 5), ("k", "A2+None", 5), ("j", "None+R", 12)]
+    finally:
+        second.close()
