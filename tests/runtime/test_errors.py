@@ -139,3 +139,37 @@ def test_negative_timestamps_fail_unless_another_extractor_is_configured() -> No
         topic.pipe_input("k", 2, timestamp=5)
         assert driver.create_output_topic("out", S, L).read_key_values_to_list() == [("k", 50)]
         assert driver.metrics().counter("dropped-records-total", reason="invalid-timestamp") == 1
+
+
+@pytest.mark.parametrize("fusion", [True, False])
+def test_a_node_failure_under_continue_loses_only_that_nodes_output_and_dead_letters_the_source_record(
+    fusion: bool,
+) -> None:
+    """Java's ProcessorNode catches per node: the failing branch loses its output, its sibling still
+    sees the record, on the generic path and through the native core's compiled stages alike; the dead
+    letter carries the source record's bytes and names the failing node."""
+    builder = StreamsBuilder()
+    stream = builder.stream("in", key_serde=S, value_serde=L)
+    doubled = stream.map_values(lambda v: v * 2)
+    doubled.map_values(lambda v: 100 // (v - 4)).to("quotients", value_serde=L)  # fails on 2
+    doubled.to("doubled", value_serde=L)
+    config = {
+        "processing.exception.handler": "log_and_continue",
+        "errors.dead.letter.queue.topic.name": "dlq",
+        "kappaflow.fusion.enabled": fusion,
+    }
+    with TopologyTestDriver(builder.build(), config) as driver:
+        source = driver.create_input_topic("in", S, L)
+        source.pipe_input("bad", 2)
+        source.pipe_input("good", 3)
+        assert driver.create_output_topic("quotients", S, L).read_key_values_to_list() == [("good", 50)]
+        assert driver.create_output_topic("doubled", S, L).read_key_values_to_list() == [
+            ("bad", 4),
+            ("good", 6),
+        ]
+        dead = driver.create_output_topic("dlq", S, serdes.Bytes()).read_records_to_list()
+        assert [(r.key, r.value) for r in dead] == [("bad", L.serialize("in", 2))]
+        headers = dict(dead[0].headers.to_list())
+        assert headers["__kappaflow.node"] == b"KSTREAM-MAPVALUES-0000000002"
+        assert headers["__kappaflow.source.offset"] == b"0"
+        assert driver.metrics().counter("dropped-records-total") == 1
