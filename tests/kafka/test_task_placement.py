@@ -147,3 +147,61 @@ def test_a_restarted_static_instance_gets_its_own_tasks_back_and_restores_nothin
     finally:
         a.close(30)
         b.close(30)
+
+
+def test_a_joining_instance_warms_up_its_forecast_tasks_and_takes_them_over_caught_up(
+    kafka_bootstrap, kafka_topics, tmp_path
+):
+    """Scale-out 2 -> 3 with an empty state directory: `range` will give pod-c partition 3, whose
+    counting task pod-b runs. pod-c restores it as a warm-up before it joins (pod-b keeps processing),
+    then takes it over restoring no more than `acceptable.recovery.lag` (without the warm-up it joined
+    at once and restored the task's whole changelog as an active task)."""
+    source = kafka_topics("tw-in", partitions=4)
+    sink = kafka_topics("tw-out", partitions=4)
+    app_id = f"tw-{uuid.uuid4().hex[:8]}"
+    lines = [f"x{i} x{i % 30} shared" for i in range(1200)]
+    acceptable = 5
+
+    def instance(name: str) -> KafkaStreams:
+        config = fast_config(
+            kafka_bootstrap,
+            app_id,
+            str(tmp_path / name),
+            **{"group.instance.id": f"pod-{name}", "acceptable.recovery.lag": acceptable},
+        )
+        return KafkaStreams(wordcount_topology(source, sink), config)
+
+    a, b = instance("a"), instance("b")
+    a.start()
+    b.start()
+    c = None
+    try:
+        wait_for(lambda: len(a.local_task_ids()[0]) == 4 and len(b.local_task_ids()[0]) == 4, 60, "split")
+        wait_running(a, b)
+        assert "1_3" in b.local_task_ids()[0]
+        produce_lines(kafka_bootstrap, source, lines)
+        wait_for(
+            lambda: latest_counts(read_topic(kafka_bootstrap, sink, timeout=5)) == counts_of(lines),
+            90,
+            "counts",
+        )
+        c = instance("c")
+        c.start()
+        wait_for(lambda: sorted(c.local_task_ids()[0]) == ["0_3", "1_3"], 60, "pod-c owns partition 3")
+        wait_running(a, b, c)
+        warmed = c.metrics.counter("standby-updated-records-total")
+        restored_as_active = restored(c)
+        more = [f"x{i} later" for i in range(60)]
+        produce_lines(kafka_bootstrap, source, more)
+        wait_for(
+            lambda: latest_counts(read_topic(kafka_bootstrap, sink, timeout=5)) == counts_of(lines + more),
+            60,
+            "counting continues on pod-c from the warmed-up state",
+        )
+    finally:
+        for app in (a, b, c):
+            if app is not None:
+                app.close(30)
+    print(f"warm-up applied {warmed:.0f} changelog records; restored as active {restored_as_active:.0f}")
+    assert warmed > acceptable  # the task's changelog was restored before pod-c joined ...
+    assert restored_as_active <= acceptable  # ... and only the tail after it took the task over

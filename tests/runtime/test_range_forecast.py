@@ -5,6 +5,7 @@ count and worker layout up to the sizes below."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
@@ -22,6 +23,7 @@ from kappaflow.runner.range_forecast import (
     range_assignment,
     task_owners,
 )
+from kappaflow.runner.warmup import WarmupStep, next_warmups, tasks_to_warm
 
 
 def task_ids_for(partitions: list[tuple[str, int]]) -> dict[TaskId, list[tuple[str, int]]]:
@@ -151,3 +153,46 @@ def test_a_joiner_forecasts_the_tasks_range_will_give_it():
     again = forecast(members, RangeMember("", "pod-1-0", members[1].instance), counts, task_ids_for)
     assert again == {TaskId(0, p) for p in range(4, 8)}
     assert forecast([], joiner, counts, task_ids_for) == {TaskId(0, p) for p in range(12)}
+
+
+def test_warm_ups_open_in_order_at_most_max_behind_and_finish_when_all_are_within_the_lag():
+    tasks = [TaskId(1, p) for p in range(4)]
+    assert next_warmups(tasks, {}, 10, 2) == WarmupStep((TaskId(1, 0), TaskId(1, 1)), False)
+    # one behind, one caught up: one more may open
+    lags: dict[TaskId, int | None] = {TaskId(1, 0): 50, TaskId(1, 1): 10}
+    assert next_warmups(tasks, lags, 10, 2) == WarmupStep((TaskId(1, 2),), False)
+    assert next_warmups(tasks, {**lags, TaskId(1, 2): 11}, 10, 2) == WarmupStep((), False)
+    caught = {t: 0 for t in tasks}
+    assert next_warmups(tasks, caught, 0, 1) == WarmupStep((), True)
+    assert next_warmups(tasks, {**caught, TaskId(1, 3): 1}, 0, 1) == WarmupStep((), False)
+    assert next_warmups([], {}, 0, 1) == WarmupStep((), True)
+    for max_warmups in range(1, 6):  # never more than max behind at once, whatever the lags
+        for behind_lags in itertools.product([None, 0, 99], repeat=4):
+            lags = dict(zip(tasks, behind_lags, strict=True))
+            step = next_warmups(tasks, lags, 10, max_warmups)
+            behind = sum(1 for lag in behind_lags if lag == 99)
+            assert len(step.open_now) <= max(0, max_warmups - behind)
+            assert step.caught_up == all(lag == 0 for lag in behind_lags)
+
+
+def test_a_static_joiner_warms_its_forecast_stateful_tasks_and_otherwise_joins_at_once():
+    counts = {"a": 6, "rep": 6}
+    members = group(2, 1, counts)  # pod-0-0 and pod-1-0
+    stateful = lambda t: t.subtopology == 1  # noqa: E731
+    assert tasks_to_warm("Stable", members, "pod-2-0", task_ids_for, stateful) == [TaskId(1, 4), TaskId(1, 5)]
+    # restarted within its session: its own place, its own tasks
+    assert tasks_to_warm("Stable", members, "pod-1-0", task_ids_for, stateful) == [
+        TaskId(1, 3),
+        TaskId(1, 4),
+        TaskId(1, 5),
+    ]
+    assert tasks_to_warm("Stable", members, "", task_ids_for, stateful) is None  # dynamic member
+    assert tasks_to_warm("Stable", members[:1], "pod-0-0", task_ids_for, stateful) is None  # alone
+    assert tasks_to_warm("Empty", [], "pod-0-0", task_ids_for, stateful) is None
+    with pytest.raises(LookupError):
+        tasks_to_warm("PreparingRebalance", members, "pod-2-0", task_ids_for, stateful)
+    swapped = [
+        dataclasses.replace(members[0], assignment=members[1].assignment),
+        dataclasses.replace(members[1], assignment=members[0].assignment),
+    ]
+    assert tasks_to_warm("Stable", swapped, "pod-2-0", task_ids_for, stateful) is None  # not range

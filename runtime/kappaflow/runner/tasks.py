@@ -230,6 +230,20 @@ class TaskManager(PartitionOwnership):
             managed.state_manager.flush()
             managed.state_manager.checkpoint_offsets()
 
+    def standby_lag(self, task_id: TaskId) -> int | None:
+        """Changelog records the standby (or warm-up) copy of `task_id` has not applied yet, against the
+        changelogs' ends as last fetched; None when no such copy is open here."""
+        managed = self.standby.get(task_id)
+        if managed is None:
+            return None
+        manager = managed.state_manager
+        lag = 0
+        for tp, store in manager.changelog_partitions().items():
+            position = manager.offset(store) or 0
+            end = managed.end_offsets.get(tp, position)
+            lag += max(0, max(end, self.reader.cached_end(tp, end)) - position)
+        return lag
+
     def task_dirs(self) -> list[tuple[str, Path]]:
         """(task id, state directory) of every task held here, active and standby."""
         return [(str(t), self.state_root / str(t)) for t in [*self.active, *self.standby]]

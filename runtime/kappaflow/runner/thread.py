@@ -5,7 +5,7 @@ threads; Python work per record is the cost, and the GIL makes more Python threa
 as the protocol it runs; the parts are handed to it: topic preparation (runner/topics.py), the producer
 and its transactions (runner/producer.py), the commit protocol (runner/commit.py), rebalances
 (runner/rebalance.py), restoration (runner/changelog_reader.py via the task manager) and standby
-placement (runner/standbys.py).
+placement (runner/standbys.py), and the warm-up before it joins (runner/warmup.py).
 
 Failures, and the answer to each (Kafka Streams' answers, with librdkafka's errors):
 - TaskMigratedError (the group moved on, the producer was fenced or failed) and, under exactly_once_v2,
@@ -117,6 +117,7 @@ class StreamThread:
         self.collector = parts.collector
         self.tm, self.global_state = parts.tasks, parts.global_state
         self.rebalance, self.standbys, self.admin = parts.rebalance, parts.standbys, parts.admin
+        self.warmup = parts.warmup
 
     def _join(self) -> None:
         """A new group consumer, subscribed; the rebalance handler opens tasks as partitions arrive."""
@@ -134,6 +135,8 @@ class StreamThread:
     # ----------------------------------------------------------------- the loop
     def run(self, stop: threading.Event) -> None:
         self._assemble(stop)
+        self._on_state("REBALANCING")
+        self.warmup.run(stop)  # a joining member first catches up the tasks it will get (runner/warmup.py)
         self._join()
         clean = False
         try:
