@@ -82,6 +82,14 @@ def test_a_departed_instances_tasks_fail_over_to_their_standbys_restoring_only_t
             lambda: standby_lag(a, {"1_2"}) == 0 and standby_lag(c, {"1_3"}) == 0, 30, "standbys caught up"
         )
         lag_at_failover = standby_lag(a, {"1_2"}) + standby_lag(c, {"1_3"})
+        roles = a.local_task_roles()  # what the HTTP health endpoints describe per task
+        assert roles["1_2"] == {"role": "standby", "lag": 0}
+        assert roles["1_0"] == {"role": "active", "lag": 0}
+        wait_for(
+            lambda: a.metrics.gauge("task-lag-records", task="1_2", role="standby") == 0,
+            15,
+            "the standby's lag published per task",
+        )
         before = restored(a) + restored(c)
         assert b.close(30)  # a static member: it stays in the group until its session times out
         wait_for(
@@ -189,6 +197,7 @@ def test_a_joining_instance_warms_up_its_forecast_tasks_and_takes_them_over_caug
         c.start()
         wait_for(lambda: sorted(c.local_task_ids()[0]) == ["0_3", "1_3"], 60, "pod-c owns partition 3")
         wait_running(a, b, c)
+        assert c.local_task_roles()["1_3"] == {"role": "active", "lag": 0}
         warmed = c.metrics.counter("standby-updated-records-total")
         restored_as_active = restored(c)
         more = [f"x{i} later" for i in range(60)]

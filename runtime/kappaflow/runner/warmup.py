@@ -151,6 +151,7 @@ class JoinWarmup:
             self._tasks.restore_step(timeout=0.05)
         self.warming = []
         self._metrics.set_gauge("warmup-tasks", 0)
+        self._metrics.retain_gauge("warmup-lag-records", lambda _labels: False)  # joined: no warm-ups
 
     def _forecast(self) -> list[TaskId] | None:
         try:
