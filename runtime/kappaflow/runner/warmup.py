@@ -38,6 +38,8 @@ from kappaflow.runner.tasks import TaskManager
 log = logging.getLogger(__name__)
 
 UNSTABLE_RETRY_S = 0.5  # a group in the middle of a rebalance is described again after this
+# ... and after this long rebalancing, the member joins without a forecast rather than wait on
+UNSTABLE_GIVE_UP_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -119,14 +121,20 @@ class JoinWarmup:
         planned: list[TaskId] | None = []
         next_probe = self._clock()
         started = self._clock()
+        unstable_since: float | None = None
         while not stop.is_set():
             if self._clock() >= next_probe:
                 try:
                     planned = self._forecast()
-                except LookupError:
+                except LookupError as exc:
+                    unstable_since = self._clock() if unstable_since is None else unstable_since
+                    if self._clock() - unstable_since >= UNSTABLE_GIVE_UP_S:
+                        log.warning("%s for %.0f s: joining without warm-ups", exc, UNSTABLE_GIVE_UP_S)
+                        break
                     next_probe = self._clock() + UNSTABLE_RETRY_S
                     stop.wait(UNSTABLE_RETRY_S)
                     continue
+                unstable_since = None
                 if not planned:
                     break
                 next_probe = self._clock() + self._probing_interval_s
