@@ -171,6 +171,21 @@ def fill(bootstrap: str, topic: str, keys: int) -> None:
     producer.flush(60)
 
 
+def input_lag(bootstrap: str, group: str, topic: str) -> int:
+    """Input records the application's group has not committed yet (a consumer that never subscribes
+    reads the group's offsets without joining it)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        committed = consumer.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=10)
+        lag = 0
+        for tp in committed:
+            _low, high = consumer.get_watermark_offsets(tp, timeout=10)
+            lag += high - max(tp.offset, 0)
+        return lag
+    finally:
+        consumer.close()
+
+
 def wait(condition: Any, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -229,6 +244,7 @@ def run(bootstrap: str, keys: int, rate: float, tree: str) -> None:
         wait(lambda: all(p.ready() for p in three), 600, "three instances ready (initial restore)")
         feeder.start()
         watch = OutputWatch(bootstrap, sink)
+        wait(lambda: input_lag(bootstrap, app_id, source) < rate * 2, 900, "the filled input processed")
         wait(lambda: watch.all_produced_since(time.monotonic() - 1), 120, "output flowing")
         time.sleep(15)  # standbys placed and caught up
         print(f"==> {'tree ' + tree if tree else 'this tree'}: {keys} keys, {rate:.0f} records/s", flush=True)
