@@ -165,7 +165,12 @@ def feed(bootstrap: str, topic: str, keys: int, rate: float, stop: threading.Eve
 def fill(bootstrap: str, topic: str, keys: int) -> None:
     producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random", "linger.ms": 50})
     for i in range(keys):
-        producer.produce(topic, key=f"k{i}".encode(), value=b"v")
+        while True:
+            try:
+                producer.produce(topic, key=f"k{i}".encode(), value=b"v")
+                break
+            except BufferError:  # librdkafka's queue is full: let deliveries drain it
+                producer.poll(0.1)
         if i % 10000 == 0:
             producer.poll(0)
     producer.flush(60)
