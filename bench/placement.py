@@ -109,6 +109,7 @@ class OutputWatch:
         )
         self._consumer.assign([TopicPartition(topic, p, -1) for p in range(PARTITIONS)])  # from the end
         self.last: dict[int, float] = {}
+        self.input_ms: dict[int, int] = {}  # per partition, the latest input time seen in the output
         self.max_gap: dict[int, float] = {}
         self._since = time.monotonic()
         self._lock = threading.Lock()
@@ -122,10 +123,12 @@ class OutputWatch:
                 if message.error():
                     continue
                 now, p = time.monotonic(), message.partition()
+                _kind, input_ms = message.timestamp()  # the input record's time: when it was produced
                 with self._lock:
                     previous = max(self.last.get(p, self._since), self._since)
                     self.max_gap[p] = max(self.max_gap.get(p, 0.0), now - previous)
                     self.last[p] = now
+                    self.input_ms[p] = max(self.input_ms.get(p, 0), input_ms)
 
     def mark(self) -> float:
         with self._lock:
@@ -133,9 +136,12 @@ class OutputWatch:
             self.max_gap = {}
             return self._since
 
-    def all_produced_since(self, t: float) -> bool:
+    def all_processing_since(self, wall_s: float) -> bool:
+        """Every partition has output for an input produced after `wall_s` (time.time()): its task
+        processes again (output the watch reads late, from before an event, does not count)."""
         with self._lock:
-            return len(self.last) == PARTITIONS and all(v > t for v in self.last.values())
+            at = int(wall_s * 1000)
+            return len(self.input_ms) == PARTITIONS and all(v > at for v in self.input_ms.values())
 
     def longest_stall(self) -> float:
         with self._lock:
@@ -211,8 +217,8 @@ def measure(
     watch.mark()
     event()
     wait(lambda: all(i.ready() for i in fleet), 300, f"{label}: instances ready")
-    settled = time.monotonic()
-    wait(lambda: watch.all_produced_since(settled), 300, f"{label}: every partition producing")
+    settled = time.time()
+    wait(lambda: watch.all_processing_since(settled), 300, f"{label}: every partition processing")
     stall = watch.longest_stall()
     time.sleep(1.0)
     after = sum(i.restored() + i.restored_before_exit for i in every)
@@ -253,7 +259,8 @@ def run(bootstrap: str, keys: int, rate: float, tree: str) -> None:
         feeder.start()
         watch = OutputWatch(bootstrap, sink)
         wait(lambda: input_lag(bootstrap, app_id, source) < rate * 2, 900, "the filled input processed")
-        wait(lambda: watch.all_produced_since(time.monotonic() - 1), 120, "output flowing")
+        flowing_from = time.time()
+        wait(lambda: watch.all_processing_since(flowing_from), 120, "output flowing")
         time.sleep(15)  # standbys placed and caught up
         print(f"==> {'tree ' + tree if tree else 'this tree'}: {keys} keys, {rate:.0f} records/s", flush=True)
         measure("kill -9 pod-1", [pods[0], pods[2]], pods, watch, lambda: pods[1].stop(signal.SIGKILL))
