@@ -8,6 +8,7 @@ from collections import Counter
 
 import pytest
 
+from kappaflow.query.server import QueryService
 from kappaflow.runner import KafkaStreams
 from tests.kafka.streams_support import (
     fast_config,
@@ -50,12 +51,18 @@ def test_a_departed_instances_tasks_fail_over_to_their_standbys_restoring_only_t
     app_id = f"tp-{uuid.uuid4().hex[:8]}"
     lines = [f"w{i} w{i % 40} common" for i in range(1200)]
 
+    endpoints = {name: f"127.0.0.1:{17100 + i}" for i, name in enumerate("abc")}  # named, never bound
+
     def instance(name: str) -> KafkaStreams:
         config = fast_config(
             kafka_bootstrap,
             app_id,
             str(tmp_path / name),
-            **{"num.standby.replicas": 1, "group.instance.id": f"pod-{name}"},
+            **{
+                "num.standby.replicas": 1,
+                "group.instance.id": f"pod-{name}",
+                "application.server": endpoints[name],
+            },
         )
         return KafkaStreams(wordcount_topology(source, sink), config)
 
@@ -85,6 +92,10 @@ def test_a_departed_instances_tasks_fail_over_to_their_standbys_restoring_only_t
         roles = a.local_task_roles()  # what the HTTP health endpoints describe per task
         assert roles["1_2"] == {"role": "standby", "lag": 0}
         assert roles["1_0"] == {"role": "active", "lag": 0}
+        placed = QueryService(c, c.host_info).tasks()  # GET /v1/tasks on pod-c
+        assert placed["tasks"]["1_2"] == {"active": endpoints["b"], "standbys": [endpoints["a"]]}
+        assert placed["tasks"]["1_3"] == {"active": endpoints["b"], "standbys": [endpoints["c"]]}
+        assert placed["local"]["1_3"] == {"role": "standby", "lag": 0}
         wait_for(
             lambda: a.metrics.gauge("task-lag-records", task="1_2", role="standby") == 0,
             15,
