@@ -45,6 +45,10 @@ DEFAULTS: dict[str, Any] = {
     "commit.interval.ms": None,  # 30000, or 100 under exactly_once_v2 (resolved by commit_interval_ms)
     "processing.guarantee": AT_LEAST_ONCE,
     "num.standby.replicas": 0,
+    # task placement (runner/range_forecast.py, runner/warmup.py): Kafka Streams' defaults
+    "acceptable.recovery.lag": 10000,
+    "max.warmup.replicas": 2,
+    "probing.rebalance.interval.ms": 600000,
     # stream workers of this instance: 1 runs in-process; N > 1 runs N worker processes (runner/workers.py)
     "num.stream.threads": 1,
     "state.dir": str(Path(_TMP) / "kappaflow"),
@@ -102,15 +106,12 @@ ONLY_VALUE: dict[str, tuple[str, str]] = {
 # Kafka Streams keys kappaflow does not implement: named so the error says so rather than "unknown".
 NOT_IMPLEMENTED = frozenset(
     {
-        "acceptable.recovery.lag",
         "buffered.records.per.partition",
         "built.in.metrics.version",
         "cache.max.bytes.buffering",
         "default.dsl.store",
         "dsl.store.suppliers.class",
-        "max.warmup.replicas",
         "metrics.recording.level",
-        "probing.rebalance.interval.ms",
         "rack.aware.assignment.strategy",
         "task.assignor.class",
         "task.timeout.ms",

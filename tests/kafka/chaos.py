@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import random
+import re
 import signal
 import struct
 import subprocess
@@ -45,6 +46,7 @@ from tests.harness.kafka_split import SplitKafkaCluster
 from tests.kafka.streams_support import fast_config, start_cli_app
 
 APP = "tests.kafka.apps:wordcount"
+RESTORED_LINE = re.compile(r"task \d+_\d+: restored (\d+) records in")
 CLOSE_TIMEOUT_S = 30.0  # `kappaflow run --close-timeout`
 
 
@@ -289,6 +291,11 @@ class ChaosResult:
     logs: list[str]
     unacked: dict[str, int]  # per key, input records in the log beyond the feeder's acknowledgements
     diagnostics: str  # when the audit failed: where the group and the logs stood
+
+    @property
+    def restored_records(self) -> int:
+        """Changelog records the instances' active tasks restored, over every start (their logs)."""
+        return sum(int(n) for log in self.logs for n in RESTORED_LINE.findall(log))
 
 
 def run_chaos(

@@ -24,8 +24,10 @@ def test_audit_counts_losses_duplicates_and_regressions():
 
 def _assert_exactly_once(result: ChaosResult, clean_exits: bool = True) -> None:
     a = result.audit
+    per_kill = result.restored_records / max(1, result.kills)
     print(f"{result.kills} kills, {result.broker_restarts} broker restarts: {a.summary()}; "
-          f"input records whose acknowledgement was lost: {result.unacked}")  # fmt: skip
+          f"input records whose acknowledgement was lost: {result.unacked}; changelog records "
+          f"restored: {result.restored_records} ({per_kill:.0f} per kill)")  # fmt: skip
     assert result.kills >= 3, "the loop must actually kill instances"
     assert a.total_expected > 1000
     assert (a.lost, a.duplicates, a.regressions, a.wrong_keys) == (0, 0, 0, []), (

@@ -109,3 +109,18 @@ def test_num_stream_threads_at_least_one() -> None:
         StreamsConfig({"num.stream.threads": "0"})
     with pytest.raises(ConfigError, match=r"'topology.optimization'='all' is not supported yet"):
         StreamsConfig({"topology.optimization": "all"})
+
+
+def test_task_placement_settings_take_kafka_streams_defaults_and_bounds() -> None:
+    config = StreamsConfig({"application.id": "a"})
+    assert config.get_int("acceptable.recovery.lag") == 10000
+    assert config.get_int("max.warmup.replicas") == 2
+    assert config.get_int("probing.rebalance.interval.ms") == 600000
+    with pytest.raises(ConfigError, match=r"'acceptable.recovery.lag' must be >= 0, got -1"):
+        StreamsConfig({"acceptable.recovery.lag": "-1"})
+    with pytest.raises(ConfigError, match=r"'max.warmup.replicas' must be >= 1, got 0"):
+        StreamsConfig({"max.warmup.replicas": 0})
+    with pytest.raises(ConfigError, match=r"'probing.rebalance.interval.ms' must be >= 60000"):
+        StreamsConfig({"probing.rebalance.interval.ms": 1000})
+    with pytest.raises(ConfigError, match=r"'max.warmup.replicas': expected an integer"):
+        StreamsConfig({"max.warmup.replicas": "two"})

@@ -48,12 +48,21 @@ INT_KEYS = {
     "commit.interval.ms",
     "num.standby.replicas",
     "num.stream.threads",
+    "acceptable.recovery.lag",
+    "max.warmup.replicas",
+    "probing.rebalance.interval.ms",
     "poll.ms",
     "max.task.idle.ms",
     "replication.factor",
     "metrics.port",
     "repartition.purge.interval.ms",
     "default.api.timeout.ms",
+}
+# Kafka Streams' lower bounds (StreamsConfig's `atLeast` validators) of integer settings
+LEAST_VALUES = {
+    "acceptable.recovery.lag": 0,
+    "max.warmup.replicas": 1,
+    "probing.rebalance.interval.ms": 60_000,
 }
 BOOL_KEYS = {
     "query.http.enabled",
@@ -151,6 +160,10 @@ class StreamsConfig:
             raise ConfigError("config 'statestore.cache.max.bytes' must be >= 0")
         if self.get_int("num.stream.threads") < 1:
             raise ConfigError("config 'num.stream.threads' must be >= 1 (worker processes of this instance)")
+        # Kafka Streams' bounds for the task-placement settings
+        for key, least in LEAST_VALUES.items():
+            if self.get_int(key) < least:
+                raise ConfigError(f"config '{key}' must be >= {least}, got {self.get_int(key)}")
 
     def get(self, key: str, default: Any = None) -> Any:
         value = self._values.get(key, default)

@@ -116,7 +116,27 @@ KEY_DOCS: dict[str, tuple[str, str, str]] = {
     "num.standby.replicas": (
         "",
         SC + "NUM_STANDBY_REPLICAS_CONFIG",
-        "Standby copies of each stateful task, kept on other instances for fast fail-over.",
+        "Standby copies of each stateful task, kept on other instances for fast fail-over. Where the "
+        "group's `range` assignment can be forecast, the first sits where a failover of the task's "
+        "instance moves the task, the next where it moves after that one fails too.",
+    ),
+    "acceptable.recovery.lag": (
+        "",
+        SC + "ACCEPTABLE_RECOVERY_LAG_CONFIG",
+        "Changelog records a copy may lag and still count as caught up: an instance joining the group "
+        "first warms up the tasks it will get until each is within this lag (>= 0).",
+    ),
+    "max.warmup.replicas": (
+        "",
+        SC + "MAX_WARMUP_REPLICAS_CONFIG",
+        "Tasks a joining instance warms up at once before it joins, bounding the restore load it puts "
+        "on the brokers (>= 1).",
+    ),
+    "probing.rebalance.interval.ms": (
+        "",
+        SC + "PROBING_REBALANCE_INTERVAL_MS_CONFIG",
+        "While an instance warms up, how often it reads the group again to forecast its tasks anew; "
+        "it joins as soon as its warm-ups are caught up, without waiting for a probe (>= 60000).",
     ),
     "num.stream.threads": (
         "",

@@ -159,6 +159,13 @@ def openapi_spec() -> dict[str, Any]:
                     "responses": {"200": _json({"type": "object"})},
                 }
             },
+            "/v1/tasks": {
+                "get": {
+                    "summary": "each task's active and standby hosts, and this instance's tasks with their "
+                    "role (active, restoring, standby, warmup) and changelog lag",
+                    "responses": {"200": _json({"type": "object"})},
+                }
+            },
         },
         "components": {"schemas": {"Error": _ERROR}},
     }

@@ -84,6 +84,8 @@ class QueryService:
             return 200, self.metadata()
         if parts == ["v1", "lags"]:
             return 200, self.lags()
+        if parts == ["v1", "tasks"]:
+            return 200, self.tasks()
         if len(parts) >= 3 and parts[:2] == ["v1", "stores"]:
             store, rest = parts[2], parts[3:]
             if rest == ["all"]:
@@ -262,6 +264,25 @@ class QueryService:
                 }
                 for m in self.streams.metadata_for_all_clients()
             ]
+        }
+
+    def tasks(self) -> dict[str, Any]:
+        """Where each task of the group is active and kept as a standby (every instance that set
+        `application.server`, as the group's assignment and the standby rule place them), and this
+        instance's own tasks with their role and changelog lag: a warm-up replica of an instance that
+        has not joined yet is in its own `local` only, since the group does not list it."""
+        index = self.streams.topology_index
+        placement: dict[str, dict[str, Any]] = {}
+        for meta in self.streams.metadata_for_all_clients():
+            host = str(meta.host_info)
+            for task_id in index.task_ids_for(sorted(meta.topic_partitions)):
+                placement.setdefault(str(task_id), {"active": None, "standbys": []})["active"] = host
+            for task_id in index.task_ids_for(sorted(meta.standby_topic_partitions)):
+                placement.setdefault(str(task_id), {"active": None, "standbys": []})["standbys"].append(host)
+        return {
+            "host": str(self.self_host),
+            "tasks": {t: {**p, "standbys": sorted(p["standbys"])} for t, p in sorted(placement.items())},
+            "local": self.streams.local_task_roles(),
         }
 
     def lags(self) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from kappaflow.runner.retry import retry_unreachable
 from kappaflow.runner.standbys import StandbyPlacer
 from kappaflow.runner.tasks import TaskManager
 from kappaflow.runner.topics import PreparedTopics, RepartitionPurger, prepare_topics
+from kappaflow.runner.warmup import JoinWarmup
 from kappaflow.state.cache import ThreadCache
 from kappaflow.topology.topology import Topology
 
@@ -44,6 +45,7 @@ class ThreadParts:
     committer: Committer
     rebalance: RebalanceHandler
     standbys: StandbyPlacer
+    warmup: JoinWarmup
 
 
 def wait_for_topics(
@@ -96,6 +98,16 @@ def assemble(
         lambda task_id: bool(subs[task_id.subtopology].stores),
         config.get_int("num.standby.replicas"),
     )
+    warmup = JoinWarmup(
+        tasks,
+        lambda: admin.group_members(app_id),
+        str(settings["consumer"].get("group.instance.id") or ""),
+        lambda task_id: bool(subs[task_id.subtopology].stores),
+        metrics,
+        config.get_int("acceptable.recovery.lag"),
+        config.get_int("max.warmup.replicas"),
+        config.get_int("probing.rebalance.interval.ms") / 1000.0,
+    )
     return ThreadParts(
         admin,
         topics,
@@ -107,4 +119,5 @@ def assemble(
         Committer(producer, metrics, api_timeout_s),
         rebalance,
         standbys,
+        warmup,
     )

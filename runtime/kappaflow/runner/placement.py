@@ -1,5 +1,12 @@
 """Standby placement: a pure decision every instance computes identically from the group's members.
 
+Where the group's assignor can be forecast (`range_forecast.forecasts_group`: it reproduces the current
+assignment), a task's standbys go where `range` would move the task if its instance left: the first
+standby on the member that would own it after that failover, the next on the member that would own it
+after that one's instance left too (`failover_owners`). A failover then lands every task of a dead
+instance on a caught-up copy, by construction, with the coordinator's assignment untouched. Where it
+cannot be forecast, the rule below (the ring) applies.
+
 There is no protocol to exchange standby assignments (librdkafka cannot add user data to the group), so
 each member computes the same answer from the coordinator's member list. Members are grouped into
 instances: the worker processes of one instance (`num.stream.threads` > 1) are members of their own but
@@ -18,6 +25,13 @@ from collections.abc import Callable
 from typing import Any
 
 from kappaflow.api.processor import TaskId
+from kappaflow.runner.range_forecast import (
+    RangeMember,
+    counts_from_assignments,
+    failover_owners,
+    forecasts_group,
+    order_keys,
+)
 
 # A worker's consumer client.id: `<instance client.id>-StreamThread-<n>-consumer[@iq=<endpoint>]`.
 _WORKER_CONSUMER = re.compile(r"^(?P<base>.*)-StreamThread-\d+-consumer(?P<endpoint>@iq=.*)?$")
@@ -33,14 +47,40 @@ def instance_key(member: Any) -> tuple[str, str]:
     return (f"{found['base']}{found['endpoint'] or ''}", member.host)
 
 
+def range_members(members: list[Any]) -> list[RangeMember] | None:
+    """The group's members as `range` orders them, or None when their order cannot be reproduced."""
+    keys = order_keys([(m.member_id, m.instance_id) for m in members])
+    if keys is None:
+        return None
+    return [RangeMember(m.member_id, keys[m.member_id], instance_key(m)) for m in members]
+
+
 def standby_tasks_for(
     member_id: str,
     members: list[Any],
     task_ids_for: Callable[[list[tuple[str, int]]], dict[TaskId, Any]],
     k: int,
 ) -> set[TaskId]:
-    """Tasks whose standby this member hosts: its share of those owned by the k instances before its
-    own, in the order of `members`."""
+    """Tasks whose standby this member hosts: where a failover would move them (the module docstring),
+    else its share of those owned by the k instances before its own, in the order of `members`."""
+    if k <= 0:
+        return set()
+    ranged = range_members(members)
+    if ranged is not None and forecasts_group(ranged, {m.member_id: m.assignment for m in members}):
+        counts = counts_from_assignments(m.assignment for m in members)
+        chains = failover_owners(ranged, counts, task_ids_for, k)
+        return {t for t, chain in chains.items() if any(m.member_id == member_id for m in chain)}
+    return ring_standby_tasks_for(member_id, members, task_ids_for, k)
+
+
+def ring_standby_tasks_for(
+    member_id: str,
+    members: list[Any],
+    task_ids_for: Callable[[list[tuple[str, int]]], dict[TaskId, Any]],
+    k: int,
+) -> set[TaskId]:
+    """The ring: this member's share of the tasks owned by the k instances before its own, in the
+    order of `members` (where the assignor cannot be forecast)."""
     instances: dict[tuple[str, str], list[Any]] = {}
     for member in members:
         instances.setdefault(instance_key(member), []).append(member)

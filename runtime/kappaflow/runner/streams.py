@@ -413,7 +413,21 @@ class KafkaStreams:
         active, standby = self.local_task_ids()
         threads = [dataclasses.asdict(t) for t in self.local_threads_metadata()]
         described = {"state": self.state.value, "active_tasks": active, "standby_tasks": standby}
-        return {**described, "threads": threads}
+        return {**described, "tasks": self.local_task_roles(), "threads": threads}
+
+    def local_task_roles(self) -> dict[str, dict[str, Any]]:
+        """task id -> {"role": active | restoring | standby | warmup, "lag": changelog records behind}
+        for every task this instance holds (in-process thread; workers report active and standby ids)."""
+        if self._workers is not None:
+            active, standby = self._workers.local_task_ids()
+            return {
+                **{t: {"role": "standby", "lag": None} for t in standby},
+                **{t: {"role": "active", "lag": None} for t in active},
+            }
+        with self.state_lock:
+            thread = self.stream_thread
+            roles = thread.task_roles() if thread is not None else {}
+        return {task: {"role": role, "lag": lag} for task, (role, lag) in sorted(roles.items())}
 
     def wait_until(self, state: State, timeout: float) -> bool:
         """Block until the instance reaches `state` (or ERROR/NOT_RUNNING); True if it reached it."""

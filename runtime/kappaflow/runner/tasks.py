@@ -230,6 +230,44 @@ class TaskManager(PartitionOwnership):
             managed.state_manager.flush()
             managed.state_manager.checkpoint_offsets()
 
+    def task_roles(self) -> dict[str, tuple[str, int]]:
+        """task id -> (role, changelog records it lags) of every task held here: `active` (running,
+        caught up by definition), `restoring` (records left to restore), `standby` (records not yet
+        applied; warm-ups before joining are standbys too, runner/warmup.py names them)."""
+        roles: dict[str, tuple[str, int]] = {}
+        for task_id, managed in self.active.items():
+            restoring = managed.task.state is TaskState.RESTORING
+            lag = self.reader.remaining(managed) if restoring else 0
+            roles[str(task_id)] = ("restoring" if restoring else "active", lag)
+        for task_id in self.standby:
+            roles[str(task_id)] = ("standby", self.standby_lag(task_id) or 0)
+        return roles
+
+    def publish_task_lags(self) -> dict[str, tuple[str, int]]:
+        """Set `task-lag-records{task, role}` for every task held here (dropping tasks that moved
+        away); return the roles (`task_roles`)."""
+        roles = self.task_roles()
+        for task, (role, lag) in roles.items():
+            self.metrics.set_gauge("task-lag-records", lag, task=task, role=role)
+        self.metrics.retain_gauge(
+            "task-lag-records", lambda labels: roles.get(labels["task"], ("",))[0] == labels["role"]
+        )
+        return roles
+
+    def standby_lag(self, task_id: TaskId) -> int | None:
+        """Changelog records the standby (or warm-up) copy of `task_id` has not applied yet, against the
+        changelogs' ends as last fetched; None when no such copy is open here."""
+        managed = self.standby.get(task_id)
+        if managed is None:
+            return None
+        manager = managed.state_manager
+        lag = 0
+        for tp, store in manager.changelog_partitions().items():
+            position = manager.offset(store) or 0
+            end = managed.end_offsets.get(tp, position)
+            lag += max(0, max(end, self.reader.cached_end(tp, end)) - position)
+        return lag
+
     def task_dirs(self) -> list[tuple[str, Path]]:
         """(task id, state directory) of every task held here, active and standby."""
         return [(str(t), self.state_root / str(t)) for t in [*self.active, *self.standby]]

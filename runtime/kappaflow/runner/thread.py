@@ -5,7 +5,7 @@ threads; Python work per record is the cost, and the GIL makes more Python threa
 as the protocol it runs; the parts are handed to it: topic preparation (runner/topics.py), the producer
 and its transactions (runner/producer.py), the commit protocol (runner/commit.py), rebalances
 (runner/rebalance.py), restoration (runner/changelog_reader.py via the task manager) and standby
-placement (runner/standbys.py).
+placement (runner/standbys.py), and the warm-up before it joins (runner/warmup.py).
 
 Failures, and the answer to each (Kafka Streams' answers, with librdkafka's errors):
 - TaskMigratedError (the group moved on, the producer was fenced or failed) and, under exactly_once_v2,
@@ -41,6 +41,7 @@ from kappaflow.runner.retry import StoppedWhileWaitingError
 from kappaflow.runner.routing import ConsumerFailedError, raw_records_by_partition
 from kappaflow.runner.samples import SAMPLE_INTERVAL_S, sample_process, sample_rocksdb_sizes
 from kappaflow.runner.tasks import TaskManager
+from kappaflow.runner.warmup import JoinWarmup
 from kappaflow.tasks import native
 from kappaflow.tasks.task import StreamTask
 from kappaflow.topology.topology import Topology
@@ -88,6 +89,7 @@ class StreamThread:
         self.loop_ratios = LoopRatios()  # the thread's poll/restore/process/punctuate/commit ratios
         self.partition_counts: dict[str, int] = {}
         self.tm: TaskManager | None = None
+        self.warmup: JoinWarmup | None = None
         self.global_state: GlobalStateUpdater | None = None
         # set when the commit of a clean shutdown failed: what was processed since the last commit is
         # processed again by whoever owns the tasks next, so the stop was not clean
@@ -119,6 +121,7 @@ class StreamThread:
         self.collector = parts.collector
         self.tm, self.global_state = parts.tasks, parts.global_state
         self.rebalance, self.standbys, self.admin = parts.rebalance, parts.standbys, parts.admin
+        self.warmup = parts.warmup
 
     def _join(self) -> None:
         """A new group consumer, subscribed; the rebalance handler opens tasks as partitions arrive."""
@@ -136,6 +139,9 @@ class StreamThread:
     # ----------------------------------------------------------------- the loop
     def run(self, stop: threading.Event) -> None:
         self._assemble(stop)
+        self._on_state("REBALANCING")
+        assert self.warmup is not None
+        self.warmup.run(stop)  # a joining member first catches up the tasks it will get (runner/warmup.py)
         self._join()
         clean = False
         try:
@@ -203,6 +209,7 @@ class StreamThread:
             self._last_sample = time.monotonic()
             sample_process(self.metrics)
             sample_rocksdb_sizes(self.metrics, tm.task_dirs())
+            tm.publish_task_lags()
 
     def _sample_e2e_latency(self, timestamp: tuple[int, int]) -> None:
         """End-to-end latency, sampled once per batch: wall-clock time now, once the batch is processed,
@@ -291,6 +298,18 @@ class StreamThread:
 
     def store_lags(self) -> list[tuple[str, int, int, int]]:
         return self.tm.store_lags() if self.tm is not None else []
+
+    def task_roles(self) -> dict[str, tuple[str, int]]:
+        """task id -> (role, lag) of every task held here; a standby still warming up before this
+        member joins is `warmup`."""
+        if self.tm is None:
+            return {}
+        roles = self.tm.task_roles()
+        for task_id in self.warmup.warming if self.warmup is not None else []:
+            role, lag = roles.get(str(task_id), ("", 0))
+            if role == "standby":
+                roles[str(task_id)] = ("warmup", lag)
+        return roles
 
     def _leave(self, clean: bool) -> None:
         """Close the group consumer; its revocation callback commits only when `clean`."""
