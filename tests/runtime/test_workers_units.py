@@ -112,11 +112,13 @@ def _tasks_of(partitions: list[tuple[str, int]]) -> dict[TaskId, list[tuple[str,
 
 
 def test_standbys_go_to_another_instance_never_a_sibling_worker_and_once_per_task():
+    # An assignment `range` would not give (so the ring rule places the standbys): each worker two
+    # interleaved partitions.
     members = [
-        _worker("pod-a", 1, "10.0.0.1", [0, 1]),
-        _worker("pod-a", 2, "10.0.0.1", [2, 3]),
-        _worker("pod-b", 1, "10.0.0.2", [4, 5]),
-        _worker("pod-b", 2, "10.0.0.2", [6, 7]),
+        _worker("pod-a", 1, "10.0.0.1", [0, 2]),
+        _worker("pod-a", 2, "10.0.0.1", [1, 3]),
+        _worker("pod-b", 1, "10.0.0.2", [4, 6]),
+        _worker("pod-b", 2, "10.0.0.2", [5, 7]),
     ]
     placed = {
         m.member_id.split("@")[0]: standby_tasks_for(m.member_id, members, _tasks_of, 1) for m in members
@@ -128,6 +130,23 @@ def test_standbys_go_to_another_instance_never_a_sibling_worker_and_once_per_tas
     assert not placed["pod-a-m1"] & placed["pod-a-m2"]  # each standby once: siblings share them out
     assert not placed["pod-b-m1"] & placed["pod-b-m2"]
     assert all(len(tasks) == 2 for tasks in placed.values())
+
+
+def test_forecast_standbys_of_workers_sit_where_range_moves_a_dead_pods_tasks():
+    # `range`'s own assignment: a failover of one pod hands all its tasks, in range order, to the other
+    # pod's workers, so that is where their standbys go, on another instance, each task once.
+    members = [
+        _worker("pod-a", 1, "10.0.0.1", [0, 1]),
+        _worker("pod-a", 2, "10.0.0.1", [2, 3]),
+        _worker("pod-b", 1, "10.0.0.2", [4, 5]),
+        _worker("pod-b", 2, "10.0.0.2", [6, 7]),
+    ]
+    placed = {
+        m.member_id.split("@")[0]: standby_tasks_for(m.member_id, members, _tasks_of, 1) for m in members
+    }
+    assert placed["pod-b-m1"] == {TaskId(0, p) for p in range(4)}  # range over pod-b's two workers
+    assert placed["pod-a-m2"] == {TaskId(0, p) for p in range(4, 8)}
+    assert placed["pod-a-m1"] == placed["pod-b-m2"] == set()
 
 
 def test_instances_are_told_apart_by_host_and_endpoint_not_only_client_id():
