@@ -78,6 +78,9 @@ class GlobalStoreSpec:
     store_name: str
     source: SourceSpec
     processor: ProcessorSpec
+    # how many nodes the topology held when the store was added: Java numbers sub-topologies and global
+    # stores together, in the order their first node was added, and describe() prints those numbers
+    position: int = 0
 
 
 @dataclass

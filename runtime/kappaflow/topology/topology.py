@@ -154,7 +154,9 @@ class Topology:
         source = SourceSpec(source_name, [topic], key_serde, value_serde, timestamp_extractor)
         source.children.append(processor_name)
         processor = ProcessorSpec(processor_name, supplier, [source_name], [builder.name])
-        self.global_stores[builder.name] = GlobalStoreSpec(builder.name, source, processor)
+        self.global_stores[builder.name] = GlobalStoreSpec(
+            builder.name, source, processor, position=len(self.nodes)
+        )
         self.stores[builder.name] = builder
         self._changed()
         return self
