@@ -37,6 +37,7 @@ from kappaflow.api.time import (
 from kappaflow.api.windowed_serdes import SessionWindowedSerde, TimeWindowedSerde
 from kappaflow.api.windows import Window, Windowed
 from kappaflow.dsl import (
+    Branched,
     BranchedKStream,
     BufferConfig,
     Change,
@@ -67,6 +68,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BaseProcessor",
+    "Branched",
     "BranchedKStream",
     "BufferConfig",
     "Cancellable",

@@ -66,10 +66,16 @@ class InternalBuilder:
         self._index += 1
         return name
 
+    def name_or_new(self, name: str | None, prefix: str) -> str:
+        """Java's `NamedInternal.orElseGenerateWithPrefix`: a user's name wins, yet a number is used up
+        either way, so the generated names after a named operation are Java's too."""
+        generated = self.new_name(prefix)
+        return name if name else generated
+
     def add_processor(
         self, prefix: str, supplier: ProcessorSupplier, *parents: str, name: str | None = None
     ) -> str:
-        node = name or self.new_name(prefix)
+        node = self.name_or_new(name, prefix)
         self.topology.add_processor(node, supplier, *parents)
         return node
 

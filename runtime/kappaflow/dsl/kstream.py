@@ -17,13 +17,13 @@ from typing import Any, Generic, overload
 from kappaflow.api.errors import TopologyError
 from kappaflow.api.processor import Processor
 from kappaflow.api.serdes import Serde
+from kappaflow.dsl.branched import BranchedKStream
 from kappaflow.dsl.graph import InternalBuilder
 from kappaflow.dsl.grouped import KGroupedStream
 from kappaflow.dsl.joins import stream_stream_join
 from kappaflow.dsl.ktable import GlobalKTable, KTable
 from kappaflow.dsl.options import Grouped, Joined, Materialized, Produced, Repartitioned
 from kappaflow.dsl.stream_processors import (
-    BranchProcessor,
     CallableProcessorAdapter,
     FilterProcessor,
     FixedKeyProcessorAdapter,
@@ -194,11 +194,12 @@ class KStream(Generic[K, V]):
             "KSTREAM-FOREACH-", lambda: PeekProcessor(action, False), self.node, name=name
         )
 
-    def split(self, prefix: str | None = None) -> BranchedKStream[K, V]:
+    def split(self, name: str | None = None) -> BranchedKStream[K, V]:
         """Branch the stream: `.branch(predicate, Branched...)` routes each record to the first branch whose
-        predicate matches, `.default_branch()` takes the rest (Java's `split()`)."""
-        node = self._builder.new_name("KSTREAM-BRANCH-")
-        return BranchedKStream(self, node, prefix if prefix is not None else f"{node}-")
+        predicate matches, `.default_branch()` takes the rest (Java's `split(Named.as(name))`: `name` names
+        the splitter node and prefixes every branch's name)."""
+        splitter = self._builder.name_or_new(name, "KSTREAM-BRANCH-")
+        return BranchedKStream(self, splitter)
 
     def merge(self, other: KStream[K, V], *, name: str | None = None) -> KStream[K, V]:
         """One stream of the records of this stream and `other`, in the order they arrive."""
@@ -450,49 +451,3 @@ def _adapt(supplier: Callable[..., Any]) -> Callable[[], Processor[Any, Any]]:
         raise TopologyError(f"process(): the supplier returned {made!r}, which is not a Processor")
 
     return make
-
-
-class BranchedKStream(Generic[K, V]):
-    """`split(prefix).branch(predicate, name=...)...default_branch(name=...)` -> dict of streams."""
-
-    def __init__(self, parent: KStream[K, V], node: str, prefix: str) -> None:
-        self._parent = parent
-        self._node = node
-        self._prefix = prefix
-        self._predicates: list[Callable[[K, V], bool]] = []
-        self._children: list[str] = []
-        self._default: list[str] = []
-        self._result: dict[str, KStream[K, V]] = {}
-        predicates, children, default = self._predicates, self._children, self._default
-        parent._builder.topology.add_processor(
-            node, lambda: BranchProcessor(predicates, children, default[0] if default else None), parent.node
-        )
-
-    def _child(self, name: str) -> KStream[K, V]:
-        full = self._prefix + name
-        if full in self._result:
-            raise TopologyError(f"split(): branch '{full}' is defined twice")
-        builder = self._parent._builder
-        builder.topology.add_processor(full, PassThroughProcessor, self._node)
-        stream: KStream[K, V] = KStream(
-            builder, full, self._parent.key_serde, self._parent.value_serde, self._parent.repartition_required
-        )
-        self._result[full] = stream
-        return stream
-
-    def branch(self, predicate: Callable[[K, V], bool], *, name: str | None = None) -> BranchedKStream[K, V]:
-        if self._default:
-            raise TopologyError("split(): branch() after default_branch()")
-        label = name if name is not None else str(len(self._predicates) + 1)
-        stream = self._child(label)
-        self._predicates.append(predicate)
-        self._children.append(stream.node)
-        return self
-
-    def default_branch(self, *, name: str | None = None) -> dict[str, KStream[K, V]]:
-        stream = self._child(name if name is not None else "0")
-        self._default.append(stream.node)
-        return dict(self._result)
-
-    def no_default_branch(self) -> dict[str, KStream[K, V]]:
-        return dict(self._result)
