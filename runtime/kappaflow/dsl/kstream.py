@@ -205,7 +205,7 @@ class KStream(Generic[K, V]):
         """One stream of the records of this stream and `other`, in the order they arrive."""
         if other._builder is not self._builder:
             raise TopologyError("cannot merge streams from different StreamsBuilders")
-        node = name or self._builder.new_name("KSTREAM-MERGE-")
+        node = self._builder.name_or_new(name, "KSTREAM-MERGE-")
         self._builder.topology.add_processor(node, PassThroughProcessor, self.node, other.node)
         same_key = self.key_serde == other.key_serde
         same_value = self.value_serde == other.value_serde
@@ -258,7 +258,7 @@ class KStream(Generic[K, V]):
         """Write each record to `topic` (or to the topic a `TopicNameExtractor` callable names) with the given
         serdes and optional partitioner: a terminal operation."""
         opts = produced or Produced()
-        name = opts.name or self._builder.new_name("KSTREAM-SINK-")
+        name = self._builder.name_or_new(opts.name, "KSTREAM-SINK-")
         self._builder.topology.add_sink(
             name,
             topic,
