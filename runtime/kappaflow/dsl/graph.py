@@ -127,10 +127,11 @@ class InternalBuilder:
                 topic, "repartition", partitions, {"cleanup.policy": "delete", "retention.ms": "-1"}
             )
         )
-        names = [self.new_name(p) for p in ("KSTREAM-FILTER-", "KSTREAM-SINK-", "KSTREAM-SOURCE-")]
+        # Java's createRepartitionedSource: sink, filter and source numbers are used up in that order, named
+        # or not, so the nodes after a repartition are numbered as in Java
+        sink, filter_name, source = (self.new_name(p) for p in ("KSTREAM-SINK-", "KSTREAM-FILTER-", "KSTREAM-SOURCE-"))
         if user_named:
-            names = [f"{topic}-filter", f"{topic}-sink", f"{topic}-source"]
-        filter_name, sink, source = names
+            sink, filter_name, source = f"{topic}-sink", f"{topic}-filter", f"{topic}-source"
         self.topology.add_processor(
             filter_name, lambda: NullKeyFilter(filter_name, enabled=drop_null_keys), parent
         )

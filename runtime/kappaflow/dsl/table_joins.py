@@ -124,12 +124,12 @@ def stream_table_join(
     """Wire `stream.join/left_join(table, joiner)`; returns the join node (its records keep the key)."""
     builder: InternalBuilder = stream._builder
     node = stream.node
-    if stream.repartition_required:
-        node = builder.add_repartition(node, node, stream.key_serde or table.key_serde, stream.value_serde,
-                                       user_named=False)  # fmt: skip
-    copartition(builder, node, table.node)
     opts = joined or Joined()
-    name = opts.name or builder.new_name("KSTREAM-LEFTJOIN-" if left else "KSTREAM-JOIN-")
+    if stream.repartition_required:  # Java's repartitionForJoin: the topic is named after the join if named
+        node = builder.add_repartition(node, opts.name or node, stream.key_serde or table.key_serde,
+                                       stream.value_serde, user_named=opts.name is not None)  # fmt: skip
+    copartition(builder, node, table.node)
+    name = builder.name_or_new(opts.name, "KSTREAM-LEFTJOIN-" if left else "KSTREAM-JOIN-")
     getter = table.value_getter_supplier
     adapted = adapt_joiner(joiner)
     buffer = None if opts.grace_period_ms is None else f"{name}-Buffer"
