@@ -101,6 +101,30 @@ class InternalBuilder:
             builder.with_logging_disabled()
         return builder
 
+    def add_table_repartition(
+        self, parent: str, base_name: str, key_serde: Serde[Any] | None, value_serde: Serde[Any] | None
+    ) -> str:
+        """A re-grouped table's repartition: sink -> `<base>-repartition` -> source, no null-key filter (the
+        table's select processor drops null keys itself), nodes numbered as Java's `KGroupedTableImpl`."""
+        topic = self._new_repartition_topic(base_name, None)
+        sink, source = self.new_name("KSTREAM-SINK-"), self.new_name("KSTREAM-SOURCE-")
+        self.topology.add_sink(sink, topic, parent, key_serde=key_serde, value_serde=value_serde)
+        self.topology.add_source(source, topic, key_serde=key_serde, value_serde=value_serde)
+        return source
+
+    def _new_repartition_topic(self, base_name: str, partitions: int | None) -> str:
+        topic = repartition_short_name(base_name)
+        if topic in self.topology.internal_topics:
+            raise TopologyError(
+                f"repartition topic '{topic}' already exists: name the grouping or store differently"
+            )
+        self.topology.add_internal_topic(
+            InternalTopicSpec(
+                topic, "repartition", partitions, {"cleanup.policy": "delete", "retention.ms": "-1"}
+            )
+        )
+        return topic
+
     def add_repartition(
         self,
         parent: str,
@@ -117,16 +141,7 @@ class InternalBuilder:
         Nodes are named `<base>-repartition-filter/-sink/-source` when the user named the operation.
         `drop_null_keys=False` keeps null keys (a left foreign-key join's subscription with a null
         foreign key must travel on, KIP-962); the filter node is then a pass-through."""
-        topic = repartition_short_name(base_name)
-        if topic in self.topology.internal_topics:
-            raise TopologyError(
-                f"repartition topic '{topic}' already exists: name the grouping or store differently"
-            )
-        self.topology.add_internal_topic(
-            InternalTopicSpec(
-                topic, "repartition", partitions, {"cleanup.policy": "delete", "retention.ms": "-1"}
-            )
-        )
+        topic = self._new_repartition_topic(base_name, partitions)
         # Java's createRepartitionedSource: sink, filter and source numbers are used up in that order, named
         # or not, so the nodes after a repartition are numbered as in Java
         sink, filter_name, source = (self.new_name(p) for p in ("KSTREAM-SINK-", "KSTREAM-FILTER-", "KSTREAM-SOURCE-"))

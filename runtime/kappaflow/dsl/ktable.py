@@ -421,13 +421,7 @@ class KGroupedTable(Generic[K, V]):
         mat = Materialized.of(materialized)
         store_name = mat.name or builder.new_name("KTABLE-AGGREGATE-STATE-STORE-")
         base = self.grouped_name or store_name
-        parent = builder.add_repartition(
-            self.node,
-            base,
-            self.key_serde,
-            ChangeSerde(self.value_serde),
-            user_named=self.grouped_name is not None or mat.name is not None,
-        )
+        parent = builder.add_table_repartition(self.node, base, self.key_serde, ChangeSerde(self.value_serde))
         node = builder.new_name(prefix)
         return aggregate_table(
             builder,

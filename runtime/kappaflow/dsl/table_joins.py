@@ -156,7 +156,7 @@ def stream_global_table_join(
 ) -> str:
     """Wire `stream.join/left_join(global_table, key_mapper, joiner)`; returns the join node."""
     builder: InternalBuilder = stream._builder
-    name = builder.new_name("KSTREAM-LEFTJOIN-" if left else "KSTREAM-JOIN-")
+    name = builder.new_name("KSTREAM-LEFTJOIN-")  # Java's globalTableJoin: LEFTJOIN for an inner join too
     store_name = table.store_name
 
     def bind(context: ProcessorContext) -> ValueGetter:

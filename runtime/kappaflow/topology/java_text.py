@@ -18,11 +18,11 @@ if TYPE_CHECKING:
     from kappaflow.topology.topology import Topology
 
 
-def _node_head(node: NodeSpec, global_stores: dict[str, GlobalStoreSpec]) -> str:
+def _node_head(node: NodeSpec, hidden: set[str]) -> str:
     if isinstance(node, SourceSpec):
         return f"Source: {node.name} (topics: {java_set_string(node.topics)})"
     if isinstance(node, ProcessorSpec):
-        stores = [s for s in node.stores if s not in global_stores]
+        stores = [s for s in node.stores if s not in hidden]
         return f"Processor: {node.name} (stores: {java_set_string(stores)})"
     topic = node.topic if isinstance(node.topic, str) else "<dynamic>"
     return f"Sink: {node.name} (topic: {topic})"
@@ -65,13 +65,13 @@ class _Neighbours:
         return sorted(names, key=lambda n: (-self.size[n], n))
 
 
-def _subtopology_text(sub_id: int, sub: SubTopology, global_stores: dict[str, GlobalStoreSpec]) -> str:
+def _subtopology_text(sub_id: int, sub: SubTopology, hidden: set[str]) -> str:
     neighbours = _Neighbours(sub.nodes)
     by_name = {node.name: node for node in sub.nodes}
     lines = [f"Sub-topology: {sub_id}"]
     for name in neighbours.ordered(list(by_name)):
         node = by_name[name]
-        lines.append("    " + _node_head(node, global_stores))
+        lines.append("    " + _node_head(node, hidden))
         if not isinstance(node, SinkSpec):
             lines.append(f"      --> {_names(neighbours.successors[name].items())}")
         if not isinstance(node, SourceSpec):
@@ -114,9 +114,11 @@ def java_ids(topology: Topology) -> tuple[dict[int, int], dict[str, int]]:
 def java_sections(topology: Topology) -> list[str]:
     """Each sub-topology's and global store's text, in Java's id order."""
     sub_ids, global_ids = java_ids(topology)
+    # global stores are read through value getters, never connected in Java; private stores Java lacks
+    hidden = set(topology.global_stores) | topology.undescribed_stores()
     sections: list[tuple[int, str]] = []
     for sub in topology.sub_topologies():
-        sections.append((sub_ids[sub.id], _subtopology_text(sub_ids[sub.id], sub, topology.global_stores)))
+        sections.append((sub_ids[sub.id], _subtopology_text(sub_ids[sub.id], sub, hidden)))
     for store, spec in topology.global_stores.items():
         sections.append((global_ids[store], _global_text(global_ids[store], spec)))
     return [text for _, text in sorted(sections)]

@@ -274,6 +274,10 @@ class Topology:
             result[name] = InternalTopicSpec(changelog_short_name(name), "changelog", None, config)
         return result
 
+    def undescribed_stores(self) -> set[str]:
+        """Stores kappaflow keeps where Java has none (see `KeyValueStoreBuilder.described`)."""
+        return {name for name, builder in self.stores.items() if not getattr(builder, "described", True)}
+
     def resolve_topic(self, topic: str, application_id: str) -> str:
         """The full name of `topic`: internal topics get the application id prefix, user topics stay."""
         return internal_topic_name(application_id, topic) if topic in self.internal_topics else topic
