@@ -244,11 +244,13 @@ def table_table_join(
         raise TopologyError("cannot join tables from different StreamsBuilders")
     copartition(builder, left.node, right.node)
     adapted = adapt_joiner(joiner)
-    this_name = builder.new_name("KTABLE-OUTERTHIS-" if kind == "outer" else "KTABLE-JOINTHIS-")
-    other_name = builder.new_name("KTABLE-JOINOTHER-" if kind == "inner" else "KTABLE-OUTEROTHER-")
-    merge = builder.new_name("KTABLE-MERGE-")
+    # Java's KTableImpl.join/doJoin: the store's number first, then merge, this and other (JOINTHIS and
+    # JOINOTHER for every kind of join)
     mat = Materialized.of(materialized) if materialized is not None else None
-    store_name = None if mat is None else (mat.name or builder.new_name("KTABLE-JOINTHIS-STATE-STORE-"))
+    store_name = None if mat is None else (mat.name or builder.new_name("KTABLE-MERGE-STATE-STORE-"))
+    merge = builder.new_name("KTABLE-MERGE-")
+    this_name = builder.new_name("KTABLE-JOINTHIS-")
+    other_name = builder.new_name("KTABLE-JOINOTHER-")
     lg, rg = left.value_getter_supplier, right.value_getter_supplier
     # both sides need the other side's old values to retract previous results
     left.enable_send_old_values()
