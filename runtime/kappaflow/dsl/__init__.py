@@ -1,9 +1,9 @@
 """The DSL: StreamsBuilder, KStream, KTable, GlobalKTable and grouped streams, compiled to a Topology."""
 
+from kappaflow.dsl.branched import Branched, BranchedKStream
 from kappaflow.dsl.builder import StreamsBuilder
 from kappaflow.dsl.change import Change
 from kappaflow.dsl.grouped import KGroupedStream
-from kappaflow.dsl.branched import Branched, BranchedKStream
 from kappaflow.dsl.kstream import KStream
 from kappaflow.dsl.ktable import GlobalKTable, KGroupedTable, KTable
 from kappaflow.dsl.options import Consumed, Grouped, Joined, Materialized, Named, Produced, Repartitioned

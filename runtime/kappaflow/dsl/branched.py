@@ -49,7 +49,9 @@ class Branched(Generic[K, V]):
         return Branched(name=name, chain_function=chain)
 
     @staticmethod
-    def with_consumer(chain: Callable[[KStream[Any, Any]], None], name: str | None = None) -> Branched[Any, Any]:
+    def with_consumer(
+        chain: Callable[[KStream[Any, Any]], None], name: str | None = None
+    ) -> Branched[Any, Any]:
         if not callable(chain):
             raise TopologyError(f"Branched.with_consumer: chain must be callable, got {chain!r}")
         return Branched(name=name, chain_consumer=chain)

@@ -12,6 +12,7 @@ here and in `dsl.ktable` in annotations only, under `TYPE_CHECKING`: the typed D
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kappaflow.api.errors import TopologyError
@@ -27,6 +28,9 @@ from kappaflow_contract.topics import repartition_short_name
 
 if TYPE_CHECKING:
     from kappaflow.dsl.kstream import KStream
+
+# Java's createRepartitionedSource tells a generated repartition base from a user's name by this pattern
+_GENERATED = re.compile(r"KSTREAM.*-[0-9]{10}")
 
 
 class StreamFactory(Protocol):
@@ -132,19 +136,24 @@ class InternalBuilder:
         key_serde: Serde[Any] | None,
         value_serde: Serde[Any] | None,
         *,
-        user_named: bool,
+        user_named: bool | None = None,
         partitions: int | None = None,
         partitioner: Any = None,
         drop_null_keys: bool = True,
     ) -> str:
         """Insert null-key filter -> sink -> `<base>-repartition` -> source; returns the source's name.
-        Nodes are named `<base>-repartition-filter/-sink/-source` when the user named the operation.
+        Nodes are named `<base>-repartition-filter/-sink/-source` unless the base looks generated
+        (`KSTREAM...-<10 digits>`, Java's test; `user_named` overrides it for foreign-key joins).
         `drop_null_keys=False` keeps null keys (a left foreign-key join's subscription with a null
         foreign key must travel on, KIP-962); the filter node is then a pass-through."""
         topic = self._new_repartition_topic(base_name, partitions)
         # Java's createRepartitionedSource: sink, filter and source numbers are used up in that order, named
         # or not, so the nodes after a repartition are numbered as in Java
-        sink, filter_name, source = (self.new_name(p) for p in ("KSTREAM-SINK-", "KSTREAM-FILTER-", "KSTREAM-SOURCE-"))
+        sink, filter_name, source = (
+            self.new_name(p) for p in ("KSTREAM-SINK-", "KSTREAM-FILTER-", "KSTREAM-SOURCE-")
+        )
+        if user_named is None:  # Java's rule: a base that looks generated keeps generated node names
+            user_named = _GENERATED.fullmatch(base_name) is None
         if user_named:
             sink, filter_name, source = f"{topic}-sink", f"{topic}-filter", f"{topic}-source"
         self.topology.add_processor(

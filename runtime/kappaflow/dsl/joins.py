@@ -360,10 +360,10 @@ def stream_stream_join(
     left_node, right_node = left.node, right.node
     if left.repartition_required:
         base = f"{name}-left" if name else left_node
-        left_node = builder.add_repartition(left_node, base, key_serde, left_serde, user_named=bool(name))
+        left_node = builder.add_repartition(left_node, base, key_serde, left_serde)
     if right.repartition_required:
         base = f"{name}-right" if name else right_node
-        right_node = builder.add_repartition(right_node, base, key_serde, right_serde, user_named=bool(name))
+        right_node = builder.add_repartition(right_node, base, key_serde, right_serde)
     copartition(builder, left_node, right_node)
 
     topology = builder.topology

@@ -240,7 +240,6 @@ class KStream(Generic[K, V]):
             base,
             key_serde,
             value_serde,
-            user_named=user_name is not None,
             partitions=partitions,
             partitioner=opts.partitioner,
         )
@@ -280,9 +279,7 @@ class KStream(Generic[K, V]):
         value_serde = mat.value_serde or self.value_serde
         if self.repartition_required:
             base = mat.name or builder.new_name("KSTREAM-TOTABLE-")
-            parent = builder.add_repartition(
-                parent, base, key_serde, value_serde, user_named=mat.name is not None
-            )
+            parent = builder.add_repartition(parent, base, key_serde, value_serde)
         node = name or builder.new_name("KSTREAM-TOTABLE-")
         store_name = mat.name or builder.new_name("KSTREAM-TOTABLE-STATE-STORE-")
         table: KTable[K, V] = KTable(builder, node, key_serde, value_serde, store_name, parent=None)

@@ -131,7 +131,6 @@ class SessionWindowedKStream(Generic[K, V]):
         if grouped.repartition_required:
             parent = builder.add_repartition(
                 parent, grouped.grouped_name or store_name, grouped.key_serde, grouped.value_serde,
-                user_named=grouped.grouped_name is not None or mat.name is not None,
             )  # fmt: skip
         key_serde = mat.key_serde or grouped.key_serde
         value_serde = mat.value_serde or default_value_serde

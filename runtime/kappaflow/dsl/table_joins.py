@@ -127,7 +127,7 @@ def stream_table_join(
     opts = joined or Joined()
     if stream.repartition_required:  # Java's repartitionForJoin: the topic is named after the join if named
         node = builder.add_repartition(node, opts.name or node, stream.key_serde or table.key_serde,
-                                       stream.value_serde, user_named=opts.name is not None)  # fmt: skip
+                                       stream.value_serde)  # fmt: skip
     copartition(builder, node, table.node)
     name = builder.name_or_new(opts.name, "KSTREAM-LEFTJOIN-" if left else "KSTREAM-JOIN-")
     getter = table.value_getter_supplier

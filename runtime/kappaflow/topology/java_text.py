@@ -1,10 +1,11 @@
 """The text of Java's `Topology.describe()`, section by section (issue 27, item 8).
 
-Why a module of its own: the layout is Java's `InternalTopologyBuilder` rules, not kappaflow's - sub-topologies
-and global stores share one numbering, in the order of the first node each got; nodes are listed by the
-size of the sub-tree below them, then by name; each node's neighbours are listed in the order of a
-`TreeSet` filled while those sizes were still growing (see `java_order`). A stream-global join's
-processor does not list the global store: Java reads it through a value getter, never connects it.
+Why a module of its own: the layout is Java's `InternalTopologyBuilder` rules, not kappaflow's -
+sub-topologies and global stores share one numbering, in the order of the first node each got; nodes
+are listed by the size of the sub-tree below them, then by name; each node's neighbours are listed in
+the order of a `TreeSet` filled while those sizes were still growing (see `java_order`). A
+stream-global join's processor does not list the global store: Java reads it through a value getter,
+never connects it.
 """
 
 from __future__ import annotations
@@ -12,7 +13,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kappaflow.topology.java_order import JavaTreeSet, hash_order, java_set_string
-from kappaflow.topology.nodes import GlobalStoreSpec, NodeSpec, ProcessorSpec, SinkSpec, SourceSpec, SubTopology
+from kappaflow.topology.nodes import (
+    GlobalStoreSpec,
+    NodeSpec,
+    ProcessorSpec,
+    SinkSpec,
+    SourceSpec,
+    SubTopology,
+)
 
 if TYPE_CHECKING:
     from kappaflow.topology.topology import Topology
