@@ -8,12 +8,10 @@ import java.util.Arrays;
 import java.util.Locale;
 import java.util.Map;
 import java.util.TreeMap;
+import java.util.TreeSet;
 import org.apache.kafka.common.serialization.Serdes;
-import org.apache.kafka.streams.KeyValue;
 import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.Topology;
-import org.apache.kafka.streams.kstream.Consumed;
-import org.apache.kafka.streams.kstream.Grouped;
 import org.apache.kafka.streams.kstream.JoinWindows;
 import org.apache.kafka.streams.kstream.KGroupedStream;
 import org.apache.kafka.streams.kstream.KStream;
@@ -24,6 +22,7 @@ import org.apache.kafka.streams.kstream.SessionWindows;
 import org.apache.kafka.streams.kstream.StreamJoined;
 import org.apache.kafka.streams.kstream.Suppressed;
 import org.apache.kafka.streams.kstream.TimeWindows;
+import org.apache.kafka.streams.processor.internals.InternalTopologyBuilder;
 
 /**
  * The describe() half of kappaflow's naming conformance (issue 27, item 8).
@@ -33,10 +32,12 @@ import org.apache.kafka.streams.kstream.TimeWindows;
  * {@code Topology.describe()}: the node, store and internal topic names Java generates, the node order and the
  * layout. tests/conformance/test_describe.py compares kappaflow's describe() with it byte for byte.
  *
- * <p>Usage: java -cp classes:libs/* Describe scenarios.json describe_golden.json
+ * <p>Usage: java -cp classes:libs/* Describe scenarios.json describe_golden.json (make conformance-golden)
  */
 public final class Describe {
     private static final ObjectMapper JSON = new ObjectMapper().enable(SerializationFeature.INDENT_OUTPUT);
+
+    static final String APP = "app";
 
     private Describe() {}
 
@@ -47,13 +48,36 @@ public final class Describe {
         ObjectNode scenarios = golden.putObject("scenarios");
         for (JsonNode scenario : doc.get("scenarios")) {
             Topology topology = Topologies.build(scenario.get("topology").asText(), scenario.get("params")).topology;
-            scenarios.put(scenario.get("id").asText(), topology.describe().toString());
+            scenarios.set(scenario.get("id").asText(), describe(topology));
         }
         ObjectNode examples = golden.putObject("examples");
         for (Map.Entry<String, Topology> example : examples().entrySet()) {
-            examples.put(example.getKey(), example.getValue().describe().toString());
+            examples.set(example.getKey(), describe(example.getValue()));
         }
         java.nio.file.Files.writeString(new File(args[1]).toPath(), JSON.writeValueAsString(golden) + "\n");
+    }
+
+    /** describe()'s text and the full names of the internal topics Kafka Streams would create for "app". */
+    static ObjectNode describe(Topology topology) throws ReflectiveOperationException {
+        ObjectNode out = JSON.createObjectNode();
+        out.put("describe", topology.describe().toString());
+        java.lang.reflect.Field field = Topology.class.getDeclaredField("internalTopologyBuilder");
+        field.setAccessible(true);
+        InternalTopologyBuilder internal = (InternalTopologyBuilder) field.get(topology);
+        java.util.Properties props = new java.util.Properties();
+        props.put(org.apache.kafka.streams.StreamsConfig.APPLICATION_ID_CONFIG, APP);
+        props.put(org.apache.kafka.streams.StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, "dummy:1234");
+        internal.rewriteTopology(new org.apache.kafka.streams.StreamsConfig(props));
+        internal.buildTopology(); // names the changelog topics, as a starting KafkaStreams does
+        internal.buildGlobalStateTopology();
+        TreeSet<String> topics = new TreeSet<>();
+
+        for (InternalTopologyBuilder.TopicsInfo info : internal.subtopologyToTopicsInfo().values()) {
+            topics.addAll(info.repartitionSourceTopics.keySet());
+            topics.addAll(info.stateChangelogTopics.keySet());
+        }
+        topics.forEach(out.putArray("internal_topics")::add);
+        return out;
     }
 
     /** The Java twins of examples/*.py, keyed by the Python entry point; keep both in step. */
