@@ -116,6 +116,26 @@ class InternalBuilder:
         self.topology.add_source(source, topic, key_serde=key_serde, value_serde=value_serde)
         return source
 
+    def add_internal_topic_hop(
+        self,
+        parents: str | tuple[str, ...],
+        topic: str,
+        sink: str,
+        source: str,
+        key_serde: Serde[Any] | None,
+        value_serde: Serde[Any] | None,
+    ) -> str:
+        """sink -> `topic` -> source with the given names, no filter (a foreign-key join's subscription and
+        response topics, as Java builds them); returns the source's name."""
+        if topic in self.topology.internal_topics:
+            raise TopologyError(f"internal topic '{topic}' already exists: name the join differently")
+        config = {"cleanup.policy": "delete", "retention.ms": "-1"}
+        self.topology.add_internal_topic(InternalTopicSpec(topic, "repartition", None, config))
+        names = (parents,) if isinstance(parents, str) else parents
+        self.topology.add_sink(sink, topic, *names, key_serde=key_serde, value_serde=value_serde)
+        self.topology.add_source(source, topic, key_serde=key_serde, value_serde=value_serde)
+        return source
+
     def _new_repartition_topic(self, base_name: str, partitions: int | None) -> str:
         topic = repartition_short_name(base_name)
         if topic in self.topology.internal_topics:
