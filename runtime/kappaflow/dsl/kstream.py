@@ -194,11 +194,11 @@ class KStream(Generic[K, V]):
             "KSTREAM-FOREACH-", lambda: PeekProcessor(action, False), self.node, name=name
         )
 
-    def split(self, name: str | None = None) -> BranchedKStream[K, V]:
+    def split(self, prefix: str | None = None) -> BranchedKStream[K, V]:
         """Branch the stream: `.branch(predicate, Branched...)` routes each record to the first branch whose
-        predicate matches, `.default_branch()` takes the rest (Java's `split(Named.as(name))`: `name` names
+        predicate matches, `.default_branch()` takes the rest (Java's `split(Named.as(prefix))`: `prefix` names
         the splitter node and prefixes every branch's name)."""
-        splitter = self._builder.name_or_new(name, "KSTREAM-BRANCH-")
+        splitter = self._builder.name_or_new(prefix, "KSTREAM-BRANCH-")
         return BranchedKStream(self, splitter)
 
     def merge(self, other: KStream[K, V], *, name: str | None = None) -> KStream[K, V]:
