@@ -84,4 +84,6 @@ def test_describe_golden_file_is_current(tmp_path: Path) -> None:
     """Regenerate describe_golden.json from the Java half: scenarios, Java twins and golden cannot drift."""
     fresh = tmp_path / "describe_golden.json"
     java_golden.write_golden(fresh, main_class="Describe")
-    assert json.loads(fresh.read_text()) == GOLDEN, "describe_golden.json is stale: run `make conformance-golden`"
+    assert json.loads(fresh.read_text()) == GOLDEN, (
+        "describe_golden.json is stale: run `make conformance-golden`"
+    )

@@ -4,19 +4,22 @@ The two tables are keyed differently, so the join runs as a conversation over tw
 in Kafka Streams:
 
 1. *Subscription registration* (left task): each left update sends `(foreign key -> subscription)` to
-   `<name>-subscription-registration-repartition`; the subscription carries the left key, a hash of the
+   `<name>-subscription-registration-topic`; the subscription carries the left key, a hash of the
    left value and an instruction (delete / propagate always / propagate only if the right value exists).
    A changed foreign key first unsubscribes from the old one.
 2. *Subscription processing* (right task, co-partitioned with the right table): subscriptions live in a
    changelogged store keyed `[4-byte fk length][fk][pk]`; a new subscription, and every later update of
    the right row, sends `(left key -> response(hash, right value))` to
-   `<name>-subscription-response-repartition`.
+   `<name>-subscription-response-topic`.
 3. *Resolution* (left task): a response whose hash no longer matches the left row's current value is
    stale (the left row changed meanwhile) and is dropped, so no out-of-date result is ever emitted;
    otherwise `joiner(left, right)` is emitted - or a tombstone when the right row is gone (inner) or
    the left row is gone (both).
 
-The internal topics' value formats are kappaflow's own (only kappaflow reads them). A left join keeps
+Nodes, stores and topics are named as Java names them (`KTABLE-FK-JOIN-SUBSCRIPTION-REGISTRATION-<n>-topic`,
+`KTABLE-FK-JOIN-SUBSCRIPTION-STATE-STORE-<n>`, ...; with a name, `<name>-subscription-registration-topic`,
+`<name>-subscription-store`, ...), so a Java twin uses the same topics. The internal topics' value
+formats are kappaflow's own (only kappaflow reads them). A left join keeps
 rows with a null foreign key (they join with null, KIP-962, Kafka 3.7+); an inner join drops and counts
 them. Without `Materialized` the result has no store and needs no value serde, as in Java; a later
 operation that must look the result up (a join) materializes it then.
@@ -308,7 +311,8 @@ def foreign_key_join(
     left.enable_send_old_values()
 
     def named(suffix: str, prefix: str) -> str:
-        """Java's `suffixWithOrElseGet`: `<name><suffix>`, or a generated name; a number is used either way."""
+        """Java's `suffixWithOrElseGet`: `<name><suffix>` or a generated name; a number is used up either
+        way."""
         return builder.name_or_new(name and f"{name}{suffix}", prefix)
 
     # Java's KTableImpl.doJoinOnForeignKey, name for name and in its order (the topics' and stores' names

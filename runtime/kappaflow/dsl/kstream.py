@@ -196,8 +196,8 @@ class KStream(Generic[K, V]):
 
     def split(self, prefix: str | None = None) -> BranchedKStream[K, V]:
         """Branch the stream: `.branch(predicate, Branched...)` routes each record to the first branch whose
-        predicate matches, `.default_branch()` takes the rest (Java's `split(Named.as(prefix))`: `prefix` names
-        the splitter node and prefixes every branch's name)."""
+        predicate matches, `.default_branch()` takes the rest (Java's `split(Named.as(prefix))`: `prefix`
+        names the splitter node and prefixes every branch's name)."""
         splitter = self._builder.name_or_new(prefix, "KSTREAM-BRANCH-")
         return BranchedKStream(self, splitter)
 
