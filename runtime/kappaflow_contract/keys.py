@@ -64,6 +64,8 @@ DEFAULTS: dict[str, Any] = {
     # (drain_python, the generic processors): same results, slower
     "kappaflow.native.enabled": True,
     "topology.optimization": "none",
+    # KIP-1111: StreamsBuilder.build(props) refuses generated internal topic and store names
+    "ensure.explicit.internal.resource.naming": False,
     # Kafka Streams' internal throttles (StreamsConfig.InternalConfig): unmatched left/outer stream-stream
     # join results and emit-on-window-close results are looked for at most once per interval of wall-clock
     # time; the TopologyTestDriver sets both to 0, as Java's does

@@ -60,6 +60,7 @@ BOOL_KEYS = {
     "kappaflow.internal.topics.create",
     "kappaflow.fusion.enabled",
     "kappaflow.native.enabled",
+    "ensure.explicit.internal.resource.naming",
 }
 
 

@@ -11,8 +11,10 @@ follow Kafka Streams' `KSTREAM-<OP>-0000000001` scheme so descriptions read the 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, overload
 
+from kappaflow.api.config import StreamsConfig
 from kappaflow.api.serdes import Serde
 from kappaflow.api.time import TimestampExtractor
 from kappaflow.dsl.graph import InternalBuilder
@@ -24,6 +26,8 @@ from kappaflow.dsl.typevars import K, V
 from kappaflow.dsl.value_getters import on_demand_store_getter
 from kappaflow.dsl.versioned_table import KTableVersionedSourceProcessor, versioned_getter
 from kappaflow.state.builders import Stores
+from kappaflow.topology.naming import CONFIG_KEY as EXPLICIT_NAMING_KEY
+from kappaflow.topology.naming import ensure_explicit_naming
 from kappaflow.topology.topology import Topology
 
 
@@ -72,7 +76,7 @@ class StreamsBuilder:
             value_serde = value_serde or consumed.value_serde
             timestamp_extractor = timestamp_extractor or consumed.timestamp_extractor
         topic_list = [topics] if isinstance(topics, str) else list(topics)
-        name = (consumed.name if consumed else None) or self._internal.new_name("KSTREAM-SOURCE-")
+        name = self._internal.name_or_new(consumed.name if consumed else None, "KSTREAM-SOURCE-")
         self._internal.topology.add_source(
             name,
             *topic_list,
@@ -176,10 +180,19 @@ class StreamsBuilder:
         self._internal.topology.add_state_store(builder)
         return self
 
-    def build(self) -> Topology:
+    def build(self, props: Mapping[str, Any] | StreamsConfig | None = None) -> Topology:
         """Compile what was built into a `Topology` (sub-topologies, stores, internal topics), ready for
-        `KafkaStreams`, the `TopologyTestDriver` or Spark reprocessing."""
-        return self._internal.topology
+        `KafkaStreams`, the `TopologyTestDriver` or Spark reprocessing.
+
+        `props` (Java's `build(Properties)`) carries the build-time settings: with
+        `ensure.explicit.internal.resource.naming=true` (KIP-1111) a topology with a generated internal
+        topic or store name is refused, with an error naming each one."""
+        topology = self._internal.topology
+        if props is not None:
+            config = props if isinstance(props, StreamsConfig) else StreamsConfig(dict(props))
+            if config.get_bool(EXPLICIT_NAMING_KEY):
+                ensure_explicit_naming(topology)
+        return topology
 
 
 def _versioned_table(
