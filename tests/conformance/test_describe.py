@@ -5,7 +5,8 @@ Java twin must name every node, store and topic alike (issue 27, item 8): a team
 to the other keeps its changelogs and repartition topics. The Java half (java/Describe.java) writes, for
 every topology of scenarios.json and for the Java twins of the example apps, `Topology.describe()`'s text
 and the internal topics `InternalTopologyBuilder` plans for application id "app" into
-describe_golden.json; here the Python twins must give the same text, byte for byte, and the same topics.
+describe_golden.json, with the generated names `ensure.explicit.internal.resource.naming` (KIP-1111) would
+refuse; here the Python twins must give the same text, byte for byte, the same topics and the same refusal.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from typing import Any
 
 import pytest
 
-from kappaflow import Topology
+from kappaflow import Materialized, StreamsBuilder, Topology
+from kappaflow.api.errors import TopologyError
+from kappaflow.topology.naming import unnamed_internal_resources
 from tests.conformance import java_golden
 from tests.conformance.topologies import build
 
@@ -65,6 +68,20 @@ def test_describe_and_internal_topics_match_kafka_streams(kind: str, key: str) -
     text = str(topology.describe())
     assert text == expected["describe"], f"{key}: describe() differs from Kafka Streams'"
     assert sorted(topology.internal_topic_names(APP)) == expected["internal_topics"]
+    # KIP-1111: ensure.explicit.internal.resource.naming refuses the same topologies, naming what Java names
+    unnamed = unnamed_internal_resources(topology)
+    assert bool(unnamed) == bool(expected["unnamed"])
+    named_by_java = _names(expected["unnamed"].removeprefix("Invalid topology: "))
+    # Java also lists a foreign-key join's output store, which it names but never builds unless materialized
+    assert {n for n in named_by_java if not n.startswith(_UNBUILT)} <= _names(unnamed.message())
+
+
+_UNBUILT = "KTABLE-FK-JOIN-OUTPUT-STATE-STORE-"
+
+
+def _names(message: str) -> set[str]:
+    """The resource names of a `Following ... has not been named: a, b` message."""
+    return {n for line in message.splitlines() if ": " in line for n in line.split(": ", 1)[1].split(", ")}
 
 
 def test_every_topology_has_a_golden_description() -> None:
@@ -87,3 +104,25 @@ def test_describe_golden_file_is_current(tmp_path: Path) -> None:
     assert json.loads(fresh.read_text()) == GOLDEN, (
         "describe_golden.json is stale: run `make conformance-golden`"
     )
+
+
+def test_build_with_explicit_naming_refuses_generated_names_and_names_them() -> None:
+    """KIP-1111 through the public API: `build(props)` raises naming each resource, and builds the named
+    twin (the example apps, named as Java's examples are) without complaint."""
+    props = {"ensure.explicit.internal.resource.naming": "true"}
+    builder = StreamsBuilder()
+    keyed = builder.stream("in").select_key(lambda k, v: v)
+    keyed.group_by_key().count().to_stream().to("out")
+    with pytest.raises(TopologyError) as refused:
+        builder.build(props)
+    store = "KSTREAM-AGGREGATE-STATE-STORE-0000000003"
+    assert str(refused.value).splitlines()[1:] == [
+        f"Following changelog topic(s) has not been named: {store}-changelog",
+        f"Following state store(s) has not been named: {store}",
+        f"Following repartition topic(s) has not been named: {store}-repartition",
+    ]
+    builder.build()  # without props, or with the key false, nothing is checked (Java's default)
+    builder.build({"ensure.explicit.internal.resource.naming": False})
+    named = StreamsBuilder()
+    named.stream("in").select_key(lambda k, v: v).group_by_key().count(Materialized.as_("counts"))
+    assert named.build(props).internal_topic_names(APP) == ["app-counts-repartition", "app-counts-changelog"]

@@ -24,7 +24,7 @@ CONFIG_KEY = "ensure.explicit.internal.resource.naming"
 
 @dataclass(frozen=True)
 class UnnamedResources:
-    """The internal resources a user did not name, each list sorted."""
+    """The internal resources a user did not name, each list in the order the topology added them."""
 
     changelog_topics: list[str]
     state_stores: list[str]
@@ -37,7 +37,9 @@ class UnnamedResources:
         """Java's wording, one line per kind of resource."""
         lines = []
         if self.changelog_topics:
-            lines.append(f"Following changelog topic(s) has not been named: {', '.join(self.changelog_topics)}")
+            lines.append(
+                f"Following changelog topic(s) has not been named: {', '.join(self.changelog_topics)}"
+            )
         if self.state_stores:
             lines.append(f"Following state store(s) has not been named: {', '.join(self.state_stores)}")
         if self.repartition_topics:
@@ -48,15 +50,14 @@ class UnnamedResources:
 
 
 def unnamed_internal_resources(topology: Topology) -> UnnamedResources:
-    """The stores (and their changelogs) and repartition topics whose names were generated. Global stores
-    and the private store of an unnamed, unmaterialized table (which Java does not have) are not internal
-    resources of this kind."""
-    hidden = set(topology.global_stores) | topology.undescribed_stores()
-    stores = sorted(name for name in topology.stores if name not in hidden and _GENERATED.search(name))
-    changelogs = sorted(
-        changelog_short_name(name) for name in topology.changelog_topics() if name in set(stores)
-    )
-    repartitions = sorted(name for name in topology.internal_topics if _GENERATED.search(name))
+    """The stores (and their changelogs) and repartition topics whose names were generated, in the order
+    they were added (Java lists them so). An unnamed table's private store counts although kappaflow
+    builds it quietly: Java refuses that table too (a later join would give it a generated changelog)."""
+    unlogged_private = topology.undescribed_stores()
+    logged = set(topology.changelog_topics()) | unlogged_private
+    stores = [n for n in topology.stores if n not in topology.global_stores and _GENERATED.search(n)]
+    changelogs = [changelog_short_name(name) for name in stores if name in logged]
+    repartitions = [name for name in topology.internal_topics if _GENERATED.search(name)]
     return UnnamedResources(changelogs, stores, repartitions)
 
 
@@ -66,5 +67,6 @@ def ensure_explicit_naming(topology: Topology) -> None:
     if unnamed:
         raise TopologyError(
             f"{CONFIG_KEY} is true, but some internal resources have generated names (name them with "
-            f"Materialized.as_, Grouped.as_, Repartitioned.as_, Joined/StreamJoined names):\n{unnamed.message()}"
+            "Materialized.as_, Grouped.as_, Repartitioned.as_, Joined/StreamJoined names):\n"
+            + unnamed.message()
         )

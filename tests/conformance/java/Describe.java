@@ -77,6 +77,17 @@ public final class Describe {
             topics.addAll(info.stateChangelogTopics.keySet());
         }
         topics.forEach(out.putArray("internal_topics")::add);
+        // KIP-1111: what ensure.explicit.internal.resource.naming=true would refuse, in Java's words
+        java.lang.reflect.Field ensure = InternalTopologyBuilder.class.getDeclaredField("ensureExplicitInternalResourceNaming");
+        ensure.setAccessible(true);
+        ensure.setBoolean(internal, true);
+        String unnamed = "";
+        try {
+            internal.checkUnprovidedNames();
+        } catch (org.apache.kafka.streams.errors.TopologyException e) {
+            unnamed = e.getMessage();
+        }
+        out.put("unnamed", unnamed);
         return out;
     }
 
