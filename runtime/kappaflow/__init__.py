@@ -36,6 +36,7 @@ from kappaflow.api.time import (
 )
 from kappaflow.api.windowed_serdes import SessionWindowedSerde, TimeWindowedSerde
 from kappaflow.api.windows import Window, Windowed
+from kappaflow.api.wrapper import ProcessorWrapper
 from kappaflow.dsl import (
     Branched,
     BranchedKStream,
@@ -96,6 +97,7 @@ __all__ = [
     "ProcessingError",
     "Processor",
     "ProcessorContext",
+    "ProcessorWrapper",
     "Produced",
     "PunctuationType",
     "Record",
