@@ -185,7 +185,7 @@ KEY_DOCS: dict[str, tuple[str, str, str]] = {
         "changelogs have generated names, naming each one.",
     ),
     "processor.wrapper.class": (
-        "",
+        "ProcessorWrapper",
         SC + "PROCESSOR_WRAPPER_CLASS_CONFIG",
         "KIP-1112: a `ProcessorWrapper` (object, class or `module:attr` path) whose "
         "`wrap_processor_supplier(name, supplier)` wraps every processor, DSL and Processor API alike.",
