@@ -42,6 +42,7 @@ JAVA_SOURCES = (
     HERE / "java" / "Conformance.java",
     HERE / "java" / "Topologies.java",
     HERE / "java" / "Describe.java",
+    HERE / "java" / "NamingTopologies.java",
 )
 MAIN_CLASS = "Conformance"
 

@@ -30,6 +30,8 @@ from kappaflow.api.processor import ProcessorContext
 from kappaflow.api.serdes import Long, String
 from kappaflow.dsl.windows import JoinWindows, SessionWindows, SlidingWindows, TimeWindows
 
+from tests.conformance.topologies_nm import naming_families
+
 Params = dict[str, Any]
 Outputs = dict[str, str]
 
@@ -402,7 +404,7 @@ def _joins(b: StreamsBuilder, family: str, p: Params) -> Outputs | None:
     return {"out": "string"}
 
 
-FAMILIES = (_stateless, _tables, _aggregations, _windows, _joins)
+FAMILIES = (_stateless, _tables, _aggregations, _windows, _joins, naming_families)
 
 
 def build(family: str, params: Params) -> tuple[Topology, Outputs]:

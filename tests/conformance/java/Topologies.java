@@ -164,6 +164,9 @@ final class Topologies {
 
     @SuppressWarnings("checkstyle:MethodLength")
     static Spec build(String family, JsonNode p) {
+        if (family.startsWith("nm_")) {
+            return NamingTopologies.build(family, p);
+        }
         StreamsBuilder b = new StreamsBuilder();
         Map<String, String> outputs = out("out", "string");
         switch (family) {

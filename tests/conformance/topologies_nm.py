@@ -1,0 +1,51 @@
+"""The "nm_" topology families (issue 27: generated names, `Branched`, the old-style transformer context);
+java/NamingTopologies.java is their Java half. Kept apart from topologies.py so the families other work
+adds there do not collide with these."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kappaflow import Branched, StreamsBuilder
+from kappaflow.api.processor import ValueTransformerContext
+
+
+class ContextEcho:
+    """Writes ``value|topic/partition/offset/timestamp/header count`` from the old-style context."""
+
+    context: ValueTransformerContext
+
+    def init(self, context: ValueTransformerContext) -> None:
+        self.context = context
+
+    def transform(self, key: str, value: str | None) -> str:
+        c = self.context
+        value_text = "null" if value is None else value
+        topic = "null" if c.topic() is None else c.topic()
+        return f"{value_text}|{topic}/{c.partition()}/{c.offset()}/{c.timestamp()}/{len(list(c.headers()))}"
+
+    def close(self) -> None:
+        pass
+
+
+def naming_families(b: StreamsBuilder, family: str, p: dict[str, Any]) -> dict[str, str] | None:
+    if family == "nm_transform_values_context":
+        b.table("in").transform_values(ContextEcho).to_stream().to("out")
+        return {"out": "string"}
+    if family == "nm_branched":
+        branches = (
+            b.stream("in")
+            .split()
+            .branch(
+                lambda k, v: v.startswith("a"),
+                Branched.with_function(lambda s: s.map_values(lambda v: v + "!")),
+            )
+            .branch(lambda k, v: v.startswith("b"), Branched.with_consumer(lambda s: s.to("out-b")))
+            .branch(lambda k, v: v.startswith("c"), Branched.with_function(lambda s: None, "c"))
+            .default_branch()
+        )
+        assert len(branches) == 2, sorted(branches)
+        for name, stream in sorted(branches.items()):
+            stream.map_values(lambda v, name=name: f"{name}:{v}").to("out")
+        return {"out": "string", "out-b": "string"}
+    return None
