@@ -29,7 +29,6 @@ from kappaflow import (
 from kappaflow.api.processor import ProcessorContext
 from kappaflow.api.serdes import Long, String
 from kappaflow.dsl.windows import JoinWindows, SessionWindows, SlidingWindows, TimeWindows
-
 from tests.conformance.topologies_nm import naming_families
 
 Params = dict[str, Any]
