@@ -18,6 +18,7 @@ from kappaflow.api.errors import (
     StreamsError,
     TopologyError,
 )
+from kappaflow.api.offset_reset import AutoOffsetReset
 from kappaflow.api.processor import (
     BaseProcessor,
     Cancellable,
@@ -68,6 +69,7 @@ from kappaflow.topology import Topology
 __version__ = "0.1.0"
 
 __all__ = [
+    "AutoOffsetReset",
     "BaseProcessor",
     "Branched",
     "BranchedKStream",

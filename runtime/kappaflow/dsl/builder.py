@@ -83,6 +83,7 @@ class StreamsBuilder:
             key_serde=key_serde,
             value_serde=value_serde,
             timestamp_extractor=timestamp_extractor,
+            offset_reset=consumed.offset_reset if consumed else None,
         )
         return KStream(self._internal, name, key_serde, value_serde, repartition_required=False)
 
