@@ -38,16 +38,20 @@ class AutoOffsetReset:
 
     @staticmethod
     def earliest() -> AutoOffsetReset:
+        """From the first record still in the partition."""
         return AutoOffsetReset("earliest")
 
     @staticmethod
     def latest() -> AutoOffsetReset:
+        """From the end: only records written after the position is taken."""
         return AutoOffsetReset("latest")
 
     @staticmethod
     def none() -> AutoOffsetReset:
+        """No start of its own: a partition without a committed offset is an error."""
         return AutoOffsetReset("none")
 
     @staticmethod
     def by_duration(duration: timedelta | int) -> AutoOffsetReset:
+        """From the first record at or after now - `duration` (the end when there is none)."""
         return AutoOffsetReset("by_duration", to_millis(duration, "AutoOffsetReset.by_duration"))

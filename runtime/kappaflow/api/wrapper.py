@@ -32,7 +32,9 @@ class ProcessorWrapper(Protocol):
 
     def wrap_processor_supplier(
         self, processor_name: str, supplier: ProcessorSupplier
-    ) -> ProcessorSupplier: ...
+    ) -> ProcessorSupplier:
+        """The supplier node `processor_name` is built with; called once per node and task."""
+        ...
 
 
 def configured_wrapper(config: StreamsConfig) -> ProcessorWrapper | None:

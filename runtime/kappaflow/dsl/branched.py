@@ -38,12 +38,14 @@ class Branched(Generic[K, V]):
 
     @staticmethod
     def as_(name: str) -> Branched[Any, Any]:
+        """A branch named `name` (its node and dict key: the splitter's name + `name`)."""
         return Branched(name=name)
 
     @staticmethod
     def with_function(
         chain: Callable[[KStream[Any, Any]], KStream[Any, Any] | None], name: str | None = None
     ) -> Branched[Any, Any]:
+        """A branch whose stream is given to `chain`; its result takes the branch's place in the dict."""
         if not callable(chain):
             raise TopologyError(f"Branched.with_function: chain must be callable, got {chain!r}")
         return Branched(name=name, chain_function=chain)
@@ -52,6 +54,7 @@ class Branched(Generic[K, V]):
     def with_consumer(
         chain: Callable[[KStream[Any, Any]], None], name: str | None = None
     ) -> Branched[Any, Any]:
+        """A branch whose stream is handed to `chain` and left out of the dict."""
         if not callable(chain):
             raise TopologyError(f"Branched.with_consumer: chain must be callable, got {chain!r}")
         return Branched(name=name, chain_consumer=chain)
@@ -111,6 +114,7 @@ class BranchedKStream(Generic[K, V]):
         *,
         name: str | None = None,
     ) -> BranchedKStream[K, V]:
+        """Records `predicate` accepts (and no earlier branch took) go to this branch."""
         if self._default:
             raise TopologyError("split(): branch() after default_branch()")
         if not callable(predicate):
@@ -122,8 +126,10 @@ class BranchedKStream(Generic[K, V]):
     def default_branch(
         self, branched: Branched[K, V] | None = None, *, name: str | None = None
     ) -> dict[str, KStream[Any, Any]]:
+        """The records no branch took go to this last branch; returns the branches by name."""
         self._default.append(self._child(self._branched(branched, name), 0))
         return dict(self._result)
 
     def no_default_branch(self) -> dict[str, KStream[Any, Any]]:
+        """Ends the split without a default branch (records no branch took are dropped)."""
         return dict(self._result)
