@@ -30,9 +30,7 @@ class ProcessorWrapper(Protocol):
     """Java's `ProcessorWrapper`: return the supplier to build processor node `processor_name` with (the
     given one, or one whose processors delegate to the given one's)."""
 
-    def wrap_processor_supplier(
-        self, processor_name: str, supplier: ProcessorSupplier
-    ) -> ProcessorSupplier:
+    def wrap_processor_supplier(self, processor_name: str, supplier: ProcessorSupplier) -> ProcessorSupplier:
         """The supplier node `processor_name` is built with; called once per node and task."""
         ...
 
