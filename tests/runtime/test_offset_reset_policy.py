@@ -39,8 +39,10 @@ def test_policies_reach_the_topology_and_bad_ones_are_refused() -> None:
     builder = StreamsBuilder()
     builder.stream("live", consumed=Consumed(s, s).with_offset_reset_policy(AutoOffsetReset.latest()))
     builder.stream("other", consumed=Consumed(s, s)).select_key(lambda k, v: v).group_by_key().count()
+    recent = AutoOffsetReset.by_duration(timedelta(hours=1))
+    builder.table("table", consumed=Consumed(s, s).with_offset_reset_policy(recent))
     topology = builder.build()
-    assert topology.offset_reset_policies() == {"live": AutoOffsetReset.latest()}
+    assert topology.offset_reset_policies() == {"live": AutoOffsetReset.latest(), "table": recent}
     with pytest.raises(TopologyError, match="must not be negative"):
         AutoOffsetReset.by_duration(-1)
     with pytest.raises(TypeError, match="expected an AutoOffsetReset"):

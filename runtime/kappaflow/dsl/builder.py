@@ -96,6 +96,7 @@ class StreamsBuilder:
         value_serde: Serde[V],
         materialized: Materialized | str | None = None,
         timestamp_extractor: TimestampExtractor | None = None,
+        consumed: Consumed | None = None,
     ) -> KTable[K, V]: ...
 
     @overload
@@ -107,6 +108,7 @@ class StreamsBuilder:
         value_serde: Serde[Any] | None = None,
         materialized: Materialized | str | None = None,
         timestamp_extractor: TimestampExtractor | None = None,
+        consumed: Consumed | None = None,
     ) -> KTable[Any, Any]: ...
 
     def table(
@@ -117,18 +119,25 @@ class StreamsBuilder:
         value_serde: Serde[Any] | None = None,
         materialized: Materialized | str | None = None,
         timestamp_extractor: TimestampExtractor | None = None,
+        consumed: Consumed | None = None,
     ) -> KTable[Any, Any]:
-        """A table of `topic`; with both serdes given, typed `KTable[K, V]` by them."""
+        """A table of `topic`; with both serdes given, typed `KTable[K, V]` by them. `consumed` gives the
+        serdes, timestamp extractor, source name and offset reset policy (KIP-1106) as in Java."""
         internal = self._internal
+        if consumed is not None:
+            key_serde = key_serde or consumed.key_serde
+            value_serde = value_serde or consumed.value_serde
+            timestamp_extractor = timestamp_extractor or consumed.timestamp_extractor
         mat = Materialized.of(materialized)
         store_name = mat.name or internal.new_name(f"{topic}-STATE-STORE-")
-        source = internal.new_name("KSTREAM-SOURCE-")
+        source = internal.name_or_new(consumed.name if consumed else None, "KSTREAM-SOURCE-")
         internal.topology.add_source(
             source,
             topic,
             key_serde=key_serde,
             value_serde=value_serde,
             timestamp_extractor=timestamp_extractor,
+            offset_reset=consumed.offset_reset if consumed else None,
         )
         processor = internal.new_name("KTABLE-SOURCE-")
         if mat.versioned is not None:
