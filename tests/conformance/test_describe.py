@@ -115,7 +115,7 @@ def test_build_with_explicit_naming_refuses_generated_names_and_names_them() -> 
     keyed.group_by_key().count().to_stream().to("out")
     with pytest.raises(TopologyError) as refused:
         builder.build(props)
-    store = "KSTREAM-AGGREGATE-STATE-STORE-0000000003"
+    store = "KSTREAM-AGGREGATE-STATE-STORE-0000000002"  # named before its processor, as in Java
     assert str(refused.value).splitlines()[1:] == [
         f"Following changelog topic(s) has not been named: {store}-changelog",
         f"Following state store(s) has not been named: {store}",

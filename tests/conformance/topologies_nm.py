@@ -48,4 +48,12 @@ def naming_families(b: StreamsBuilder, family: str, p: dict[str, Any]) -> dict[s
         for name, stream in sorted(branches.items()):
             stream.map_values(lambda v, name=name: f"{name}:{v}").to("out")
         return {"out": "string", "out-b": "string"}
+    if family == "nm_two_globals":
+        first = b.global_table("g1")
+        stream = b.stream("in").filter(lambda k, v: v is not None, name="present")
+        joined = stream.join(first, lambda k, v: v, lambda v, g: f"{v}+{g}")
+        second = b.global_table("g2", materialized="second")
+        joined.left_join(second, lambda k, v: k, lambda v, g: f"{v}+{'null' if g is None else g}").to("out")
+        stream.select_key(lambda k, v: v).group_by_key().count().to_stream().map_values(str).to("out-count")
+        return {"out": "string", "out-count": "string"}
     return None

@@ -70,8 +70,9 @@ class KGroupedStream(Generic[K, V]):
     ) -> KTable[K, Any]:
         builder = self._builder
         mat = Materialized.of(materialized)
-        node = builder.new_name(prefix)
+        # Java names the store (MaterializedInternal) before the processor
         store_name = mat.name or builder.new_name("KSTREAM-AGGREGATE-STATE-STORE-")
+        node = builder.new_name(prefix)
         parent = self.node
         if self.repartition_required:
             base = self.grouped_name or store_name

@@ -209,8 +209,9 @@ class SlidingWindowedKStream(Generic[K, V]):
     ) -> KTable[Windowed[K], Any]:
         grouped, builder, windows = self._grouped, self._builder, self.windows
         mat = Materialized.of(materialized)
-        node = builder.new_name(prefix)
+        # Java names the store (MaterializedInternal) before the processor
         store_name = mat.name or builder.new_name("KSTREAM-AGGREGATE-STATE-STORE-")
+        node = builder.new_name(prefix)
         parent = grouped.node
         if grouped.repartition_required:
             base = grouped.grouped_name or store_name

@@ -120,8 +120,9 @@ class TimeWindowedKStream(Generic[K, V]):
         grouped = self._grouped
         builder = self._builder
         mat = Materialized.of(materialized)
-        node = builder.new_name(prefix)
+        # Java names the store (MaterializedInternal) before the processor
         store_name = mat.name or builder.new_name("KSTREAM-AGGREGATE-STATE-STORE-")
+        node = builder.new_name(prefix)
         parent = grouped.node
         if grouped.repartition_required:
             parent = builder.add_repartition(

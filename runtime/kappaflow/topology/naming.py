@@ -50,12 +50,13 @@ class UnnamedResources:
 
 
 def unnamed_internal_resources(topology: Topology) -> UnnamedResources:
-    """The stores (and their changelogs) and repartition topics whose names were generated, in the order
-    they were added (Java lists them so). An unnamed table's private store counts although kappaflow
+    """The stores (global ones included; their changelogs) and repartition topics whose names were
+    generated, in the order they were added (Java lists them so). An unnamed table's private store counts although kappaflow
     builds it quietly: Java refuses that table too (a later join would give it a generated changelog)."""
     unlogged_private = topology.undescribed_stores()
     logged = set(topology.changelog_topics()) | unlogged_private
-    stores = [n for n in topology.stores if n not in topology.global_stores and _GENERATED.search(n)]
+    # global stores count too (their topic is their log: no changelog to list)
+    stores = [n for n in topology.stores if _GENERATED.search(n)]
     changelogs = [changelog_short_name(name) for name in stores if name in logged]
     repartitions = [name for name in topology.internal_topics if _GENERATED.search(name)]
     return UnnamedResources(changelogs, stores, repartitions)

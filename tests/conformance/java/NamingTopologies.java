@@ -57,6 +57,20 @@ final class NamingTopologies {
                 outputs = Map.of("out", "string", "out-b", "string");
                 break;
             }
+            case "nm_two_globals": {
+                // global stores numbered with the sub-topologies, in creation order; an unnamed global
+                // table's store; named operations using up numbers; an unnamed repartitioned count
+                org.apache.kafka.streams.kstream.GlobalKTable<String, String> first = b.globalTable("g1");
+                KStream<String, String> in = b.<String, String>stream("in")
+                        .filter((k, v) -> v != null, org.apache.kafka.streams.kstream.Named.as("present"));
+                KStream<String, String> joined = in.join(first, (k, v) -> v, (v, g) -> v + "+" + g);
+                org.apache.kafka.streams.kstream.GlobalKTable<String, String> second = b.globalTable("g2",
+                        org.apache.kafka.streams.kstream.Materialized.as("second"));
+                joined.leftJoin(second, (k, v) -> k, (v, g) -> v + "+" + g).to("out");
+                in.selectKey((k, v) -> v).groupByKey().count().toStream().mapValues(String::valueOf).to("out-count");
+                outputs = Map.of("out", "string", "out-count", "string");
+                break;
+            }
             default:
                 throw new IllegalArgumentException("unknown topology family " + family);
         }
