@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from kappaflow import Branched, StreamsBuilder
+from kappaflow import Branched, Grouped, Repartitioned, StreamsBuilder
 from kappaflow.api.processor import ValueTransformerContext
+from kappaflow.dsl.windows import JoinWindows, TimeWindows
 
 
 class ContextEcho:
@@ -56,4 +57,21 @@ def naming_families(b: StreamsBuilder, family: str, p: dict[str, Any]) -> dict[s
         joined.left_join(second, lambda k, v: k, lambda v, g: f"{v}+{'null' if g is None else g}").to("out")
         stream.select_key(lambda k, v: v).group_by_key().count().to_stream().map_values(str).to("out-count")
         return {"out": "string", "out-count": "string"}
+    if family == "nm_named_ops":
+        left = b.stream("in").select_key(lambda k, v: v)
+        right = b.stream("in2").select_key(lambda k, v: v)
+        windows = JoinWindows.of_time_difference_without_grace(10)
+        left.join(right, lambda a, c: f"{a}+{c}", windows, name="sj").to("out")
+        left.to_table().to_stream().to("out-table")
+        (
+            left.repartition(Repartitioned.as_("rp"))
+            .group_by_key(grouped=Grouped.as_("g"))
+            .windowed_by(TimeWindows.of_size_with_no_grace(10))
+            .count()
+            .to_stream()
+            .select_key(lambda k, v: f"{k.key}@{k.window.start}")
+            .map_values(str)
+            .to("out-count")
+        )
+        return {"out": "string", "out-count": "string", "out-table": "string"}  # sorted, as the Java half
     return None

@@ -39,6 +39,7 @@ from kappaflow.dsl.stream_processors import (
 from kappaflow.dsl.table_joins import stream_global_table_join, stream_table_join
 from kappaflow.dsl.table_processors import KTableSourceProcessor
 from kappaflow.dsl.typevars import KR, VR, K, V
+from kappaflow.dsl.value_getters import on_demand_store_getter
 from kappaflow.topology.nodes import StreamPartitioner, TopicNameExtractor
 
 
@@ -277,19 +278,23 @@ class KStream(Generic[K, V]):
         parent = self.node
         key_serde = mat.key_serde or self.key_serde
         value_serde = mat.value_serde or self.value_serde
-        if self.repartition_required:
-            base = mat.name or builder.new_name("KSTREAM-TOTABLE-")
-            parent = builder.add_repartition(parent, base, key_serde, value_serde)
-        node = name or builder.new_name("KSTREAM-TOTABLE-")
+        # Java's toTable: the processor's name (a number used even when named), the store's, then a
+        # repartition named after the processor
+        node = builder.name_or_new(name, "KSTREAM-TOTABLE-")
         store_name = mat.name or builder.new_name("KSTREAM-TOTABLE-STATE-STORE-")
-        table: KTable[K, V] = KTable(builder, node, key_serde, value_serde, store_name, parent=None)
+        if self.repartition_required:
+            parent = builder.add_repartition(parent, node, key_serde, value_serde)
+        store = builder.kv_store_builder(mat, store_name, key_serde, value_serde)
+        # unnamed, it is Java's unmaterialized table source: no store (nor cache, nor changelog) until needed
+        getter = None if mat.name is not None else on_demand_store_getter(store)
+        table: KTable[K, V] = KTable(
+            builder, node, key_serde, value_serde, store_name, parent=None, getter=getter
+        )
         table.materialized = mat.name is not None
         builder.topology.add_processor(
             node, lambda: KTableSourceProcessor(store_name, table.send_old_values_enabled, node), parent
         )
-        builder.topology.add_state_store(
-            builder.kv_store_builder(mat, store_name, key_serde, value_serde), node
-        )
+        builder.topology.add_state_store(store, node)
         return table
 
     # ----------------------------------------------------------------- grouping

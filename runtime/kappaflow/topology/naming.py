@@ -51,8 +51,9 @@ class UnnamedResources:
 
 def unnamed_internal_resources(topology: Topology) -> UnnamedResources:
     """The stores (global ones included; their changelogs) and repartition topics whose names were
-    generated, in the order they were added (Java lists them so). An unnamed table's private store counts although kappaflow
-    builds it quietly: Java refuses that table too (a later join would give it a generated changelog)."""
+    generated, in the order they were added (Java lists them so). An unnamed table's private store
+    counts although kappaflow builds it quietly: Java refuses that table too (a later join would give
+    it a generated changelog)."""
     unlogged_private = topology.undescribed_stores()
     logged = set(topology.changelog_topics()) | unlogged_private
     # global stores count too (their topic is their log: no changelog to list)

@@ -71,6 +71,26 @@ final class NamingTopologies {
                 outputs = Map.of("out", "string", "out-count", "string");
                 break;
             }
+            case "nm_named_ops": {
+                // user names next to generated ones: a named stream-stream join over re-keyed streams, a
+                // re-keyed toTable, a named repartition and grouping, an unnamed windowed count
+                KStream<String, String> left = b.<String, String>stream("in").selectKey((k, v) -> v);
+                KStream<String, String> right = b.<String, String>stream("in2").selectKey((k, v) -> v);
+                left.join(right, (a, c) -> a + "+" + c,
+                        org.apache.kafka.streams.kstream.JoinWindows.ofTimeDifferenceWithNoGrace(java.time.Duration.ofMillis(10)),
+                        org.apache.kafka.streams.kstream.StreamJoined.<String, String, String>as("sj").withName("sj"))
+                        .to("out");
+                left.toTable().toStream().to("out-table");
+                left.repartition(org.apache.kafka.streams.kstream.Repartitioned.as("rp"))
+                        .groupByKey(org.apache.kafka.streams.kstream.Grouped.as("g"))
+                        .windowedBy(org.apache.kafka.streams.kstream.TimeWindows.ofSizeWithNoGrace(java.time.Duration.ofMillis(10)))
+                        .count()
+                        .toStream((k, v) -> k.key() + "@" + k.window().start())
+                        .mapValues(String::valueOf)
+                        .to("out-count");
+                outputs = Map.of("out", "string", "out-table", "string", "out-count", "string");
+                break;
+            }
             default:
                 throw new IllegalArgumentException("unknown topology family " + family);
         }
