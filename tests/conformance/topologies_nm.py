@@ -4,6 +4,7 @@ adds there do not collide with these."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from kappaflow import Branched, Grouped, Repartitioned, StreamsBuilder
@@ -29,6 +30,10 @@ class ContextEcho:
         pass
 
 
+def _prefixed(prefix: str) -> Callable[[str], str]:
+    return lambda value: f"{prefix}:{value}"
+
+
 def naming_families(b: StreamsBuilder, family: str, p: dict[str, Any]) -> dict[str, str] | None:
     if family == "nm_transform_values_context":
         b.table("in").transform_values(ContextEcho).to_stream().to("out")
@@ -47,7 +52,7 @@ def naming_families(b: StreamsBuilder, family: str, p: dict[str, Any]) -> dict[s
         )
         assert len(branches) == 2, sorted(branches)
         for name, stream in sorted(branches.items()):
-            stream.map_values(lambda v, name=name: f"{name}:{v}").to("out")
+            stream.map_values(_prefixed(name)).to("out")
         return {"out": "string", "out-b": "string"}
     if family == "nm_two_globals":
         first = b.global_table("g1")

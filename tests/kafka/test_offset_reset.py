@@ -5,15 +5,17 @@ source without a policy keeps `auto.offset.reset` (earliest)."""
 from __future__ import annotations
 
 import time
+import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer
 
 from kappaflow import AutoOffsetReset, Consumed, StreamsBuilder, Topology, serdes
 from kappaflow.runner import KafkaStreams
-from tests.kafka.streams_support import fast_config, read_topic, wait_for, wait_running
+from tests.kafka.streams_support import fast_config, wait_for, wait_running
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
 
@@ -27,6 +29,10 @@ def _produce(bootstrap: str, topic: str, value: str, timestamp_ms: int | None = 
     assert producer.flush(30) == 0
 
 
+def _labelled(label: str) -> Callable[[str], str]:
+    return lambda value: f"{label}:{value}"
+
+
 def _topology(topics: dict[str, str], out: str) -> Topology:
     builder = StreamsBuilder()
     policies: dict[str, AutoOffsetReset | None] = {
@@ -38,12 +44,27 @@ def _topology(topics: dict[str, str], out: str) -> Topology:
     for label, policy in policies.items():
         consumed = Consumed(S, S) if policy is None else Consumed(S, S).with_offset_reset_policy(policy)
         stream = builder.stream(topics[label], consumed=consumed)
-        stream.map_values(lambda v, label=label: f"{label}:{v}").to(out, key_serde=S, value_serde=S)
+        stream.map_values(_labelled(label)).to(out, key_serde=S, value_serde=S)
     return builder.build()
 
 
-def _values(bootstrap: str, out: str) -> set[str]:
-    return {m.value().decode() for m in read_topic(bootstrap, out, timeout=3)}
+class _Output:
+    """Reads the output topic as it grows (one consumer for the whole test, no re-reading)."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        group = f"reader-{uuid.uuid4().hex[:8]}"
+        self.consumer = Consumer(
+            {"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest"}
+        )
+        self.consumer.subscribe([topic])
+        self.values: set[str] = set()
+
+    def poll(self) -> set[str]:
+        for message in self.consumer.consume(100, 0.5):
+            value = message.value()
+            if message.error() is None and value is not None:
+                self.values.add(value.decode())
+        return self.values
 
 
 def test_each_source_starts_where_its_policy_says(
@@ -64,15 +85,19 @@ def test_each_source_starts_where_its_policy_says(
         # a latest source sees only what arrives after its position was taken: keep producing until one
         # such record comes through (no sleep to guess when that was), then the old one must be absent
         sent = 0
+        output = _Output(kafka_bootstrap, out)
 
-        def live_arrived() -> bool:
+        def all_arrived() -> bool:
             nonlocal sent
             sent += 1
             _produce(kafka_bootstrap, topics["live"], f"after-{sent}")
-            return any(v.startswith("live:after-") for v in _values(kafka_bootstrap, out))
+            values = output.poll()
+            expected = {"history:before", "default:before", "recent:ten-minutes-ago"}
+            return expected <= values and any(v.startswith("live:after-") for v in values)
 
-        wait_for(live_arrived, 60, "a record produced after start to come through the latest source")
-        values = _values(kafka_bootstrap, out)
+        wait_for(all_arrived, 60, "the old records and one produced after start to come through")
+        values = set(output.poll())
+        output.consumer.close()
     finally:
         app.close()
     assert {"history:before", "default:before", "recent:ten-minutes-ago"} <= values
