@@ -9,7 +9,7 @@ from typing import Any
 
 from kappaflow import Branched, Grouped, Repartitioned, StreamsBuilder
 from kappaflow.api.processor import ValueTransformerContext
-from kappaflow.dsl.windows import JoinWindows, TimeWindows
+from kappaflow.dsl.windows import JoinWindows, SessionWindows, SlidingWindows, TimeWindows
 
 
 class ContextEcho:
@@ -79,4 +79,32 @@ def naming_families(b: StreamsBuilder, family: str, p: dict[str, Any]) -> dict[s
             .to("out-count")
         )
         return {"out": "string", "out-count": "string", "out-table": "string"}  # sorted, as the Java half
+    if family == "nm_unnamed_windows":
+        grouped = b.stream("in").group_by_key()
+        (
+            grouped.windowed_by(TimeWindows.of_size_with_no_grace(10))
+            .count()
+            .to_stream()
+            .select_key(lambda k, v: f"{k.key}@{k.window.start}")
+            .map_values(str)
+            .to("out")
+        )
+        (
+            grouped.windowed_by(SessionWindows.of_inactivity_gap_with_no_grace(5))
+            .count()
+            .to_stream()
+            .select_key(lambda k, v: f"{k.key}@{k.window.start}/{k.window.end}")
+            .map_values(lambda v: "null" if v is None else str(v))
+            .to("out-session")
+        )
+        (
+            grouped.windowed_by(SlidingWindows.of_time_difference_without_grace(5))
+            .count()
+            .to_stream()
+            .select_key(lambda k, v: f"{k.key}@{k.window.start}")
+            .map_values(str)
+            .to("out-sliding")
+        )
+        b.table("t").group_by(lambda k, v: (v, v)).count().to_stream().map_values(str).to("out-table")
+        return {"out": "string", "out-session": "string", "out-sliding": "string", "out-table": "string"}
     return None

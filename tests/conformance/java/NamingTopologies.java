@@ -1,5 +1,6 @@
 import com.fasterxml.jackson.databind.JsonNode;
 import java.util.Map;
+import org.apache.kafka.streams.KeyValue;
 import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.kstream.Branched;
 import org.apache.kafka.streams.kstream.KStream;
@@ -89,6 +90,28 @@ final class NamingTopologies {
                         .mapValues(String::valueOf)
                         .to("out-count");
                 outputs = Map.of("out", "string", "out-table", "string", "out-count", "string");
+                break;
+            }
+            case "nm_unnamed_windows": {
+                // unnamed windowed, session and sliding counts (stores named before their processors) and
+                // an unnamed table aggregation
+                org.apache.kafka.streams.kstream.KGroupedStream<String, String> grouped =
+                        b.<String, String>stream("in").groupByKey();
+                grouped.windowedBy(org.apache.kafka.streams.kstream.TimeWindows.ofSizeWithNoGrace(java.time.Duration.ofMillis(10)))
+                        .count()
+                        .toStream((k, v) -> k.key() + "@" + k.window().start())
+                        .mapValues(String::valueOf).to("out");
+                grouped.windowedBy(org.apache.kafka.streams.kstream.SessionWindows.ofInactivityGapWithNoGrace(java.time.Duration.ofMillis(5)))
+                        .count()
+                        .toStream((k, v) -> k.key() + "@" + k.window().start() + "/" + k.window().end())
+                        .mapValues(v -> String.valueOf(v)).to("out-session");
+                grouped.windowedBy(org.apache.kafka.streams.kstream.SlidingWindows.ofTimeDifferenceWithNoGrace(java.time.Duration.ofMillis(5)))
+                        .count()
+                        .toStream((k, v) -> k.key() + "@" + k.window().start())
+                        .mapValues(String::valueOf).to("out-sliding");
+                b.<String, String>table("t").groupBy((k, v) -> KeyValue.pair(v, v)).count()
+                        .toStream().mapValues(String::valueOf).to("out-table");
+                outputs = Map.of("out", "string", "out-session", "string", "out-sliding", "string", "out-table", "string");
                 break;
             }
             default:
