@@ -18,6 +18,7 @@ from kappaflow.api.errors import (
     StreamsError,
     TopologyError,
 )
+from kappaflow.api.offset_reset import AutoOffsetReset
 from kappaflow.api.processor import (
     BaseProcessor,
     Cancellable,
@@ -36,7 +37,9 @@ from kappaflow.api.time import (
 )
 from kappaflow.api.windowed_serdes import SessionWindowedSerde, TimeWindowedSerde
 from kappaflow.api.windows import Window, Windowed
+from kappaflow.api.wrapper import ProcessorWrapper
 from kappaflow.dsl import (
+    Branched,
     BranchedKStream,
     BufferConfig,
     Change,
@@ -66,7 +69,9 @@ from kappaflow.topology import Topology
 __version__ = "0.1.0"
 
 __all__ = [
+    "AutoOffsetReset",
     "BaseProcessor",
+    "Branched",
     "BranchedKStream",
     "BufferConfig",
     "Cancellable",
@@ -94,6 +99,7 @@ __all__ = [
     "ProcessingError",
     "Processor",
     "ProcessorContext",
+    "ProcessorWrapper",
     "Produced",
     "PunctuationType",
     "Record",

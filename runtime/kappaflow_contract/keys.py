@@ -68,6 +68,10 @@ DEFAULTS: dict[str, Any] = {
     # (drain_python, the generic processors): same results, slower
     "kappaflow.native.enabled": True,
     "topology.optimization": "none",
+    # KIP-1111: StreamsBuilder.build(props) refuses generated internal topic and store names
+    "ensure.explicit.internal.resource.naming": False,
+    # KIP-1112: a ProcessorWrapper (object, class or import path) every processor's supplier goes through
+    "processor.wrapper.class": None,
     # Kafka Streams' internal throttles (StreamsConfig.InternalConfig): unmatched left/outer stream-stream
     # join results and emit-on-window-close results are looked for at most once per interval of wall-clock
     # time; the TopologyTestDriver sets both to 0, as Java's does

@@ -12,6 +12,7 @@ decided only when every topic it follows is known. The runtime applies it before
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from typing import Protocol
 
@@ -44,9 +45,18 @@ def repartition_short_name(name: str) -> str:
     return f"{name}{REPARTITION_SUFFIX}"
 
 
+# a foreign-key join's subscription and response topics (named as Java names them)
+_FK_JOIN_TOPIC = re.compile(
+    r".*(-subscription-(registration|response)-topic|-KTABLE-FK-JOIN-SUBSCRIPTION-(REGISTRATION|RESPONSE)-\d+-topic)"
+)
+
+
 def is_internal_topic_name(topic: str) -> bool:
-    """True for a name shaped like a changelog or repartition topic (the suffix alone)."""
-    return topic.endswith((CHANGELOG_SUFFIX, REPARTITION_SUFFIX))
+    """True for a name shaped like an internal topic: a changelog, a repartition topic or a foreign-key
+    join's subscription/response topic (Java's StreamsResetter rule, `matchesInternalTopicFormat`)."""
+    return (
+        topic.endswith((CHANGELOG_SUFFIX, REPARTITION_SUFFIX)) or _FK_JOIN_TOPIC.fullmatch(topic) is not None
+    )
 
 
 class SizedTopic(Protocol):

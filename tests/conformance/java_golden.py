@@ -36,7 +36,14 @@ from tests.harness.kafka_broker import COMPLETE_MARKER, KAFKA_VERSION, _file_loc
 HERE = Path(__file__).resolve().parent
 SCENARIOS = HERE / "scenarios.json"
 GOLDEN = HERE / "golden.json"
-JAVA_SOURCES = (HERE / "java" / "Conformance.java", HERE / "java" / "Topologies.java")
+# what Java's describe() prints and which internal topics it makes, per scenario and example (Describe.java)
+DESCRIBE_GOLDEN = HERE / "describe_golden.json"
+JAVA_SOURCES = (
+    HERE / "java" / "Conformance.java",
+    HERE / "java" / "Topologies.java",
+    HERE / "java" / "Describe.java",
+    HERE / "java" / "NamingTopologies.java",
+)
 MAIN_CLASS = "Conformance"
 
 TEST_UTILS = Jar(
@@ -100,8 +107,9 @@ def classpath() -> str:
     return f"{classes}:{jars}"
 
 
-def write_golden(out: Path, scenarios: Path = SCENARIOS) -> None:
-    """Run every scenario through Kafka Streams' TopologyTestDriver and write the golden file to ``out``."""
+def write_golden(out: Path, scenarios: Path = SCENARIOS, main_class: str = MAIN_CLASS) -> None:
+    """Run every scenario through Kafka Streams' TopologyTestDriver and write the golden file to ``out``
+    (``main_class="Describe"``: Java's describe() text and internal topics of every topology instead)."""
     # a short-lived JVM: the C1 compiler and the serial collector halve its CPU time (13 s -> 6 s)
     cmd = [
         "java",
@@ -110,7 +118,7 @@ def write_golden(out: Path, scenarios: Path = SCENARIOS) -> None:
         "-Dorg.slf4j.simpleLogger.defaultLogLevel=error",
         "-cp",
         classpath(),
-        MAIN_CLASS,
+        main_class,
         str(scenarios),
         str(out),
     ]
@@ -128,3 +136,6 @@ if __name__ == "__main__":
         target = Path(sys.argv[1]) if len(sys.argv) > 1 else GOLDEN
         write_golden(target)
         print(f"wrote {target}")
+        if len(sys.argv) == 1:
+            write_golden(DESCRIBE_GOLDEN, main_class="Describe")
+            print(f"wrote {DESCRIBE_GOLDEN}")

@@ -29,6 +29,7 @@ from kappaflow import (
 from kappaflow.api.processor import ProcessorContext
 from kappaflow.api.serdes import Long, String
 from kappaflow.dsl.windows import JoinWindows, SessionWindows, SlidingWindows, TimeWindows
+from tests.conformance.topologies_nm import naming_families
 
 Params = dict[str, Any]
 Outputs = dict[str, str]
@@ -532,7 +533,7 @@ def _ph(b: StreamsBuilder, family: str, p: Params) -> Outputs | None:
 # ================================================================ end of the ph- block
 
 
-FAMILIES = (_stateless, _tables, _aggregations, _windows, _joins, _ph)
+FAMILIES = (_stateless, _tables, _aggregations, _windows, _joins, _ph, naming_families)
 
 
 def build(family: str, params: Params) -> tuple[Topology, Outputs]:

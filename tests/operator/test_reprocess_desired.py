@@ -49,8 +49,16 @@ def test_cleanup_deletes_only_the_replaced_ids_internal_topics():
         "wc-r1234-counts-changelog",  # the new id, which starts with the old one
         "wc-input",  # a user topic that happens to share the prefix
         "other-counts-changelog",
+        "wc-KTABLE-FK-JOIN-SUBSCRIPTION-REGISTRATION-0000000004-topic",  # a foreign-key join's, as in Java
+        "wc-orders-subscription-response-topic",
+        "wc-some-topic",  # a user topic ending in -topic
     ]
-    assert previous_id_topics("wc", "wc-r1234", topics) == ["wc-counts-changelog", "wc-counts-repartition"]
+    assert previous_id_topics("wc", "wc-r1234", topics) == [
+        "wc-KTABLE-FK-JOIN-SUBSCRIPTION-REGISTRATION-0000000004-topic",
+        "wc-counts-changelog",
+        "wc-counts-repartition",
+        "wc-orders-subscription-response-topic",
+    ]
 
 
 def test_small_cpu_requests_reach_the_driver_and_executor_pods():

@@ -20,6 +20,7 @@ from kappaflow.cli import load_topology, main, stop_on_signals
 
 ROOT = Path(__file__).resolve().parents[2]
 
+# what Kafka Streams 4.3.1 prints for the Java twin (tests/conformance/describe_golden.json has it too)
 JAVA_WORDCOUNT = """Topologies:
    Sub-topology: 0
     Source: KSTREAM-SOURCE-0000000000 (topics: [wordcount-input])
@@ -36,7 +37,7 @@ JAVA_WORDCOUNT = """Topologies:
     Sink: counts-repartition-sink (topic: counts-repartition)
       <-- counts-repartition-filter
 
-   Sub-topology: 1
+  Sub-topology: 1
     Source: counts-repartition-source (topics: [counts-repartition])
       --> KSTREAM-AGGREGATE-0000000003
     Processor: KSTREAM-AGGREGATE-0000000003 (stores: [counts])
@@ -47,6 +48,7 @@ JAVA_WORDCOUNT = """Topologies:
       <-- KSTREAM-AGGREGATE-0000000003
     Sink: KSTREAM-SINK-0000000008 (topic: wordcount-output)
       <-- KTABLE-TOSTREAM-0000000007
+
 """
 
 

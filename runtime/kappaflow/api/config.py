@@ -69,6 +69,7 @@ BOOL_KEYS = {
     "kappaflow.internal.topics.create",
     "kappaflow.fusion.enabled",
     "kappaflow.native.enabled",
+    "ensure.explicit.internal.resource.naming",
 }
 
 

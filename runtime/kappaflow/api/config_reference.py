@@ -200,6 +200,18 @@ KEY_DOCS: dict[str, tuple[str, str, str]] = {
         SC + "TOPOLOGY_OPTIMIZATION_CONFIG",
         "kappaflow does not rewrite topologies: only `none` is accepted.",
     ),
+    "ensure.explicit.internal.resource.naming": (
+        "",
+        SC + "ENSURE_EXPLICIT_INTERNAL_RESOURCE_NAMING_CONFIG",
+        "KIP-1111: `StreamsBuilder.build(props)` refuses a topology whose repartition topics, stores or "
+        "changelogs have generated names, naming each one.",
+    ),
+    "processor.wrapper.class": (
+        "ProcessorWrapper",
+        SC + "PROCESSOR_WRAPPER_CLASS_CONFIG",
+        "KIP-1112: a `ProcessorWrapper` (object, class or `module:attr` path) whose "
+        "`wrap_processor_supplier(name, supplier)` wraps every processor, DSL and Processor API alike.",
+    ),
     "repartition.purge.interval.ms": (
         "",
         SC + "REPARTITION_PURGE_INTERVAL_MS_CONFIG",

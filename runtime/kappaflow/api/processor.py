@@ -12,7 +12,7 @@ from datetime import timedelta
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
-from kappaflow.api.record import Record, RecordMetadata
+from kappaflow.api.record import Headers, Record, RecordMetadata
 
 if TYPE_CHECKING:
     from kappaflow.api.config import StreamsConfig
@@ -132,11 +132,27 @@ KT = TypeVar("KT", contravariant=True)
 VT = TypeVar("VT", contravariant=True)
 
 
+class ValueTransformerContext(ProcessorContext, Protocol):
+    """The old-style context a `ValueTransformerWithKey` gets (Java's `processor.ProcessorContext`): the
+    current record's `topic()`, `partition()`, `offset()`, `timestamp()` and `headers()` besides the
+    usual; outside a record (a punctuation) topic is None and partition, offset and timestamp -1."""
+
+    def topic(self) -> str | None: ...
+
+    def partition(self) -> int: ...
+
+    def offset(self) -> int: ...
+
+    def timestamp(self) -> int: ...
+
+    def headers(self) -> Headers: ...
+
+
 class ValueTransformerWithKey(Protocol[KT, VT, VOut]):
     """`KTable.transform_values`: a value computed from the key and value (null included), with
     access to state stores; its context refuses `forward`, as Java's ForwardingDisabledProcessorContext."""
 
-    def init(self, context: ProcessorContext) -> None: ...
+    def init(self, context: ValueTransformerContext) -> None: ...
 
     def transform(self, key: KT, value: VT | None) -> VOut | None: ...
 

@@ -11,8 +11,10 @@ follow Kafka Streams' `KSTREAM-<OP>-0000000001` scheme so descriptions read the 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, overload
 
+from kappaflow.api.config import StreamsConfig
 from kappaflow.api.serdes import Serde
 from kappaflow.api.time import TimestampExtractor
 from kappaflow.dsl.graph import InternalBuilder
@@ -24,6 +26,8 @@ from kappaflow.dsl.typevars import K, V
 from kappaflow.dsl.value_getters import on_demand_store_getter
 from kappaflow.dsl.versioned_table import KTableVersionedSourceProcessor, versioned_getter
 from kappaflow.state.builders import Stores
+from kappaflow.topology.naming import CONFIG_KEY as EXPLICIT_NAMING_KEY
+from kappaflow.topology.naming import ensure_explicit_naming
 from kappaflow.topology.topology import Topology
 
 
@@ -72,13 +76,14 @@ class StreamsBuilder:
             value_serde = value_serde or consumed.value_serde
             timestamp_extractor = timestamp_extractor or consumed.timestamp_extractor
         topic_list = [topics] if isinstance(topics, str) else list(topics)
-        name = (consumed.name if consumed else None) or self._internal.new_name("KSTREAM-SOURCE-")
+        name = self._internal.name_or_new(consumed.name if consumed else None, "KSTREAM-SOURCE-")
         self._internal.topology.add_source(
             name,
             *topic_list,
             key_serde=key_serde,
             value_serde=value_serde,
             timestamp_extractor=timestamp_extractor,
+            offset_reset=consumed.offset_reset if consumed else None,
         )
         return KStream(self._internal, name, key_serde, value_serde, repartition_required=False)
 
@@ -91,6 +96,7 @@ class StreamsBuilder:
         value_serde: Serde[V],
         materialized: Materialized | str | None = None,
         timestamp_extractor: TimestampExtractor | None = None,
+        consumed: Consumed | None = None,
     ) -> KTable[K, V]: ...
 
     @overload
@@ -102,6 +108,7 @@ class StreamsBuilder:
         value_serde: Serde[Any] | None = None,
         materialized: Materialized | str | None = None,
         timestamp_extractor: TimestampExtractor | None = None,
+        consumed: Consumed | None = None,
     ) -> KTable[Any, Any]: ...
 
     def table(
@@ -112,18 +119,25 @@ class StreamsBuilder:
         value_serde: Serde[Any] | None = None,
         materialized: Materialized | str | None = None,
         timestamp_extractor: TimestampExtractor | None = None,
+        consumed: Consumed | None = None,
     ) -> KTable[Any, Any]:
-        """A table of `topic`; with both serdes given, typed `KTable[K, V]` by them."""
+        """A table of `topic`; with both serdes given, typed `KTable[K, V]` by them. `consumed` gives the
+        serdes, timestamp extractor, source name and offset reset policy (KIP-1106) as in Java."""
         internal = self._internal
+        if consumed is not None:
+            key_serde = key_serde or consumed.key_serde
+            value_serde = value_serde or consumed.value_serde
+            timestamp_extractor = timestamp_extractor or consumed.timestamp_extractor
         mat = Materialized.of(materialized)
         store_name = mat.name or internal.new_name(f"{topic}-STATE-STORE-")
-        source = internal.new_name("KSTREAM-SOURCE-")
+        source = internal.name_or_new(consumed.name if consumed else None, "KSTREAM-SOURCE-")
         internal.topology.add_source(
             source,
             topic,
             key_serde=key_serde,
             value_serde=value_serde,
             timestamp_extractor=timestamp_extractor,
+            offset_reset=consumed.offset_reset if consumed else None,
         )
         processor = internal.new_name("KTABLE-SOURCE-")
         if mat.versioned is not None:
@@ -176,10 +190,19 @@ class StreamsBuilder:
         self._internal.topology.add_state_store(builder)
         return self
 
-    def build(self) -> Topology:
+    def build(self, props: Mapping[str, Any] | StreamsConfig | None = None) -> Topology:
         """Compile what was built into a `Topology` (sub-topologies, stores, internal topics), ready for
-        `KafkaStreams`, the `TopologyTestDriver` or Spark reprocessing."""
-        return self._internal.topology
+        `KafkaStreams`, the `TopologyTestDriver` or Spark reprocessing.
+
+        `props` (Java's `build(Properties)`) carries the build-time settings: with
+        `ensure.explicit.internal.resource.naming=true` (KIP-1111) a topology with a generated internal
+        topic or store name is refused, with an error naming each one."""
+        topology = self._internal.topology
+        if props is not None:
+            config = props if isinstance(props, StreamsConfig) else StreamsConfig(dict(props))
+            if config.get_bool(EXPLICIT_NAMING_KEY):
+                ensure_explicit_naming(topology)
+        return topology
 
 
 def _versioned_table(

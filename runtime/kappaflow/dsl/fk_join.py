@@ -4,19 +4,22 @@ The two tables are keyed differently, so the join runs as a conversation over tw
 in Kafka Streams:
 
 1. *Subscription registration* (left task): each left update sends `(foreign key -> subscription)` to
-   `<name>-subscription-registration-repartition`; the subscription carries the left key, a hash of the
+   `<name>-subscription-registration-topic`; the subscription carries the left key, a hash of the
    left value and an instruction (delete / propagate always / propagate only if the right value exists).
    A changed foreign key first unsubscribes from the old one.
 2. *Subscription processing* (right task, co-partitioned with the right table): subscriptions live in a
    changelogged store keyed `[4-byte fk length][fk][pk]`; a new subscription, and every later update of
    the right row, sends `(left key -> response(hash, right value))` to
-   `<name>-subscription-response-repartition`.
+   `<name>-subscription-response-topic`.
 3. *Resolution* (left task): a response whose hash no longer matches the left row's current value is
    stale (the left row changed meanwhile) and is dropped, so no out-of-date result is ever emitted;
    otherwise `joiner(left, right)` is emitted - or a tombstone when the right row is gone (inner) or
    the left row is gone (both).
 
-The internal topics' value formats are kappaflow's own (only kappaflow reads them). A left join keeps
+Nodes, stores and topics are named as Java names them (`KTABLE-FK-JOIN-SUBSCRIPTION-REGISTRATION-<n>-topic`,
+`KTABLE-FK-JOIN-SUBSCRIPTION-STATE-STORE-<n>`, ...; with a name, `<name>-subscription-registration-topic`,
+`<name>-subscription-store`, ...), so a Java twin uses the same topics. The internal topics' value
+formats are kappaflow's own (only kappaflow reads them). A left join keeps
 rows with a null foreign key (they join with null, KIP-962, Kafka 3.7+); an inner join drops and counts
 them. Without `Materialized` the result has no store and needs no value serde, as in Java; a later
 operation that must look the result up (a join) materializes it then.
@@ -39,7 +42,7 @@ from kappaflow.api.serdes import Bytes, Serde
 from kappaflow.dsl.change import Change
 from kappaflow.dsl.graph import InternalBuilder
 from kappaflow.dsl.join_sides import TableSide
-from kappaflow.dsl.joins import _PassThrough, adapt_joiner, source_topics
+from kappaflow.dsl.joins import adapt_joiner, source_topics
 from kappaflow.dsl.options import Materialized
 from kappaflow.dsl.stream_processors import drop_record
 from kappaflow.dsl.table_joins import KTableKTableMergeProcessor
@@ -165,15 +168,19 @@ class SubscriptionSendProcessor:
 class _RightSide:
     context: ProcessorContext
 
-    def __init__(self, store_name: str, getter: ValueGetterSupplier, serdes: tuple[Any, Any, Any]) -> None:
-        self.store_name = store_name
-        self.getter_supplier = getter
+    def __init__(
+        self, store_name: str | None, getter: ValueGetterSupplier | None, serdes: tuple[Any, Any, Any]
+    ) -> None:
+        self.store_name = store_name  # the subscription store, for the processors connected to it
+        self.getter_supplier = getter  # the right table's values, for the processor that looks them up
         self.serdes = serdes  # right key, right value, left key
 
     def init(self, context: ProcessorContext) -> None:
         self.context = context
-        self.store = context.get_state_store(self.store_name)
-        self.lookup: ValueGetter = self.getter_supplier.get(context)
+        if self.store_name is not None:
+            self.store = context.get_state_store(self.store_name)
+        if self.getter_supplier is not None:
+            self.lookup: ValueGetter = self.getter_supplier.get(context)
         self.fk_serde = _serde(self.serdes[0], context, "key")
         self.right_value_serde = _serde(self.serdes[1], context, "value")
         self.pk_serde = _serde(self.serdes[2], context, "key")
@@ -190,14 +197,15 @@ class _RightSide:
 
 
 class SubscriptionReceiveProcessor(_RightSide):
-    """Right task: stores subscriptions and answers them with the right row's current value."""
+    """Right task: stores (or deletes) a subscription, then passes it on to be answered (Java's
+    SubscriptionReceiveProcessorSupplier; the answer is `SubscriptionJoinProcessor`'s, as in Java)."""
 
     def process(self, record: Record[Any, Any]) -> None:
-        instruction, digest, pk = decode_subscription(record.value)
+        instruction, _digest, pk = decode_subscription(record.value)
         if record.key is None:
             # a left join's row with a null foreign key: joins with null, nothing to subscribe to
             if instruction == PROPAGATE_NULL_IF_NO_FK_VALUE:
-                self._respond(pk, digest, None, record)
+                self.context.forward(record)
             return
         fk_raw = self.fk_serde.serialize("", record.key)
         assert fk_raw is not None
@@ -206,7 +214,17 @@ class SubscriptionReceiveProcessor(_RightSide):
             self.store.delete(store_key)
         else:
             self.store.put(store_key, record.value)
-        if instruction == DELETE_NO_PROPAGATE:
+        if instruction != DELETE_NO_PROPAGATE:
+            self.context.forward(record)
+
+
+class SubscriptionJoinProcessor(_RightSide):
+    """Right task: answers a subscription with the right row's current value."""
+
+    def process(self, record: Record[Any, Any]) -> None:
+        instruction, digest, pk = decode_subscription(record.value)
+        if record.key is None:
+            self._respond(pk, digest, None, record)
             return
         found = self.lookup(record.key)
         right = None if found is None else found.value
@@ -291,46 +309,64 @@ def foreign_key_join(
     adapted = adapt_joiner(joiner)
     topology = builder.topology
     left.enable_send_old_values()
-    base = name or builder.new_name("KTABLE-FK-JOIN-SUBSCRIPTION-REGISTRATION-")
-    send = f"{base}-send" if name else base
+
+    def named(suffix: str, prefix: str) -> str:
+        """Java's `suffixWithOrElseGet`: `<name><suffix>` or a generated name; a number is used up either
+        way."""
+        return builder.name_or_new(name and f"{name}{suffix}", prefix)
+
+    # Java's KTableImpl.doJoinOnForeignKey, name for name and in its order (the topics' and stores' names
+    # are what a Java twin of the application would use)
+    registration_topic = named("-subscription-registration", "KTABLE-FK-JOIN-SUBSCRIPTION-REGISTRATION-")
+    send = named("-subscription-registration-processor", "KTABLE-FK-JOIN-SUBSCRIPTION-REGISTRATION-")
     left_serdes = (left.key_serde, left.value_serde)
     topology.add_processor(
         send, lambda: SubscriptionSendProcessor(extractor, left_join, left_serdes, send), left.node
     )
-    registration = builder.add_repartition(
+    registration = builder.add_internal_topic_hop(
         send,
-        f"{base}-subscription-registration",
+        f"{registration_topic}-topic",
+        named("-subscription-registration-sink", "KTABLE-SINK-"),
+        named("-subscription-registration-source", "KTABLE-SOURCE-"),
         right.key_serde,
         Bytes(),
-        user_named=True,
-        drop_null_keys=not left_join,
     )
-    store_name = f"{base}-subscription-store"
+    store_name = named("-subscription-store", "KTABLE-FK-JOIN-SUBSCRIPTION-STATE-STORE-")
     serdes = (right.key_serde, right.value_serde, left.key_serde)
-    receive = builder.new_name("KTABLE-FK-JOIN-SUBSCRIPTION-PROCESSOR-")
-    right_getter = right.value_getter_supplier
+    receive = named("-subscription-receive", "KTABLE-FK-JOIN-SUBSCRIPTION-PROCESSOR-")
     topology.add_processor(
-        receive, lambda: SubscriptionReceiveProcessor(store_name, right_getter, serdes), registration
+        receive, lambda: SubscriptionReceiveProcessor(store_name, None, serdes), registration
     )
     topology.add_state_store(
         Stores.key_value_store_builder(Stores.persistent_key_value_store(store_name), Bytes(), Bytes()),
         receive,
     )
-    topology.connect_processor_and_state_stores(receive, *right_getter.store_names)
-    right.enable_send_old_values()
-    on_right = builder.new_name("KTABLE-FK-JOIN-FOREIGN-TABLE-CHANGE-")
+    right_getter = right.value_getter_supplier
+    join_foreign = named("-subscription-join-foreign", "KTABLE-FK-JOIN-SUBSCRIPTION-PROCESSOR-")
     topology.add_processor(
-        on_right, lambda: ForeignTableChangeProcessor(store_name, right_getter, serdes), right.node
+        join_foreign, lambda: SubscriptionJoinProcessor(None, right_getter, serdes), receive
+    )
+    topology.connect_processor_and_state_stores(join_foreign, *right_getter.store_names)
+    right.enable_send_old_values()
+    on_right = named("-foreign-join-subscription", "KTABLE-FK-JOIN-SUBSCRIPTION-PROCESSOR-")
+    topology.add_processor(
+        on_right, lambda: ForeignTableChangeProcessor(store_name, None, serdes), right.node
     )
     topology.connect_processor_and_state_stores(on_right, store_name)
-    merged_responses = builder.new_name("KTABLE-FK-JOIN-RESPONSE-MERGE-")
-    topology.add_processor(merged_responses, _PassThrough, receive, on_right)
-    response = builder.add_repartition(
-        merged_responses, f"{base}-subscription-response", left.key_serde, Bytes(), user_named=True
+    response_topic = named("-subscription-response", "KTABLE-FK-JOIN-SUBSCRIPTION-RESPONSE-")
+    response = builder.add_internal_topic_hop(
+        (join_foreign, on_right),
+        f"{response_topic}-topic",
+        named("-subscription-response-sink", "KTABLE-SINK-"),
+        named("-subscription-response-source", "KTABLE-SOURCE-"),
+        left.key_serde,
+        Bytes(),
     )
     topology.add_copartition_group(source_topics(builder, registration) | source_topics(builder, right.node))
     topology.add_copartition_group(source_topics(builder, response) | source_topics(builder, left.node))
-    resolver = builder.new_name("KTABLE-FK-JOIN-SUBSCRIPTION-RESPONSE-RESOLVER-PROCESSOR-")
+    resolver = named(
+        "-subscription-response-resolver", "KTABLE-FK-JOIN-SUBSCRIPTION-RESPONSE-RESOLVER-PROCESSOR-"
+    )
     left_getter = left.value_getter_supplier
     value_serdes = (left.value_serde, right.value_serde)
     topology.add_processor(
@@ -339,7 +375,7 @@ def foreign_key_join(
         response,
     )
     topology.connect_processor_and_state_stores(resolver, *left_getter.store_names)
-    output = builder.new_name("KTABLE-FK-JOIN-OUTPUT-")
+    output = named("-result", "KTABLE-FK-JOIN-OUTPUT-")
     return _output_table(builder, left, resolver, output, materialized)
 
 
@@ -355,9 +391,10 @@ def _output_table(
     topology = builder.topology
     mat = Materialized.of(materialized)
     store: list[str] = []  # the output store's name, once the result is materialized
+    # Java names the store (using up a number) whether or not it is ever built
+    name = mat.name or builder.new_name("KTABLE-FK-JOIN-OUTPUT-STATE-STORE-")
 
     def materialize() -> None:
-        name = mat.name or builder.new_name("KTABLE-FK-JOIN-OUTPUT-STATE-STORE-")
         store.append(name)
         topology.add_state_store(
             builder.kv_store_builder(mat, name, mat.key_serde or left.key_serde, mat.value_serde), output

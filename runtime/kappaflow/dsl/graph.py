@@ -12,6 +12,7 @@ here and in `dsl.ktable` in annotations only, under `TYPE_CHECKING`: the typed D
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kappaflow.api.errors import TopologyError
@@ -27,6 +28,9 @@ from kappaflow_contract.topics import repartition_short_name
 
 if TYPE_CHECKING:
     from kappaflow.dsl.kstream import KStream
+
+# Java's createRepartitionedSource tells a generated repartition base from a user's name by this pattern
+_GENERATED = re.compile(r"KSTREAM.*-[0-9]{10}")
 
 
 class StreamFactory(Protocol):
@@ -66,10 +70,16 @@ class InternalBuilder:
         self._index += 1
         return name
 
+    def name_or_new(self, name: str | None, prefix: str) -> str:
+        """Java's `NamedInternal.orElseGenerateWithPrefix`: a user's name wins, yet a number is used up
+        either way, so the generated names after a named operation are Java's too."""
+        generated = self.new_name(prefix)
+        return name if name else generated
+
     def add_processor(
         self, prefix: str, supplier: ProcessorSupplier, *parents: str, name: str | None = None
     ) -> str:
-        node = name or self.new_name(prefix)
+        node = self.name_or_new(name, prefix)
         self.topology.add_processor(node, supplier, *parents)
         return node
 
@@ -95,22 +105,38 @@ class InternalBuilder:
             builder.with_logging_disabled()
         return builder
 
-    def add_repartition(
+    def add_table_repartition(
+        self, parent: str, base_name: str, key_serde: Serde[Any] | None, value_serde: Serde[Any] | None
+    ) -> str:
+        """A re-grouped table's repartition: sink -> `<base>-repartition` -> source, no null-key filter (the
+        table's select processor drops null keys itself), nodes numbered as Java's `KGroupedTableImpl`."""
+        topic = self._new_repartition_topic(base_name, None)
+        sink, source = self.new_name("KSTREAM-SINK-"), self.new_name("KSTREAM-SOURCE-")
+        self.topology.add_sink(sink, topic, parent, key_serde=key_serde, value_serde=value_serde)
+        self.topology.add_source(source, topic, key_serde=key_serde, value_serde=value_serde)
+        return source
+
+    def add_internal_topic_hop(
         self,
-        parent: str,
-        base_name: str,
+        parents: str | tuple[str, ...],
+        topic: str,
+        sink: str,
+        source: str,
         key_serde: Serde[Any] | None,
         value_serde: Serde[Any] | None,
-        *,
-        user_named: bool,
-        partitions: int | None = None,
-        partitioner: Any = None,
-        drop_null_keys: bool = True,
     ) -> str:
-        """Insert null-key filter -> sink -> `<base>-repartition` -> source; returns the source's name.
-        Nodes are named `<base>-repartition-filter/-sink/-source` when the user named the operation.
-        `drop_null_keys=False` keeps null keys (a left foreign-key join's subscription with a null
-        foreign key must travel on, KIP-962); the filter node is then a pass-through."""
+        """sink -> `topic` -> source with the given names, no filter (a foreign-key join's subscription and
+        response topics, as Java builds them); returns the source's name."""
+        if topic in self.topology.internal_topics:
+            raise TopologyError(f"internal topic '{topic}' already exists: name the join differently")
+        config = {"cleanup.policy": "delete", "retention.ms": "-1"}
+        self.topology.add_internal_topic(InternalTopicSpec(topic, "repartition", None, config))
+        names = (parents,) if isinstance(parents, str) else parents
+        self.topology.add_sink(sink, topic, *names, key_serde=key_serde, value_serde=value_serde)
+        self.topology.add_source(source, topic, key_serde=key_serde, value_serde=value_serde)
+        return source
+
+    def _new_repartition_topic(self, base_name: str, partitions: int | None) -> str:
         topic = repartition_short_name(base_name)
         if topic in self.topology.internal_topics:
             raise TopologyError(
@@ -121,10 +147,35 @@ class InternalBuilder:
                 topic, "repartition", partitions, {"cleanup.policy": "delete", "retention.ms": "-1"}
             )
         )
-        names = [self.new_name(p) for p in ("KSTREAM-FILTER-", "KSTREAM-SINK-", "KSTREAM-SOURCE-")]
+        return topic
+
+    def add_repartition(
+        self,
+        parent: str,
+        base_name: str,
+        key_serde: Serde[Any] | None,
+        value_serde: Serde[Any] | None,
+        *,
+        user_named: bool | None = None,
+        partitions: int | None = None,
+        partitioner: Any = None,
+        drop_null_keys: bool = True,
+    ) -> str:
+        """Insert null-key filter -> sink -> `<base>-repartition` -> source; returns the source's name.
+        Nodes are named `<base>-repartition-filter/-sink/-source` unless the base looks generated
+        (`KSTREAM...-<10 digits>`, Java's test; `user_named` overrides it for foreign-key joins).
+        `drop_null_keys=False` keeps null keys (a left foreign-key join's subscription with a null
+        foreign key must travel on, KIP-962); the filter node is then a pass-through."""
+        topic = self._new_repartition_topic(base_name, partitions)
+        # Java's createRepartitionedSource: sink, filter and source numbers are used up in that order, named
+        # or not, so the nodes after a repartition are numbered as in Java
+        sink, filter_name, source = (
+            self.new_name(p) for p in ("KSTREAM-SINK-", "KSTREAM-FILTER-", "KSTREAM-SOURCE-")
+        )
+        if user_named is None:  # Java's rule: a base that looks generated keeps generated node names
+            user_named = _GENERATED.fullmatch(base_name) is None
         if user_named:
-            names = [f"{topic}-filter", f"{topic}-sink", f"{topic}-source"]
-        filter_name, sink, source = names
+            sink, filter_name, source = f"{topic}-sink", f"{topic}-filter", f"{topic}-source"
         self.topology.add_processor(
             filter_name, lambda: NullKeyFilter(filter_name, enabled=drop_null_keys), parent
         )

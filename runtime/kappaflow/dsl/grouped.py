@@ -70,8 +70,9 @@ class KGroupedStream(Generic[K, V]):
     ) -> KTable[K, Any]:
         builder = self._builder
         mat = Materialized.of(materialized)
-        node = builder.new_name(prefix)
+        # Java names the store (MaterializedInternal) before the processor
         store_name = mat.name or builder.new_name("KSTREAM-AGGREGATE-STATE-STORE-")
+        node = builder.new_name(prefix)
         parent = self.node
         if self.repartition_required:
             base = self.grouped_name or store_name
@@ -80,7 +81,6 @@ class KGroupedStream(Generic[K, V]):
                 base,
                 self.key_serde,
                 self.value_serde,
-                user_named=self.grouped_name is not None or mat.name is not None,
             )
         return aggregate_table(
             builder,
@@ -224,20 +224,20 @@ class CogroupedKStream(Generic[K, VA]):
         for grouped, aggregator in self._inputs:
             node = grouped.node
             if grouped.repartition_required:
-                base = grouped.grouped_name or f"{store_name}-{node}"
+                base = grouped.grouped_name or store_name  # Java: one topic per store
                 serde = key_serde or grouped.key_serde
-                named = grouped.grouped_name is not None
-                node = builder.add_repartition(node, base, serde, grouped.value_serde, user_named=named)
+                node = builder.add_repartition(node, base, serde, grouped.value_serde)
             parents.append((node, aggregator))
         copartition(builder, *(node for node, _ in parents))
+        # Java's CogroupedStreamAggregateBuilder: one aggregate per input, then the merge, numbered in order
+        names = [builder.new_name("COGROUPKSTREAM-AGGREGATE-") for _ in parents]
         merge = builder.new_name("COGROUPKSTREAM-MERGE-")
         table: KTable[Any, Any] = KTable(
             builder, merge, result_key_serde(key_serde), mat.value_serde, store_name, parent=None
         )
         send_old = table.send_old_values_enabled
         aggregates = []
-        for parent, aggregator in parents:
-            name = builder.new_name("COGROUPKSTREAM-AGGREGATE-")
+        for name, (parent, aggregator) in zip(names, parents, strict=True):
 
             def make(name: str = name, aggregator: Aggregator = aggregator) -> Any:
                 return processor(store_name, send_old, name, aggregator)

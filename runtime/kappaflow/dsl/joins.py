@@ -405,25 +405,33 @@ def stream_stream_join(
     left_node, right_node = left.node, right.node
     if left.repartition_required:
         base = f"{name}-left" if name else left_node
-        left_node = builder.add_repartition(left_node, base, key_serde, left_serde, user_named=bool(name))
+        left_node = builder.add_repartition(left_node, base, key_serde, left_serde)
     if right.repartition_required:
         base = f"{name}-right" if name else right_node
-        right_node = builder.add_repartition(right_node, base, key_serde, right_serde, user_named=bool(name))
+        right_node = builder.add_repartition(right_node, base, key_serde, right_serde)
     copartition(builder, left_node, right_node)
 
     topology = builder.topology
-    this_windowed = builder.new_name("KSTREAM-WINDOWED-")
-    other_windowed = builder.new_name("KSTREAM-WINDOWED-")
-    this_join = builder.new_name("KSTREAM-OUTERTHIS-" if kind == "outer" else "KSTREAM-JOINTHIS-")
-    other_join = builder.new_name("KSTREAM-JOINOTHER-" if kind == "inner" else "KSTREAM-OUTEROTHER-")
-    merge = builder.new_name("KSTREAM-MERGE-")
-    this_store = f"{name}-this-join-store" if name else f"{this_join}-store"
-    other_store = f"{name}-other-join-store" if name else f"{other_join}-store"
+    # Java's KStreamImplJoin naming: a user's name names the processors (`<name>-this-windowed`, ...) and the
+    # stores (`<name>-this-join-store`, ...); generated names use up numbers in the same order either way
+    right_outer, left_outer = kind == "outer", kind != "inner"
+    this_suffix = "-outer-this-join" if right_outer else "-this-join"
+    other_suffix = "-outer-other-join" if left_outer else "-other-join"
+    this_windowed = builder.name_or_new(name and f"{name}-this-windowed", "KSTREAM-WINDOWED-")
+    other_windowed = builder.name_or_new(name and f"{name}-other-windowed", "KSTREAM-WINDOWED-")
+    this_prefix = "KSTREAM-OUTERTHIS-" if right_outer else "KSTREAM-JOINTHIS-"
+    this_generated = builder.new_name(this_prefix)
+    other_generated = builder.new_name("KSTREAM-OUTEROTHER-" if left_outer else "KSTREAM-JOINOTHER-")
+    this_join = f"{name}{this_suffix}" if name else this_generated
+    other_join = f"{name}{other_suffix}" if name else other_generated
+    merge = builder.name_or_new(name and f"{name}-merge", "KSTREAM-MERGE-")
+    this_store = f"{name}{this_suffix}-store" if name else f"{this_generated}-store"
+    other_store = f"{name}{other_suffix}-store" if name else f"{other_generated}-store"
     outer_store = None
-    if kind != "inner":
-        outer_store = (
-            f"{name}-outer-shared-join-store" if name else builder.new_name("KSTREAM-OUTERSHARED-") + "-store"
-        )
+    if left_outer:
+        shared_suffix = "-outer-shared-join" if right_outer else "-left-shared-join"
+        number = this_generated[len(this_prefix) :]
+        outer_store = f"{name}{shared_suffix}-store" if name else f"KSTREAM-OUTERSHARED-{number}-store"
     retention = windows.before_ms + windows.after_ms + windows.grace_ms
     size = windows.before_ms + windows.after_ms
     mat = Materialized(caching=False, store_type="memory" if store_type == "memory" else "rocksdb")

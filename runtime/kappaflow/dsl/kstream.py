@@ -17,13 +17,13 @@ from typing import Any, Generic, overload
 from kappaflow.api.errors import TopologyError
 from kappaflow.api.processor import Processor
 from kappaflow.api.serdes import Serde
+from kappaflow.dsl.branched import BranchedKStream
 from kappaflow.dsl.graph import InternalBuilder
 from kappaflow.dsl.grouped import KGroupedStream
 from kappaflow.dsl.joins import stream_stream_join
 from kappaflow.dsl.ktable import GlobalKTable, KTable
 from kappaflow.dsl.options import Grouped, Joined, Materialized, Produced, Repartitioned
 from kappaflow.dsl.stream_processors import (
-    BranchProcessor,
     CallableProcessorAdapter,
     FilterProcessor,
     FixedKeyProcessorAdapter,
@@ -39,6 +39,7 @@ from kappaflow.dsl.stream_processors import (
 from kappaflow.dsl.table_joins import stream_global_table_join, stream_table_join
 from kappaflow.dsl.table_processors import KTableSourceProcessor
 from kappaflow.dsl.typevars import KR, VR, K, V
+from kappaflow.dsl.value_getters import on_demand_store_getter
 from kappaflow.topology.nodes import StreamPartitioner, TopicNameExtractor
 
 
@@ -196,15 +197,16 @@ class KStream(Generic[K, V]):
 
     def split(self, prefix: str | None = None) -> BranchedKStream[K, V]:
         """Branch the stream: `.branch(predicate, Branched...)` routes each record to the first branch whose
-        predicate matches, `.default_branch()` takes the rest (Java's `split()`)."""
-        node = self._builder.new_name("KSTREAM-BRANCH-")
-        return BranchedKStream(self, node, prefix if prefix is not None else f"{node}-")
+        predicate matches, `.default_branch()` takes the rest (Java's `split(Named.as(prefix))`: `prefix`
+        names the splitter node and prefixes every branch's name)."""
+        splitter = self._builder.name_or_new(prefix, "KSTREAM-BRANCH-")
+        return BranchedKStream(self, splitter)
 
     def merge(self, other: KStream[K, V], *, name: str | None = None) -> KStream[K, V]:
         """One stream of the records of this stream and `other`, in the order they arrive."""
         if other._builder is not self._builder:
             raise TopologyError("cannot merge streams from different StreamsBuilders")
-        node = name or self._builder.new_name("KSTREAM-MERGE-")
+        node = self._builder.name_or_new(name, "KSTREAM-MERGE-")
         self._builder.topology.add_processor(node, PassThroughProcessor, self.node, other.node)
         same_key = self.key_serde == other.key_serde
         same_value = self.value_serde == other.value_serde
@@ -239,7 +241,6 @@ class KStream(Generic[K, V]):
             base,
             key_serde,
             value_serde,
-            user_named=user_name is not None,
             partitions=partitions,
             partitioner=opts.partitioner,
         )
@@ -257,7 +258,7 @@ class KStream(Generic[K, V]):
         """Write each record to `topic` (or to the topic a `TopicNameExtractor` callable names) with the given
         serdes and optional partitioner: a terminal operation."""
         opts = produced or Produced()
-        name = opts.name or self._builder.new_name("KSTREAM-SINK-")
+        name = self._builder.name_or_new(opts.name, "KSTREAM-SINK-")
         self._builder.topology.add_sink(
             name,
             topic,
@@ -277,21 +278,23 @@ class KStream(Generic[K, V]):
         parent = self.node
         key_serde = mat.key_serde or self.key_serde
         value_serde = mat.value_serde or self.value_serde
-        if self.repartition_required:
-            base = mat.name or builder.new_name("KSTREAM-TOTABLE-")
-            parent = builder.add_repartition(
-                parent, base, key_serde, value_serde, user_named=mat.name is not None
-            )
-        node = name or builder.new_name("KSTREAM-TOTABLE-")
+        # Java's toTable: the processor's name (a number used even when named), the store's, then a
+        # repartition named after the processor
+        node = builder.name_or_new(name, "KSTREAM-TOTABLE-")
         store_name = mat.name or builder.new_name("KSTREAM-TOTABLE-STATE-STORE-")
-        table: KTable[K, V] = KTable(builder, node, key_serde, value_serde, store_name, parent=None)
+        if self.repartition_required:
+            parent = builder.add_repartition(parent, node, key_serde, value_serde)
+        store = builder.kv_store_builder(mat, store_name, key_serde, value_serde)
+        # unnamed, it is Java's unmaterialized table source: no store (nor cache, nor changelog) until needed
+        getter = None if mat.name is not None else on_demand_store_getter(store)
+        table: KTable[K, V] = KTable(
+            builder, node, key_serde, value_serde, store_name, parent=None, getter=getter
+        )
         table.materialized = mat.name is not None
         builder.topology.add_processor(
             node, lambda: KTableSourceProcessor(store_name, table.send_old_values_enabled, node), parent
         )
-        builder.topology.add_state_store(
-            builder.kv_store_builder(mat, store_name, key_serde, value_serde), node
-        )
+        builder.topology.add_state_store(store, node)
         return table
 
     # ----------------------------------------------------------------- grouping
@@ -450,49 +453,3 @@ def _adapt(supplier: Callable[..., Any]) -> Callable[[], Processor[Any, Any]]:
         raise TopologyError(f"process(): the supplier returned {made!r}, which is not a Processor")
 
     return make
-
-
-class BranchedKStream(Generic[K, V]):
-    """`split(prefix).branch(predicate, name=...)...default_branch(name=...)` -> dict of streams."""
-
-    def __init__(self, parent: KStream[K, V], node: str, prefix: str) -> None:
-        self._parent = parent
-        self._node = node
-        self._prefix = prefix
-        self._predicates: list[Callable[[K, V], bool]] = []
-        self._children: list[str] = []
-        self._default: list[str] = []
-        self._result: dict[str, KStream[K, V]] = {}
-        predicates, children, default = self._predicates, self._children, self._default
-        parent._builder.topology.add_processor(
-            node, lambda: BranchProcessor(predicates, children, default[0] if default else None), parent.node
-        )
-
-    def _child(self, name: str) -> KStream[K, V]:
-        full = self._prefix + name
-        if full in self._result:
-            raise TopologyError(f"split(): branch '{full}' is defined twice")
-        builder = self._parent._builder
-        builder.topology.add_processor(full, PassThroughProcessor, self._node)
-        stream: KStream[K, V] = KStream(
-            builder, full, self._parent.key_serde, self._parent.value_serde, self._parent.repartition_required
-        )
-        self._result[full] = stream
-        return stream
-
-    def branch(self, predicate: Callable[[K, V], bool], *, name: str | None = None) -> BranchedKStream[K, V]:
-        if self._default:
-            raise TopologyError("split(): branch() after default_branch()")
-        label = name if name is not None else str(len(self._predicates) + 1)
-        stream = self._child(label)
-        self._predicates.append(predicate)
-        self._children.append(stream.node)
-        return self
-
-    def default_branch(self, *, name: str | None = None) -> dict[str, KStream[K, V]]:
-        stream = self._child(name if name is not None else "0")
-        self._default.append(stream.node)
-        return dict(self._result)
-
-    def no_default_branch(self) -> dict[str, KStream[K, V]]:
-        return dict(self._result)

@@ -141,11 +141,11 @@ class KTable(Generic[K, V]):
     ) -> KTable[Any, Any]:
         builder = self._builder
         mat = Materialized.of(materialized) if materialized is not None else None
-        node = builder.new_name(prefix)
         store_name: str | None = None
-        if mat is not None:
+        if mat is not None:  # Java names the store (MaterializedInternal) before the processor
             store_name = mat.name or builder.new_name(f"{prefix}STATE-STORE-")
             value_serde = mat.value_serde or value_serde
+        node = builder.new_name(prefix)
         parent_getter = self.value_getter_supplier
 
         def bind(context: ProcessorContext) -> ValueGetter:
@@ -243,10 +243,10 @@ class KTable(Generic[K, V]):
         per task; `store_names` are connected so `init` can fetch them from its context."""
         builder = self._builder
         mat = Materialized.of(materialized) if materialized is not None else None
-        node = name or builder.new_name("KTABLE-TRANSFORMVALUES-")
-        store_name = (
+        store_name = (  # Java names the store before the processor, and a named processor uses a number
             None if mat is None else mat.name or builder.new_name("KTABLE-TRANSFORMVALUES-STATE-STORE-")
         )
+        node = builder.name_or_new(name, "KTABLE-TRANSFORMVALUES-")
         parent_getter = self.value_getter_supplier
 
         def bind(context: ProcessorContext) -> ValueGetter:
@@ -423,13 +423,7 @@ class KGroupedTable(Generic[K, V]):
         mat = Materialized.of(materialized)
         store_name = mat.name or builder.new_name("KTABLE-AGGREGATE-STATE-STORE-")
         base = self.grouped_name or store_name
-        parent = builder.add_repartition(
-            self.node,
-            base,
-            self.key_serde,
-            ChangeSerde(self.value_serde),
-            user_named=self.grouped_name is not None or mat.name is not None,
-        )
+        parent = builder.add_table_repartition(self.node, base, self.key_serde, ChangeSerde(self.value_serde))
         node = builder.new_name(prefix)
         return aggregate_table(
             builder,

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any, Literal
 
+from kappaflow.api.offset_reset import AutoOffsetReset
 from kappaflow.api.processor import to_millis
 from kappaflow.api.serdes import Serde
 from kappaflow.api.time import TimestampExtractor
@@ -141,10 +142,17 @@ class Consumed:
     value_serde: Serde[Any] | None = None
     timestamp_extractor: TimestampExtractor | None = None
     name: str | None = None
+    offset_reset: AutoOffsetReset | None = None
 
     @staticmethod
     def with_(key_serde: Serde[Any] | None, value_serde: Serde[Any] | None) -> Consumed:
         return Consumed(key_serde, value_serde)
+
+    def with_offset_reset_policy(self, policy: AutoOffsetReset) -> Consumed:
+        """KIP-1106: where this source starts on partitions its group never committed."""
+        if not isinstance(policy, AutoOffsetReset):
+            raise TypeError(f"Consumed.with_offset_reset_policy: expected an AutoOffsetReset, got {policy!r}")
+        return replace(self, offset_reset=policy)
 
 
 @dataclass(frozen=True)

@@ -125,13 +125,13 @@ class SessionWindowedKStream(Generic[K, V]):
     ) -> KTable[Windowed[K], Any]:
         grouped, builder, windows = self._grouped, self._builder, self.windows
         mat = Materialized.of(materialized)
-        node = builder.new_name(prefix)
+        # Java names the store (MaterializedInternal) before the processor
         store_name = mat.name or builder.new_name("KSTREAM-AGGREGATE-STATE-STORE-")
+        node = builder.new_name(prefix)
         parent = grouped.node
         if grouped.repartition_required:
             parent = builder.add_repartition(
                 parent, grouped.grouped_name or store_name, grouped.key_serde, grouped.value_serde,
-                user_named=grouped.grouped_name is not None or mat.name is not None,
             )  # fmt: skip
         key_serde = mat.key_serde or grouped.key_serde
         value_serde = mat.value_serde or default_value_serde

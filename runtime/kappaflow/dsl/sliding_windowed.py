@@ -209,15 +209,13 @@ class SlidingWindowedKStream(Generic[K, V]):
     ) -> KTable[Windowed[K], Any]:
         grouped, builder, windows = self._grouped, self._builder, self.windows
         mat = Materialized.of(materialized)
-        node = builder.new_name(prefix)
+        # Java names the store (MaterializedInternal) before the processor
         store_name = mat.name or builder.new_name("KSTREAM-AGGREGATE-STATE-STORE-")
+        node = builder.new_name(prefix)
         parent = grouped.node
         if grouped.repartition_required:
-            named = grouped.grouped_name is not None or mat.name is not None
             base = grouped.grouped_name or store_name
-            parent = builder.add_repartition(
-                parent, base, grouped.key_serde, grouped.value_serde, user_named=named
-            )
+            parent = builder.add_repartition(parent, base, grouped.key_serde, grouped.value_serde)
         key_serde = mat.key_serde or grouped.key_serde
         value_serde = mat.value_serde or default_value_serde
         diff = windows.time_difference_ms

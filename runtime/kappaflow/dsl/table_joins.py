@@ -124,12 +124,12 @@ def stream_table_join(
     """Wire `stream.join/left_join(table, joiner)`; returns the join node (its records keep the key)."""
     builder: InternalBuilder = stream._builder
     node = stream.node
-    if stream.repartition_required:
-        node = builder.add_repartition(node, node, stream.key_serde or table.key_serde, stream.value_serde,
-                                       user_named=False)  # fmt: skip
-    copartition(builder, node, table.node)
     opts = joined or Joined()
-    name = opts.name or builder.new_name("KSTREAM-LEFTJOIN-" if left else "KSTREAM-JOIN-")
+    if stream.repartition_required:  # Java's repartitionForJoin: the topic is named after the join if named
+        node = builder.add_repartition(node, opts.name or node, stream.key_serde or table.key_serde,
+                                       stream.value_serde)  # fmt: skip
+    copartition(builder, node, table.node)
+    name = builder.name_or_new(opts.name, "KSTREAM-LEFTJOIN-" if left else "KSTREAM-JOIN-")
     getter = table.value_getter_supplier
     adapted = adapt_joiner(joiner)
     buffer = None if opts.grace_period_ms is None else f"{name}-Buffer"
@@ -156,7 +156,7 @@ def stream_global_table_join(
 ) -> str:
     """Wire `stream.join/left_join(global_table, key_mapper, joiner)`; returns the join node."""
     builder: InternalBuilder = stream._builder
-    name = builder.new_name("KSTREAM-LEFTJOIN-" if left else "KSTREAM-JOIN-")
+    name = builder.new_name("KSTREAM-LEFTJOIN-")  # Java's globalTableJoin: LEFTJOIN for an inner join too
     store_name = table.store_name
 
     def bind(context: ProcessorContext) -> ValueGetter:
@@ -244,11 +244,13 @@ def table_table_join(
         raise TopologyError("cannot join tables from different StreamsBuilders")
     copartition(builder, left.node, right.node)
     adapted = adapt_joiner(joiner)
-    this_name = builder.new_name("KTABLE-OUTERTHIS-" if kind == "outer" else "KTABLE-JOINTHIS-")
-    other_name = builder.new_name("KTABLE-JOINOTHER-" if kind == "inner" else "KTABLE-OUTEROTHER-")
-    merge = builder.new_name("KTABLE-MERGE-")
+    # Java's KTableImpl.join/doJoin: the store's number first, then merge, this and other (JOINTHIS and
+    # JOINOTHER for every kind of join)
     mat = Materialized.of(materialized) if materialized is not None else None
-    store_name = None if mat is None else (mat.name or builder.new_name("KTABLE-JOINTHIS-STATE-STORE-"))
+    store_name = None if mat is None else (mat.name or builder.new_name("KTABLE-MERGE-STATE-STORE-"))
+    merge = builder.new_name("KTABLE-MERGE-")
+    this_name = builder.new_name("KTABLE-JOINTHIS-")
+    other_name = builder.new_name("KTABLE-JOINOTHER-")
     lg, rg = left.value_getter_supplier, right.value_getter_supplier
     # both sides need the other side's old values to retract previous results
     left.enable_send_old_values()

@@ -22,9 +22,10 @@ from kappaflow.api.processor import (
     TaskId,
     ValueTransformerWithKey,
 )
-from kappaflow.api.record import Record, RecordMetadata
+from kappaflow.api.record import Headers, Record, RecordMetadata
 from kappaflow.dsl.change import Change
 from kappaflow.dsl.table_processors import _Stateful
+from kappaflow.state.api import RecordContext
 from kappaflow.state.timestamped import ValueAndTimestamp
 
 if TYPE_CHECKING:
@@ -34,10 +35,46 @@ TransformerSupplier = Callable[[], ValueTransformerWithKey[Any, Any, Any]]
 
 
 class ForwardingDisabledContext:
-    """The task's context, minus `forward`: what a value transformer is given."""
+    """The task's context, minus `forward`, plus the old-style record accessors (`topic()` ...
+    `headers()`, Java's `processor.ProcessorContext`): what a value transformer is given. The processor
+    hands it each record before transforming; a value getter's transformer reads the task's record."""
 
     def __init__(self, inner: ProcessorContext) -> None:
         self._inner = inner
+        self._record: Record[Any, Any] | None = None
+
+    def use_record(self, record: Record[Any, Any] | None) -> None:
+        """The record being transformed (None outside one)."""
+        self._record = record
+
+    def topic(self) -> str | None:
+        metadata = self._inner.record_metadata()
+        return metadata.topic if metadata is not None and metadata.topic else None
+
+    def partition(self) -> int:
+        metadata = self._inner.record_metadata()
+        return metadata.partition if metadata is not None and metadata.topic else -1
+
+    def offset(self) -> int:
+        metadata = self._inner.record_metadata()
+        return metadata.offset if metadata is not None and metadata.topic else -1
+
+    def timestamp(self) -> int:
+        if self._record is not None:
+            return self._record.timestamp
+        current = self._task_record()
+        return -1 if current is None else current.timestamp
+
+    def headers(self) -> Headers:
+        if self._record is not None:
+            return self._record.headers
+        current = self._task_record()
+        return Headers() if current is None else current.headers
+
+    def _task_record(self) -> RecordContext | None:
+        """The task's current record context (a value getter runs inside another node's record)."""
+        read = getattr(self._inner, "record_context", None)
+        return read() if callable(read) else None
 
     @property
     def application_id(self) -> str:
@@ -88,16 +125,19 @@ class KTableTransformValuesProcessor(_Stateful):
 
     def init(self, context: ProcessorContext) -> None:
         super().init(context)
-        self.transformer.init(ForwardingDisabledContext(context))
+        self.transformer_context = ForwardingDisabledContext(context)
+        self.transformer.init(self.transformer_context)
 
     def process(self, record: Record[Any, Change[Any]]) -> None:
         change = record.value
+        self.transformer_context.use_record(record)
         new = self.transformer.transform(record.key, change.new_value)
         if self.store_name is not None:
             previous = self.store.get(record.key) if self.send_old() else None
             old = None if previous is None else previous.value
         else:
             old = self.transformer.transform(record.key, change.old_value) if self.send_old() else None
+        self.transformer_context.use_record(None)
         self._emit(record, new, old, record.timestamp)
 
     def close(self) -> None:

@@ -71,13 +71,19 @@ def store_getter(store_name: str) -> ValueGetterSupplier:
 def on_demand_store_getter(store: KeyValueStoreBuilder[Any, Any]) -> ValueGetterSupplier:
     """The getter of an unnamed `builder.table`, which has no store in Java until something needs its
     values (a join, a re-grouping): until then it forwards every update as it comes, without a record
-    cache. kappaflow keeps the store (for old values) but caches it only once it is materialized."""
-    caching = store.caching_enabled
+    cache. kappaflow keeps the store (for old values) but caches, logs and describes it only once it is
+    materialized."""
+    caching, logging, log_config = store.caching_enabled, store.logging_enabled, dict(store.log_config)
     store.caching_enabled = False
+    store.with_logging_disabled()  # no changelog topic Java would not have either
+    store.described = False
     name = store.name
 
     def materialize() -> None:
         store.caching_enabled = caching
+        if logging:
+            store.with_logging_enabled(log_config)
+        store.described = True
 
     def bind(context: ProcessorContext) -> ValueGetter:
         return context.get_state_store(name).get  # type: ignore[no-any-return]

@@ -120,8 +120,9 @@ class TimeWindowedKStream(Generic[K, V]):
         grouped = self._grouped
         builder = self._builder
         mat = Materialized.of(materialized)
-        node = builder.new_name(prefix)
+        # Java names the store (MaterializedInternal) before the processor
         store_name = mat.name or builder.new_name("KSTREAM-AGGREGATE-STATE-STORE-")
+        node = builder.new_name(prefix)
         parent = grouped.node
         if grouped.repartition_required:
             parent = builder.add_repartition(
@@ -129,7 +130,6 @@ class TimeWindowedKStream(Generic[K, V]):
                 grouped.grouped_name or store_name,
                 grouped.key_serde,
                 grouped.value_serde,
-                user_named=grouped.grouped_name is not None or mat.name is not None,
             )
         key_serde = mat.key_serde or grouped.key_serde
         value_serde = mat.value_serde or default_value_serde

@@ -90,7 +90,10 @@ def assemble(
         global_state.stores if global_state is not None else None,
     )  # fmt: skip
     incremental = is_consumer_protocol(settings["consumer"])
-    rebalance = RebalanceHandler(tasks, producer, commit, on_assignment, state_lock, incremental)
+    policies = topology.offset_reset_policies()  # user topics: their names need no resolving
+    rebalance = RebalanceHandler(
+        tasks, producer, commit, on_assignment, state_lock, incremental, policies, now_ms
+    )
     app_id, subs = config.application_id, topology.sub_topologies()
     standbys = StandbyPlacer(
         tasks,

@@ -15,13 +15,16 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
 from kappaflow.api.errors import StreamsError, TaskMigratedError, TransactionAbortedError
+from kappaflow.api.offset_reset import AutoOffsetReset
 from kappaflow.api.processor import TaskId
 from kappaflow.clients.kafka import ProductionError
+from kappaflow.runner.offset_reset import resolve_start_offsets
 from kappaflow.runner.producer import StreamsProducer
 from kappaflow.runner.retry import retry_unreachable
 from kappaflow.runner.tasks import TaskManager
@@ -39,10 +42,14 @@ class RebalanceHandler:
         on_change: Callable[[bool], None],
         state_lock: threading.RLock,
         incremental: bool,
+        reset_policies: Mapping[str, AutoOffsetReset] | None = None,
+        clock_ms: Callable[[], int] | None = None,
     ) -> None:
         """`commit()` commits every running task; `on_change(assigned)` is told after each change,
         with True once an assignment (possibly empty) is in force."""
         self._tasks = tasks
+        self._reset_policies = dict(reset_policies or {})  # KIP-1106, by resolved input topic
+        self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self._producer = producer
         self._commit = commit
         self._on_change = on_change
@@ -101,6 +108,8 @@ class RebalanceHandler:
                 managed = self._tasks.create_active(task_id)
                 if managed.task.state is TaskState.RESTORING:
                     restoring.extend(self.partitions_of(task_id))
+        if self._reset_policies:  # partitions never committed start where their source's policy says
+            resolve_start_offsets(consumer, partitions, self._reset_policies, self._clock_ms(), 30.0)
         if self._incremental:
             consumer.incremental_assign(partitions)
         else:

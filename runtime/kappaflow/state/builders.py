@@ -73,6 +73,9 @@ class KeyValueStoreBuilder(Generic[K, V]):
     logging_enabled: bool = True
     log_config: dict[str, str] = field(default_factory=dict)
     store_kind: str = "key_value"
+    # False for a store Java does not have: an unnamed `builder.table()`'s private store until something
+    # needs its values; describe() leaves it out and, with logging off until then, it has no changelog
+    described: bool = True
 
     @property
     def name(self) -> str:

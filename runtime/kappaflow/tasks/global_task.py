@@ -15,6 +15,7 @@ from kappaflow.api.errors import StreamsError
 from kappaflow.api.metrics import Metrics
 from kappaflow.api.processor import TaskId
 from kappaflow.api.record import Record
+from kappaflow.api.wrapper import configured_wrapper, wrapped_supplier
 from kappaflow.state.api import RecordContext
 from kappaflow.tasks.collector import RecordCollector
 from kappaflow.tasks.context import ProcessorContextImpl
@@ -53,6 +54,7 @@ class GlobalTask:
         self.stores: dict[str, Any] = {}
         self.sources: dict[str, SourceNode] = {}
         self._processors: list[ProcessorNode] = []
+        wrapper = configured_wrapper(config)  # KIP-1112: global store processors are wrapped too
         for name, spec in topology.global_stores.items():
             key_serde = resolve_serde(spec.source.key_serde, config, "default.key.serde")
             value_serde = resolve_serde(spec.source.value_serde, config, "default.value.serde")
@@ -60,7 +62,8 @@ class GlobalTask:
                 raise StreamsError(f"global store '{name}' has no key or value serde")
             source = SourceNode(spec.source, key_serde, value_serde, spec.source.timestamp_extractor)
             source.bind(self.context)
-            processor = ProcessorNode(spec.processor.name, spec.processor.supplier())
+            supplier = wrapped_supplier(wrapper, spec.processor.name, spec.processor.supplier)
+            processor = ProcessorNode(spec.processor.name, supplier())
             source.add_child(processor)
             self.sources[spec.source.topics[0]] = source
             self._processors.append(processor)

@@ -28,6 +28,7 @@ from kappaflow.api.processor import TaskId
 from kappaflow.api.record import Headers, Record
 from kappaflow.api.serdes import Serde, is_utf8
 from kappaflow.api.time import ConsumedRecord, TimestampExtractor, record_timestamp
+from kappaflow.api.wrapper import configured_wrapper, wrapped_supplier
 from kappaflow.state.api import RecordContext
 from kappaflow.state.cache import ThreadCache
 from kappaflow.tasks import native
@@ -156,6 +157,7 @@ class StreamTask:
 
     def _build_nodes(self) -> None:
         config = self.config
+        wrapper = configured_wrapper(config)  # KIP-1112: every processor through the configured wrapper
         by_name: dict[str, ProcessorNode] = {}
         resolve = self._resolve_topic
         for spec in self.sub.nodes:
@@ -188,7 +190,7 @@ class StreamTask:
                 node = sink
             else:
                 assert isinstance(spec, ProcessorSpec)
-                node = ProcessorNode(spec.name, spec.supplier())
+                node = ProcessorNode(spec.name, wrapped_supplier(wrapper, spec.name, spec.supplier)())
             by_name[spec.name] = node
             self.nodes.append(node)
         for spec in self.sub.nodes:

@@ -11,27 +11,12 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from kappaflow.topology.nodes import NodeSpec, ProcessorSpec, SinkSpec, SourceSpec
+from kappaflow.topology.java_text import java_sections
+from kappaflow.topology.nodes import ProcessorSpec, SinkSpec, SourceSpec
 from kappaflow_contract.describe import SCHEMA_VERSION
 
 if TYPE_CHECKING:
     from kappaflow.topology.topology import Topology
-
-
-def _node_lines(node: NodeSpec) -> list[str]:
-    if isinstance(node, SourceSpec):
-        head = f"    Source: {node.name} (topics: [{', '.join(node.topics)}])"
-    elif isinstance(node, ProcessorSpec):
-        head = f"    Processor: {node.name} (stores: [{', '.join(node.stores)}])"
-    else:
-        topic = node.topic if isinstance(node.topic, str) else "<dynamic>"
-        head = f"    Sink: {node.name} (topic: {topic})"
-    lines = [head]
-    if not isinstance(node, SinkSpec):
-        lines.append(f"      --> {', '.join(node.children) if node.children else 'none'}")
-    if node.parents:
-        lines.append(f"      <-- {', '.join(node.parents)}")
-    return lines
 
 
 def _strings(config: dict[str, Any]) -> dict[str, str]:
@@ -43,19 +28,12 @@ class TopologyDescription:
         self.topology = topology
 
     def __str__(self) -> str:
-        lines = ["Topologies:"]
-        subs = self.topology.sub_topologies()
-        for sub in subs:
-            lines.append(f"   Sub-topology: {sub.id}")
-            for node in sub.nodes:
-                lines.extend(_node_lines(node))
-            lines.append("")
-        for offset, spec in enumerate(self.topology.global_stores.values()):
-            lines.append(f"  Sub-topology: {len(subs) + offset} for global store (will not generate tasks)")
-            lines.extend(_node_lines(spec.source))
-            lines.extend(_node_lines(spec.processor))
-            lines.append("")
-        return "\n".join(lines)
+        """Java's `TopologyDescription.toString()`: sub-topologies and global stores by their Java id, the
+        first after `"Topologies:\\n "`, each sub-topology followed by a blank line (a global store not)."""
+        parts = ["Topologies:\n "]
+        for section in java_sections(self.topology):
+            parts.append("  " + section)
+        return "".join(parts)
 
     def to_mermaid(self) -> str:
         def node_id(name: str) -> str:

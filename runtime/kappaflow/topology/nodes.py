@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kappaflow.api.offset_reset import AutoOffsetReset
 from kappaflow.api.processor import ProcessorSupplier
 from kappaflow.api.serdes import Serde
 from kappaflow.api.time import TimestampExtractor
@@ -29,6 +30,8 @@ class SourceSpec:
     timestamp_extractor: TimestampExtractor | None = None
     children: list[str] = field(default_factory=list)
     kind: str = "source"
+    # KIP-1106: where a partition without a committed offset starts; None follows auto.offset.reset
+    offset_reset: AutoOffsetReset | None = None
 
     @property
     def parents(self) -> list[str]:
@@ -78,6 +81,9 @@ class GlobalStoreSpec:
     store_name: str
     source: SourceSpec
     processor: ProcessorSpec
+    # how many nodes the topology held when the store was added: Java numbers sub-topologies and global
+    # stores together, in the order their first node was added, and describe() prints those numbers
+    position: int = 0
 
 
 @dataclass

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from kappaflow.api.errors import TopologyError
+from kappaflow.api.offset_reset import AutoOffsetReset
 from kappaflow.api.processor import ProcessorSupplier
 from kappaflow.api.serdes import Serde
 from kappaflow.api.time import TimestampExtractor
@@ -55,8 +56,10 @@ class Topology:
         key_serde: Serde[Any] | None = None,
         value_serde: Serde[Any] | None = None,
         timestamp_extractor: TimestampExtractor | None = None,
+        offset_reset: AutoOffsetReset | None = None,
     ) -> Topology:
-        """A source node `name` reading `topics` with these serdes (and timestamp extractor)."""
+        """A source node `name` reading `topics` with these serdes (and timestamp extractor); `offset_reset`
+        is where partitions never committed start (KIP-1106; None: `auto.offset.reset`)."""
         self._check_new(name)
         if not topics:
             raise TopologyError(f"source '{name}' must name at least one topic")
@@ -68,7 +71,9 @@ class Topology:
                 )
         for topic in topics:
             self._topic_sources[topic] = name
-        self.nodes[name] = SourceSpec(name, list(topics), key_serde, value_serde, timestamp_extractor)
+        self.nodes[name] = SourceSpec(
+            name, list(topics), key_serde, value_serde, timestamp_extractor, offset_reset=offset_reset
+        )
         self._changed()
         return self
 
@@ -154,7 +159,9 @@ class Topology:
         source = SourceSpec(source_name, [topic], key_serde, value_serde, timestamp_extractor)
         source.children.append(processor_name)
         processor = ProcessorSpec(processor_name, supplier, [source_name], [builder.name])
-        self.global_stores[builder.name] = GlobalStoreSpec(builder.name, source, processor)
+        self.global_stores[builder.name] = GlobalStoreSpec(
+            builder.name, source, processor, position=len(self.nodes)
+        )
         self.stores[builder.name] = builder
         self._changed()
         return self
@@ -271,6 +278,20 @@ class Topology:
             config.update(builder.log_config)
             result[name] = InternalTopicSpec(changelog_short_name(name), "changelog", None, config)
         return result
+
+    def offset_reset_policies(self) -> dict[str, AutoOffsetReset]:
+        """The user topics whose source set a reset policy (KIP-1106), by topic."""
+        return {
+            topic: node.offset_reset
+            for node in self.nodes.values()
+            if isinstance(node, SourceSpec) and node.offset_reset is not None
+            for topic in node.topics
+            if topic not in self.internal_topics
+        }
+
+    def undescribed_stores(self) -> set[str]:
+        """Stores kappaflow keeps where Java has none (see `KeyValueStoreBuilder.described`)."""
+        return {name for name, builder in self.stores.items() if not getattr(builder, "described", True)}
 
     def resolve_topic(self, topic: str, application_id: str) -> str:
         """The full name of `topic`: internal topics get the application id prefix, user topics stay."""

@@ -342,6 +342,9 @@ final class Topologies {
                 return ph;
             }
         }
+        if (family.startsWith("nm_")) {
+            return NamingTopologies.build(family, p);
+        }
         StreamsBuilder b = new StreamsBuilder();
         Map<String, String> outputs = out("out", "string");
         switch (family) {

@@ -1,0 +1,74 @@
+"""KIP-1111, `ensure.explicit.internal.resource.naming`: which internal topics and stores carry a generated
+name, and the refusal to build a topology that has any.
+
+Why it matters: a generated name holds a number that shifts whenever an operation is added upstream, and
+internal topic names are built from it, so an edited topology silently starts new, empty changelogs and
+repartition topics. Kafka Streams (4.1+) can refuse such topologies at build time; this is the same rule
+and the same message, decided from the topology alone (pure, no I/O).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from kappaflow.api.errors import TopologyError
+from kappaflow.topology.topology import Topology
+from kappaflow_contract.topics import changelog_short_name
+
+# a generated name ends in (or embeds, for names derived from one) the builder's 10-digit number
+_GENERATED = re.compile(r"-[0-9]{10}(-|$)")
+
+CONFIG_KEY = "ensure.explicit.internal.resource.naming"
+
+
+@dataclass(frozen=True)
+class UnnamedResources:
+    """The internal resources a user did not name, each list in the order the topology added them."""
+
+    changelog_topics: list[str]
+    state_stores: list[str]
+    repartition_topics: list[str]
+
+    def __bool__(self) -> bool:
+        return bool(self.changelog_topics or self.state_stores or self.repartition_topics)
+
+    def message(self) -> str:
+        """Java's wording, one line per kind of resource."""
+        lines = []
+        if self.changelog_topics:
+            lines.append(
+                f"Following changelog topic(s) has not been named: {', '.join(self.changelog_topics)}"
+            )
+        if self.state_stores:
+            lines.append(f"Following state store(s) has not been named: {', '.join(self.state_stores)}")
+        if self.repartition_topics:
+            lines.append(
+                f"Following repartition topic(s) has not been named: {', '.join(self.repartition_topics)}"
+            )
+        return "\n".join(lines)
+
+
+def unnamed_internal_resources(topology: Topology) -> UnnamedResources:
+    """The stores (global ones included; their changelogs) and repartition topics whose names were
+    generated, in the order they were added (Java lists them so). An unnamed table's private store
+    counts although kappaflow builds it quietly: Java refuses that table too (a later join would give
+    it a generated changelog)."""
+    unlogged_private = topology.undescribed_stores()
+    logged = set(topology.changelog_topics()) | unlogged_private
+    # global stores count too (their topic is their log: no changelog to list)
+    stores = [n for n in topology.stores if _GENERATED.search(n)]
+    changelogs = [changelog_short_name(name) for name in stores if name in logged]
+    repartitions = [name for name in topology.internal_topics if _GENERATED.search(name)]
+    return UnnamedResources(changelogs, stores, repartitions)
+
+
+def ensure_explicit_naming(topology: Topology) -> None:
+    """Raise a `TopologyError` naming every generated internal topic and store, if there is one."""
+    unnamed = unnamed_internal_resources(topology)
+    if unnamed:
+        raise TopologyError(
+            f"{CONFIG_KEY} is true, but some internal resources have generated names (name them with "
+            "Materialized.as_, Grouped.as_, Repartitioned.as_, Joined/StreamJoined names):\n"
+            + unnamed.message()
+        )
