@@ -67,7 +67,16 @@ def campaign(call: str, restarts: int, threads: int) -> int:
         for _ in range(30):
             member.poll(0.2)
         reader = subprocess.Popen(
-            [sys.executable, "-m", "tests.kafka.group_view_hammer", "--read", broker.bootstrap_servers, group, str(threads), call]
+            [
+                sys.executable,
+                "-m",
+                "tests.kafka.group_view_hammer",
+                "--read",
+                broker.bootstrap_servers,
+                group,
+                str(threads),
+                call,
+            ]
         )
         try:
             for n in range(restarts):

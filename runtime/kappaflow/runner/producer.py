@@ -99,6 +99,7 @@ def _resumed(what: str, call: Callable[[float], None], budget_s: float) -> None:
     attempts = 0
     while True:
         remaining = deadline - time.monotonic()
+        log.debug("%s: calling librdkafka (attempt %d)", what, attempts + 1)  # the last action before a crash
         try:
             call(max(0.001, min(remaining, RESUME_SLICE_S)))
             if attempts:
@@ -161,6 +162,7 @@ class StreamsProducer:
     def _create_one(self, settings: dict[str, Any]) -> Producer:
         producer = self._factory(dict(settings))
         if self.exactly_once:
+            log.debug("initializing the transactional producer: calling librdkafka")
             retry_unreachable(
                 "initializing the transactional producer",
                 lambda: producer.init_transactions(self._api_timeout_s),
@@ -303,6 +305,7 @@ class StreamsProducer:
             return
         self._in_transaction = False
         producer, timeout = self.producer, self._api_timeout_s
+        log.debug("aborting the transaction: calling librdkafka")
         try:
             self._start(lambda: producer.abort_transaction(timeout)).wait("aborting the transaction")
         except (KafkaException, SystemError, ProducerFencedError) as exc:
