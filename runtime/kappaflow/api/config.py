@@ -54,6 +54,7 @@ INT_KEYS = {
     "metrics.port",
     "repartition.purge.interval.ms",
     "default.api.timeout.ms",
+    "kappaflow.hanging.transaction.ms",
 }
 BOOL_KEYS = {
     "query.http.enabled",

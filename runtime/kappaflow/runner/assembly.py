@@ -18,6 +18,7 @@ from kappaflow.clients.kafka import KafkaRecordCollector, WatermarkReader, is_co
 from kappaflow.runner.changelog_reader import ChangelogReader
 from kappaflow.runner.commit import Committer
 from kappaflow.runner.global_state import GlobalStateUpdater
+from kappaflow.runner.open_transactions import hanging_after_s
 from kappaflow.runner.producer import StreamsProducer, production_handler
 from kappaflow.runner.rebalance import RebalanceHandler
 from kappaflow.runner.retry import retry_unreachable
@@ -79,9 +80,14 @@ def assemble(
         global_state = GlobalStateUpdater(topology, config, collector, metrics, settings["restore"], now_ms)
         global_state.bootstrap()
     bounds = WatermarkReader(settings["restore"])
-    reader = ChangelogReader(
-        new_consumer(settings["restore"]), metrics, bounds, api_timeout_s, admin.topic_ids
+    hanging_s = hanging_after_s(
+        config.get_int("kappaflow.hanging.transaction.ms"),
+        int(settings["producer"].get("transaction.timeout.ms", 60000)),
     )
+    reader = ChangelogReader(
+        new_consumer(settings["restore"]), metrics, bounds, api_timeout_s, admin.topic_ids,
+        hanging_s if config.exactly_once else None,
+    )  # fmt: skip
     cache = ThreadCache(config.get_int("statestore.cache.max.bytes"))
     tasks = TaskManager(
         topology, config, collector, cache, metrics, reader, now_ms,

@@ -412,7 +412,15 @@ class KafkaStreams:
     def _describe(self) -> dict[str, Any]:
         active, standby = self.local_task_ids()
         threads = [dataclasses.asdict(t) for t in self.local_threads_metadata()]
-        described = {"state": self.state.value, "active_tasks": active, "standby_tasks": standby}
+        described: dict[str, Any] = {
+            "state": self.state.value,
+            "active_tasks": active,
+            "standby_tasks": standby,
+        }
+        # partitions whose restoration a hanging transaction holds (runner/open_transactions.py)
+        described["hanging_transaction_partitions"] = int(
+            self.metrics.gauge("hanging-transaction-partitions") or 0
+        )
         return {**described, "threads": threads}
 
     def wait_until(self, state: State, timeout: float) -> bool:
