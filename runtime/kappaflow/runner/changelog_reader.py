@@ -92,6 +92,8 @@ class ChangelogReader:
         self._restored_at_log = 0
         self._started: dict[ManagedTask, float] = {}
         self._watch = OpenTransactionWatch(hanging_after_s) if hanging_after_s else None
+        # from the start, at 0 (and always 0 at at_least_once, which reads uncommitted): plotted, alertable
+        metrics.set_gauge("hanging-transaction-partitions", 0)
         self._last_hanging_log = 0.0
 
     def register(self, managed: ManagedTask) -> None:
@@ -259,9 +261,6 @@ class ChangelogReader:
         if not hanging:
             return
         self._metrics.set_gauge("hanging-transaction-partitions", len(hanging))
-        for held in hanging:
-            labels = {"topic": held.topic, "partition": str(held.partition)}
-            self._metrics.set_gauge("hanging-transaction-seconds", held.held_s, **labels)
         if now - self._last_hanging_log < HANGING_LOG_INTERVAL_S:
             return
         self._last_hanging_log = now
@@ -283,9 +282,7 @@ class ChangelogReader:
         """Reading `tp` moved on or stopped: it is no longer held by a hanging transaction."""
         watch = self._watch
         if watch is not None and watch.released(tp):
-            topic, partition = tp
-            log.warning("%s-%d: no longer held by a hanging transaction", topic, partition)
-            self._metrics.set_gauge("hanging-transaction-seconds", 0, topic=topic, partition=str(partition))
+            log.warning("%s-%d: no longer held by a hanging transaction", *tp)
             self._metrics.set_gauge("hanging-transaction-partitions", len(watch.hanging()))
 
     def _finish(self, managed: ManagedTask) -> None:

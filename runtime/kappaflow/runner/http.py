@@ -58,7 +58,6 @@ HELP: dict[str, str] = {
     "dead-letter-records-total": "Records written to the dead-letter topic (counted once committed)",
     "transaction-aborts-total": "Aborted transactions, work redone from the last commit (exactly-once)",
     "hanging-transaction-partitions": "Changelog partitions whose restoration a hanging transaction holds",
-    "hanging-transaction-seconds": "Seconds a hanging transaction has held a changelog partition's restore",
     "task-rewinds-total": "Tasks closed dirty and resumed from the committed offsets (at-least-once)",
     "consumer-rejoins-total": "Group consumers replaced after a fatal error",
     "worker-replacements-total": "Worker processes replaced after they died",
