@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kappaflow.runner import KafkaStreams, assembly
@@ -37,7 +37,6 @@ from tests.kafka.streams_support import (
     assert_exact_counts,
     fast_config,
     produce_lines,
-    wait_committed,
     wait_for,
     wait_running,
     wordcount_topology,
@@ -116,6 +115,33 @@ def _topics(bootstrap: str, prefix: str) -> tuple[str, str]:
     return names[0], names[1]
 
 
+class CommittedReader:
+    """A read_committed reader of the output that keeps its position: waiting for N records costs one
+    consumer, not one per check (streams_support.wait_committed reads the topic anew each time)."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"freeze-audit-{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+            }
+        )
+        self._consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(2)])
+        self.count = 0
+
+    def wait_for(self, count: int, timeout: float, what: str) -> None:
+        def arrived() -> bool:
+            self.count += sum(1 for m in self._consumer.consume(500, 0.2) if m.error() is None)
+            return self.count >= count
+
+        wait_for(arrived, timeout, what, interval=0)
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
 @pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static"])
 def test_offsets_timed_out_while_the_broker_froze_are_resumed_not_redone(
     freezable_broker: LocalKafkaBroker, tmp_path: Any, monkeypatch: pytest.MonkeyPatch, static: bool
@@ -144,20 +170,22 @@ def test_offsets_timed_out_while_the_broker_froze_are_resumed_not_redone(
     second = [f"a{i % 5} c{i % 4}" for i in range(100)]
     app = KafkaStreams(wordcount_topology(source, sink), config)
     app.start()
+    output = CommittedReader(bootstrap, sink)
     try:
         wait_running(app)
         produce_lines(bootstrap, source, first)
-        wait_committed(bootstrap, sink, 200, 60, "first batch")
+        output.wait_for(200, 60, "first batch")
         FREEZER.armed.set()
         produce_lines(bootstrap, source, second)
         wait_for(lambda: FREEZER is not None and FREEZER.thawed.is_set(), 60, "a freeze and a thaw")
         time.sleep(0.5)
         produce_lines(bootstrap, source, first)
-        wait_committed(bootstrap, sink, 600, 90, "everything after the thaw")
+        output.wait_for(600, 90, "everything after the thaw")
         assert FREEZER.frozen_in == ["send_offsets_to_transaction"]
         # resumed, not aborted: nothing was redone
         assert app.metrics.counter("transaction-aborts-total") == 0
     finally:
         FREEZER.armed.clear()
+        output.close()
         app.close(30)
     assert_exact_counts(bootstrap, sink, first + second + first)

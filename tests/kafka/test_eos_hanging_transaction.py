@@ -6,7 +6,7 @@ command that finds and aborts the transaction, the `hanging-transaction-partitio
 The held transaction is real: instance A writes its changelog inside a transaction that it never commits
 (a 10-minute commit interval, a 2-minute transaction timeout) and is killed; instance B, with a state
 directory of its own (another transactional id: nothing fences A), restores that changelog and waits at
-its last stable offset. B is told that 2 s is the longest a transaction may hold it
+its last stable offset. B is told that 1 s is the longest a transaction may hold it
 (kappaflow.hanging.transaction.ms), so the wait is reported as hanging within seconds.
 """
 
@@ -57,7 +57,7 @@ def test_a_restoration_held_by_an_open_transaction_is_reported(kafka_bootstrap, 
         a.wait(10)
         b = start_cli_app(
             APP,
-            props("b", **{"kappaflow.hanging.transaction.ms": 2000, "metrics.port": port}),
+            props("b", **{"kappaflow.hanging.transaction.ms": 1000, "metrics.port": port}),
             tmp_path,
             env,
             "b",
