@@ -142,7 +142,16 @@ class CommittedReader:
         self._consumer.close()
 
 
-@pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static"])
+# The static variant runs the same producer path under another membership: it stays out of CI's time
+# budget and runs in `make chaos` (KAPPAFLOW_CHAOS=1). Both failed before the fix (one abort each).
+STATIC_IN_CHAOS_ONLY = pytest.mark.skipif(
+    os.environ.get("KAPPAFLOW_CHAOS") != "1", reason="make chaos runs it (KAPPAFLOW_CHAOS=1)"
+)
+
+
+@pytest.mark.parametrize(
+    "static", [False, pytest.param(True, marks=STATIC_IN_CHAOS_ONLY)], ids=["dynamic", "static"]
+)
 def test_offsets_timed_out_while_the_broker_froze_are_resumed_not_redone(
     freezable_broker: LocalKafkaBroker, tmp_path: Any, monkeypatch: pytest.MonkeyPatch, static: bool
 ) -> None:
