@@ -248,9 +248,10 @@ class StreamsProducer:
             self.flush()
             return
         producer = self.producer
-        # No retry here: a transaction that cannot commit now is aborted and its work redone, which
-        # leaves nothing open meanwhile (a blocked commit holds its changelog records' transaction
-        # open, and with it the restoration of any task that reads that changelog).
+        # A retriable answer is resumed, not retried anew (module docstring); a transaction that cannot
+        # commit within the API timeout is aborted and its work redone. Resuming holds the transaction
+        # open no longer than the broker allows: an Ongoing transaction past transaction.timeout.ms is
+        # aborted by the coordinator, and the resumed call then answers fenced or abortable.
         budget = self._api_timeout_s
         if offsets:
             adding = self._start(
