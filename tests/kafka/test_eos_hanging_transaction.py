@@ -13,10 +13,12 @@ its last stable offset. B is told that 1 s is the longest a transaction may hold
 from __future__ import annotations
 
 import json
+import os
 import signal
 import uuid
 
 import pytest
+from confluent_kafka import Producer
 
 from tests.harness.kafka_fixtures import free_port
 from tests.kafka.streams_support import (
@@ -69,7 +71,7 @@ def test_a_restoration_held_by_an_open_transaction_is_reported(kafka_bootstrap, 
 
         wait_for(reported, 60, "/health/ready reporting the hanging transaction")
         metrics = http_get(port, "/metrics")[1]
-        assert "kappaflow_hanging_transaction_partitions 1" in metrics
+        assert 'kappaflow_hanging_transaction_partitions{reader="restore"} 1' in metrics
         log = (tmp_path / "b.log").read_text()
         line = next(line for line in log.splitlines() if "is hanging" in line)
         assert f"restoring {changelog}-0 is held at offset 0" in line
@@ -78,3 +80,49 @@ def test_a_restoration_held_by_an_open_transaction_is_reported(kafka_bootstrap, 
         for proc in (a, b):
             if proc is not None:
                 kill_if_running(proc)
+
+
+@pytest.mark.skipif(os.environ.get("KAPPAFLOW_CHAOS") != "1", reason="make chaos runs it (KAPPAFLOW_CHAOS=1)")
+def test_an_input_held_by_an_open_transaction_is_reported_and_released_when_it_ends(
+    kafka_bootstrap, kafka_topics, tmp_path
+):
+    """A running task's read_committed input held at a transaction left open past the limit: reported
+    (log line, metric with reader="input", /health/ready's body), then released once it is aborted -
+    here by its own producer, as `kafka-transactions.sh abort` would by the partition's leader.
+    ~18 s: outside CI's time budget, in `make chaos` (CI has the decision's unit tests)."""
+    source = kafka_topics("hang-input-in")
+    sink = kafka_topics("hang-input-out")
+    app_id = f"hang-input-{uuid.uuid4().hex[:8]}"
+    port = free_port()
+    settings = {
+        "processing.guarantee": "exactly_once_v2",
+        "kappaflow.hanging.transaction.ms": 1000,
+        "metrics.port": port,
+    }
+    env = {"WC_INPUT": source, "WC_OUTPUT": sink}
+    app = start_cli_app(APP, fast_config(kafka_bootstrap, app_id, str(tmp_path), **settings), tmp_path, env)
+    holder = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{app_id}-holder"})
+    try:
+        wait_for(lambda: http_get(port, "/health/ready")[0] == 200, 60, "the app running")
+        holder.init_transactions(30)
+        holder.begin_transaction()
+        holder.produce(source, key=b"w", value=b"held")
+        holder.flush(30)
+        produce(kafka_bootstrap, source, [(b"w", b"after")] * 5)  # behind the open transaction
+
+        def hanging() -> int:
+            return int(
+                json.loads(http_get(port, "/health/ready")[1]).get("hanging_transaction_partitions", -1)
+            )
+
+        wait_for(lambda: hanging() == 1, 60, "the held input reported")
+        assert 'kappaflow_hanging_transaction_partitions{reader="input"} 1' in http_get(port, "/metrics")[1]
+        log = (tmp_path / "app.log").read_text()
+        line = next(line for line in log.splitlines() if "is hanging" in line)
+        assert f"input {source}-0 is held at offset 0" in line
+        assert f"abort --topic {source} --partition 0 --start-offset 0" in line
+        holder.abort_transaction(30)
+        wait_for(lambda: hanging() == 0, 60, "the input released")
+        assert "no longer held by a hanging transaction" in (tmp_path / "app.log").read_text()
+    finally:
+        kill_if_running(app)

@@ -32,3 +32,13 @@ def test_a_new_stable_offset_restarts_the_clock():
 def test_the_limit_is_the_transaction_timeout_plus_the_brokers_check_unless_configured():
     assert hanging_after_s(0, 10000) == 10.0 + BROKER_ABORT_SLACK_S
     assert hanging_after_s(2500, 10000) == 2.5
+
+
+def test_an_input_is_held_only_at_its_stable_end_with_records_past_it():
+    from kappaflow.runner.held_inputs import held_by_open_transaction
+
+    assert held_by_open_transaction(position=40, stable_end=40, high_watermark=57)  # open transaction
+    assert not held_by_open_transaction(40, 40, 40)  # read to the end: idle, not held
+    assert not held_by_open_transaction(30, 40, 57)  # stable records still to read: behind, not held
+    assert not held_by_open_transaction(-1001, 40, 57)  # no position yet
+    assert not held_by_open_transaction(40, -1001, 57)  # no stable end known yet

@@ -18,6 +18,7 @@ from kappaflow.clients.kafka import KafkaRecordCollector, WatermarkReader, is_co
 from kappaflow.runner.changelog_reader import ChangelogReader
 from kappaflow.runner.commit import Committer
 from kappaflow.runner.global_state import GlobalStateUpdater
+from kappaflow.runner.held_inputs import HeldInputs
 from kappaflow.runner.open_transactions import hanging_after_s
 from kappaflow.runner.producer import StreamsProducer, production_handler
 from kappaflow.runner.rebalance import RebalanceHandler
@@ -45,6 +46,7 @@ class ThreadParts:
     committer: Committer
     rebalance: RebalanceHandler
     standbys: StandbyPlacer
+    held_inputs: HeldInputs | None  # exactly_once_v2 only
 
 
 def wait_for_topics(
@@ -113,4 +115,5 @@ def assemble(
         Committer(producer, metrics, api_timeout_s),
         rebalance,
         standbys,
+        HeldInputs(bounds, metrics, hanging_s) if config.exactly_once else None,
     )

@@ -93,7 +93,7 @@ class ChangelogReader:
         self._started: dict[ManagedTask, float] = {}
         self._watch = OpenTransactionWatch(hanging_after_s) if hanging_after_s else None
         # from the start, at 0 (and always 0 at at_least_once, which reads uncommitted): plotted, alertable
-        metrics.set_gauge("hanging-transaction-partitions", 0)
+        metrics.set_gauge("hanging-transaction-partitions", 0, reader="restore")
         self._last_hanging_log = 0.0
 
     def register(self, managed: ManagedTask) -> None:
@@ -260,7 +260,7 @@ class ChangelogReader:
         hanging = watch.check(now)
         if not hanging:
             return
-        self._metrics.set_gauge("hanging-transaction-partitions", len(hanging))
+        self._metrics.set_gauge("hanging-transaction-partitions", len(hanging), reader="restore")
         if now - self._last_hanging_log < HANGING_LOG_INTERVAL_S:
             return
         self._last_hanging_log = now
@@ -283,7 +283,7 @@ class ChangelogReader:
         watch = self._watch
         if watch is not None and watch.released(tp):
             log.warning("%s-%d: no longer held by a hanging transaction", *tp)
-            self._metrics.set_gauge("hanging-transaction-partitions", len(watch.hanging()))
+            self._metrics.set_gauge("hanging-transaction-partitions", len(watch.hanging()), reader="restore")
 
     def _finish(self, managed: ManagedTask) -> None:
         seconds = time.monotonic() - self._started.get(managed, time.monotonic())

@@ -76,6 +76,10 @@ class OpenTransactionWatch:
         self._ends.pop(tp, None)
         return self._last.pop(tp, None) is not None
 
+    def watched(self) -> list[tuple[str, int]]:
+        """The partitions held at the moment (past the limit or not yet)."""
+        return list(self._since)
+
     def hanging(self) -> list[HeldPartition]:
         """The partitions held past the limit, as last observed."""
         return sorted(self._last.values(), key=lambda h: (h.topic, h.partition))

@@ -417,9 +417,10 @@ class KafkaStreams:
             "active_tasks": active,
             "standby_tasks": standby,
         }
-        # partitions whose restoration a hanging transaction holds (runner/open_transactions.py)
-        described["hanging_transaction_partitions"] = int(
-            self.metrics.gauge("hanging-transaction-partitions") or 0
+        # partitions a hanging transaction holds: restorations and inputs (runner/open_transactions.py)
+        described["hanging_transaction_partitions"] = sum(
+            int(self.metrics.gauge("hanging-transaction-partitions", reader=reader) or 0)
+            for reader in ("restore", "input")
         )
         return {**described, "threads": threads}
 
