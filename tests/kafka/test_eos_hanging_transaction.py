@@ -82,7 +82,9 @@ def test_a_restoration_held_by_an_open_transaction_is_reported(kafka_bootstrap, 
                 kill_if_running(proc)
 
 
-@pytest.mark.skipif(os.environ.get("KAPPAFLOW_CHAOS") != "1", reason="make chaos runs it (KAPPAFLOW_CHAOS=1)")
+@pytest.mark.skipif(
+    os.environ.get("CHAOS_LONG_TESTS") != "1", reason="make chaos runs it (CHAOS_LONG_TESTS=1)"
+)
 def test_an_input_held_by_an_open_transaction_is_reported_and_released_when_it_ends(
     kafka_bootstrap, kafka_topics, tmp_path
 ):

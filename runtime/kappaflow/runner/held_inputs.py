@@ -44,12 +44,13 @@ class HeldInputs:
         self._last_check = self._last_log = 0.0
         metrics.set_gauge("hanging-transaction-partitions", 0, reader="input")
 
-    def maybe_check(self, consumer: Consumer, partitions: list[tuple[str, int]]) -> None:
-        """Every CHECK_INTERVAL_S: observe `partitions` (the running tasks' inputs)."""
+    def maybe_check(self, consumer: Consumer, inputs: Callable[[], list[tuple[str, int]]]) -> None:
+        """Every CHECK_INTERVAL_S: observe the partitions `inputs()` lists (the running tasks' inputs)."""
         now = time.monotonic()
         if now - self._last_check < CHECK_INTERVAL_S:
             return
         self._last_check = now
+        partitions = inputs()
         try:
             positions = consumer.position([TopicPartition(t, p) for t, p in partitions])
             stable = {

@@ -190,8 +190,9 @@ class StreamThread:
             self._last_lag = time.monotonic()
             report_consumer_lag(consumer, self.rebalance.assigned, self.metrics)
         if self.held_inputs is not None:
+            # the running tasks' inputs, listed only when a check is due (this runs every iteration)
             self.held_inputs.maybe_check(
-                consumer, [tp for t in tm.running() for tp in tm.partitions_of(t.id)]
+                consumer, lambda: [tp for t in tm.running() for tp in tm.partitions_of(t.id)]
             )
         if time.monotonic() - self._last_sample >= SAMPLE_INTERVAL_S:
             self._last_sample = time.monotonic()
