@@ -125,6 +125,8 @@ test-kafka: setup
 # against a broker of its own; audits the committed output. CHAOS_MINUTES per mode.
 CHAOS_MINUTES ?= 10
 chaos: setup kafka-download
+	CHAOS_LONG_TESTS=1 $(PY) -m pytest -q tests/kafka/test_eos_broker_freeze.py tests/kafka/test_eos_hanging_transaction.py
+	$(PY) -m tests.kafka.group_view_hammer --call members --restarts 6
 	$(PY) -m tests.kafka.chaos --minutes $(CHAOS_MINUTES)
 
 test-spark: spark-jars

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import faulthandler
 import importlib
 import importlib.metadata
 import inspect
@@ -126,6 +127,10 @@ def _run(args: argparse.Namespace) -> int:
     except LogSettingError as exc:
         raise StreamsError(str(exc)) from exc
     log = logging.getLogger("kappaflow.cli")
+    # A client library that aborts the process (a librdkafka assertion, issue 29) leaves no Python
+    # traceback: faulthandler prints every thread's stack to stderr on SIGABRT/SIGSEGV, which names the
+    # client call each thread was in (worker processes inherit it).
+    faulthandler.enable(all_threads=True)
     topology = load_topology(args.app)
     streams = KafkaStreams(topology, _config(args))
     stop = threading.Event()

@@ -82,6 +82,10 @@ DEFAULTS: dict[str, Any] = {
     "repartition.purge.interval.ms": 30000,
     # how long calls to an unreachable broker are retried before the stream thread fails (Kafka Streams')
     "default.api.timeout.ms": 60000,
+    # exactly_once_v2: how long a restoration may be held by a transaction open on a changelog before it
+    # is reported as hanging (log, metric, /health/ready); 0: the producers' transaction.timeout.ms plus
+    # the broker's 15 s of abort checking (runner/open_transactions.py)
+    "kappaflow.hanging.transaction.ms": 0,
 }
 
 # librdkafka settings passed verbatim to every client when present in the streams configuration.

@@ -64,7 +64,8 @@ def test_a_producer_fenced_while_producing_is_replaced_and_its_records_never_see
 
 class OffsetsReplyLostProducer(Producer):  # type: ignore[misc]
     """A real transactional producer whose send_offsets_to_transaction reaches the broker and then reports
-    a timeout, as when librdkafka gives up waiting while its TxnOffsetCommit is still under way."""
+    a timeout, on every attempt: a call resumed (runner/producer.py `_resumed`) until the API timeout and
+    still unanswered, its TxnOffsetCommit possibly still under way."""
 
     def send_offsets_to_transaction(self, *args: Any) -> None:
         super().send_offsets_to_transaction(*args)
@@ -74,13 +75,13 @@ class OffsetsReplyLostProducer(Producer):  # type: ignore[misc]
 
 
 def transactional_pair(
-    bootstrap: str, group: str, factory: Any, linger_ms: int
+    bootstrap: str, group: str, factory: Any, linger_ms: int, api_timeout_s: float = 30
 ) -> tuple[StreamsProducer, KafkaRecordCollector, Consumer]:
     """A StreamsProducer (transactional id `group`, clients made by `factory`), the record collector over
     it and a read_committed consumer of the same group, whose metadata its commits carry."""
     settings = {"bootstrap.servers": bootstrap, "transactional.id": group, "linger.ms": linger_ms}
     admin = InternalTopicManager({"bootstrap.servers": bootstrap})
-    producer = StreamsProducer(settings, True, None, api_timeout_s=30, factory=factory)
+    producer = StreamsProducer(settings, True, None, api_timeout_s=api_timeout_s, factory=factory)
     collector = KafkaRecordCollector(producer, admin)
     consumer = Consumer(
         {"bootstrap.servers": bootstrap, "group.id": group, "isolation.level": "read_committed"}
@@ -95,7 +96,7 @@ def test_a_transaction_whose_offsets_call_failed_is_aborted_under_a_new_epoch(ka
     topic = kafka_topics("offsets-failed-out")
     group = f"offsets-failed-{uuid.uuid4().hex[:8]}"
     producer, collector, consumer = transactional_pair(
-        kafka_bootstrap, group, OffsetsReplyLostProducer, linger_ms=5
+        kafka_bootstrap, group, OffsetsReplyLostProducer, linger_ms=5, api_timeout_s=3
     )
     try:
         producer.begin()

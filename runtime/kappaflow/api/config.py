@@ -57,6 +57,7 @@ INT_KEYS = {
     "metrics.port",
     "repartition.purge.interval.ms",
     "default.api.timeout.ms",
+    "kappaflow.hanging.transaction.ms",
 }
 # Kafka Streams' lower bounds (StreamsConfig's `atLeast` validators) of integer settings
 LEAST_VALUES = {

@@ -222,6 +222,14 @@ KEY_DOCS: dict[str, tuple[str, str, str]] = {
         "ConsumerConfig.DEFAULT_API_TIMEOUT_MS_CONFIG",
         "How long calls to an unreachable broker are retried before the stream thread fails.",
     ),
+    "kappaflow.hanging.transaction.ms": (
+        "",
+        "",
+        "exactly_once_v2: how long a restoration may wait on a transaction open on a changelog before it "
+        "is reported as held by a hanging transaction (a warning naming the partition and offset, the "
+        "`hanging-transaction-partitions` metric, `/health/ready`); 0: the producers' "
+        "`transaction.timeout.ms` plus 15 s, the broker's abort check.",
+    ),
     "security.protocol": (
         "string",
         "CommonClientConfigs.SECURITY_PROTOCOL_CONFIG",

@@ -8,7 +8,10 @@ resize, because resizing silently moves keys between partitions and corrupts sta
 from __future__ import annotations
 
 import logging
+import re
+import struct
 import time
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,6 +64,41 @@ class GroupMember:
     @property
     def sort_key(self) -> str:
         return self.instance_id or self.member_id
+
+
+#: The member id a group coordinator gives a member of a classic group: `<prefix>-<java.util.UUID>`, the
+#: prefix being the group.instance.id of a static member and the client.id of a dynamic one.
+_MEMBER_ID = re.compile(r"^(?P<prefix>.*)-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+
+
+def static_instance_id(member_id: str) -> str:
+    """The group.instance.id of a static member, from the member id its coordinator gave it ("" when the
+    id does not have the coordinator's form)."""
+    found = _MEMBER_ID.match(member_id)
+    return found["prefix"] if found else ""
+
+
+def decode_assignment(data: bytes) -> tuple[tuple[str, int], ...]:
+    """The (topic, partition)s of a classic consumer-protocol assignment (ConsumerProtocolAssignment:
+    int16 version, int32 topic count, then per topic an int16-length name, an int32 partition count and
+    int32 partitions; user data follows and is ignored), sorted. Empty bytes: nothing assigned."""
+    if len(data) < 6:
+        return ()
+    pos = 2  # the version: every version starts with the same topic array
+    (topics,) = struct.unpack_from(">i", data, pos)
+    pos += 4
+    owned: list[tuple[str, int]] = []
+    for _ in range(max(topics, 0)):
+        (length,) = struct.unpack_from(">h", data, pos)
+        pos += 2
+        topic = data[pos : pos + length].decode()
+        pos += length
+        (count,) = struct.unpack_from(">i", data, pos)
+        pos += 4
+        partitions = struct.unpack_from(f">{max(count, 0)}i", data, pos)
+        pos += 4 * max(count, 0)
+        owned.extend((topic, p) for p in partitions)
+    return tuple(sorted(owned))
 
 
 class InternalTopicManager:
@@ -184,8 +222,47 @@ class InternalTopicManager:
                 log.debug("cannot describe topic %s: %s", topic, exc)
         return ids
 
-    def group_members(self, group_id: str) -> tuple[str, list[GroupMember]]:
-        """(group state, members with their current assignments) as the coordinator sees them."""
+    def group_members(self, group_id: str, static: bool = False) -> tuple[str, list[GroupMember]]:
+        """(group state, members with their current assignments) as the coordinator sees them; `static`:
+        the group's members use static membership (the caller's own group.instance.id is set).
+
+        Read with the classic DescribeGroups (`list_groups`), not `describe_consumer_groups`: librdkafka
+        2.16.0 (confluent-kafka 2.16.1, the newest release) aborts the whole process in the coordinator
+        path of its newer Admin calls when the connection drops while a request is being sent
+        (`rd_kafka_enq_once_del_source_return: Assertion 'eonce->refcnt > 0' failed`, a use-after-free
+        in rd_kafka_admin_coord_request's error path, confluentinc/librdkafka#5397, unreleased). The
+        stream thread describes the group after every rebalance (standby placement) and for interactive
+        queries, so a broker going down during a rebalance killed instances; `list_groups` sends its
+        requests without that path (issue 29 item 3, reproduced by tests/kafka/test_group_view_abort.py).
+        A KIP-848 `consumer` group, which DescribeGroups reports as Dead and member-less, still takes the
+        newer call. DescribeGroups does not report a static member's group.instance.id, but the
+        coordinator names a static member `<group.instance.id>-<UUID>`, so with `static` it is read back
+        from the member id (`static_instance_id`); the range forecast orders static members by it
+        (runner/range_forecast.py)."""
+        log.debug("describing group %s (DescribeGroups)", group_id)
+        with warnings.catch_warnings():  # deprecated for the very call that aborts: see above
+            warnings.simplefilter("ignore", DeprecationWarning)
+            listed = self.admin.list_groups(group_id, timeout=15)
+        found = [g for g in listed if g.id == group_id]
+        if not found or found[0].error is not None or str(found[0].state).upper() == "DEAD":
+            return self._described_members(group_id)
+        group = found[0]
+        members = [
+            GroupMember(
+                m.id,
+                m.client_id,
+                static_instance_id(m.id) if static else "",
+                decode_assignment(m.assignment or b""),
+                m.client_host or "",
+            )
+            for m in group.members
+        ]
+        members.sort(key=lambda m: m.sort_key)
+        return str(group.state).upper(), members
+
+    def _described_members(self, group_id: str) -> tuple[str, list[GroupMember]]:
+        """group_members through describe_consumer_groups (KIP-848 groups: see group_members)."""
+        log.debug("describing group %s (ConsumerGroupDescribe)", group_id)
         description = self.admin.describe_consumer_groups([group_id])[group_id].result(timeout=15)
         members = []
         for member in description.members:

@@ -18,6 +18,8 @@ from kappaflow.clients.kafka import KafkaRecordCollector, WatermarkReader, is_co
 from kappaflow.runner.changelog_reader import ChangelogReader
 from kappaflow.runner.commit import Committer
 from kappaflow.runner.global_state import GlobalStateUpdater
+from kappaflow.runner.held_inputs import HeldInputs
+from kappaflow.runner.open_transactions import hanging_after_s
 from kappaflow.runner.producer import StreamsProducer, production_handler
 from kappaflow.runner.rebalance import RebalanceHandler
 from kappaflow.runner.retry import retry_unreachable
@@ -46,6 +48,7 @@ class ThreadParts:
     rebalance: RebalanceHandler
     standbys: StandbyPlacer
     warmup: JoinWarmup
+    held_inputs: HeldInputs | None  # exactly_once_v2 only
 
 
 def wait_for_topics(
@@ -81,9 +84,14 @@ def assemble(
         global_state = GlobalStateUpdater(topology, config, collector, metrics, settings["restore"], now_ms)
         global_state.bootstrap()
     bounds = WatermarkReader(settings["restore"])
-    reader = ChangelogReader(
-        new_consumer(settings["restore"]), metrics, bounds, api_timeout_s, admin.topic_ids
+    hanging_s = hanging_after_s(
+        config.get_int("kappaflow.hanging.transaction.ms"),
+        int(settings["producer"].get("transaction.timeout.ms", 60000)),
     )
+    reader = ChangelogReader(
+        new_consumer(settings["restore"]), metrics, bounds, api_timeout_s, admin.topic_ids,
+        hanging_s if config.exactly_once else None,
+    )  # fmt: skip
     cache = ThreadCache(config.get_int("statestore.cache.max.bytes"))
     tasks = TaskManager(
         topology, config, collector, cache, metrics, reader, now_ms,
@@ -95,16 +103,17 @@ def assemble(
         tasks, producer, commit, on_assignment, state_lock, incremental, policies, now_ms
     )
     app_id, subs = config.application_id, topology.sub_topologies()
+    instance_id = str(settings["consumer"].get("group.instance.id") or "")
     standbys = StandbyPlacer(
         tasks,
-        lambda: admin.group_members(app_id),
+        lambda: admin.group_members(app_id, static=bool(instance_id)),
         lambda task_id: bool(subs[task_id.subtopology].stores),
         config.get_int("num.standby.replicas"),
     )
     warmup = JoinWarmup(
         tasks,
-        lambda: admin.group_members(app_id),
-        str(settings["consumer"].get("group.instance.id") or ""),
+        lambda: admin.group_members(app_id, static=bool(instance_id)),
+        instance_id,
         lambda task_id: bool(subs[task_id.subtopology].stores),
         metrics,
         config.get_int("acceptable.recovery.lag"),
@@ -123,4 +132,5 @@ def assemble(
         rebalance,
         standbys,
         warmup,
+        HeldInputs(bounds, metrics, hanging_s) if config.exactly_once else None,
     )

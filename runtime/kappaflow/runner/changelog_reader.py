@@ -28,12 +28,14 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from kappaflow.api.errors import StreamsError
 from kappaflow.api.metrics import Metrics
 from kappaflow.runner.managed_task import ManagedTask
+from kappaflow.runner.open_transactions import OpenTransactionWatch
 from kappaflow.runner.retry import retry_unreachable
 from kappaflow.tasks.state_manager import ProcessorStateManager
 
 log = logging.getLogger(__name__)
 
 RESTORE_LOG_INTERVAL_S = 5.0
+HANGING_LOG_INTERVAL_S = 30.0
 # Records per `step`: enough that a step's fixed costs (and the poll loop's around it) vanish per record,
 # few enough that a step stays well under the ~20 ms a running task on the same thread may wait.
 RESTORE_BATCH = 10000
@@ -67,12 +69,15 @@ class ChangelogReader:
         offset_bounds: OffsetBounds,
         api_timeout_s: float = 60.0,
         topic_ids: Callable[[list[str]], dict[str, str]] | None = None,
+        hanging_after_s: float | None = None,
     ) -> None:
         """`offset_bounds`: the (log start, high watermark) of changelog partitions, read_uncommitted
         (a consumer reading read_committed reports the last stable offset instead). Asking is retried
         for up to `api_timeout_s` while the broker cannot be reached. `topic_ids`: changelog topic ->
         topic id, so that a store checkpointed in a deleted and recreated changelog is detected (the
-        state manager decides; see `restore_offsets`)."""
+        state manager decides; see `restore_offsets`). `hanging_after_s` (exactly_once_v2): a restoration
+        held by an open transaction longer than that is behind a hanging one, which is logged and
+        published (runner/open_transactions.py)."""
         self._api_timeout_s = api_timeout_s
         self._topic_ids = topic_ids
         self._consumer = consumer
@@ -86,6 +91,10 @@ class ChangelogReader:
         self._restored = 0
         self._restored_at_log = 0
         self._started: dict[ManagedTask, float] = {}
+        self._watch = OpenTransactionWatch(hanging_after_s) if hanging_after_s else None
+        # from the start, at 0 (and always 0 at at_least_once, which reads uncommitted): plotted, alertable
+        metrics.set_gauge("hanging-transaction-partitions", 0, reader="restore")
+        self._last_hanging_log = 0.0
 
     def register(self, managed: ManagedTask) -> None:
         """Start reading the task's changelogs from where its stores' state ends; an active task that is
@@ -131,6 +140,7 @@ class ChangelogReader:
         live = [tp for tp, entry in self._index.items() if entry.managed is managed]
         for tp in live:
             del self._index[tp]
+            self._release(tp)
         if live:
             self._consumer.incremental_unassign([TopicPartition(t, p) for t, p in live])
         self._started.pop(managed, None)
@@ -163,6 +173,7 @@ class ChangelogReader:
             self._metrics.increment(kind, len(records), **labels)
             if not managed.standby:
                 self._restored += len(records)
+            self._release(tp)
         # After the records: the end of a partition is past its last record and any transaction markers.
         for tp, end in ends.items():
             entry = self._index.get(tp)
@@ -224,8 +235,11 @@ class ChangelogReader:
         return finished
 
     def _log_open_transaction(self, managed: ManagedTask, tp: tuple[str, int], position: int) -> None:
-        """End of partition below the high watermark: a transaction is open there; wait for it to end."""
+        """End of partition below the high watermark: a transaction is open there; wait for it to end,
+        and say so loudly once the wait is past what the broker's transaction timeout allows."""
         now = time.monotonic()
+        if self._watch is not None:
+            self._watch.held(tp, position, managed.end_offsets[tp], now)
         if now - self._last_wait_log >= RESTORE_LOG_INTERVAL_S:
             self._last_wait_log = now
             log.info(
@@ -236,6 +250,40 @@ class ChangelogReader:
                 position,
                 managed.end_offsets[tp],
             )
+
+    def _check_hanging(self, now: float) -> None:
+        """Publish, and now and then log, the partitions a hanging transaction holds (module docstring of
+        runner/open_transactions.py)."""
+        watch = self._watch
+        if watch is None:
+            return
+        hanging = watch.check(now)
+        if not hanging:
+            return
+        self._metrics.set_gauge("hanging-transaction-partitions", len(hanging), reader="restore")
+        if now - self._last_hanging_log < HANGING_LOG_INTERVAL_S:
+            return
+        self._last_hanging_log = now
+        for held in hanging:
+            entry = self._index.get((held.topic, held.partition))
+            topic, partition, offset = held.topic, held.partition, held.offset
+            log.warning(
+                "task %s: restoring %s-%d is held at offset %d below its high watermark %d for %.0f s, "
+                "past the %.0f s a transaction may stay open (kappaflow.hanging.transaction.ms): a "
+                "transaction open there is hanging and no timeout will end it. Its producer: "
+                "`kafka-transactions.sh describe-producers --topic %s --partition %d`; abort it with "
+                "`kafka-transactions.sh abort --topic %s --partition %d --start-offset %d` "
+                "(docs/operations.md)",
+                entry.managed.task.id if entry is not None else "-", topic, partition, offset,
+                held.high_watermark, held.held_s, watch.limit_s, topic, partition, topic, partition, offset,
+            )  # fmt: skip
+
+    def _release(self, tp: tuple[str, int]) -> None:
+        """Reading `tp` moved on or stopped: it is no longer held by a hanging transaction."""
+        watch = self._watch
+        if watch is not None and watch.released(tp):
+            log.warning("%s-%d: no longer held by a hanging transaction", *tp)
+            self._metrics.set_gauge("hanging-transaction-partitions", len(watch.hanging()), reader="restore")
 
     def _finish(self, managed: ManagedTask) -> None:
         seconds = time.monotonic() - self._started.get(managed, time.monotonic())
@@ -276,6 +324,7 @@ class ChangelogReader:
             remaining_total += remaining
             self._metrics.set_gauge("restore-remaining-records", remaining, task=str(managed.task.id))
         now = time.monotonic()
+        self._check_hanging(now)
         if remaining_total and now - self._last_log >= RESTORE_LOG_INTERVAL_S:
             rate = (self._restored - self._restored_at_log) / (now - self._last_log) if self._last_log else 0
             self._last_log, self._restored_at_log = now, self._restored

@@ -60,6 +60,7 @@ HELP: dict[str, str] = {
     "expired-window-record-drop-total": "Records dropped because their window had closed",
     "dead-letter-records-total": "Records written to the dead-letter topic (counted once committed)",
     "transaction-aborts-total": "Aborted transactions, work redone from the last commit (exactly-once)",
+    "hanging-transaction-partitions": "Partitions a hanging transaction holds (reader: restore or input)",
     "task-rewinds-total": "Tasks closed dirty and resumed from the committed offsets (at-least-once)",
     "consumer-rejoins-total": "Group consumers replaced after a fatal error",
     "worker-replacements-total": "Worker processes replaced after they died",

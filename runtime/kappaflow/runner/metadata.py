@@ -277,9 +277,9 @@ class GroupMetadataSource:
             self._view = None
 
 
-def describe_with(admin: Any, group_id: str) -> Callable[[], tuple[str, list[GroupMember]]]:
+def describe_with(admin: Any, group_id: str, static: bool) -> Callable[[], tuple[str, list[GroupMember]]]:
     def describe() -> tuple[str, list[GroupMember]]:
-        result: tuple[str, list[GroupMember]] = admin.group_members(group_id)
+        result: tuple[str, list[GroupMember]] = admin.group_members(group_id, static=static)
         return result
 
     return describe

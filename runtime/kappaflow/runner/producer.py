@@ -12,6 +12,18 @@ Every failure leaves as a typed error the stream thread acts on:
 - TransactionAbortedError: the transaction cannot commit; `abort()` it and redo the work.
 - ProductionError (at_least_once): a record was not delivered and the production handler said fail.
 
+A timed-out call is not a failed call. librdkafka answers send_offsets_to_transaction and
+commit_transaction with a retriable error (`_TIMED_OUT` after its own request timeout, about
+transaction.timeout.ms, whatever timeout the call was given) while the call goes on in the background and
+may still succeed on the broker; calling it again resumes it and returns its real outcome. So a retriable
+error is resumed (`_resumed`) until `default.api.timeout.ms` has passed since the call began, and only
+then is the transaction given up. Treating the first timeout as a failure (as this module once did)
+aborted, by re-initializing the producer, transactions the broker was about to complete, right after a
+broker restart: a single combined KRaft node drops the markers of transactions it completes while its
+partitions are leaderless (tests/harness/kafka_split.py), and a dropped abort marker leaves the aborted
+records pending under the producer id, to be committed by that producer id's next commit marker - one
+update applied twice (issue 29; docs/operations.md "Broker outages under exactly_once_v2").
+
 An abort is an EndTxn only while every call of the transaction has succeeded. Once adding the offsets or
 committing has failed or timed out, librdkafka may still hold that call's requests and retry them: a
 TxnOffsetCommit landing after the abort's markers leaves offsets pending that no marker ever settles (a
@@ -29,7 +41,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from kappaflow.api.errors import (
     ConfigError,
@@ -48,6 +60,8 @@ log = logging.getLogger(__name__)
 ProducerFactory = Callable[[dict[str, Any]], Producer]
 # Beyond the API timeout librdkafka is given, how long a transaction call may take before it is abandoned.
 CALL_GRACE_S = 5.0
+# How long one attempt of a resumed transaction call waits (`_resumed`).
+RESUME_SLICE_S = 5.0
 
 
 class _BoundedCall:
@@ -79,6 +93,35 @@ class _BoundedCall:
             raise ProducerFencedError(f"{what} did not return within {self._limit:.0f}s")
         if self._outcome[0] is not None:
             raise self._outcome[0]
+
+
+def _resumed(what: str, call: Callable[[float], None], budget_s: float) -> None:
+    """`call(timeout)`, resumed while librdkafka answers with a retriable error, until `budget_s` has
+    passed: a retriable answer (a timeout) leaves the call going on in the background, and calling it
+    again (same arguments) waits for the same operation rather than starting another (module docstring).
+    Each attempt waits at most RESUME_SLICE_S, so a call the broker cannot answer says so in the log
+    while it waits. Abortable and fatal answers, and the last retriable one, are raised."""
+    deadline = time.monotonic() + budget_s
+    attempts = 0
+    while True:
+        remaining = deadline - time.monotonic()
+        log.debug("%s: calling librdkafka (attempt %d)", what, attempts + 1)  # the last action before a crash
+        try:
+            call(max(0.001, min(remaining, RESUME_SLICE_S)))
+            if attempts:
+                log.warning("%s: completed after %d resumed attempt(s)", what, attempts)
+            return
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            retriable = isinstance(err, KafkaError) and err.retriable() and not err.fatal()
+            if not retriable or time.monotonic() >= deadline:
+                raise
+            attempts += 1
+            if attempts == 1 or attempts % 10 == 0:
+                log.warning(
+                    "%s: %s; resuming the call (up to %.0fs in all: its outcome is not known yet)",
+                    what, err, budget_s,
+                )  # fmt: skip
 
 
 class StreamsProducer:
@@ -125,6 +168,7 @@ class StreamsProducer:
     def _create_one(self, settings: dict[str, Any]) -> Producer:
         producer = self._factory(dict(settings))
         if self.exactly_once:
+            log.debug("initializing the transactional producer: calling librdkafka")
             retry_unreachable(
                 "initializing the transactional producer",
                 lambda: producer.init_transactions(self._api_timeout_s),
@@ -210,13 +254,18 @@ class StreamsProducer:
             self.flush()
             return
         producer = self.producer
-        # No retry here: a transaction that cannot commit now is aborted and its work redone, which
-        # leaves nothing open meanwhile (a blocked commit holds its changelog records' transaction
-        # open, and with it the restoration of any task that reads that changelog).
-        timeout = self._api_timeout_s
+        # A retriable answer is resumed, not retried anew (module docstring); a transaction that cannot
+        # commit within the API timeout is aborted and its work redone. Resuming holds the transaction
+        # open no longer than the broker allows: an Ongoing transaction past transaction.timeout.ms is
+        # aborted by the coordinator, and the resumed call then answers fenced or abortable.
+        budget = self._api_timeout_s
         if offsets:
             adding = self._start(
-                lambda: producer.send_offsets_to_transaction(offsets, group_metadata, timeout)
+                lambda: _resumed(
+                    "adding offsets to the transaction",
+                    lambda t: producer.send_offsets_to_transaction(offsets, group_metadata, t),
+                    budget,
+                )
             )
             try:
                 prepare()
@@ -232,9 +281,10 @@ class StreamsProducer:
         else:
             prepare()
         self.flush()
-        self._transaction_call(
-            "committing the transaction", self._start(lambda: producer.commit_transaction(timeout))
+        committing = self._start(
+            lambda: _resumed("committing the transaction", producer.commit_transaction, budget)
         )
+        self._transaction_call("committing the transaction", committing)
         self._in_transaction = False
 
     def _transaction_call(self, what: str, call: _BoundedCall) -> None:
@@ -262,6 +312,7 @@ class StreamsProducer:
             return
         self._in_transaction = False
         producer, timeout = self.producer, self._api_timeout_s
+        log.debug("aborting the transaction: calling librdkafka")
         try:
             self._start(lambda: producer.abort_transaction(timeout)).wait("aborting the transaction")
         except (KafkaException, SystemError, ProducerFencedError) as exc:

@@ -412,7 +412,16 @@ class KafkaStreams:
     def _describe(self) -> dict[str, Any]:
         active, standby = self.local_task_ids()
         threads = [dataclasses.asdict(t) for t in self.local_threads_metadata()]
-        described = {"state": self.state.value, "active_tasks": active, "standby_tasks": standby}
+        described: dict[str, Any] = {
+            "state": self.state.value,
+            "active_tasks": active,
+            "standby_tasks": standby,
+        }
+        # partitions a hanging transaction holds: restorations and inputs (runner/open_transactions.py)
+        described["hanging_transaction_partitions"] = sum(
+            int(self.metrics.gauge("hanging-transaction-partitions", reader=reader) or 0)
+            for reader in ("restore", "input")
+        )
         return {**described, "tasks": self.local_task_roles(), "threads": threads}
 
     def local_task_roles(self) -> dict[str, dict[str, Any]]:
@@ -528,11 +537,13 @@ class KafkaStreams:
         group = self._group  # close() may drop it meanwhile: work on this reference
         if group is None:
             index, standbys = self.topology_index, self.config.get_int("num.standby.replicas")
+            static = bool(self.config.get_str("group.instance.id"))
 
             def interpret(stable: bool, members: list[Any]) -> Any:
                 return interpret_group(stable, members, index, standbys, standby_tasks_for)
 
-            group = self._group = GroupMetadataSource(describe_with(admin, self.application_id), interpret)
+            describe = describe_with(admin, self.application_id, static)
+            group = self._group = GroupMetadataSource(describe, interpret)
         return group.view(fresh)
 
     def metadata_for_all_clients(self) -> list[StreamsMetadata]:

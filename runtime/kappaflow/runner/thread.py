@@ -122,6 +122,7 @@ class StreamThread:
         self.tm, self.global_state = parts.tasks, parts.global_state
         self.rebalance, self.standbys, self.admin = parts.rebalance, parts.standbys, parts.admin
         self.warmup = parts.warmup
+        self.held_inputs = parts.held_inputs
 
     def _join(self) -> None:
         """A new group consumer, subscribed; the rebalance handler opens tasks as partitions arrive."""
@@ -205,6 +206,11 @@ class StreamThread:
         if time.monotonic() - self._last_lag >= LAG_INTERVAL_S and self.rebalance.assigned:
             self._last_lag = time.monotonic()
             report_consumer_lag(consumer, self.rebalance.assigned, self.metrics)
+        if self.held_inputs is not None:
+            # the running tasks' inputs, listed only when a check is due (this runs every iteration)
+            self.held_inputs.maybe_check(
+                consumer, lambda: [tp for t in tm.running() for tp in tm.partitions_of(t.id)]
+            )
         if time.monotonic() - self._last_sample >= SAMPLE_INTERVAL_S:
             self._last_sample = time.monotonic()
             sample_process(self.metrics)
