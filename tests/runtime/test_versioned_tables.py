@@ -66,6 +66,29 @@ def test_update_older_than_history_retention_is_dropped() -> None:
         assert driver.create_output_topic("table-out").read_key_values_to_list() == [("a", "A1")]
 
 
+@pytest.mark.parametrize("persistent", [True, False])
+def test_latest_version_never_expires(persistent: bool) -> None:
+    """A lookup older than the history retention still finds the key's latest version when that
+    version is not newer than the lookup time (Java's RocksDBVersionedStore); older versions are gone."""
+    with TopologyTestDriver(topology(persistent, True), CFG) as driver:
+        table, stream = driver.create_input_topic("table"), driver.create_input_topic("stream")
+        out = driver.create_output_topic("out")
+        table.pipe_input("a", "A1", 10)
+        table.pipe_input("a", "A2", 20)
+        table.pipe_input("b", "B", 500)  # stream time 500: the retention boundary is 400
+        stream.pipe_input("a", "s", 50)  # past the retention, but A2 (from 20) is still a's latest
+        stream.pipe_input("a", "s", 15)  # A1 was history: expired, and the latest starts after 15
+        stream.pipe_input("b", "s", 550)  # within the retention: B is valid from 500
+        table.pipe_input("b", None, 600)  # a tombstone as the latest version: nothing to find
+        stream.pipe_input("b", "s", 490)
+        assert [(r.key, r.value, r.timestamp) for r in out.read_records_to_list()] == [
+            ("a", "s-A2", 50),
+            ("a", "s-None", 15),
+            ("b", "s-B", 550),
+            ("b", "s-None", 490),
+        ]
+
+
 def test_history_is_restored_from_the_changelog() -> None:
     topo = topology(True, False)
     first = TopologyTestDriver(topo, CFG)
