@@ -32,13 +32,21 @@ from kappaflow.state.builders import ReadOnlyKeyValueView
 from kappaflow.state.cache import ThreadCache
 from kappaflow.state.session_store import ReadOnlySessionView
 from kappaflow.state.window_store import ReadOnlyWindowView
+from kappaflow.tasks.async_controlled import ControlledExecutor, PendingAsyncCall
 from kappaflow.tasks.drain import RawRecord
 from kappaflow.tasks.global_task import GlobalTask
 from kappaflow.tasks.task import StreamTask
 from kappaflow.topology.topology import Topology
 from kappaflow_contract.topics import is_changelog_topic
 
-__all__ = ["EmptyTopicError", "TestInputTopic", "TestOutputTopic", "TestRecord", "TopologyTestDriver"]
+__all__ = [
+    "EmptyTopicError",
+    "PendingAsyncCall",
+    "TestInputTopic",
+    "TestOutputTopic",
+    "TestRecord",
+    "TopologyTestDriver",
+]
 
 
 class EmptyTopicError(LookupError):
@@ -114,7 +122,16 @@ class TopologyTestDriver:
         initial_wall_clock_time: datetime | int | None = None,
         *,
         restore_from: TopologyTestDriver | None = None,
+        async_completion: str = "auto",
     ) -> None:
+        """`async_completion`: "auto" completes the calls of asynchronous operations (map_values_async,
+        ...) right after the record that made them, in order, so outputs show at once as for their
+        synchronous twins; "manual" holds them until `complete_async_calls`, in the order the test
+        gives (see `pending_async_calls`)."""
+        if async_completion not in ("auto", "manual"):
+            raise ValueError(f"async_completion must be 'auto' or 'manual', got {async_completion!r}")
+        self._async_auto = async_completion == "auto"
+        self._async = ControlledExecutor()
         values: dict[str, Any] = {"application.id": "topology-test-driver", "bootstrap.servers": "dummy:1234"}
         # like Java's driver: no wall-clock throttle of unmatched join results or window-close emits, so
         # every piped record shows its effect at once
@@ -160,6 +177,7 @@ class TopologyTestDriver:
                 state_root,
                 self._clock,
                 global_stores,
+                async_executor=lambda: self._async,
             )
             self._tasks[sub.id] = task
             for topic in sub.source_topics:
@@ -205,7 +223,35 @@ class TopologyTestDriver:
 
     def _process(self, task: StreamTask) -> None:
         while task.process():
+            if self._async_auto:
+                self._complete_async(list(self._async.pending))
             self._commit(task)
+
+    def _complete_async(self, calls: list[PendingAsyncCall]) -> None:
+        """Run `calls` in order, then everything their results release, then (automatic mode) the calls
+        those started, until none is left; commit each task and route what they wrote."""
+        while calls:
+            for call in calls:
+                self._async.run(call)
+            for task in self._tasks.values():
+                if task.deliver_async():
+                    self._commit(task)
+            calls = list(self._async.pending) if self._async_auto else []
+        for task in self._tasks.values():
+            self._process(task)  # records held back while the operations were at max_in_flight
+        self._drain()
+
+    def pending_async_calls(self) -> list[PendingAsyncCall]:
+        """The asynchronous calls started and not completed, in the order they started (manual mode)."""
+        return list(self._async.pending)
+
+    def complete_async_calls(self, calls: Iterable[PendingAsyncCall] | None = None) -> int:
+        """Complete `calls` (default: every pending one) in the given order and process what follows:
+        results emitted as the operations' ordering allows, calls a key's order held back started (and,
+        for those, `complete_async_calls` again), buffered records accepted. Returns how many ran."""
+        chosen = list(self._async.pending if calls is None else calls)
+        self._complete_async(chosen)
+        return len(chosen)
 
     def _commit(self, task: StreamTask) -> None:
         task.prepare_commit()
@@ -326,6 +372,7 @@ class TopologyTestDriver:
         self._closed = True
         for task in self._tasks.values():
             task.close(clean=True)
+        self._async.close()
         if self._global is not None:
             self._global.close()
         if self._own_state_dir:
