@@ -2,7 +2,8 @@
 
 Kafka Streams has no equivalent: its stream thread calls every function inline, so a 50 ms remote call
 caps a task at 20 records a second (KIP-408, async processing, was abandoned). These types are what a
-user passes; the bookkeeping is `kappaflow.tasks.async_window`, the execution `kappaflow.tasks.async_executor`.
+user passes; the bookkeeping is `kappaflow.tasks.async_window`, the execution
+`kappaflow.tasks.async_executor`.
 """
 
 from __future__ import annotations
@@ -56,7 +57,9 @@ class AsyncCallOptions:
                 ordering = Ordering(ordering)
             except ValueError:
                 choices = ", ".join(repr(o.value) for o in Ordering)
-                raise ValueError(f"ordering must be an Ordering or one of {choices}, got {ordering!r}") from None
+                raise ValueError(
+                    f"ordering must be an Ordering or one of {choices}, got {ordering!r}"
+                ) from None
         if not isinstance(ordering, Ordering):
             raise ValueError(f"ordering must be an Ordering, got {ordering!r}")
         timeout_ms = to_millis(timeout, "timeout")

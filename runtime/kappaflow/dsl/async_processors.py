@@ -151,11 +151,13 @@ class AsyncValuesProcessor:
         for out in outputs:
             if not isinstance(out, Record):
                 raise StreamsError(
-                    f"process_values_async: the function must return a Record, Records or None, got {out!r:.80}"
+                    "process_values_async: the function must return a Record, Records or None, "
+                    f"got {out!r:.80}"
                 )
             if out.key != key:
                 raise StreamsError(
-                    f"process_values_async: an output must keep the input's key {key!r:.40}, got {out.key!r:.40}"
+                    f"process_values_async: an output must keep the input's key {key!r:.40}, "
+                    f"got {out.key!r:.40}"
                 )
         return outputs
 

@@ -17,8 +17,8 @@ from typing import Any, Generic, overload
 
 from kappaflow.api.async_calls import AsyncCallOptions, Ordering
 from kappaflow.api.errors import TopologyError
-from kappaflow.api.record import Record
 from kappaflow.api.processor import Processor
+from kappaflow.api.record import Record
 from kappaflow.api.serdes import Serde
 from kappaflow.dsl.async_processors import AsyncValuesProcessor
 from kappaflow.dsl.graph import InternalBuilder

@@ -30,6 +30,7 @@ from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError
 from kappaflow.api.config import StreamsConfig
 from kappaflow.api.errors import ProducerFencedError, TaskMigratedError, TransactionAbortedError
 from kappaflow.api.metrics import Metrics
+from kappaflow.api.processor import TaskId
 from kappaflow.clients.admin import InternalTopicManager
 from kappaflow.clients.kafka import client_configs, new_consumer
 from kappaflow.runner.assembly import assemble, now_ms, wait_for_topics
@@ -48,6 +49,7 @@ log = logging.getLogger(__name__)
 SERVE_INTERVAL_S = 1.0  # how often an idle thread's producers are polled (runner/thread.py)
 
 BATCH = 1000
+ASYNC_WAIT_S = 0.02  # longest wait for an asynchronous call's completion before polling for records
 
 
 class StreamThread:
@@ -94,6 +96,7 @@ class StreamThread:
         # wait for a broker it cannot reach (runner/streams.py)
         self.preparing = True
         self._sent = 0  # the collector's count of records sent, as last published
+        self._async_paused: set[TaskId] = set()  # tasks paused at their asynchronous max_in_flight
         log.info("drain loop: %s", native.describe(config.get_bool("kappaflow.native.enabled")))
         # Counters a dashboard plots exist from the start, at 0, so rate() and increase() see their
         # first increments (a series born at 1 has no increase to show).
@@ -158,7 +161,10 @@ class StreamThread:
         polled = time.perf_counter()
         messages = consumer.consume(BATCH, 0)
         if not messages and not busy:
-            messages = consumer.consume(1, self.poll_timeout)
+            if tm.async_pending():  # wake for a completed call, or soon for new records
+                tm.async_executor.wait_for_completion(min(self.poll_timeout, ASYNC_WAIT_S))
+            else:
+                messages = consumer.consume(1, self.poll_timeout)
         self.metrics.increment("poll-seconds-total", time.perf_counter() - polled)
         self.rebalance.raise_error()
         if self._consumer_failure is not None:
@@ -173,6 +179,7 @@ class StreamThread:
             self.standbys.maybe_place(consumer.memberid, self.rebalance.assigned)
             running = tm.running()
             self._process(running)
+            self._pause_saturated(running)
             if messages:
                 self._sample_e2e_latency(messages[-1].timestamp())
             if time.monotonic() - self._last_commit >= self.commit_interval or any(
@@ -204,6 +211,9 @@ class StreamThread:
     def _process(self, running: list[StreamTask]) -> None:
         count, started, now = 0, time.perf_counter(), now_ms()
         for task in running:
+            if task.has_async_results():  # results of asynchronous calls, emitted before new records
+                self.producer.begin()
+                task.deliver_async()
             if task.has_buffered():
                 self.producer.begin()
                 count += task.process_buffered(fetched_lag=self.fetched_lag, now_ms=now)
@@ -214,6 +224,22 @@ class StreamThread:
                 task.maybe_punctuate_system_time(now)
         if count:
             self.metrics.record_processing(count, time.perf_counter() - started)
+
+    def _pause_saturated(self, running: list[StreamTask]) -> None:
+        """Backpressure: pause the input partitions of a task whose asynchronous nodes are at
+        `max_in_flight`, resume them once it has room (its buffered records wait meanwhile)."""
+        for task in running:
+            saturated = task.async_saturated()
+            if saturated == (task.id in self._async_paused):
+                continue
+            partitions = self.rebalance.partitions_of(task.id)
+            if saturated:
+                self.consumer.pause(partitions)
+                self._async_paused.add(task.id)
+                self.metrics.increment("async-backpressure-pauses-total", task=str(task.id))
+            else:
+                self.consumer.resume(partitions)
+                self._async_paused.discard(task.id)
 
     def commit(self) -> None:
         """Commit every running task with something to commit (runner/commit.py has the protocol)."""
@@ -251,6 +277,7 @@ class StreamThread:
         with self.state_lock:
             self.producer.reset(fenced=isinstance(exc, ProducerFencedError))
             resume = self.rebalance.close_all_dirty()
+            self._async_paused.clear()
             if rejoin:
                 self.metrics.increment("consumer-rejoins-total")
                 self._leave(clean=False)
@@ -260,6 +287,7 @@ class StreamThread:
 
     # ----------------------------------------------------------------- state and shutdown
     def _assignment_changed(self, assigned: bool) -> None:
+        self._async_paused.clear()  # the tasks and the consumer's pauses start over
         if assigned:
             self.metrics.increment("rebalances-total")
             self.fetched_lag.reset()
@@ -287,12 +315,23 @@ class StreamThread:
         self.rebalance.forget()
         self.rebalance.dirty = False
 
+    def _finish_async(self, tm: TaskManager) -> None:
+        """A clean shutdown lets the asynchronous calls in flight complete and emits their results, up
+        to `default.api.timeout.ms`; what is left then is cancelled when the tasks close, uncommitted
+        (the commit stops at the oldest of them), and redone by the next owner."""
+        deadline = time.monotonic() + self.api_timeout_s
+        for task in tm.running():
+            left = max(0.0, deadline - time.monotonic())
+            if not task.finish_async(left, self.producer.begin):
+                log.warning("task %s: asynchronous calls still running at shutdown are cancelled", task.id)
+
     def _shutdown(self, clean: bool) -> None:
         tm = self.tm
         if tm is None:
             return
         if clean:
             try:
+                self._finish_async(tm)
                 self.commit()
             except Exception as exc:
                 log.exception("final commit failed")

@@ -14,7 +14,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
-from kappaflow.tasks.async_executor import Cancel, CallOutcome, CallSpec, Done, attempt_call
+from kappaflow.tasks.async_executor import CallOutcome, CallSpec, Cancel, Done, attempt_call
 
 
 @dataclass(eq=False)

@@ -483,6 +483,25 @@ class StreamTask:
             return 0
         return self.async_calls.deliver()
 
+    def has_async_results(self) -> bool:
+        """Whether completed asynchronous calls wait to be delivered (asked every loop: no count)."""
+        return self.async_calls.has_completed()
+
+    def async_saturated(self) -> bool:
+        """Whether an asynchronous node is at `max_in_flight`: the runner pauses the task's input."""
+        return self.async_calls.saturated()
+
+    def async_pending(self) -> int:
+        """Records the asynchronous nodes accepted and have not emitted yet."""
+        return self.async_calls.pending()
+
+    def finish_async(self, timeout_s: float, before_deliver: Callable[[], object]) -> bool:
+        """Wait up to `timeout_s` for the asynchronous calls to complete, delivering their results (a
+        clean shutdown); True when none is left. `before_deliver` runs before each delivery."""
+        if self.state is not TaskState.RUNNING:
+            return True
+        return self.async_calls.finish(timeout_s, before_deliver)
+
     def _async_call_failed(
         self, exc: Exception, record: RecordContext, key: bytes | None, value: bytes | None, node: str
     ) -> None:
