@@ -73,7 +73,9 @@ def test_every_output_once_in_key_order_and_input_paused_at_max_in_flight(
         assert app.close(30)
 
 
-def test_a_rebalance_with_calls_in_flight_emits_nothing_late_or_twice(kafka_bootstrap, kafka_topics, tmp_path):
+def test_a_rebalance_with_calls_in_flight_emits_nothing_late_or_twice(
+    kafka_bootstrap, kafka_topics, tmp_path
+):
     """Exactly-once across a second instance joining while calls run: the revoked tasks' calls are
     cancelled (their offsets were never committed past them) and redone by the new owner."""
     source, sink = kafka_topics("async-rb-in", partitions=4), kafka_topics("async-rb-out", partitions=4)
