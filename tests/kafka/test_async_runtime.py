@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
 import uuid
 from collections import defaultdict
 from typing import Any
@@ -19,13 +20,18 @@ from tests.kafka.streams_support import fast_config, produce, read_topic, wait_f
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
 
 S = serdes.String()
-KEYS = 6
+KEYS = 64
 
 
-def slow_echo_topology(source: str, sink: str, max_in_flight: int) -> Any:
+def slow_echo_topology(
+    source: str, sink: str, max_in_flight: int, gate: threading.Event | None = None
+) -> Any:
+    """Echoes with a random delay; while `gate` is given and not set, every call waits for it."""
     rng = random.Random(7)
 
     async def echo(value: str) -> str:
+        while gate is not None and not gate.is_set():
+            await asyncio.sleep(0.01)
         await asyncio.sleep(rng.uniform(0.005, 0.03))  # out of order across keys
         return f"{value}!"
 
@@ -56,19 +62,24 @@ def test_every_output_once_in_key_order_and_input_paused_at_max_in_flight(
     kafka_bootstrap, kafka_topics, tmp_path, guarantee
 ):
     source, sink = kafka_topics("async-in", partitions=2), kafka_topics("async-out", partitions=2)
-    n = 600
-    produce(kafka_bootstrap, source, inputs(n))  # all there at start: the first fetch fills the window
+    n = 4000  # all there at start: more than a batch queues behind each full task, which pauses it
+    produce(kafka_bootstrap, source, inputs(n))
     config = fast_config(
         kafka_bootstrap, f"async-{uuid.uuid4().hex[:8]}", str(tmp_path), **{"processing.guarantee": guarantee}
     )
-    app = KafkaStreams(slow_echo_topology(source, sink, max_in_flight=8), config)
+    gate = threading.Event()  # calls wait until the input paused: no race with the fetch
+    app = KafkaStreams(slow_echo_topology(source, sink, max_in_flight=16, gate=gate), config)
+
+    def pauses() -> float:
+        return sum(app.metrics.counters().get("async-backpressure-pauses-total", {}).values())
+
     app.start()
     try:
         wait_running(app)
+        wait_for(lambda: pauses() >= 2, 30, "both tasks paused at max_in_flight with a batch queued")
+        gate.set()
         records = read_topic(kafka_bootstrap, sink, expected=n, timeout=60, committed_only=True)
         assert_once_in_key_order(records, n)
-        pauses = sum(app.metrics.counters().get("async-backpressure-pauses-total", {}).values())
-        assert pauses > 0, "a task at max_in_flight pauses its partitions"
     finally:
         assert app.close(30)
 

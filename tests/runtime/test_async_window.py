@@ -97,3 +97,13 @@ def test_clear_hands_back_the_running_calls_and_ignores_late_completions():
 def test_bad_bound():
     with pytest.raises(ValueError, match="max_in_flight"):
         InFlightWindow(Ordering.NONE, 0, release_in_offset_order=False)
+
+
+def test_input_pauses_when_full_with_a_batch_queued_and_resumes_at_half_a_batch():
+    from kappaflow.runner.backpressure import input_paused
+
+    assert not input_paused(False, saturated=True, buffered=999, batch=1000)  # room to fill: keep fetching
+    assert not input_paused(False, saturated=False, buffered=5000, batch=1000)  # the nodes take them now
+    assert input_paused(False, saturated=True, buffered=1000, batch=1000)
+    assert input_paused(True, saturated=False, buffered=500, batch=1000)  # no flapping per record
+    assert not input_paused(True, saturated=True, buffered=499, batch=1000)

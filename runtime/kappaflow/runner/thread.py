@@ -34,6 +34,7 @@ from kappaflow.api.processor import TaskId
 from kappaflow.clients.admin import InternalTopicManager
 from kappaflow.clients.kafka import client_configs, new_consumer
 from kappaflow.runner.assembly import assemble, now_ms, wait_for_topics
+from kappaflow.runner.backpressure import input_paused
 from kappaflow.runner.fetch_lag import LAG_INTERVAL_S, FetchedLag, report_consumer_lag
 from kappaflow.runner.global_state import GlobalStateUpdater
 from kappaflow.runner.metadata import consumer_client_id
@@ -227,13 +228,15 @@ class StreamThread:
 
     def _pause_saturated(self, running: list[StreamTask]) -> None:
         """Backpressure: pause the input partitions of a task whose asynchronous nodes are at
-        `max_in_flight`, resume them once it has room (its buffered records wait meanwhile)."""
+        `max_in_flight` with a batch queued behind them, resume them once the queue is down to half a
+        batch (runner/backpressure.py says why not per record)."""
         for task in running:
-            saturated = task.async_saturated()
-            if saturated == (task.id in self._async_paused):
+            was = task.id in self._async_paused
+            paused = input_paused(was, task.async_saturated(), task.buffered(), BATCH)
+            if paused == was:
                 continue
             partitions = self.rebalance.partitions_of(task.id)
-            if saturated:
+            if paused:
                 self.consumer.pause(partitions)
                 self._async_paused.add(task.id)
                 self.metrics.increment("async-backpressure-pauses-total", task=str(task.id))
