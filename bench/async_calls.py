@@ -35,12 +35,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
-
 from bench.local_broker import bench_broker  # noqa: E402
+from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+from tests.harness.kafka_fixtures import free_port  # noqa: E402
+
 from kappaflow import StreamsBuilder, serdes  # noqa: E402
 from kappaflow.runner import KafkaStreams  # noqa: E402
-from tests.harness.kafka_fixtures import free_port  # noqa: E402
 
 CALL_S = 0.05
 TARGET = 100.0
