@@ -164,6 +164,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=6.0, help="measuring window per row")
     parser.add_argument("--records", type=int, default=120_000, help="input records (enough for 512)")
     parser.add_argument("--bootstrap", default="")
+    parser.add_argument("--functions", default="sleep,http", help="comma-separated: sleep, http")
     args = parser.parse_args()
     port = free_port()
     server = subprocess.Popen(
@@ -179,7 +180,8 @@ def main() -> int:
             http_async, http_blocking = http_functions(port)
             functions = {"sleep": (async_sleep, blocking_sleep), "http": (http_async, http_blocking)}
             print(f"{'function':<8} {'operation':<34} {'records/s':>10} {'vs plain':>9}", flush=True)
-            for name, (asynchronous, blocking) in functions.items():
+            chosen = {f: functions[f] for f in args.functions.split(",")}
+            for name, (asynchronous, blocking) in chosen.items():
                 plain = run_row(bootstrap, source, blocking, None, args.seconds)
                 print(
                     f"{name:<8} {'map_values (plain, blocking)':<34} {plain:>10.1f} {1.0:>8.1f}x", flush=True
