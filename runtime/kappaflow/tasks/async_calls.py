@@ -92,6 +92,11 @@ class TaskAsyncCalls:
             node.completed(seq, outcome)
         return handled
 
+    def wait_for_completion(self, timeout_s: float) -> None:
+        """Block up to `timeout_s` until a call completes (at once if one has)."""
+        if not self._completed and self.nodes:
+            self.executor.wait_for_completion(timeout_s)
+
     def free_slots(self) -> int:
         """How many more records every node can accept (a large number without nodes)."""
         return min((n.free_slots() for n in self.nodes), default=1 << 62)

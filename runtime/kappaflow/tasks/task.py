@@ -495,6 +495,10 @@ class StreamTask:
         """Records the asynchronous nodes accepted and have not emitted yet."""
         return self.async_calls.pending()
 
+    def await_async_results(self, timeout_s: float) -> None:
+        """Block up to `timeout_s` until an asynchronous call completes (returns at once if one has)."""
+        self.async_calls.wait_for_completion(timeout_s)
+
     def finish_async(self, timeout_s: float, before_deliver: Callable[[], object]) -> bool:
         """Wait up to `timeout_s` for the asynchronous calls to complete, delivering their results (a
         clean shutdown); True when none is left. `before_deliver` runs before each delivery."""
