@@ -57,18 +57,22 @@ def assert_once_in_key_order(records: list[Any], n: int) -> None:
         assert values == sorted(values), f"key {key} out of order: {values[:20]}"
 
 
-@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once_v2"])
-def test_every_output_once_in_key_order_and_input_paused_at_max_in_flight(
-    kafka_bootstrap, kafka_topics, tmp_path, guarantee
+def test_at_least_once_every_output_once_in_key_order_and_input_paused_at_max_in_flight(
+    kafka_bootstrap, kafka_topics, tmp_path
 ):
+    """at_least_once (exactly_once_v2: the rebalance test below and the async kill loop of
+    tests/kafka/test_chaos.py, within the CI time budget)."""
     source, sink = kafka_topics("async-in", partitions=2), kafka_topics("async-out", partitions=2)
     n = 4000  # all there at start: more than a batch queues behind each full task, which pauses it
     produce(kafka_bootstrap, source, inputs(n))
     config = fast_config(
-        kafka_bootstrap, f"async-{uuid.uuid4().hex[:8]}", str(tmp_path), **{"processing.guarantee": guarantee}
+        kafka_bootstrap,
+        f"async-{uuid.uuid4().hex[:8]}",
+        str(tmp_path),
+        **{"processing.guarantee": "at_least_once"},
     )
     gate = threading.Event()  # calls wait until the input paused: no race with the fetch
-    app = KafkaStreams(slow_echo_topology(source, sink, max_in_flight=16, gate=gate), config)
+    app = KafkaStreams(slow_echo_topology(source, sink, max_in_flight=32, gate=gate), config)
 
     def pauses() -> float:
         return sum(app.metrics.counters().get("async-backpressure-pauses-total", {}).values())

@@ -248,6 +248,8 @@ class StreamThread:
         """Commit every running task with something to commit (runner/commit.py has the protocol)."""
         tm = self.tm
         assert tm is not None
+        if self.producer.exactly_once:
+            self._complete_async_calls(tm)
         tasks = [t for t in tm.running() if t.commit_needed()]
         offsets = self.committer.commit(tasks, self.consumer)
         tm.checkpoint_standbys()
@@ -317,6 +319,23 @@ class StreamThread:
             log.exception("closing the consumer failed")
         self.rebalance.forget()
         self.rebalance.dirty = False
+
+    def _complete_async_calls(self, tm: TaskManager) -> None:
+        """exactly_once_v2: a commit first lets every asynchronous call in flight complete and emits its
+        results into the transaction. Holding offsets back at the oldest call is not enough there: what
+        ran before the asynchronous node for the records after it (a count's store and changelog, another
+        branch's sink) is in the transaction already, and would be applied twice after a crash replayed
+        those records (the async kill loop of tests/kafka/test_chaos.py found it). A call that does not
+        end within `default.api.timeout.ms` makes the commit fail: the work since the last one is redone."""
+        deadline = time.monotonic() + self.api_timeout_s
+        for task in tm.running():
+            if task.async_pending() and not task.finish_async(
+                max(0.0, deadline - time.monotonic()), self.producer.begin
+            ):
+                raise TransactionAbortedError(
+                    f"task {task.id}: asynchronous calls still running after default.api.timeout.ms "
+                    f"({self.api_timeout_s:.0f} s) at a commit: redoing the work since the last commit"
+                )
 
     def _finish_async(self, tm: TaskManager) -> None:
         """A clean shutdown lets the asynchronous calls in flight complete and emits their results, up
