@@ -88,11 +88,13 @@ async def attempt_call(
     attempt = 0
     while True:
         try:
-            if spec.coroutine:
-                return await asyncio.wait_for(spec.function(*args), timeout_s)
+            if spec.coroutine:  # asyncio.timeout, not wait_for: no second task per call
+                async with asyncio.timeout(timeout_s):
+                    return await spec.function(*args)
             if run_blocking is None:
                 return spec.function(*args)
-            return await asyncio.wait_for(run_blocking(spec.function, args), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                return await run_blocking(spec.function, args)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
