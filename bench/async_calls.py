@@ -7,7 +7,8 @@ thread blocks on every call: Kafka Streams' only option) and as `map_values_asyn
 
 - sleep: `await asyncio.sleep(0.05)` (the plain row: `time.sleep(0.05)`);
 - http: a GET to a local HTTP server on loopback, in a process of its own, that answers after 50 ms
-  (the async rows use an asyncio socket client, the plain row `urllib.request`).
+  (the async rows use an asyncio HTTP/1.1 client with a keep-alive connection pool, the plain row
+  `urllib.request`).
 
 records/s is the output topic's growth over --seconds, measured after the first output appeared (the
 start-up and group join excluded). The last column divides by the plain row of the same function; the
@@ -50,10 +51,14 @@ FLIGHTS = (1, 64, 512)
 SERVER = """
 import asyncio, sys
 async def handle(reader, writer):
-    await reader.readuntil(b"\\r\\n\\r\\n")
-    await asyncio.sleep(float(sys.argv[2]))
-    writer.write(b"HTTP/1.1 200 OK\\r\\nContent-Length: 2\\r\\nConnection: close\\r\\n\\r\\nok")
-    await writer.drain()
+    try:
+        while True:  # HTTP/1.1 keep-alive: requests one after the other on a connection
+            await reader.readuntil(b"\\r\\n\\r\\n")
+            await asyncio.sleep(float(sys.argv[2]))
+            writer.write(b"HTTP/1.1 200 OK\\r\\nContent-Length: 2\\r\\n\\r\\nok")
+            await writer.drain()
+    except (asyncio.IncompleteReadError, ConnectionError):
+        pass
     writer.close()
 async def main():
     server = await asyncio.start_server(handle, "127.0.0.1", int(sys.argv[1]), backlog=2048)
@@ -66,14 +71,27 @@ asyncio.run(main())
 def http_functions(port: int) -> tuple[Callable[[str], Any], Callable[[str], Any]]:
     request = f"GET /lookup HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
 
+    # a keep-alive pool per event loop (connections belong to the loop that opened them; each row's app
+    # has its own), as a client session (aiohttp, httpx) keeps: a new TCP connection per call would
+    # measure connect() instead
+    pools: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]] = {}
+
     async def async_get(value: str) -> str:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(request)
-        await writer.drain()
-        response = await reader.read()
-        writer.close()
-        if not response.startswith(b"HTTP/1.1 200"):
-            raise ConnectionError(f"HTTP lookup failed: {response[:40]!r}")
+        idle = pools.setdefault(asyncio.get_running_loop(), [])
+        reader, writer = idle.pop() if idle else await asyncio.open_connection("127.0.0.1", port)
+        try:
+            writer.write(request)
+            await writer.drain()
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+            await reader.readexactly(length)
+        except BaseException:
+            writer.close()
+            raise
+        if not head.startswith(b"HTTP/1.1 200"):
+            writer.close()
+            raise ConnectionError(f"HTTP lookup failed: {head[:40]!r}")
+        idle.append((reader, writer))
         return value
 
     def blocking_get(value: str) -> str:
