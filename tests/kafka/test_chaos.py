@@ -62,7 +62,13 @@ def test_kill_loop_exactly_once_with_async_calls_in_flight(kafka_bootstrap, tmp_
     never half emitted; per key no count lost, duplicated or out of order. Short in CI (its time
     budget); `make chaos` runs it for minutes."""
     result = run_chaos(
-        kafka_bootstrap, tmp_path, app=ASYNC_APP, instances=2, duration_s=12.0, kill_every=(1.8, 2.6)
+        kafka_bootstrap,
+        tmp_path,
+        app=ASYNC_APP,
+        instances=2,
+        duration_s=12.0,
+        kill_every=(1.8, 2.6),  # at least 3 kills in 12 s however slow the machine
+        rate=250.0,  # over the 1000 inputs the audit wants even when the feeder is slowed down
     )
     _assert_exactly_once(result)
 
