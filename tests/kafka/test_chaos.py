@@ -66,8 +66,8 @@ def test_kill_loop_exactly_once_with_async_calls_in_flight(kafka_bootstrap, tmp_
         tmp_path,
         app=ASYNC_APP,
         instances=2,
-        duration_s=12.0,
-        kill_every=(1.8, 2.6),  # at least 3 kills in 12 s however slow the machine
+        duration_s=10.0,
+        kill_every=(1.5, 2.2),  # at least 3 kills in 10 s however slow the machine
         rate=250.0,  # over the 1000 inputs the audit wants even when the feeder is slowed down
     )
     _assert_exactly_once(result)
