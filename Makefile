@@ -37,6 +37,7 @@ bench: setup kafka-download
 	$(PY) bench/restore.py
 	$(PY) bench/memory.py
 	$(PY) bench/workers.py
+	$(PY) bench/async_calls.py
 
 # State restoration alone: kappaflow vs a raw consume-into-rocksdict loop vs Java Kafka Streams.
 bench-restore: setup kafka-download

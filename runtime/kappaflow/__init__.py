@@ -6,6 +6,7 @@ Spark.
 """
 
 from kappaflow import serdes
+from kappaflow.api.async_calls import Ordering
 from kappaflow.api.config import StreamsConfig
 from kappaflow.api.errors import (
     ConfigError,
@@ -96,6 +97,7 @@ __all__ = [
     "KeyValueStore",
     "Materialized",
     "Named",
+    "Ordering",
     "ProcessingError",
     "Processor",
     "ProcessorContext",

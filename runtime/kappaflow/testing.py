@@ -32,6 +32,7 @@ from kappaflow.state.builders import ReadOnlyKeyValueView
 from kappaflow.state.cache import ThreadCache
 from kappaflow.state.session_store import ReadOnlySessionView
 from kappaflow.state.window_store import ReadOnlyWindowView
+from kappaflow.tasks.async_controlled import ControlledExecutor, PendingAsyncCall
 from kappaflow.tasks.drain import RawRecord
 from kappaflow.tasks.global_task import GlobalTask
 from kappaflow.tasks.java_heap import JavaPriorityQueue
@@ -39,7 +40,14 @@ from kappaflow.tasks.task import StreamTask
 from kappaflow.topology.topology import Topology
 from kappaflow_contract.topics import is_changelog_topic
 
-__all__ = ["EmptyTopicError", "TestInputTopic", "TestOutputTopic", "TestRecord", "TopologyTestDriver"]
+__all__ = [
+    "EmptyTopicError",
+    "PendingAsyncCall",
+    "TestInputTopic",
+    "TestOutputTopic",
+    "TestRecord",
+    "TopologyTestDriver",
+]
 
 
 class EmptyTopicError(LookupError):
@@ -123,7 +131,16 @@ class TopologyTestDriver:
         initial_wall_clock_time: datetime | int | None = None,
         *,
         restore_from: TopologyTestDriver | None = None,
+        async_completion: str = "auto",
     ) -> None:
+        """`async_completion`: "auto" completes the calls of asynchronous operations (map_values_async,
+        ...) right after the record that made them, in order, so outputs show at once as for their
+        synchronous twins; "manual" holds them until `complete_async_calls`, in the order the test
+        gives (see `pending_async_calls`)."""
+        if async_completion not in ("auto", "manual"):
+            raise ValueError(f"async_completion must be 'auto' or 'manual', got {async_completion!r}")
+        self._async_auto = async_completion == "auto"
+        self._async = ControlledExecutor()
         values: dict[str, Any] = {"application.id": "topology-test-driver", "bootstrap.servers": "dummy:1234"}
         # like Java's driver: no wall-clock throttle of unmatched join results or window-close emits, so
         # every piped record shows its effect at once
@@ -173,6 +190,7 @@ class TopologyTestDriver:
                 state_root,
                 self._clock,
                 global_stores,
+                async_executor=lambda: self._async,
             )
             self._tasks[sub.id] = task
             for topic in sub.source_topics:
@@ -226,22 +244,60 @@ class TopologyTestDriver:
         """Java's `completeAllProcessableWork`. Java's driver runs the whole topology as one task, so its
         PartitionGroup chooses the next record across every input and repartition topic: the queue whose
         head is oldest (ties in its PriorityQueue's order, `_non_empty`). After each record: the
-        stream-time punctuations of every task at the one stream time, a commit, and the records written
-        to topics the topology reads queued (`_capture`)."""
+        asynchronous calls it started (automatic mode), the stream-time punctuations of every task at the
+        one stream time, a commit, and the records written to topics the topology reads queued
+        (`_capture`). A task whose asynchronous nodes are at `max_in_flight` keeps its records queued
+        until calls complete (`complete_async_calls`)."""
         self._capture()
         non_empty = self._non_empty
+        held: list[str] = []
         while non_empty:
             topic = non_empty.poll()
             task = self._task_by_topic[topic]
-            task.process_partition(topic, 0)
+            if not task.process_partition(topic, 0):
+                held.append(topic)
+                continue
             if task.partitions.queues[(topic, 0)]:
                 non_empty.offer(topic)
+            if self._async_auto:
+                self._run_async(list(self._async.pending))
             self._stream_time = max(self._stream_time, task.context.stream_time)
             for other in self._tasks.values():
                 if other is not task and other.punctuate_stream_time(self._stream_time):
                     self._commit(other)
             self._commit(task)
             self._capture()
+        for topic in held:
+            non_empty.offer(topic)
+
+    def _run_async(self, calls: list[PendingAsyncCall]) -> None:
+        """Run `calls` in order and deliver what their results release, then (automatic mode) the calls
+        those started, until none is left; commit each task that delivered."""
+        while calls:
+            for call in calls:
+                self._async.run(call)
+            for task in self._tasks.values():
+                if task.deliver_async():
+                    self._commit(task)
+            calls = list(self._async.pending) if self._async_auto else []
+
+    def _complete_async(self, calls: list[PendingAsyncCall]) -> None:
+        """`_run_async`, then process what it released: records written downstream and records held
+        back while the operations were at max_in_flight."""
+        self._run_async(calls)
+        self._process_all()
+
+    def pending_async_calls(self) -> list[PendingAsyncCall]:
+        """The asynchronous calls started and not completed, in the order they started (manual mode)."""
+        return list(self._async.pending)
+
+    def complete_async_calls(self, calls: Iterable[PendingAsyncCall] | None = None) -> int:
+        """Complete `calls` (default: every pending one) in the given order and process what follows:
+        results emitted as the operations' ordering allows, calls a key's order held back started (and,
+        for those, `complete_async_calls` again), buffered records accepted. Returns how many ran."""
+        chosen = list(self._async.pending if calls is None else calls)
+        self._complete_async(chosen)
+        return len(chosen)
 
     def _commit(self, task: StreamTask) -> None:
         task.prepare_commit()
@@ -364,6 +420,7 @@ class TopologyTestDriver:
         self._closed = True
         for task in self._tasks.values():
             task.close(clean=True)
+        self._async.close()
         if self._global is not None:
             self._global.close()
         if self._own_state_dir:

@@ -17,6 +17,10 @@ of the other tests) makes Kafka's transaction coordinator drop markers: it compl
 the partitions have no leader, which it takes for deleted partitions, leaving hanging or wrongly committed
 transactions - the broker's failure, not the application's (the module docstring of kafka_split says how).
 
+`app=ASYNC_APP` runs the same word count with asynchronous calls in both sub-topologies
+(tests.kafka.apps:async_wordcount): calls in flight at every kill, their results out of order, and the
+audit unchanged (a count out of order per key is a regression).
+
 The CI tests (tests/kafka/test_chaos.py) run it for well under a minute per mode; `make chaos` runs
 `python -m tests.kafka.chaos --minutes N` against a cluster of its own for as long as asked.
 """
@@ -47,6 +51,7 @@ from tests.kafka.streams_support import fast_config, start_cli_app
 
 APP = "tests.kafka.apps:wordcount"
 RESTORED_LINE = re.compile(r"task \d+_\d+: restored (\d+) records in")
+ASYNC_APP = "tests.kafka.apps:async_wordcount"
 CLOSE_TIMEOUT_S = 30.0  # `kappaflow run --close-timeout`
 
 
@@ -223,8 +228,11 @@ def input_counts(bootstrap: str, topic: str, partitions: int, timeout: float = 6
 class Instance:
     """One `kappaflow run` process with its own state directory (a pod with its volume)."""
 
-    def __init__(self, index: int, workdir: Path, props: dict[str, Any], env: dict[str, str]) -> None:
+    def __init__(
+        self, index: int, workdir: Path, props: dict[str, Any], env: dict[str, str], app: str = APP
+    ) -> None:
         self.index = index
+        self.app = app
         self.workdir = workdir / f"instance-{index}"
         self.props = {**props, "state.dir": str(self.workdir / "state")}
         self.env = env
@@ -234,7 +242,7 @@ class Instance:
 
     def start(self) -> None:
         self.starts += 1
-        self.process = start_cli_app(APP, self.props, self.workdir, self.env, "run", CLOSE_TIMEOUT_S)
+        self.process = start_cli_app(self.app, self.props, self.workdir, self.env, "run", CLOSE_TIMEOUT_S)
 
     def kill(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -314,6 +322,7 @@ def run_chaos(
     broker_restarts: int = 0,
     drain_timeout_s: float = 120.0,
     seed: int | None = None,
+    app: str = APP,
 ) -> ChaosResult:
     """Run the kill loop for `duration_s`, then let every instance catch up and audit the output.
 
@@ -344,7 +353,7 @@ def run_chaos(
     fleet = []
     for i in range(instances):
         extra = {"group.instance.id": f"{app_id}-{i}"} if static else {}
-        fleet.append(Instance(i, workdir, {**props, **extra}, env))
+        fleet.append(Instance(i, workdir, {**props, **extra}, env, app))
     for instance in fleet:
         instance.start()
     feeder = Feeder(bootstrap, source, keys, rate, seed)
@@ -413,14 +422,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--broker-restarts", type=int, default=3, help="per mode")
     parser.add_argument("--seed", type=int, default=None)
     args = parser.parse_args(argv)
-    modes = [("exactly_once_v2", False), ("exactly_once_v2", True), ("at_least_once", False)]
+    modes = [
+        ("exactly_once_v2", False, APP),
+        ("exactly_once_v2", True, APP),
+        ("at_least_once", False, APP),
+        ("exactly_once_v2", False, ASYNC_APP),
+    ]
     failures = 0
     with tempfile.TemporaryDirectory(prefix="kappaflow-chaos-") as tmp:
         broker = SplitKafkaCluster(free_port(), free_port(), Path(tmp) / "kafka")
         broker.start()
         try:
-            for guarantee, static in modes:
-                name = f"{guarantee}{' static' if static else ''}"
+            for guarantee, static, app in modes:
+                name = f"{guarantee}{' static' if static else ''}{' async' if app == ASYNC_APP else ''}"
                 result = run_chaos(
                     broker.bootstrap_servers,
                     Path(tmp) / name.replace(" ", "-"),
@@ -431,6 +445,7 @@ def main(argv: list[str] | None = None) -> int:
                     broker_restarts=args.broker_restarts,
                     drain_timeout_s=300,
                     seed=args.seed,
+                    app=app,
                 )
                 a = result.audit
                 ok = a.lost == 0 and (guarantee != "exactly_once_v2" or not (a.duplicates or a.regressions))

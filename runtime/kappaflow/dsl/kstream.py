@@ -11,12 +11,16 @@ none of them imports it at run time (a table's `to_stream()` makes its stream th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
+from datetime import timedelta
 from typing import Any, Generic, overload
 
+from kappaflow.api.async_calls import AsyncCallOptions, Ordering
 from kappaflow.api.errors import TopologyError
 from kappaflow.api.processor import Processor
+from kappaflow.api.record import Record
 from kappaflow.api.serdes import Serde
+from kappaflow.dsl.async_processors import AsyncValuesProcessor
 from kappaflow.dsl.branched import BranchedKStream
 from kappaflow.dsl.graph import InternalBuilder
 from kappaflow.dsl.grouped import KGroupedStream
@@ -414,6 +418,83 @@ class KStream(Generic[K, V]):
         result with `None` for the other side, once the window closes."""
         return self._join("outer", other, joiner, windows, name, key_serde, value_serde, other_value_serde,
                           store_type)  # fmt: skip
+
+    # ----------------------------------------------------------------- asynchronous (no Java equivalent)
+    def map_values_async(
+        self,
+        mapper: Callable[..., Awaitable[VR]] | Callable[..., VR],
+        *,
+        max_in_flight: int = 64,
+        ordering: Ordering | str = Ordering.PER_KEY,
+        timeout: timedelta | int = 30_000,
+        retries: int = 0,
+        backoff: timedelta | int = 100,
+        name: str | None = None,
+    ) -> KStream[K, VR]:
+        """`map_values` whose `mapper(value)` or `mapper(key, value)` is an `async def` (awaited on the
+        task's event loop) or a blocking function (run in a bounded thread pool), up to `max_in_flight`
+        records per task at once. docs/concepts.md, "Asynchronous processing", has the semantics:
+        ordering, commits, exactly-once, backpressure, errors, rebalances."""
+        return self._async("map_values", mapper, takes_key(mapper), max_in_flight, ordering, timeout,
+                           retries, backoff, name)  # fmt: skip
+
+    def flat_map_values_async(
+        self,
+        mapper: Callable[..., Awaitable[Iterable[VR]]] | Callable[..., Iterable[VR]],
+        *,
+        max_in_flight: int = 64,
+        ordering: Ordering | str = Ordering.PER_KEY,
+        timeout: timedelta | int = 30_000,
+        retries: int = 0,
+        backoff: timedelta | int = 100,
+        name: str | None = None,
+    ) -> KStream[K, VR]:
+        """`flat_map_values` with an asynchronous (or blocking) mapper; see `map_values_async`. A
+        record's outputs leave together, never some of them."""
+        return self._async("flat_map_values", mapper, takes_key(mapper), max_in_flight, ordering,
+                           timeout, retries, backoff, name)  # fmt: skip
+
+    def process_values_async(
+        self,
+        function: Callable[[Record[K, V]], Awaitable[Any]] | Callable[[Record[K, V]], Any],
+        *,
+        max_in_flight: int = 64,
+        ordering: Ordering | str = Ordering.PER_KEY,
+        timeout: timedelta | int = 30_000,
+        retries: int = 0,
+        backoff: timedelta | int = 100,
+        name: str | None = None,
+    ) -> KStream[K, Any]:
+        """`function(record)` returns a `Record`, Records or None (keys unchanged): the timestamp and
+        headers are the function's to set. No state store access: stores belong to the stream thread
+        (put a `process_values` after it). Otherwise as `map_values_async`."""
+        return self._async("process_values", function, False, max_in_flight, ordering, timeout,
+                           retries, backoff, name)  # fmt: skip
+
+    def _async(
+        self,
+        kind: str,
+        function: Callable[..., Any],
+        with_key: bool,
+        max_in_flight: int,
+        ordering: Ordering | str,
+        timeout: timedelta | int,
+        retries: int,
+        backoff: timedelta | int,
+        name: str | None,
+    ) -> KStream[Any, Any]:
+        if not callable(function):
+            raise TypeError(f"{kind}_async: the function must be callable, got {function!r:.80}")
+        options = AsyncCallOptions.of(max_in_flight, ordering, timeout, retries, backoff)
+        key_serde, value_serde = self.key_serde, self.value_serde
+        return self._derive(
+            f"KSTREAM-{kind.replace('_', '').upper()}ASYNC-",
+            lambda: AsyncValuesProcessor(kind, function, with_key, options, key_serde, value_serde),
+            key_serde=self.key_serde,
+            value_serde=None,
+            key_changed=False,
+            name=name,
+        )
 
     # ----------------------------------------------------------------- Processor API inside the DSL
     def process(

@@ -62,6 +62,7 @@ HELP: dict[str, str] = {
     "transaction-aborts-total": "Aborted transactions, work redone from the last commit (exactly-once)",
     "hanging-transaction-partitions": "Partitions a hanging transaction holds (reader: restore or input)",
     "task-rewinds-total": "Tasks closed dirty and resumed from the committed offsets (at-least-once)",
+    "async-backpressure-pauses-total": "Input pauses of tasks whose asynchronous operations were full",
     "consumer-rejoins-total": "Group consumers replaced after a fatal error",
     "worker-replacements-total": "Worker processes replaced after they died",
     "rebalances-total": "Partition assignments this member received (one per completed rebalance)",

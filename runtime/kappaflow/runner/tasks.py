@@ -19,6 +19,7 @@ from kappaflow.api.processor import TaskId
 from kappaflow.runner.changelog_reader import RESTORE_BATCH, ChangelogReader
 from kappaflow.runner.managed_task import ManagedTask, TaskDirLock
 from kappaflow.state.cache import ThreadCache
+from kappaflow.tasks.async_executor import AsyncExecutor, LoopThreadExecutor
 from kappaflow.tasks.drain import RawTuple
 from kappaflow.tasks.task import StreamTask, TaskState
 from kappaflow.topology.topology import Topology
@@ -96,6 +97,8 @@ class TaskManager(PartitionOwnership):
         self.state_root = Path(config.get_str("state.dir")) / self.app_id
         # sibling workers of one instance share state.dir: wait for a task's previous owner to close it
         self._lock_wait_s = 30.0 if config.get_int("num.stream.threads") > 1 else 0.0
+        # the thread's asynchronous calls (map_values_async, ...) run here; its loop starts on first use
+        self.async_executor = LoopThreadExecutor()
         self.active: dict[TaskId, ManagedTask] = {}
         self.standby: dict[TaskId, ManagedTask] = {}
         self._resolved = {
@@ -129,6 +132,7 @@ class TaskManager(PartitionOwnership):
                 self.state_root,
                 self.clock,
                 self.global_stores,
+                async_executor=self._executor,
             )
             task.initialize()
             managed = ManagedTask(task, lock, standby)
@@ -137,6 +141,13 @@ class TaskManager(PartitionOwnership):
             lock.release()
             raise
         return managed
+
+    def _executor(self) -> AsyncExecutor:
+        return self.async_executor
+
+    def async_pending(self) -> bool:
+        """Whether a running task holds asynchronous calls not emitted yet."""
+        return any(t.async_pending() for t in self.running())
 
     def create_active(self, task_id: TaskId) -> ManagedTask:
         previous = self.standby.pop(task_id, None)
@@ -190,6 +201,7 @@ class TaskManager(PartitionOwnership):
         """Close every task and stop reading changelogs: the thread is shutting down."""
         self.close_all(clean)
         self.reader.close()
+        self.async_executor.close()
 
     def close_all(self, clean: bool) -> None:
         for task_id in list(self.active):

@@ -30,9 +30,11 @@ from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError
 from kappaflow.api.config import StreamsConfig
 from kappaflow.api.errors import ProducerFencedError, TaskMigratedError, TransactionAbortedError
 from kappaflow.api.metrics import Metrics
+from kappaflow.api.processor import TaskId
 from kappaflow.clients.admin import InternalTopicManager
 from kappaflow.clients.kafka import client_configs, new_consumer
 from kappaflow.runner.assembly import assemble, now_ms, wait_for_topics
+from kappaflow.runner.backpressure import input_paused
 from kappaflow.runner.fetch_lag import LAG_INTERVAL_S, FetchedLag, report_consumer_lag
 from kappaflow.runner.global_state import GlobalStateUpdater
 from kappaflow.runner.loop_ratios import LoopRatios
@@ -50,6 +52,7 @@ log = logging.getLogger(__name__)
 SERVE_INTERVAL_S = 1.0  # how often an idle thread's producers are polled (runner/thread.py)
 
 BATCH = 1000
+ASYNC_WAIT_S = 0.02  # longest wait for an asynchronous call's completion before polling for records
 
 
 class StreamThread:
@@ -98,6 +101,7 @@ class StreamThread:
         # wait for a broker it cannot reach (runner/streams.py)
         self.preparing = True
         self._sent = 0  # the collector's count of records sent, as last published
+        self._async_paused: set[TaskId] = set()  # tasks paused at their asynchronous max_in_flight
         log.info("drain loop: %s", native.describe(config.get_bool("kappaflow.native.enabled")))
         # Counters a dashboard plots exist from the start, at 0, so rate() and increase() see their
         # first increments (a series born at 1 has no increase to show).
@@ -169,7 +173,10 @@ class StreamThread:
         polled = time.perf_counter()
         messages = consumer.consume(BATCH, 0)
         if not messages and not busy:
-            messages = consumer.consume(1, self.poll_timeout)
+            if tm.async_pending():  # wake for a completed call, or soon for new records
+                tm.async_executor.wait_for_completion(min(self.poll_timeout, ASYNC_WAIT_S))
+            else:
+                messages = consumer.consume(1, self.poll_timeout)
         poll_seconds = time.perf_counter() - polled
         self.metrics.increment("poll-seconds-total", poll_seconds)
         ratios.add("poll", poll_seconds)
@@ -188,6 +195,7 @@ class StreamThread:
             self.standbys.maybe_place(consumer.memberid, self.rebalance.assigned)
             running = tm.running()
             self._process(running)
+            self._pause_saturated(running)
             if messages:
                 self._sample_e2e_latency(messages[-1].timestamp())
             if time.monotonic() - self._last_commit >= self.commit_interval or any(
@@ -228,6 +236,9 @@ class StreamThread:
     def _process(self, running: list[StreamTask]) -> None:
         count, started, now = 0, time.perf_counter(), now_ms()
         for task in running:
+            if task.has_async_results():  # results of asynchronous calls, emitted before new records
+                self.producer.begin()
+                task.deliver_async()
             if task.has_buffered():
                 self.producer.begin()
                 count += task.process_buffered(fetched_lag=self.fetched_lag, now_ms=now)
@@ -243,10 +254,30 @@ class StreamThread:
         if count:
             self.metrics.record_processing(count, processed)
 
+    def _pause_saturated(self, running: list[StreamTask]) -> None:
+        """Backpressure: pause the input partitions of a task whose asynchronous nodes are at
+        `max_in_flight` with a batch queued behind them, resume them once the queue is down to half a
+        batch (runner/backpressure.py says why not per record)."""
+        for task in running:
+            was = task.id in self._async_paused
+            paused = input_paused(was, task.async_saturated(), task.buffered(), BATCH)
+            if paused == was:
+                continue
+            partitions = self.rebalance.partitions_of(task.id)
+            if paused:
+                self.consumer.pause(partitions)
+                self._async_paused.add(task.id)
+                self.metrics.increment("async-backpressure-pauses-total", task=str(task.id))
+            else:
+                self.consumer.resume(partitions)
+                self._async_paused.discard(task.id)
+
     def commit(self) -> None:
         """Commit every running task with something to commit (runner/commit.py has the protocol)."""
         tm = self.tm
         assert tm is not None
+        if self.producer.exactly_once:
+            self._complete_async_calls(tm)
         tasks = [t for t in tm.running() if t.commit_needed()]
         offsets = self.committer.commit(tasks, self.consumer)
         tm.checkpoint_standbys()
@@ -279,6 +310,7 @@ class StreamThread:
         with self.state_lock:
             self.producer.reset(fenced=isinstance(exc, ProducerFencedError))
             resume = self.rebalance.close_all_dirty()
+            self._async_paused.clear()
             if rejoin:
                 self.metrics.increment("consumer-rejoins-total")
                 self._leave(clean=False)
@@ -288,6 +320,7 @@ class StreamThread:
 
     # ----------------------------------------------------------------- state and shutdown
     def _assignment_changed(self, assigned: bool) -> None:
+        self._async_paused.clear()  # the tasks and the consumer's pauses start over
         if assigned:
             self.metrics.increment("rebalances-total")
             self.fetched_lag.reset()
@@ -327,12 +360,40 @@ class StreamThread:
         self.rebalance.forget()
         self.rebalance.dirty = False
 
+    def _complete_async_calls(self, tm: TaskManager) -> None:
+        """exactly_once_v2: a commit first lets every asynchronous call in flight complete and emits its
+        results into the transaction. Holding offsets back at the oldest call is not enough there: what
+        ran before the asynchronous node for the records after it (a count's store and changelog, another
+        branch's sink) is in the transaction already, and would be applied twice after a crash replayed
+        those records (the async kill loop of tests/kafka/test_chaos.py found it). A call that does not
+        end within `default.api.timeout.ms` makes the commit fail: the work since the last one is redone."""
+        deadline = time.monotonic() + self.api_timeout_s
+        for task in tm.running():
+            if task.async_pending() and not task.finish_async(
+                max(0.0, deadline - time.monotonic()), self.producer.begin
+            ):
+                raise TransactionAbortedError(
+                    f"task {task.id}: asynchronous calls still running after default.api.timeout.ms "
+                    f"({self.api_timeout_s:.0f} s) at a commit: redoing the work since the last commit"
+                )
+
+    def _finish_async(self, tm: TaskManager) -> None:
+        """A clean shutdown lets the asynchronous calls in flight complete and emits their results, up
+        to `default.api.timeout.ms`; what is left then is cancelled when the tasks close, uncommitted
+        (the commit stops at the oldest of them), and redone by the next owner."""
+        deadline = time.monotonic() + self.api_timeout_s
+        for task in tm.running():
+            left = max(0.0, deadline - time.monotonic())
+            if not task.finish_async(left, self.producer.begin):
+                log.warning("task %s: asynchronous calls still running at shutdown are cancelled", task.id)
+
     def _shutdown(self, clean: bool) -> None:
         tm = self.tm
         if tm is None:
             return
         if clean:
             try:
+                self._finish_async(tm)
                 self.commit()
             except Exception as exc:
                 log.exception("final commit failed")

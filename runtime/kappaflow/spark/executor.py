@@ -389,6 +389,22 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
+ASYNC_RESULT_WAIT_S = 0.05  # the longest wait for an asynchronous call before checking again
+
+
+def process_all(task: StreamTask) -> int:
+    """Process every buffered record, and, with asynchronous operations (map_values_async, ...), their
+    calls: the task accepts up to `max_in_flight` records, and each completion emitted frees room for the
+    next ones, so a partition's calls run `max_in_flight` at a time as in the runtime, until the last
+    result is out. Returns how many records were processed."""
+    processed = task.process_buffered()
+    while task.async_pending():
+        task.await_async_results(ASYNC_RESULT_WAIT_S)
+        task.deliver_async()
+        processed += task.process_buffered()
+    return processed
+
+
 def run_task(job: StageJob, topology: Topology, partition: int, rows: list[InputRow]) -> list[OutputRow]:
     """Run one task over its rows; return repartition rows and one stats row."""
     started, cpu_started = time.perf_counter(), time.process_time()
@@ -423,7 +439,7 @@ def run_task(job: StageJob, topology: Topology, partition: int, rows: list[Input
             task.add_records(topic, tp_partition, records)
         # Every input is buffered: one call drains them in timestamp order (one tight loop per queue when
         # the task reads one partition), not one process() call per record.
-        processed = task.process_buffered()
+        processed = process_all(task)
         task.prepare_commit()  # flush caches: forwards and logs what they still hold
         written = collector.write_changelogs()
         collector.flush()

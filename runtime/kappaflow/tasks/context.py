@@ -18,6 +18,7 @@ from kappaflow.api.processor import PunctuationType, TaskId, to_millis
 from kappaflow.api.record import Headers, Record, RecordMetadata
 from kappaflow.state.api import MessagesRestoreCallback, RecordContext, RestoreCallback, StateStore
 from kappaflow.state.cache import ThreadCache
+from kappaflow.tasks.async_calls import TaskAsyncCalls
 from kappaflow.tasks.collector import RecordCollector
 from kappaflow.tasks.punctuation import PunctuationQueue, PunctuationSchedule
 
@@ -32,6 +33,8 @@ class ProcessorContextImpl:
     the native core's, through the slots' descriptors) sets the record's context and current node on it
     for every record."""
 
+    async_calls: TaskAsyncCalls  # the task's asynchronous nodes (set by StreamTask; a global task has none)
+
     __slots__ = (
         "__weakref__",  # a stream-stream join's sides share a time tracker, weakly keyed by the context
         "_application_id",
@@ -44,6 +47,7 @@ class ProcessorContextImpl:
         "_register",
         "_state_dir",
         "_task_id",
+        "async_calls",
         "changelog_partition",
         "collector",
         "commit_requested",

@@ -32,6 +32,8 @@ from kappaflow.api.wrapper import configured_wrapper, wrapped_supplier
 from kappaflow.state.api import RecordContext
 from kappaflow.state.cache import ThreadCache
 from kappaflow.tasks import native
+from kappaflow.tasks.async_calls import TaskAsyncCalls
+from kappaflow.tasks.async_executor import AsyncExecutor, shared_executor
 from kappaflow.tasks.collector import RecordCollector
 from kappaflow.tasks.context import ProcessorContextImpl
 from kappaflow.tasks.drain import DrainPlan, RawRecord, RawTuple, drain_python
@@ -94,9 +96,11 @@ class StreamTask:
         clock: Callable[[], int],
         global_stores: dict[str, Any] | None = None,
         transactional_state: bool | None = None,
+        async_executor: Callable[[], AsyncExecutor] = shared_executor,
     ) -> None:
         """`transactional_state`: keep store writes apart until `post_commit` (default: under
-        exactly_once_v2); see `kappaflow.tasks.state_manager`."""
+        exactly_once_v2); see `kappaflow.tasks.state_manager`. `async_executor` makes (on first use) the
+        executor the task's asynchronous nodes call through (kappaflow.tasks.async_calls)."""
         self.id = task_id
         self.topology = topology
         self.config = config
@@ -123,6 +127,8 @@ class StreamTask:
             clock,
         )
         self.context.global_stores = global_stores or {}
+        self.async_calls = TaskAsyncCalls(async_executor, self._async_call_failed)
+        self.context.async_calls = self.async_calls
         self.consumed_offsets: dict[tuple[str, int], int] = {}
         self.committed_offsets: dict[tuple[str, int], int] = {}
         self.first_offsets: dict[tuple[str, int], int] = {}  # the first offset handed, per partition
@@ -254,8 +260,9 @@ class StreamTask:
         return self.partitions.has_buffered()
 
     def process(self) -> bool:
-        """Process the buffered record with the lowest timestamp; False when nothing is buffered."""
-        if self.state is not TaskState.RUNNING:
+        """Process the buffered record with the lowest timestamp; False when nothing is buffered (or
+        the asynchronous nodes are at `max_in_flight`: the record stays buffered)."""
+        if self.state is not TaskState.RUNNING or self.async_calls.saturated():
             return False
         chosen = self.partitions.next_queue()
         if chosen is None:
@@ -266,9 +273,10 @@ class StreamTask:
 
     def process_partition(self, topic: str, partition: int) -> bool:
         """Process the record at the head of one input partition's queue (the test driver chooses the
-        partition across its tasks, as Java's one task does); False when it has nothing queued."""
+        partition across its tasks, as Java's one task does); False when it has nothing queued (or its
+        asynchronous nodes are at `max_in_flight`: the record stays queued)."""
         queue = self.partitions.queues.get((topic, partition))
-        if self.state is not TaskState.RUNNING or not queue:
+        if self.state is not TaskState.RUNNING or not queue or self.async_calls.saturated():
             return False
         self._drain(topic, partition, queue, 1)
         return True
@@ -287,6 +295,10 @@ class StreamTask:
         `fetched_lag`); without `fetched_lag` (test driver, Spark) every input is already buffered."""
         if self.state is not TaskState.RUNNING:
             return 0
+        if self.async_calls.nodes:  # backpressure: accept no more than the asynchronous nodes can hold
+            limit = min(limit, self.async_calls.free_slots())
+            if limit <= 0:
+                return 0
         only = self.partitions.only_queue()
         if only is not None:
             (topic, partition), queue = only
@@ -482,15 +494,25 @@ class StreamTask:
         return self.committable_offsets()
 
     def committable_offsets(self) -> dict[tuple[str, int], int]:
-        """The input offsets a commit now would commit (the next to consume per partition); flushing
-        the stores does not change them."""
-        return {tp: offset + 1 for tp, offset in self.consumed_offsets.items()}
+        """The input offsets a commit now would commit (the next to consume per partition, or the oldest
+        record an asynchronous node still holds: never past a record whose outputs are not out);
+        flushing the stores does not change them."""
+        if not self.async_calls.nodes:
+            return {tp: offset + 1 for tp, offset in self.consumed_offsets.items()}
+        watermark = self.async_calls.watermark
+        result = {}
+        for tp, offset in self.consumed_offsets.items():
+            held = watermark(tp)
+            result[tp] = offset + 1 if held is None else min(offset + 1, held)
+        return result
 
     def post_commit(self, written: Mapping[tuple[str, int], int] | None = None) -> None:
         """The commit went through: `written` holds the last acknowledged offset per changelog partition
         (the collector's), which the state manager takes as its stores' new changelog offsets."""
-        self.committed_offsets.update({tp: o + 1 for tp, o in self.consumed_offsets.items()})
-        self.consumed_offsets.clear()
+        committed = self.committable_offsets()
+        self.committed_offsets.update(committed)
+        # a partition whose records an asynchronous node still holds stays to commit again later
+        self.consumed_offsets = {tp: o for tp, o in self.consumed_offsets.items() if committed[tp] <= o}
         self.context.commit_requested = False
         self._punctuated = False
         self.failures.committed()
@@ -507,9 +529,47 @@ class StreamTask:
             self.metrics.increment("enforced-processing-total", self.partitions.enforced, **self._labels)
             self.partitions.enforced = 0
 
+    # ----------------------------------------------------------------- asynchronous nodes
+    def deliver_async(self) -> int:
+        """Emit the results of the asynchronous calls completed so far (kappaflow.tasks.async_calls);
+        return how many completions were handled. Called by whoever drives the task, between records."""
+        if self.state is not TaskState.RUNNING:
+            return 0
+        return self.async_calls.deliver()
+
+    def has_async_results(self) -> bool:
+        """Whether completed asynchronous calls wait to be delivered (asked every loop: no count)."""
+        return self.async_calls.has_completed()
+
+    def async_saturated(self) -> bool:
+        """Whether an asynchronous node is at `max_in_flight`: the runner pauses the task's input."""
+        return self.async_calls.saturated()
+
+    def async_pending(self) -> int:
+        """Records the asynchronous nodes accepted and have not emitted yet."""
+        return self.async_calls.pending()
+
+    def await_async_results(self, timeout_s: float) -> None:
+        """Block up to `timeout_s` until an asynchronous call completes (returns at once if one has)."""
+        self.async_calls.wait_for_completion(timeout_s)
+
+    def finish_async(self, timeout_s: float, before_deliver: Callable[[], object]) -> bool:
+        """Wait up to `timeout_s` for the asynchronous calls to complete, delivering their results (a
+        clean shutdown); True when none is left. `before_deliver` runs before each delivery."""
+        if self.state is not TaskState.RUNNING:
+            return True
+        return self.async_calls.finish(timeout_s, before_deliver)
+
+    def _async_call_failed(
+        self, exc: Exception, record: RecordContext, key: bytes | None, value: bytes | None, node: str
+    ) -> None:
+        raw = RawRecord(record.offset, record.timestamp, key, value, record.headers)
+        self.failures.processing_failed(exc, record.topic, record.partition, raw, node)
+
     def close(self, clean: bool = True) -> None:
         if self.state is TaskState.CLOSED:
             return
+        self.async_calls.close()  # cancelled: a closed task never emits a late result
         if self.state is TaskState.RUNNING:
             for node in self.nodes:
                 try:
