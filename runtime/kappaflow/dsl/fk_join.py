@@ -148,6 +148,9 @@ class SubscriptionSendProcessor:
         change: Change[Any] = record.value
         if record.key is None:
             return
+        if not change.is_latest:
+            drop_record(self.context, "out-of-order-version", self.label)  # KIP-914: not the current row
+            return
         pk = self.key_serde.serialize("", record.key)
         assert pk is not None
         digest = value_hash(self.value_serde.serialize("", change.new_value))
@@ -221,10 +224,19 @@ class SubscriptionReceiveProcessor(_RightSide):
 class ForeignTableChangeProcessor(_RightSide):
     """Right task: a right-row update answers every subscription of that foreign key again."""
 
+    def __init__(
+        self, store_name: str, getter: ValueGetterSupplier, serdes: tuple[Any, Any, Any], label: str
+    ) -> None:
+        super().__init__(store_name, getter, serdes)
+        self.label = label
+
     def process(self, record: Record[Any, Any]) -> None:
         if record.key is None:
             return
         change: Change[Any] = record.value
+        if not change.is_latest:
+            drop_record(self.context, "out-of-order-version", self.label)  # KIP-914: not the current row
+            return
         fk_raw = self.fk_serde.serialize("", record.key)
         assert fk_raw is not None
         prefix = combined_prefix(fk_raw)
@@ -320,7 +332,7 @@ def foreign_key_join(
     right.enable_send_old_values()
     on_right = builder.new_name("KTABLE-FK-JOIN-FOREIGN-TABLE-CHANGE-")
     topology.add_processor(
-        on_right, lambda: ForeignTableChangeProcessor(store_name, right_getter, serdes), right.node
+        on_right, lambda: ForeignTableChangeProcessor(store_name, right_getter, serdes, on_right), right.node
     )
     topology.connect_processor_and_state_stores(on_right, store_name)
     merged_responses = builder.new_name("KTABLE-FK-JOIN-RESPONSE-MERGE-")

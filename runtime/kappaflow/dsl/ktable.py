@@ -120,6 +120,16 @@ class KTable(Generic[K, V]):
             if parent is not None:
                 parent.enable_send_old_values()
 
+    def versioned_upstream(self) -> bool:
+        """Java's isVersionedOrVersionedUpstream: whether this table's updates come from a versioned store
+        (its own, or an unmaterialized chain's above it), so they may be flagged not latest (KIP-914)."""
+        if self.versioned:
+            return True
+        if self.materialized:
+            return False
+        parents = [parent for parent in (self._parent, *self._join_parents) if parent is not None]
+        return bool(parents) and all(parent.versioned_upstream() for parent in parents)
+
     def _try_enable_send_old_values(self) -> bool:
         """Java's `enableSendingOldValues(forceMaterialization=false)`: a table with a store of its own
         (materialized, or an aggregation) sends old values at no cost; one without asks its parent.
@@ -194,9 +204,12 @@ class KTable(Generic[K, V]):
         # as Java's KTableFilter: over a parent that has old values without new state, send them, so a
         # row filtered out before and after an update forwards nothing (no needless tombstone)
         upstream_old = self._try_enable_send_old_values()
+        versioned_semantics = self.versioned_upstream()
         table = self._derived(
             "KTABLE-FILTER-",
-            lambda store, send_old, label: KTableFilterProcessor(predicate, negate, store, send_old, label),
+            lambda store, send_old, label: KTableFilterProcessor(
+                predicate, negate, store, send_old, label, versioned_semantics
+            ),
             materialized,
             self.value_serde,
             keep,

@@ -3,7 +3,7 @@ Materialized.as_(Stores.persistent_versioned_key_value_store(name, history_reten
 
 The source writes every update as a version at its record time. As Java's KTableSource does, it forwards
 each update that was stored - out-of-order ones included - with the latest value before it as the old
-value, and drops (and counts) one older than the history retention. Lookups of the latest value serve
+value and flagged not latest (`Change.is_latest`) when a newer version exists, and drops (and counts) one older than the history retention. Lookups of the latest value serve
 table-table operations; a stream-table join looks the value up as of the stream record's time.
 """
 
@@ -17,7 +17,12 @@ from kappaflow.dsl.change import Change
 from kappaflow.dsl.stream_processors import drop_record
 from kappaflow.dsl.value_getters import AsOfGetter, ValueGetter, ValueGetterSupplier
 from kappaflow.state.timestamped import ValueAndTimestamp
-from kappaflow.state.versioned import PUT_RETURN_CODE_NOT_PUT, VersionedKeyValueStore, VersionedRecord
+from kappaflow.state.versioned import (
+    PUT_RETURN_CODE_NOT_PUT,
+    PUT_RETURN_CODE_VALID_TO_UNDEFINED,
+    VersionedKeyValueStore,
+    VersionedRecord,
+)
 
 
 def _vat(found: VersionedRecord[Any] | None) -> ValueAndTimestamp[Any] | None:
@@ -41,11 +46,13 @@ class KTableVersionedSourceProcessor:
             drop_record(self.context, "null-key", self.label)
             return
         previous = self.store.get(record.key)
-        if self.store.put(record.key, record.value, record.timestamp) == PUT_RETURN_CODE_NOT_PUT:
+        put_code = self.store.put(record.key, record.value, record.timestamp)
+        if put_code == PUT_RETURN_CODE_NOT_PUT:
             drop_record(self.context, "expired-version", self.label)
             return
         old = None if previous is None else previous.value
-        self.context.forward(record.with_value(Change(record.value, old)))
+        is_latest = put_code == PUT_RETURN_CODE_VALID_TO_UNDEFINED
+        self.context.forward(record.with_value(Change(record.value, old, is_latest)))
 
     def close(self) -> None:
         return None
