@@ -567,6 +567,18 @@ def _vt(b: StreamsBuilder, family: str, p: Params) -> Outputs | None:
     elif family == "vt_stream_join":
         right = b.table("right", materialized=versioned("right-store", p))
         b.stream("left").left_join(right, join).to("out")
+    elif family == "vt_derived_join":
+        derive = p["derive"]
+        if derive == "to_table":
+            derived: KTable = b.stream("right").to_table(versioned("derived", p))
+        else:
+            right = b.table("right", materialized=versioned("right-store", p))
+            mat = versioned("derived", p) if p.get("materialized") else None
+            if derive == "filter":
+                derived = right.filter(lambda k, v: starts_a(v), mat)
+            else:
+                derived = right.map_values(lambda v: v.upper(), mat)
+        b.stream("left").left_join(derived, join).to("out")
     else:
         return None
     return out

@@ -383,6 +383,25 @@ final class Topologies {
                 b.<String, String>stream("left").leftJoin(right, JOIN).to("out");
                 break;
             }
+            case "vt_derived_join": {
+                String derive = str(p, "derive", "filter");
+                boolean materialized = flag(p, "materialized");
+                KTable<String, String> derived;
+                if (derive.equals("to_table")) {
+                    derived = b.<String, String>stream("right").toTable(versioned("derived", p));
+                } else {
+                    KTable<String, String> right = b.table("right", versioned("right-store", p));
+                    if (derive.equals("filter")) {
+                        derived = materialized ? right.filter((k, v) -> startsA(v), versioned("derived", p))
+                                : right.filter((k, v) -> startsA(v));
+                    } else {
+                        derived = materialized ? right.mapValues(v -> v.toUpperCase(), versioned("derived", p))
+                                : right.mapValues(v -> v.toUpperCase());
+                    }
+                }
+                b.<String, String>stream("left").leftJoin(derived, JOIN).to("out");
+                break;
+            }
             default:
                 return null;
         }
