@@ -22,7 +22,11 @@ from kappaflow.dsl.options import Consumed, Materialized
 from kappaflow.dsl.table_processors import KTableSourceProcessor
 from kappaflow.dsl.typevars import K, V
 from kappaflow.dsl.value_getters import on_demand_store_getter
-from kappaflow.dsl.versioned_table import KTableVersionedSourceProcessor, versioned_getter
+from kappaflow.dsl.versioned_table import (
+    KTableVersionedSourceProcessor,
+    versioned_getter,
+    versioned_store_builder,
+)
 from kappaflow.state.builders import Stores
 from kappaflow.topology.topology import Topology
 
@@ -200,11 +204,5 @@ def _versioned_table(
     internal.topology.add_processor(
         processor, lambda: KTableVersionedSourceProcessor(name, processor), source
     )
-    store = Stores.versioned_key_value_store_builder(
-        mat.versioned, mat.key_serde or key_serde, mat.value_serde or value_serde
-    )
-    if not mat.logging:
-        store.with_logging_disabled()
-    store.extra_log_config = dict(mat.log_config)
-    internal.topology.add_state_store(store, processor)
+    internal.topology.add_state_store(versioned_store_builder(mat, key_serde, value_serde), processor)
     return table

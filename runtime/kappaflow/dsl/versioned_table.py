@@ -13,14 +13,18 @@ from typing import Any
 
 from kappaflow.api.processor import ProcessorContext
 from kappaflow.api.record import Record
+from kappaflow.api.serdes import Serde
 from kappaflow.dsl.change import Change
+from kappaflow.dsl.options import Materialized
 from kappaflow.dsl.stream_processors import drop_record
 from kappaflow.dsl.value_getters import AsOfGetter, ValueGetter, ValueGetterSupplier
+from kappaflow.state.builders import Stores
 from kappaflow.state.timestamped import ValueAndTimestamp
 from kappaflow.state.versioned import (
     PUT_RETURN_CODE_NOT_PUT,
     PUT_RETURN_CODE_VALID_TO_UNDEFINED,
     VersionedKeyValueStore,
+    VersionedKeyValueStoreBuilder,
     VersionedRecord,
 )
 
@@ -70,3 +74,18 @@ def versioned_getter(store_name: str) -> ValueGetterSupplier:
         return lambda key, timestamp: _vat(store.get(key, timestamp))
 
     return ValueGetterSupplier([store_name], bind, bind_as_of=bind_as_of)
+
+
+def versioned_store_builder(
+    mat: Materialized, key_serde: Serde[Any] | None, value_serde: Serde[Any] | None
+) -> VersionedKeyValueStoreBuilder:
+    """The versioned store a `Materialized.as_(versioned supplier)` asks for, for a source table or a
+    derived one (`to_table`, `filter`, `map_values`): never cached, as Java's."""
+    assert mat.versioned is not None
+    store = Stores.versioned_key_value_store_builder(
+        mat.versioned, mat.key_serde or key_serde, mat.value_serde or value_serde
+    )
+    if not mat.logging:
+        store.with_logging_disabled()
+    store.extra_log_config = dict(mat.log_config)
+    return store
