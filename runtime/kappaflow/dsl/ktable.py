@@ -41,7 +41,8 @@ from kappaflow.dsl.table_processors import (
 )
 from kappaflow.dsl.table_transform import KTableTransformValuesProcessor, transformed_lookup
 from kappaflow.dsl.typevars import KR, VA, VR, K, V
-from kappaflow.dsl.value_getters import ValueGetter, ValueGetterSupplier, store_getter
+from kappaflow.dsl.value_getters import ValueGetter, ValueGetterSupplier, derived_getter, store_getter
+from kappaflow.dsl.versioned_table import versioned_getter, versioned_store_builder
 from kappaflow.state.time_ordered_buffer import BufferStoreBuilder
 from kappaflow.state.timestamped import ValueAndTimestamp
 
@@ -153,33 +154,32 @@ class KTable(Generic[K, V]):
         mat = Materialized.of(materialized) if materialized is not None else None
         node = builder.new_name(prefix)
         store_name: str | None = None
+        versioned = mat is not None and mat.versioned is not None
         if mat is not None:
-            store_name = mat.name or builder.new_name(f"{prefix}STATE-STORE-")
+            if mat.versioned is not None:
+                store_name = mat.versioned.name
+            else:
+                store_name = mat.name or builder.new_name(f"{prefix}STATE-STORE-")
             value_serde = mat.value_serde or value_serde
-        parent_getter = self.value_getter_supplier
-
-        def bind(context: ProcessorContext) -> ValueGetter:
-            lookup = parent_getter.get(context)
-
-            def get(key: Any) -> ValueAndTimestamp[Any] | None:
-                found = lookup(key)
-                if found is None:
-                    return None
-                return ValueAndTimestamp.make(derive_value(key, found.value), found.timestamp)
-
-            return get
-
-        getter = None if store_name else ValueGetterSupplier(lambda: parent_getter.store_names, bind)
+        getter = None
+        if store_name is None:
+            getter = derived_getter(self.value_getter_supplier, derive_value)
+        elif versioned:
+            getter = versioned_getter(store_name)
         table: KTable[Any, Any] = KTable(
             builder, node, self.key_serde, value_serde, store_name, parent=self, getter=getter
         )
+        table.versioned = versioned
         send_old = table.send_old_values_enabled
         builder.topology.add_processor(node, lambda: make(store_name, send_old, node), self.node)
         if mat is not None and store_name is not None:
             key_serde = mat.key_serde or self.key_serde
-            builder.topology.add_state_store(
-                builder.kv_store_builder(mat, store_name, key_serde, value_serde), node
+            store = (
+                versioned_store_builder(mat, key_serde, value_serde)
+                if versioned
+                else builder.kv_store_builder(mat, store_name, key_serde, value_serde)
             )
+            builder.topology.add_state_store(store, node)
         return table
 
     def filter(

@@ -19,6 +19,11 @@ from kappaflow.dsl.change import Change
 from kappaflow.dsl.stream_processors import drop_record
 from kappaflow.state.api import RecordContext
 from kappaflow.state.timestamped import ValueAndTimestamp
+from kappaflow.state.versioned import (
+    PUT_RETURN_CODE_NOT_PUT,
+    PUT_RETURN_CODE_VALID_TO_UNDEFINED,
+    VersionedKeyValueStore,
+)
 from kappaflow.tasks.fusion import Fusable, Stage
 from kappaflow.tasks.native import AggregatePlan, NativeCore
 
@@ -76,7 +81,7 @@ class TupleForwarder:
 
 class _Stateful:
     context: ProcessorContext
-    store: Any
+    store: Any = None
     forwarder: TupleForwarder
 
     def __init__(self, store_name: str | None, send_old_values: Callable[[], bool], label: str) -> None:
@@ -96,7 +101,12 @@ class _Stateful:
     def _emit(self, record: AnyRecord, new: Any, old: Any, timestamp: int, is_latest: bool = True) -> None:
         """Write to the store (if materialized) and forward the change. Unmaterialized, the change keeps
         its parent's `is_latest`; a plain store holds only the latest value, so what it stores is."""
-        if self.store_name is not None:
+        if isinstance(self.store, VersionedKeyValueStore):
+            put_code = self.store.put(record.key, new, timestamp)
+            if put_code == PUT_RETURN_CODE_NOT_PUT:
+                return  # older than the history retention: not stored, so not forwarded (as Java)
+            is_latest = put_code == PUT_RETURN_CODE_VALID_TO_UNDEFINED
+        elif self.store_name is not None:
             self.store.put(record.key, ValueAndTimestamp.make(new, timestamp))
             is_latest = True
             if self.forwarder.cached:
