@@ -543,7 +543,9 @@ def _vt(b: StreamsBuilder, family: str, p: Params) -> Outputs | None:
     method = {"inner": "join", "left": "left_join", "outer": "outer_join"}[kind]
     out: Outputs = {"out": "string"}
     if family == "vt_group_count":
-        counts = b.table("in", materialized=versioned("store", p)).group_by(lambda k, v: (v, k)).count("counts")
+        counts = (
+            b.table("in", materialized=versioned("store", p)).group_by(lambda k, v: (v, k)).count("counts")
+        )
         counts.to_stream().to("out", value_serde=Long())
         out = {"out": "long"}
     elif family == "vt_group_aggregate":
@@ -555,7 +557,9 @@ def _vt(b: StreamsBuilder, family: str, p: Params) -> Outputs | None:
         right: KTable = b.table("right", materialized=versioned("right-store", p))
         getattr(left, method)(right, join).to_stream().to("out")
     elif family == "vt_filter":
-        b.table("in", materialized=versioned("store", p)).filter(lambda k, v: starts_a(v)).to_stream().to("out")
+        b.table("in", materialized=versioned("store", p)).filter(lambda k, v: starts_a(v)).to_stream().to(
+            "out"
+        )
     elif family == "vt_fk_join":
         table: KTable = b.table("left", materialized=versioned("left-store", p))
         other: KTable = b.table("right", materialized=versioned("right-store", p))

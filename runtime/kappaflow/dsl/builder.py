@@ -27,7 +27,6 @@ from kappaflow.dsl.versioned_table import (
     versioned_getter,
     versioned_store_builder,
 )
-from kappaflow.state.builders import Stores
 from kappaflow.topology.topology import Topology
 
 

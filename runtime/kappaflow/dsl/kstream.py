@@ -39,7 +39,11 @@ from kappaflow.dsl.stream_processors import (
 from kappaflow.dsl.table_joins import stream_global_table_join, stream_table_join
 from kappaflow.dsl.table_processors import KTableSourceProcessor
 from kappaflow.dsl.typevars import KR, VR, K, V
-from kappaflow.dsl.versioned_table import KTableVersionedSourceProcessor, versioned_getter, versioned_store_builder
+from kappaflow.dsl.versioned_table import (
+    KTableVersionedSourceProcessor,
+    versioned_getter,
+    versioned_store_builder,
+)
 from kappaflow.topology.nodes import StreamPartitioner, TopicNameExtractor
 
 
@@ -310,7 +314,12 @@ class KStream(Generic[K, V]):
         assert mat.versioned is not None
         store_name = mat.versioned.name
         table: KTable[K, V] = KTable(
-            self._builder, node, key_serde, value_serde, store_name, parent=None,
+            self._builder,
+            node,
+            key_serde,
+            value_serde,
+            store_name,
+            parent=None,
             getter=versioned_getter(store_name),
         )
         table.versioned = True

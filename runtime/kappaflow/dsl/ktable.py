@@ -44,7 +44,6 @@ from kappaflow.dsl.typevars import KR, VA, VR, K, V
 from kappaflow.dsl.value_getters import ValueGetter, ValueGetterSupplier, derived_getter, store_getter
 from kappaflow.dsl.versioned_table import versioned_getter, versioned_store_builder
 from kappaflow.state.time_ordered_buffer import BufferStoreBuilder
-from kappaflow.state.timestamped import ValueAndTimestamp
 
 if TYPE_CHECKING:
     from kappaflow.api.processor import ValueTransformerWithKey

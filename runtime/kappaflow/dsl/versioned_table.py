@@ -3,8 +3,9 @@ Materialized.as_(Stores.persistent_versioned_key_value_store(name, history_reten
 
 The source writes every update as a version at its record time. As Java's KTableSource does, it forwards
 each update that was stored - out-of-order ones included - with the latest value before it as the old
-value and flagged not latest (`Change.is_latest`) when a newer version exists, and drops (and counts) one older than the history retention. Lookups of the latest value serve
-table-table operations; a stream-table join looks the value up as of the stream record's time.
+value and flagged not latest (`Change.is_latest`) when a newer version exists, and drops (and counts) one
+older than the history retention. Lookups of the latest value serve table-table operations; a
+stream-table join looks the value up as of the stream record's time.
 """
 
 from __future__ import annotations
