@@ -571,6 +571,19 @@ def _vt(b: StreamsBuilder, family: str, p: Params) -> Outputs | None:
     elif family == "vt_stream_join":
         right = b.table("right", materialized=versioned("right-store", p))
         b.stream("left").left_join(right, join).to("out")
+    elif family == "vt_chain_group_count":
+        source = b.table("in", materialized=versioned("store", p))
+        if p["via"] == "filter":
+            chained: KTable = source.filter(lambda k, v: v != "drop")
+        else:
+            chained = source.map_values(lambda v: v.upper(), "mapped")
+        regrouped = chained.group_by(lambda k, v: (v, k)).count("counts")
+        regrouped.to_stream().to("out", value_serde=Long())
+        out = {"out": "long"}
+    elif family == "vt_mixed_table_join":
+        versioned_left: KTable = b.table("left", materialized=versioned("left-store", p))
+        plain_right: KTable = b.table("right", materialized="right-store")
+        getattr(versioned_left, method)(plain_right, join).to_stream().to("out")
     elif family == "vt_derived_join":
         derive = p["derive"]
         if derive == "to_table":

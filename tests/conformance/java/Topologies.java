@@ -383,6 +383,24 @@ final class Topologies {
                 b.<String, String>stream("left").leftJoin(right, JOIN).to("out");
                 break;
             }
+            case "vt_chain_group_count": {
+                KTable<String, String> source = b.table("in", versioned("store", p));
+                KTable<String, String> chained = str(p, "via", "filter").equals("filter")
+                        ? source.filter((k, v) -> !v.equals("drop"))
+                        : source.mapValues(v -> v.toUpperCase(), kv("mapped"));
+                chained.groupBy((k, v) -> KeyValue.pair(v, k)).count(Materialized.as("counts")).toStream()
+                        .to("out", Produced.with(Serdes.String(), Serdes.Long()));
+                outputs = out("out", "long");
+                break;
+            }
+            case "vt_mixed_table_join": {
+                KTable<String, String> left = b.table("left", versioned("left-store", p));
+                KTable<String, String> right = b.table("right", kv("right-store"));
+                KTable<String, String> joined = kind.equals("inner") ? left.join(right, JOIN)
+                        : kind.equals("left") ? left.leftJoin(right, JOIN) : left.outerJoin(right, JOIN);
+                joined.toStream().to("out");
+                break;
+            }
             case "vt_derived_join": {
                 String derive = str(p, "derive", "filter");
                 boolean materialized = flag(p, "materialized");
