@@ -17,16 +17,11 @@ from kappaflow.api.serdes import Serde
 from kappaflow.api.time import TimestampExtractor
 from kappaflow.dsl.graph import InternalBuilder
 from kappaflow.dsl.kstream import KStream
-from kappaflow.dsl.ktable import GlobalKTable, KTable
+from kappaflow.dsl.ktable import GlobalKTable, KTable, versioned_source_table
 from kappaflow.dsl.options import Consumed, Materialized
 from kappaflow.dsl.table_processors import KTableSourceProcessor
 from kappaflow.dsl.typevars import K, V
 from kappaflow.dsl.value_getters import on_demand_store_getter
-from kappaflow.dsl.versioned_table import (
-    KTableVersionedSourceProcessor,
-    versioned_getter,
-    versioned_store_builder,
-)
 from kappaflow.topology.topology import Topology
 
 
@@ -130,7 +125,7 @@ class StreamsBuilder:
         )
         processor = internal.new_name("KTABLE-SOURCE-")
         if mat.versioned is not None:
-            return _versioned_table(internal, processor, source, mat, key_serde, value_serde)
+            return versioned_source_table(internal, processor, source, mat, key_serde, value_serde)
         builder = internal.kv_store_builder(mat, store_name, key_serde, value_serde)
         getter = None if mat.name is not None else on_demand_store_getter(builder)
         table: KTable[Any, Any] = KTable(
@@ -183,25 +178,3 @@ class StreamsBuilder:
         """Compile what was built into a `Topology` (sub-topologies, stores, internal topics), ready for
         `KafkaStreams`, the `TopologyTestDriver` or Spark reprocessing."""
         return self._internal.topology
-
-
-def _versioned_table(
-    internal: InternalBuilder,
-    processor: str,
-    source: str,
-    mat: Materialized,
-    key_serde: Serde[Any] | None,
-    value_serde: Serde[Any] | None,
-) -> KTable[Any, Any]:
-    """A source table in a versioned store (KIP-914): no cache, as-of lookups for stream joins."""
-    assert mat.versioned is not None
-    name = mat.versioned.name
-    table: KTable[Any, Any] = KTable(
-        internal, processor, key_serde, value_serde, name, parent=None, getter=versioned_getter(name)
-    )
-    table.versioned = True
-    internal.topology.add_processor(
-        processor, lambda: KTableVersionedSourceProcessor(name, processor), source
-    )
-    internal.topology.add_state_store(versioned_store_builder(mat, key_serde, value_serde), processor)
-    return table

@@ -20,7 +20,7 @@ from kappaflow.api.serdes import Serde
 from kappaflow.dsl.graph import InternalBuilder
 from kappaflow.dsl.grouped import KGroupedStream
 from kappaflow.dsl.joins import stream_stream_join
-from kappaflow.dsl.ktable import GlobalKTable, KTable
+from kappaflow.dsl.ktable import GlobalKTable, KTable, versioned_source_table
 from kappaflow.dsl.options import Grouped, Joined, Materialized, Produced, Repartitioned
 from kappaflow.dsl.stream_processors import (
     BranchProcessor,
@@ -39,11 +39,6 @@ from kappaflow.dsl.stream_processors import (
 from kappaflow.dsl.table_joins import stream_global_table_join, stream_table_join
 from kappaflow.dsl.table_processors import KTableSourceProcessor
 from kappaflow.dsl.typevars import KR, VR, K, V
-from kappaflow.dsl.versioned_table import (
-    KTableVersionedSourceProcessor,
-    versioned_getter,
-    versioned_store_builder,
-)
 from kappaflow.topology.nodes import StreamPartitioner, TopicNameExtractor
 
 
@@ -289,7 +284,7 @@ class KStream(Generic[K, V]):
             )
         node = name or builder.new_name("KSTREAM-TOTABLE-")
         if mat.versioned is not None:
-            return self._to_versioned_table(node, parent, mat, key_serde, value_serde)
+            return versioned_source_table(builder, node, parent, mat, key_serde, value_serde)
         store_name = mat.name or builder.new_name("KSTREAM-TOTABLE-STATE-STORE-")
         table: KTable[K, V] = KTable(builder, node, key_serde, value_serde, store_name, parent=None)
         table.materialized = mat.name is not None
@@ -299,34 +294,6 @@ class KStream(Generic[K, V]):
         builder.topology.add_state_store(
             builder.kv_store_builder(mat, store_name, key_serde, value_serde), node
         )
-        return table
-
-    def _to_versioned_table(
-        self,
-        node: str,
-        parent: str,
-        mat: Materialized,
-        key_serde: Serde[Any] | None,
-        value_serde: Serde[Any] | None,
-    ) -> KTable[K, V]:
-        """`to_table` into a versioned store: the versioned source's rules (out-of-order updates flagged
-        not latest, expired ones dropped), and joins read it as of the record's time."""
-        assert mat.versioned is not None
-        store_name = mat.versioned.name
-        table: KTable[K, V] = KTable(
-            self._builder,
-            node,
-            key_serde,
-            value_serde,
-            store_name,
-            parent=None,
-            getter=versioned_getter(store_name),
-        )
-        table.versioned = True
-        self._builder.topology.add_processor(
-            node, lambda: KTableVersionedSourceProcessor(store_name, node), parent
-        )
-        self._builder.topology.add_state_store(versioned_store_builder(mat, key_serde, value_serde), node)
         return table
 
     # ----------------------------------------------------------------- grouping

@@ -42,7 +42,11 @@ from kappaflow.dsl.table_processors import (
 from kappaflow.dsl.table_transform import KTableTransformValuesProcessor, transformed_lookup
 from kappaflow.dsl.typevars import KR, VA, VR, K, V
 from kappaflow.dsl.value_getters import ValueGetter, ValueGetterSupplier, derived_getter, store_getter
-from kappaflow.dsl.versioned_table import versioned_getter, versioned_store_builder
+from kappaflow.dsl.versioned_table import (
+    KTableVersionedSourceProcessor,
+    versioned_getter,
+    versioned_store_builder,
+)
 from kappaflow.state.time_ordered_buffer import BufferStoreBuilder
 
 if TYPE_CHECKING:
@@ -386,6 +390,29 @@ class KTable(Generic[K, V]):
                 suppressed_getter(self.value_getter_supplier, store),
             ),
         )
+
+
+def versioned_source_table(
+    internal: InternalBuilder,
+    processor: str,
+    source: str,
+    mat: Materialized,
+    key_serde: Serde[Any] | None,
+    value_serde: Serde[Any] | None,
+) -> KTable[Any, Any]:
+    """A table whose updates `source` forwards, kept in a versioned store (KIP-914): `builder.table`
+    and `to_table` given a versioned `Materialized`. No cache; joins read it as of the record's time."""
+    assert mat.versioned is not None
+    name = mat.versioned.name
+    table: KTable[Any, Any] = KTable(
+        internal, processor, key_serde, value_serde, name, parent=None, getter=versioned_getter(name)
+    )
+    table.versioned = True
+    internal.topology.add_processor(
+        processor, lambda: KTableVersionedSourceProcessor(name, processor), source
+    )
+    internal.topology.add_state_store(versioned_store_builder(mat, key_serde, value_serde), processor)
+    return table
 
 
 def aggregate_table(
