@@ -150,3 +150,36 @@ def test_joined_options_chain_like_java():
     assert Joined.grace_period(5).grace_period_ms == 5
     with pytest.raises(ValueError, match="grace period"):
         Joined.as_("j").with_grace_period(-1)
+
+
+@pytest.mark.parametrize("persistent", [True, False])
+def test_latest_version_answers_lookups_past_the_retention_in_a_store(persistent: bool) -> None:
+    """Java's versioned stores answer a lookup from the latest version whenever it is not newer than
+    the lookup time, however far behind the history retention (only older versions expire)."""
+    with TopologyTestDriver(topology(persistent, True), CFG) as driver:
+        table, stream = driver.create_input_topic("table"), driver.create_input_topic("stream")
+        out = driver.create_output_topic("out")
+        table.pipe_input("a", "A1", 10)
+        table.pipe_input("b", "B", 1000)  # stream time 1000: the retention boundary is 900
+        stream.pipe_input("a", "s", 20)  # behind the boundary, but A1 is a's latest version
+        stream.pipe_input("a", "s", 5)  # before A1: nothing, and the history there has expired
+        assert out.read_key_values_to_list() == [("a", "s-A1"), ("a", "s-None")]
+
+
+def test_table_join_drops_and_counts_an_out_of_order_version() -> None:
+    """KIP-914: an update older than the key's latest version is not the table's current value, so a
+    table-table join emits nothing for it and counts it as dropped."""
+    builder = StreamsBuilder()
+    versioned = Stores.persistent_versioned_key_value_store
+    left = builder.table("left", materialized=Materialized.as_(versioned("left-store", 100)))
+    right = builder.table("right", materialized=Materialized.as_(versioned("right-store", 100)))
+    left.join(right, lambda a, b: f"{a}+{b}").to_stream().to("out")
+    with TopologyTestDriver(builder.build(), CFG) as driver:
+        left_in, right_in = driver.create_input_topic("left"), driver.create_input_topic("right")
+        out = driver.create_output_topic("out")
+        left_in.pipe_input("a", "l1", 10)
+        right_in.pipe_input("a", "r1", 10)
+        left_in.pipe_input("a", "l0", 5)
+        right_in.pipe_input("a", "r0", 5)
+        assert out.read_key_values_to_list() == [("a", "l1+r1")]
+        assert driver.metrics().counter("dropped-records-total", reason="out-of-order-version") == 2

@@ -19,13 +19,11 @@ from kappaflow.api.serdes import Serde
 from kappaflow.api.time import TimestampExtractor
 from kappaflow.dsl.graph import InternalBuilder
 from kappaflow.dsl.kstream import KStream
-from kappaflow.dsl.ktable import GlobalKTable, KTable
+from kappaflow.dsl.ktable import GlobalKTable, KTable, versioned_source_table
 from kappaflow.dsl.options import Consumed, Materialized
 from kappaflow.dsl.table_processors import KTableSourceProcessor
 from kappaflow.dsl.typevars import K, V
 from kappaflow.dsl.value_getters import on_demand_store_getter
-from kappaflow.dsl.versioned_table import KTableVersionedSourceProcessor, versioned_getter
-from kappaflow.state.builders import Stores
 from kappaflow.topology.naming import CONFIG_KEY as EXPLICIT_NAMING_KEY
 from kappaflow.topology.naming import ensure_explicit_naming
 from kappaflow.topology.topology import Topology
@@ -141,7 +139,7 @@ class StreamsBuilder:
         )
         processor = internal.new_name("KTABLE-SOURCE-")
         if mat.versioned is not None:
-            return _versioned_table(internal, processor, source, mat, key_serde, value_serde)
+            return versioned_source_table(internal, processor, source, mat, key_serde, value_serde)
         builder = internal.kv_store_builder(mat, store_name, key_serde, value_serde)
         getter = None if mat.name is not None else on_demand_store_getter(builder)
         table: KTable[Any, Any] = KTable(
@@ -203,31 +201,3 @@ class StreamsBuilder:
             if config.get_bool(EXPLICIT_NAMING_KEY):
                 ensure_explicit_naming(topology)
         return topology
-
-
-def _versioned_table(
-    internal: InternalBuilder,
-    processor: str,
-    source: str,
-    mat: Materialized,
-    key_serde: Serde[Any] | None,
-    value_serde: Serde[Any] | None,
-) -> KTable[Any, Any]:
-    """A source table in a versioned store (KIP-914): no cache, as-of lookups for stream joins."""
-    assert mat.versioned is not None
-    name = mat.versioned.name
-    table: KTable[Any, Any] = KTable(
-        internal, processor, key_serde, value_serde, name, parent=None, getter=versioned_getter(name)
-    )
-    table.versioned = True
-    internal.topology.add_processor(
-        processor, lambda: KTableVersionedSourceProcessor(name, processor), source
-    )
-    store = Stores.versioned_key_value_store_builder(
-        mat.versioned, mat.key_serde or key_serde, mat.value_serde or value_serde
-    )
-    if not mat.logging:
-        store.with_logging_disabled()
-    store.extra_log_config = dict(mat.log_config)
-    internal.topology.add_state_store(store, processor)
-    return table

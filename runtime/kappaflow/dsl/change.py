@@ -20,8 +20,14 @@ _LEN = struct.Struct(">i")
 
 @dataclass(slots=True)
 class Change(Generic[V]):
+    """``is_latest`` is Java's ``Change.isLatest``: False for an update of a versioned table older than
+    the key's latest version. The operators below a versioned table (re-grouping, table-table and
+    foreign-key joins) skip such a record, since it is not the table's current value. It never crosses
+    a repartition topic (the re-grouping drops it first), so the serde does not carry it."""
+
     new_value: V | None
     old_value: V | None
+    is_latest: bool = True
 
 
 class ChangeSerde(Serde[Change[Any]]):

@@ -151,6 +151,9 @@ class SubscriptionSendProcessor:
         change: Change[Any] = record.value
         if record.key is None:
             return
+        if not change.is_latest:
+            drop_record(self.context, "out-of-order-version", self.label)  # KIP-914: not the current row
+            return
         pk = self.key_serde.serialize("", record.key)
         assert pk is not None
         digest = value_hash(self.value_serde.serialize("", change.new_value))
@@ -239,10 +242,19 @@ class SubscriptionJoinProcessor(_RightSide):
 class ForeignTableChangeProcessor(_RightSide):
     """Right task: a right-row update answers every subscription of that foreign key again."""
 
+    def __init__(
+        self, store_name: str, getter: ValueGetterSupplier | None, serdes: tuple[Any, Any, Any], label: str
+    ) -> None:
+        super().__init__(store_name, getter, serdes)
+        self.label = label
+
     def process(self, record: Record[Any, Any]) -> None:
         if record.key is None:
             return
         change: Change[Any] = record.value
+        if not change.is_latest:
+            drop_record(self.context, "out-of-order-version", self.label)  # KIP-914: not the current row
+            return
         fk_raw = self.fk_serde.serialize("", record.key)
         assert fk_raw is not None
         prefix = combined_prefix(fk_raw)
@@ -350,7 +362,7 @@ def foreign_key_join(
     right.enable_send_old_values()
     on_right = named("-foreign-join-subscription", "KTABLE-FK-JOIN-SUBSCRIPTION-PROCESSOR-")
     topology.add_processor(
-        on_right, lambda: ForeignTableChangeProcessor(store_name, None, serdes), right.node
+        on_right, lambda: ForeignTableChangeProcessor(store_name, None, serdes, on_right), right.node
     )
     topology.connect_processor_and_state_stores(on_right, store_name)
     response_topic = named("-subscription-response", "KTABLE-FK-JOIN-SUBSCRIPTION-RESPONSE-")

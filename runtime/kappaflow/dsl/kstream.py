@@ -25,7 +25,7 @@ from kappaflow.dsl.branched import BranchedKStream
 from kappaflow.dsl.graph import InternalBuilder
 from kappaflow.dsl.grouped import KGroupedStream
 from kappaflow.dsl.joins import stream_stream_join
-from kappaflow.dsl.ktable import GlobalKTable, KTable
+from kappaflow.dsl.ktable import GlobalKTable, KTable, versioned_source_table
 from kappaflow.dsl.options import Grouped, Joined, Materialized, Produced, Repartitioned
 from kappaflow.dsl.stream_processors import (
     CallableProcessorAdapter,
@@ -285,6 +285,10 @@ class KStream(Generic[K, V]):
         # Java's toTable: the processor's name (a number used even when named), the store's, then a
         # repartition named after the processor
         node = builder.name_or_new(name, "KSTREAM-TOTABLE-")
+        if mat.versioned is not None:  # the store is the supplier's: no name generated for it
+            if self.repartition_required:
+                parent = builder.add_repartition(parent, node, key_serde, value_serde)
+            return versioned_source_table(builder, node, parent, mat, key_serde, value_serde)
         store_name = mat.name or builder.new_name("KSTREAM-TOTABLE-STATE-STORE-")
         if self.repartition_required:
             parent = builder.add_repartition(parent, node, key_serde, value_serde)

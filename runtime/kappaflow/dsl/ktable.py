@@ -41,9 +41,13 @@ from kappaflow.dsl.table_processors import (
 )
 from kappaflow.dsl.table_transform import KTableTransformValuesProcessor, transformed_lookup
 from kappaflow.dsl.typevars import KR, VA, VR, K, V
-from kappaflow.dsl.value_getters import ValueGetter, ValueGetterSupplier, store_getter
+from kappaflow.dsl.value_getters import ValueGetter, ValueGetterSupplier, derived_getter, store_getter
+from kappaflow.dsl.versioned_table import (
+    KTableVersionedSourceProcessor,
+    versioned_getter,
+    versioned_store_builder,
+)
 from kappaflow.state.time_ordered_buffer import BufferStoreBuilder
-from kappaflow.state.timestamped import ValueAndTimestamp
 
 if TYPE_CHECKING:
     from kappaflow.api.processor import ValueTransformerWithKey
@@ -120,6 +124,16 @@ class KTable(Generic[K, V]):
             if parent is not None:
                 parent.enable_send_old_values()
 
+    def versioned_upstream(self) -> bool:
+        """Java's isVersionedOrVersionedUpstream: whether this table's updates come from a versioned store
+        (its own, or an unmaterialized chain's above it), so they may be flagged not latest (KIP-914)."""
+        if self.versioned:
+            return True
+        if self.materialized:
+            return False
+        parents = [parent for parent in (self._parent, *self._join_parents) if parent is not None]
+        return bool(parents) and all(parent.versioned_upstream() for parent in parents)
+
     def _try_enable_send_old_values(self) -> bool:
         """Java's `enableSendingOldValues(forceMaterialization=false)`: a table with a store of its own
         (materialized, or an aggregation) sends old values at no cost; one without asks its parent.
@@ -142,34 +156,33 @@ class KTable(Generic[K, V]):
         builder = self._builder
         mat = Materialized.of(materialized) if materialized is not None else None
         store_name: str | None = None
+        versioned = mat is not None and mat.versioned is not None
         if mat is not None:  # Java names the store (MaterializedInternal) before the processor
-            store_name = mat.name or builder.new_name(f"{prefix}STATE-STORE-")
+            if mat.versioned is not None:
+                store_name = mat.versioned.name
+            else:
+                store_name = mat.name or builder.new_name(f"{prefix}STATE-STORE-")
             value_serde = mat.value_serde or value_serde
         node = builder.new_name(prefix)
-        parent_getter = self.value_getter_supplier
-
-        def bind(context: ProcessorContext) -> ValueGetter:
-            lookup = parent_getter.get(context)
-
-            def get(key: Any) -> ValueAndTimestamp[Any] | None:
-                found = lookup(key)
-                if found is None:
-                    return None
-                return ValueAndTimestamp.make(derive_value(key, found.value), found.timestamp)
-
-            return get
-
-        getter = None if store_name else ValueGetterSupplier(lambda: parent_getter.store_names, bind)
+        getter = None
+        if store_name is None:
+            getter = derived_getter(self.value_getter_supplier, derive_value)
+        elif versioned:
+            getter = versioned_getter(store_name)
         table: KTable[Any, Any] = KTable(
             builder, node, self.key_serde, value_serde, store_name, parent=self, getter=getter
         )
+        table.versioned = versioned
         send_old = table.send_old_values_enabled
         builder.topology.add_processor(node, lambda: make(store_name, send_old, node), self.node)
         if mat is not None and store_name is not None:
             key_serde = mat.key_serde or self.key_serde
-            builder.topology.add_state_store(
-                builder.kv_store_builder(mat, store_name, key_serde, value_serde), node
+            store = (
+                versioned_store_builder(mat, key_serde, value_serde)
+                if versioned
+                else builder.kv_store_builder(mat, store_name, key_serde, value_serde)
             )
+            builder.topology.add_state_store(store, node)
         return table
 
     def filter(
@@ -194,9 +207,12 @@ class KTable(Generic[K, V]):
         # as Java's KTableFilter: over a parent that has old values without new state, send them, so a
         # row filtered out before and after an update forwards nothing (no needless tombstone)
         upstream_old = self._try_enable_send_old_values()
+        versioned_semantics = self.versioned_upstream()
         table = self._derived(
             "KTABLE-FILTER-",
-            lambda store, send_old, label: KTableFilterProcessor(predicate, negate, store, send_old, label),
+            lambda store, send_old, label: KTableFilterProcessor(
+                predicate, negate, store, send_old, label, versioned_semantics
+            ),
             materialized,
             self.value_serde,
             keep,
@@ -374,6 +390,29 @@ class KTable(Generic[K, V]):
                 suppressed_getter(self.value_getter_supplier, store),
             ),
         )
+
+
+def versioned_source_table(
+    internal: InternalBuilder,
+    processor: str,
+    source: str,
+    mat: Materialized,
+    key_serde: Serde[Any] | None,
+    value_serde: Serde[Any] | None,
+) -> KTable[Any, Any]:
+    """A table whose updates `source` forwards, kept in a versioned store (KIP-914): `builder.table`
+    and `to_table` given a versioned `Materialized`. No cache; joins read it as of the record's time."""
+    assert mat.versioned is not None
+    name = mat.versioned.name
+    table: KTable[Any, Any] = KTable(
+        internal, processor, key_serde, value_serde, name, parent=None, getter=versioned_getter(name)
+    )
+    table.versioned = True
+    internal.topology.add_processor(
+        processor, lambda: KTableVersionedSourceProcessor(name, processor), source
+    )
+    internal.topology.add_state_store(versioned_store_builder(mat, key_serde, value_serde), processor)
+    return table
 
 
 def aggregate_table(

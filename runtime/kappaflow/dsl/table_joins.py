@@ -198,6 +198,9 @@ class KTableKTableJoinProcessor(_Stateful):
             drop_record(self.context, "null-key", self.label)
             return
         change: Change[Any] = record.value
+        if not change.is_latest:
+            drop_record(self.context, "out-of-order-version", self.label)  # KIP-914: not the current row
+            return
         found = self.lookup(key)
         other = None if found is None else found.value
         # does an update of this side produce a result without the other side's value?

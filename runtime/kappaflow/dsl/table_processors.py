@@ -19,6 +19,11 @@ from kappaflow.dsl.change import Change
 from kappaflow.dsl.stream_processors import drop_record
 from kappaflow.state.api import RecordContext
 from kappaflow.state.timestamped import ValueAndTimestamp
+from kappaflow.state.versioned import (
+    PUT_RETURN_CODE_NOT_PUT,
+    PUT_RETURN_CODE_VALID_TO_UNDEFINED,
+    VersionedKeyValueStore,
+)
 from kappaflow.tasks.fusion import Fusable, Stage
 from kappaflow.tasks.native import AggregatePlan, NativeCore
 
@@ -76,7 +81,7 @@ class TupleForwarder:
 
 class _Stateful:
     context: ProcessorContext
-    store: Any
+    store: Any = None
     forwarder: TupleForwarder
 
     def __init__(self, store_name: str | None, send_old_values: Callable[[], bool], label: str) -> None:
@@ -93,13 +98,21 @@ class _Stateful:
     def close(self) -> None:
         return None
 
-    def _emit(self, record: AnyRecord, new: Any, old: Any, timestamp: int) -> None:
-        """Write to the store (if materialized) and forward the change."""
-        if self.store_name is not None:
+    def _emit(self, record: AnyRecord, new: Any, old: Any, timestamp: int, is_latest: bool = True) -> None:
+        """Write to the store (if materialized) and forward the change. Unmaterialized, the change keeps
+        its parent's `is_latest`; a plain store holds only the latest value, so what it stores is."""
+        if isinstance(self.store, VersionedKeyValueStore):
+            put_code = self.store.put(record.key, new, timestamp)
+            if put_code == PUT_RETURN_CODE_NOT_PUT:
+                return  # older than the history retention: not stored, so not forwarded (as Java)
+            is_latest = put_code == PUT_RETURN_CODE_VALID_TO_UNDEFINED
+        elif self.store_name is not None:
             self.store.put(record.key, ValueAndTimestamp.make(new, timestamp))
+            is_latest = True
             if self.forwarder.cached:
                 return  # the cache forwards this update when it flushes
-        out = Record(record.key, Change(new, old if self.send_old() else None), timestamp, record.headers)
+        change = Change(new, old if self.send_old() else None, is_latest)
+        out = Record(record.key, change, timestamp, record.headers)
         self.context.forward(out)
 
 
@@ -127,10 +140,14 @@ class KTableFilterProcessor(_Stateful):
         store_name: str | None,
         send_old_values: Callable[[], bool],
         label: str,
+        versioned_semantics: bool = False,
     ) -> None:
         super().__init__(store_name, send_old_values, label)
         self.predicate = predicate
         self.negate = negate
+        # below a versioned table (KIP-914) a row filtered out before and after still forwards its
+        # tombstone: the old value of an out-of-order update is not the row's previous state
+        self.versioned_semantics = versioned_semantics
 
     def _compute(self, key: Any, value: Any) -> Any:
         if value is None:
@@ -141,9 +158,9 @@ class KTableFilterProcessor(_Stateful):
         change: Change[Any] = record.value
         new = self._compute(record.key, change.new_value)
         old = self._old_value(record.key, change) if self.send_old() else None
-        if self.send_old() and new is None and old is None:
+        if self.send_old() and new is None and old is None and not self.versioned_semantics:
             return
-        self._emit(record, new, old, record.timestamp)
+        self._emit(record, new, old, record.timestamp, change.is_latest)
 
     def _old_value(self, key: Any, change: Change[Any]) -> Any:
         """A materialized filter's old value is what it stored (Java reads its own store); otherwise the
@@ -176,7 +193,7 @@ class KTableMapValuesProcessor(_Stateful):
         change: Change[Any] = record.value
         new = self._compute(record.key, change.new_value)
         old = self._compute(record.key, change.old_value) if self.send_old() else None
-        self._emit(record, new, old, record.timestamp)
+        self._emit(record, new, old, record.timestamp, change.is_latest)
 
 
 class KTableToStreamProcessor:
@@ -218,6 +235,8 @@ class KTableRepartitionMapProcessor:
 
     def process(self, record: AnyRecord) -> None:
         change: Change[Any] = record.value
+        if not change.is_latest:
+            return  # an out-of-order version of a versioned table is not part of the aggregate (KIP-914)
         new = self._select(record.key, change.new_value)
         old = self._select(record.key, change.old_value)
         ts, headers = record.timestamp, record.headers

@@ -38,6 +38,12 @@ class ValueGetterSupplier:
         self._materialize = materialize
         self._bind_as_of = bind_as_of
 
+    @property
+    def versioned(self) -> bool:
+        """Whether lookups may ask for the value as of a time (a versioned table, or one derived from
+        it without a store of its own)."""
+        return self._bind_as_of is not None
+
     def get_as_of(self, context: ProcessorContext) -> AsOfGetter | None:
         """For a versioned table: a lookup of the value valid at a given time (KIP-914)."""
         return None if self._bind_as_of is None else self._bind_as_of(context)
@@ -89,3 +95,29 @@ def on_demand_store_getter(store: KeyValueStoreBuilder[Any, Any]) -> ValueGetter
         return context.get_state_store(name).get  # type: ignore[no-any-return]
 
     return ValueGetterSupplier([name], bind, materialize=materialize)
+
+
+def derived_getter(
+    parent: ValueGetterSupplier, derive_value: Callable[[Any, Any], Any]
+) -> ValueGetterSupplier:
+    """The getter of an unmaterialized `filter`/`map_values`: the parent's value, derived. Over a
+    versioned parent it also passes an as-of time through, so a join reads the derived value as of
+    the record's time (Java's KTableFilterValueGetter / KTableMapValuesValueGetter)."""
+
+    def derive(key: Any, found: ValueAndTimestamp[Any] | None) -> ValueAndTimestamp[Any] | None:
+        if found is None:
+            return None
+        return ValueAndTimestamp.make(derive_value(key, found.value), found.timestamp)
+
+    def bind(context: ProcessorContext) -> ValueGetter:
+        lookup = parent.get(context)
+        return lambda key: derive(key, lookup(key))
+
+    def bind_as_of(context: ProcessorContext) -> AsOfGetter:
+        lookup = parent.get_as_of(context)
+        assert lookup is not None, "an as-of lookup of a derived table needs a versioned parent"
+        return lambda key, timestamp: derive(key, lookup(key, timestamp))
+
+    return ValueGetterSupplier(
+        lambda: parent.store_names, bind, bind_as_of=bind_as_of if parent.versioned else None
+    )

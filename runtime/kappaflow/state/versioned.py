@@ -7,9 +7,8 @@ store): key `[4-byte key length][key][8-byte valid-from timestamp]`, value `0x00
 restores them row for row. Semantics follow Java's `VersionedKeyValueStore`: a put older than
 `observed stream time - history retention` is not performed (`PUT_RETURN_CODE_NOT_PUT`); a put returns
 `PUT_RETURN_CODE_VALID_TO_UNDEFINED` when it is the latest version, else the time its version ends;
-`get(key, as_of)` answers `None` for times older than the history retention, except that a key's latest
-version never expires: it is still returned when it is not newer than the lookup time (Java's
-`RocksDBVersionedStore.get` checks its latest-value store in that case). Versions older than the
+`get(key, as_of)` answers `None` for times older than the history retention, except that the key's
+latest version answers every lookup not older than it (it never expires). Versions older than the
 one valid at the retention boundary are deleted as the key is written. The observed stream time is
 kept in memory: after a restart, as-of lookups are not bounded until the first put.
 """
@@ -136,14 +135,13 @@ class VersionedKeyValueStore(MeteredStoreBase):
 
     def get(self, key: Any, as_of_timestamp: int | None = None) -> VersionedRecord[Any] | None:
         """The latest version, or the one valid at `as_of_timestamp`; `None` when deleted, absent or
-        older than the history retention. The latest version never expires: a lookup past the retention
-        still finds it when it became valid at or before `as_of_timestamp`, as Java's store does."""
+        older than the history retention. The latest version never expires: as Java's store, it answers
+        any lookup not older than it, however far behind the history retention."""
         versions = self._versions(self._k(key))
-        if as_of_timestamp is None:
+        if as_of_timestamp is None or (versions and versions[-1][0] <= as_of_timestamp):
             return self._record(versions, len(versions) - 1) if versions else None
         if as_of_timestamp < self.observed_stream_time - self.history_retention_ms:
-            latest_is_valid = bool(versions) and versions[-1][0] <= as_of_timestamp
-            return self._record(versions, len(versions) - 1) if latest_is_valid else None
+            return None
         valid = [i for i, (ts, _) in enumerate(versions) if ts <= as_of_timestamp]
         return self._record(versions, valid[-1]) if valid else None
 

@@ -334,8 +334,107 @@ final class Topologies {
     }
     // ================================================================ end of the ph- block
 
+    // ================================================================ vt- block (issue 27 items 1-3)
+    static Materialized<String, String, KeyValueStore<Bytes, byte[]>> versioned(String name, JsonNode p) {
+        return Materialized.<String, String>as(Stores.persistentVersionedKeyValueStore(
+                name, Duration.ofMillis(num(p, "history"))));
+    }
+
+    static Spec buildVt(String family, JsonNode p) {
+        StreamsBuilder b = new StreamsBuilder();
+        Map<String, String> outputs = out("out", "string");
+        String kind = str(p, "kind", "inner");
+        switch (family) {
+            case "vt_group_count": {
+                b.<String, String>table("in", versioned("store", p)).groupBy((k, v) -> KeyValue.pair(v, k))
+                        .count(Materialized.as("counts")).toStream()
+                        .to("out", Produced.with(Serdes.String(), Serdes.Long()));
+                outputs = out("out", "long");
+                break;
+            }
+            case "vt_group_aggregate": {
+                b.<String, String>table("in", versioned("store", p))
+                        .groupBy((k, v) -> KeyValue.pair(k.substring(0, 1), v))
+                        .aggregate(() -> "", (k, v, a) -> a + "+" + v, (k, v, a) -> a + "-" + v, kv("agg"))
+                        .toStream().to("out");
+                break;
+            }
+            case "vt_table_join": {
+                KTable<String, String> left = b.table("left", versioned("left-store", p));
+                KTable<String, String> right = b.table("right", versioned("right-store", p));
+                KTable<String, String> joined = kind.equals("inner") ? left.join(right, JOIN)
+                        : kind.equals("left") ? left.leftJoin(right, JOIN) : left.outerJoin(right, JOIN);
+                joined.toStream().to("out");
+                break;
+            }
+            case "vt_filter": {
+                b.<String, String>table("in", versioned("store", p)).filter((k, v) -> startsA(v)).toStream().to("out");
+                break;
+            }
+            case "vt_fk_join": {
+                KTable<String, String> left = b.table("left", versioned("left-store", p));
+                KTable<String, String> right = b.table("right", versioned("right-store", p));
+                java.util.function.Function<String, String> fk = v -> v.contains("|") ? v.split("\\|")[0] : null;
+                (kind.equals("left") ? left.leftJoin(right, fk, JOIN) : left.join(right, fk, JOIN)).toStream().to("out");
+                break;
+            }
+            case "vt_stream_join": {
+                KTable<String, String> right = b.table("right", versioned("right-store", p));
+                b.<String, String>stream("left").leftJoin(right, JOIN).to("out");
+                break;
+            }
+            case "vt_chain_group_count": {
+                KTable<String, String> source = b.table("in", versioned("store", p));
+                KTable<String, String> chained = str(p, "via", "filter").equals("filter")
+                        ? source.filter((k, v) -> !v.equals("drop"))
+                        : source.mapValues(v -> v.toUpperCase(), kv("mapped"));
+                chained.groupBy((k, v) -> KeyValue.pair(v, k)).count(Materialized.as("counts")).toStream()
+                        .to("out", Produced.with(Serdes.String(), Serdes.Long()));
+                outputs = out("out", "long");
+                break;
+            }
+            case "vt_mixed_table_join": {
+                KTable<String, String> left = b.table("left", versioned("left-store", p));
+                KTable<String, String> right = b.table("right", kv("right-store"));
+                KTable<String, String> joined = kind.equals("inner") ? left.join(right, JOIN)
+                        : kind.equals("left") ? left.leftJoin(right, JOIN) : left.outerJoin(right, JOIN);
+                joined.toStream().to("out");
+                break;
+            }
+            case "vt_derived_join": {
+                String derive = str(p, "derive", "filter");
+                boolean materialized = flag(p, "materialized");
+                KTable<String, String> derived;
+                if (derive.equals("to_table")) {
+                    derived = b.<String, String>stream("right").toTable(versioned("derived", p));
+                } else {
+                    KTable<String, String> right = b.table("right", versioned("right-store", p));
+                    if (derive.equals("filter")) {
+                        derived = materialized ? right.filter((k, v) -> startsA(v), versioned("derived", p))
+                                : right.filter((k, v) -> startsA(v));
+                    } else {
+                        derived = materialized ? right.mapValues(v -> v.toUpperCase(), versioned("derived", p))
+                                : right.mapValues(v -> v.toUpperCase());
+                    }
+                }
+                b.<String, String>stream("left").leftJoin(derived, JOIN).to("out");
+                break;
+            }
+            default:
+                return null;
+        }
+        return new Spec(b.build(), outputs);
+    }
+    // ================================================================ end of the vt- block
+
     @SuppressWarnings("checkstyle:MethodLength")
     static Spec build(String family, JsonNode p) {
+        if (family.startsWith("vt_")) {
+            Spec vt = buildVt(family, p);
+            if (vt != null) {
+                return vt;
+            }
+        }
         if (family.startsWith("ph_")) {
             Spec ph = buildPh(family, p);
             if (ph != null) {
