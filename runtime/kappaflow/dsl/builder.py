@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any, overload
 
+from kappaflow.api.errors import TopologyError
 from kappaflow.api.serdes import Serde
 from kappaflow.api.time import TimestampExtractor
 from kappaflow.dsl.graph import InternalBuilder
@@ -192,6 +193,11 @@ def _versioned_table(
 ) -> KTable[Any, Any]:
     """A source table in a versioned store (KIP-914): no cache, as-of lookups for stream joins."""
     assert mat.versioned is not None
+    if mat.ttl is not None:
+        raise TopologyError(
+            f"table '{mat.versioned.name}': a versioned store keeps history by its retention; "
+            "Materialized.with_ttl applies to plain key-value stores"
+        )
     name = mat.versioned.name
     table: KTable[Any, Any] = KTable(
         internal, processor, key_serde, value_serde, name, parent=None, getter=versioned_getter(name)

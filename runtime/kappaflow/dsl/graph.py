@@ -89,6 +89,7 @@ class InternalBuilder:
             supplier, materialized.key_serde or key_serde, materialized.value_serde or value_serde
         )
         builder.caching_enabled = materialized.caching
+        builder.ttl = materialized.ttl
         if materialized.logging:
             builder.with_logging_enabled(materialized.log_config)
         else:
@@ -147,6 +148,11 @@ def window_store_builder(
 ) -> WindowStoreBuilder:
     """A DSL window store: retention is size + grace unless Materialized.with_retention says more
     (less is an error, as in Kafka Streams: windows would vanish before they close)."""
+    if mat.ttl is not None:
+        raise TopologyError(
+            f"store '{store_name}': Materialized.with_ttl applies to key-value stores; a windowed store "
+            "expires windows by its retention (Materialized.with_retention)"
+        )
     retention = minimum_retention if mat.retention_ms is None else mat.retention_ms
     if retention < minimum_retention:
         raise TopologyError(
