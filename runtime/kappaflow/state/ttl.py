@@ -12,7 +12,8 @@ Why this shape:
   and Spark's state bootstrap writes: one fact with one owner, so an index rebuilt after a restart, a
   restoration or a reprocessing run agrees with the one the active task kept. A plain Processor API
   store uses the time of the record that wrote the entry; its entries found at start-up (their write
-  time is not stored) age from the stream time at which the index is rebuilt.
+  time is not stored) age from the stream time at which the index is rebuilt. On the wall clock, an
+  entry's age starts at the wall-clock time of its write, and entries found at start-up age from then.
 - **"Now" is stream time by default**: deterministic and replayable, so TopologyTestDriver, the runtime
   and Spark reprocessing compute the same results. Wall-clock time is an option for state that must
   go away even when input stops.
@@ -175,12 +176,12 @@ class ExpiringKeyValueBytesStore(WrappedBytesStore):
         return context is not None and context.current_stream_time_ms() >= 0
 
     def _write_time(self, value: bytes) -> int:
-        if self.timestamped:
-            return _timestamp_of(value)
         context = self._context
         assert context is not None
         if self.ttl.clock == "wall_clock":
             return context.current_system_time_ms()
+        if self.timestamped:
+            return _timestamp_of(value)
         return context.record_context().timestamp
 
     def _ensure_index(self) -> None:
@@ -189,8 +190,9 @@ class ExpiringKeyValueBytesStore(WrappedBytesStore):
             return
         self._indexed = True
         now = self._now()
+        by_value = self.timestamped and self.ttl.clock == "stream_time"
         for key, value in self.inner.all():
-            self.index.touch(key, _timestamp_of(value) if self.timestamped else now)
+            self.index.touch(key, _timestamp_of(value) if by_value else now)
 
     def _is_expired(self, key: bytes) -> bool:
         return self.index.is_expired(key, self._now(), self.ttl.ttl_ms)
