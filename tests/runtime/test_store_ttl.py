@@ -27,6 +27,10 @@ def count_topology(materialized: Materialized) -> Topology:
     return builder.build()
 
 
+def _text(raw: bytes | None) -> str:
+    return raw.decode() if raw else ""
+
+
 def changelog(driver: TopologyTestDriver) -> list[tuple[str, int | None, int]]:
     """The store's changelog as (key, count or None for a tombstone, record timestamp)."""
     return [
