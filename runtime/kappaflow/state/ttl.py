@@ -254,9 +254,11 @@ class ExpiringKeyValueBytesStore(WrappedBytesStore):
 
     # ----------------------------------------------------------------- expiry
     def flush(self) -> None:
-        """Commit: expire a bounded batch first, so its tombstones go out with this commit."""
-        self.sweep()
+        """Commit: the cache below flushes first (every update is forwarded and logged, however soon
+        its entry expires, so what downstream sees does not depend on the commit interval), then a
+        bounded batch expires, its tombstones logged and forwarded within the same commit."""
         self.inner.flush()
+        self.sweep()
 
     def sweep(self) -> int:
         """Delete up to `max_expired_per_commit` expired entries: a changelog tombstone each, and a
