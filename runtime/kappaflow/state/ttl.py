@@ -42,7 +42,7 @@ from kappaflow.state.kv_layers import BytesFlushListener, CachingKeyValueStore, 
 
 TtlClock = Literal["stream_time", "wall_clock"]
 EXPIRED_METRIC = "state-store-expired-total"
-DEFAULT_MAX_EXPIRED_PER_COMMIT = 1000
+DEFAULT_MAX_EXPIRED_PER_COMMIT = 10_000
 
 
 @dataclass(frozen=True)
