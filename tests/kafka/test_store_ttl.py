@@ -13,6 +13,7 @@ from confluent_kafka import Producer
 from kappaflow import Materialized, StreamsBuilder, serdes
 from kappaflow.query import QueryableStoreTypes
 from kappaflow.runner import KafkaStreams
+from kappaflow.runner.http import prometheus_text
 from kappaflow.state.ttl import EXPIRED_METRIC
 from tests.kafka.streams_support import fast_config, read_topic, wait_for, wait_running
 
@@ -70,6 +71,8 @@ def test_expiry_reaches_the_changelog_a_restore_and_a_standby(kafka_bootstrap, k
         wait_for(lambda: tombstoned(kafka_bootstrap, changelog) == {"a", "b"}, 60, "changelog tombstones")
         assert local_counts(active) == {"c": 1, "d": 1}
         assert active.metrics.counter(EXPIRED_METRIC, store="counts", task="0_0") == 2.0
+        exported = prometheus_text(active.metrics)
+        assert 'kappaflow_state_store_expired_total{store="counts",task="0_0"} 2.0' in exported
         # the standby applies the active task's tombstones (it expires nothing itself: no stream time)
         wait_for(lambda: local_counts(standby, stale=True) == {"c": 1, "d": 1}, 60, "the standby's copy")
     finally:
