@@ -11,7 +11,7 @@ import pytest
 from kappaflow import Materialized, Record, Stores, StreamsBuilder, TimeWindows, Topology, serdes
 from kappaflow.api.errors import TopologyError
 from kappaflow.state.timestamped import ValueAndTimestamp
-from kappaflow.state.ttl import EXPIRED_METRIC
+from kappaflow.state.ttl import EXPIRED_METRIC, ExpiryIndex
 from kappaflow.testing import TopologyTestDriver
 
 S, L = serdes.String(), serdes.Long()
@@ -231,3 +231,19 @@ def test_bad_ttl_arguments_are_named() -> None:
     )
     with pytest.raises(TopologyError, match="with_ttl applies to key-value stores"):
         windowed.count(Materialized.as_("w").with_ttl(10))
+
+
+def test_expiry_index_takes_the_oldest_due_entries_and_skips_stale_ones() -> None:
+    index = ExpiryIndex()
+    for i, key in enumerate([b"a", b"b", b"c", b"d"]):
+        index.touch(key, i * 10)
+    index.touch(b"a", 100)  # rewritten: its old heap pair (0) is stale
+    index.remove(b"b")  # deleted
+    assert index.take_due(now=130, ttl_ms=100, limit=1) == [(b"c", 20)]
+    assert index.take_due(now=130, ttl_ms=100, limit=10) == [(b"d", 30)]
+    assert index.take_due(now=199, ttl_ms=100, limit=10) == []
+    assert index.take_due(now=200, ttl_ms=100, limit=10) == [(b"a", 100)]
+    assert len(index) == 0
+    for round_ in range(3000):  # a hot key's rewrites never grow the heap without bound
+        index.touch(b"hot", round_)
+    assert len(index._heap) <= 2 * len(index) + 1024

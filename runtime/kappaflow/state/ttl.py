@@ -31,6 +31,7 @@ Why this shape:
 from __future__ import annotations
 
 import heapq
+import threading
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Literal
@@ -145,6 +146,7 @@ class ExpiringKeyValueBytesStore(WrappedBytesStore):
         self.index = ExpiryIndex()
         self.expired_total = 0
         self._indexed = False  # the index is built on first use once the task processes records
+        self._index_lock = threading.Lock()
         self._context: StoreContext | None = None
         self._labels: dict[str, str] = {}
         self._listener: BytesFlushListener | None = None
@@ -185,14 +187,20 @@ class ExpiringKeyValueBytesStore(WrappedBytesStore):
         return context.record_context().timestamp
 
     def _ensure_index(self) -> None:
-        """Index what the store already holds (local state, restored changelog), once the task runs."""
+        """Index what the store already holds (local state, restored changelog), once the task runs.
+
+        One scan of the store, bounded by what the TTL lets it hold. Under a lock: an interactive query
+        (another thread) may be the first to read, and the stream thread must not see half an index."""
         if self._indexed or not self._active():
             return
-        self._indexed = True
-        now = self._now()
-        by_value = self.timestamped and self.ttl.clock == "stream_time"
-        for key, value in self.inner.all():
-            self.index.touch(key, _timestamp_of(value) if by_value else now)
+        with self._index_lock:
+            if self._indexed:
+                return
+            now = self._now()
+            by_value = self.timestamped and self.ttl.clock == "stream_time"
+            for key, value in self.inner.all():
+                self.index.touch(key, _timestamp_of(value) if by_value else now)
+            self._indexed = True
 
     def _is_expired(self, key: bytes) -> bool:
         return self.index.is_expired(key, self._now(), self.ttl.ttl_ms)
