@@ -8,7 +8,16 @@ from typing import Any
 
 import pytest
 
-from kappaflow import Materialized, Record, Stores, StreamsBuilder, TimeWindows, Topology, serdes
+from kappaflow import (
+    Materialized,
+    Record,
+    SessionWindows,
+    Stores,
+    StreamsBuilder,
+    TimeWindows,
+    Topology,
+    serdes,
+)
 from kappaflow.api.errors import TopologyError
 from kappaflow.state.timestamped import ValueAndTimestamp
 from kappaflow.state.ttl import EXPIRED_METRIC, ExpiryIndex
@@ -231,6 +240,13 @@ def test_bad_ttl_arguments_are_named() -> None:
     )
     with pytest.raises(TopologyError, match="with_ttl applies to key-value stores"):
         windowed.count(Materialized.as_("w").with_ttl(10))
+    sessions = (
+        builder.stream("in2", key_serde=S, value_serde=S)
+        .group_by_key()
+        .windowed_by(SessionWindows.of_inactivity_gap_with_no_grace(10))
+    )
+    with pytest.raises(TopologyError, match="with_ttl applies to key-value stores"):
+        sessions.count(Materialized.as_("s").with_ttl(10))
 
 
 def test_expiry_index_takes_the_oldest_due_entries_and_skips_stale_ones() -> None:
