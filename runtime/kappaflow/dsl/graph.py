@@ -99,6 +99,7 @@ class InternalBuilder:
             supplier, materialized.key_serde or key_serde, materialized.value_serde or value_serde
         )
         builder.caching_enabled = materialized.caching
+        builder.ttl = materialized.ttl
         if materialized.logging:
             builder.with_logging_enabled(materialized.log_config)
         else:
@@ -186,6 +187,16 @@ class InternalBuilder:
         return source
 
 
+def reject_ttl_on_windowed(mat: Materialized, store_name: str) -> None:
+    """`Materialized.with_ttl` is for key-value stores: window and session stores expire by retention,
+    and silently ignoring the TTL would leave a user believing state expires when it does not."""
+    if mat.ttl is not None:
+        raise TopologyError(
+            f"store '{store_name}': Materialized.with_ttl applies to key-value stores; a windowed store "
+            "expires windows by its retention (Materialized.with_retention)"
+        )
+
+
 def window_store_builder(
     mat: Materialized,
     store_name: str,
@@ -198,6 +209,7 @@ def window_store_builder(
 ) -> WindowStoreBuilder:
     """A DSL window store: retention is size + grace unless Materialized.with_retention says more
     (less is an error, as in Kafka Streams: windows would vanish before they close)."""
+    reject_ttl_on_windowed(mat, store_name)
     retention = minimum_retention if mat.retention_ms is None else mat.retention_ms
     if retention < minimum_retention:
         raise TopologyError(

@@ -25,7 +25,7 @@ from kappaflow.api.errors import TopologyError
 from kappaflow.api.serdes import Long, Serde
 from kappaflow.api.windowed_serdes import SessionWindowedSerde, TimeWindowedSerde
 from kappaflow.api.windows import Windowed
-from kappaflow.dsl.graph import InternalBuilder, window_store_builder
+from kappaflow.dsl.graph import InternalBuilder, reject_ttl_on_windowed, window_store_builder
 from kappaflow.dsl.joins import _PassThrough, copartition
 from kappaflow.dsl.ktable import KTable, aggregate_table
 from kappaflow.dsl.options import Materialized
@@ -321,6 +321,7 @@ def session_store_builder(
     windows: SessionWindows,
 ) -> SessionStoreBuilder:
     """A DSL session store: retention gap + grace, or more if Materialized.with_retention says so."""
+    reject_ttl_on_windowed(mat, store_name)
     retention = windows.gap_ms + windows.grace_ms
     if mat.retention_ms is not None:
         retention = max(retention, mat.retention_ms)

@@ -11,6 +11,7 @@ from kappaflow.api.offset_reset import AutoOffsetReset
 from kappaflow.api.processor import to_millis
 from kappaflow.api.serdes import Serde
 from kappaflow.api.time import TimestampExtractor
+from kappaflow.state.ttl import DEFAULT_MAX_EXPIRED_PER_COMMIT, StoreTtl, TtlClock
 from kappaflow.state.versioned import VersionedBytesStoreSupplier
 from kappaflow.topology.nodes import StreamPartitioner
 
@@ -30,6 +31,7 @@ class Materialized:
     log_config: dict[str, str] = field(default_factory=dict)
     retention_ms: int | None = None
     versioned: VersionedBytesStoreSupplier | None = None
+    ttl: StoreTtl | None = None
 
     @staticmethod
     def as_(name_or_supplier: str | VersionedBytesStoreSupplier) -> Materialized:
@@ -76,6 +78,21 @@ class Materialized:
     def with_retention(self, retention_ms: int) -> Materialized:
         """How long a windowed store keeps windows, in milliseconds (at least the window size plus grace)."""
         return replace(self, retention_ms=retention_ms)
+
+    def with_ttl(
+        self,
+        ttl: timedelta | int,
+        *,
+        clock: TtlClock = "stream_time",
+        emit_tombstones: bool = False,
+        max_expired_per_commit: int = DEFAULT_MAX_EXPIRED_PER_COMMIT,
+    ) -> Materialized:
+        """Expire a key-value store's entries not written for `ttl` (Kafka Streams has no equivalent,
+        KAFKA-4273): by stream time (the default, replayable) or the wall clock (`clock="wall_clock"`),
+        at most `max_expired_per_commit` per commit, each with a changelog tombstone. With
+        `emit_tombstones` a table also forwards a tombstone downstream, so joins and sinks see the
+        expiry. Key-value stores only: a windowed store expires by its retention."""
+        return replace(self, ttl=StoreTtl.of(ttl, clock, emit_tombstones, max_expired_per_commit))
 
     @staticmethod
     def of(value: Materialized | str | None) -> Materialized:

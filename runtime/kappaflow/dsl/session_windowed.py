@@ -23,7 +23,7 @@ from kappaflow.api.windowed_serdes import SessionWindowedSerde
 from kappaflow.api.windows import Window, Windowed
 from kappaflow.dsl.change import Change
 from kappaflow.dsl.emit import EmitStrategy, SessionCloseEmitter, WindowEmitMixin, with_emitter
-from kappaflow.dsl.graph import InternalBuilder
+from kappaflow.dsl.graph import InternalBuilder, reject_ttl_on_windowed
 from kappaflow.dsl.ktable import KTable
 from kappaflow.dsl.options import Materialized
 from kappaflow.dsl.stream_processors import drop_record
@@ -153,6 +153,7 @@ class SessionWindowedKStream(Generic[K, V]):
             ),
             parent,
         )
+        reject_ttl_on_windowed(mat, store_name)
         retention = windows.gap_ms + windows.grace_ms
         if mat.retention_ms is not None:
             retention = max(retention, mat.retention_ms)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kappaflow.api.errors import TopologyError
 from kappaflow.api.processor import ProcessorContext
 from kappaflow.api.record import Record
 from kappaflow.api.serdes import Serde
@@ -83,6 +84,11 @@ def versioned_store_builder(
     """The versioned store a `Materialized.as_(versioned supplier)` asks for, for a source table or a
     derived one (`to_table`, `filter`, `map_values`): never cached, as Java's."""
     assert mat.versioned is not None
+    if mat.ttl is not None:
+        raise TopologyError(
+            f"table '{mat.versioned.name}': a versioned store keeps history by its retention; "
+            "Materialized.with_ttl applies to plain key-value stores"
+        )
     store = Stores.versioned_key_value_store_builder(
         mat.versioned, mat.key_serde or key_serde, mat.value_serde or value_serde
     )

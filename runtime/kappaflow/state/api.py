@@ -85,6 +85,14 @@ class StoreContext(Protocol):
 
     def record_context(self) -> RecordContext: ...
 
+    def current_stream_time_ms(self) -> int:
+        """The task's stream time (-1 before its first record): what a store's TTL is measured on."""
+        ...
+
+    def current_system_time_ms(self) -> int:
+        """The task's wall clock (the test driver's mock clock): a wall-clock TTL's time."""
+        ...
+
     def set_record_context(self, context: RecordContext) -> None: ...
 
     def register_store(
@@ -163,6 +171,18 @@ class TransactionalStore(Protocol):
     def commit(self, changelog_offset: int | None) -> None: ...
 
     def reset(self) -> None: ...
+
+
+@runtime_checkable
+class ExpiryForwarding(Protocol):
+    """A store layer that expires entries (kappaflow.state.ttl) and can tell a table's forwarder of
+    each: the typed store hands it the same listener the record cache flushes to."""
+
+    def set_expiry_listener(
+        self,
+        listener: Callable[[bytes, bytes | None, bytes | None, RecordContext], None],
+        send_old_values: bool,
+    ) -> None: ...
 
 
 def prefix_upper_bound(prefix: bytes) -> bytes | None:

@@ -21,6 +21,12 @@ from kappaflow.state.kv_layers import (
     MeteredKeyValueStore,
 )
 from kappaflow.state.timestamped import ValueAndTimestamp, ValueAndTimestampSerde
+from kappaflow.state.ttl import (
+    DEFAULT_MAX_EXPIRED_PER_COMMIT,
+    ExpiringKeyValueBytesStore,
+    StoreTtl,
+    TtlClock,
+)
 from kappaflow.state.versioned import (
     VersionedBytesStoreSupplier,
     VersionedKeyValueStoreBuilder,
@@ -76,6 +82,7 @@ class KeyValueStoreBuilder(Generic[K, V]):
     # False for a store Java does not have: an unnamed `builder.table()`'s private store until something
     # needs its values; describe() leaves it out and, with logging off until then, it has no changelog
     described: bool = True
+    ttl: StoreTtl | None = None
 
     @property
     def name(self) -> str:
@@ -102,12 +109,29 @@ class KeyValueStoreBuilder(Generic[K, V]):
         self.logging_enabled = False
         return self
 
+    def with_ttl(
+        self,
+        ttl: timedelta | int,
+        *,
+        clock: TtlClock = "stream_time",
+        emit_tombstones: bool = False,
+        max_expired_per_commit: int = DEFAULT_MAX_EXPIRED_PER_COMMIT,
+    ) -> KeyValueStoreBuilder[K, V]:
+        """Expire entries not written for `ttl` (kappaflow.state.ttl; Kafka Streams has none,
+        KAFKA-4273): measured on stream time (the default) or the wall clock (`clock="wall_clock"`), at
+        most `max_expired_per_commit` deleted per commit, each with a changelog tombstone;
+        `emit_tombstones` forwards them downstream (DSL tables)."""
+        self.ttl = StoreTtl.of(ttl, clock, emit_tombstones, max_expired_per_commit)
+        return self
+
     def build(self) -> MeteredKeyValueStore[K, Any]:
         inner: KeyValueBytesStore = self.supplier.get(self.timestamped)
         if self.logging_enabled:
             inner = ChangeLoggingKeyValueBytesStore(inner, timestamped=self.timestamped)
         if self.caching_enabled:
             inner = CachingKeyValueStore(inner)
+        if self.ttl is not None:
+            inner = ExpiringKeyValueBytesStore(inner, self.ttl, self.timestamped)
         value_serde = self.value_serde
         if self.timestamped and value_serde is not None:
             value_serde = ValueAndTimestampSerde(value_serde)

@@ -203,6 +203,17 @@ class ThreadCache:
         if cache is not None:
             cache.flush()
 
+    def drop(self, namespace: str, key: bytes) -> None:
+        """Forget one entry without flushing it (an expired entry deleted below the cache)."""
+        cache = self._caches.get(namespace)
+        if cache is None:
+            return
+        entry = cache.entries.pop(key, None)
+        cache.dirty.pop(key, None)
+        if entry is not None:
+            cache.size -= entry.size
+            self.size_bytes -= entry.size
+
     def close(self, namespace: str) -> None:
         cache = self._caches.pop(namespace, None)
         if cache is not None:

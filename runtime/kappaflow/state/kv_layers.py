@@ -16,6 +16,7 @@ from kappaflow.api.serdes import Serde
 from kappaflow.state.api import (
     BytesIterator,
     ChangelogRecord,
+    ExpiryForwarding,
     KeyValueBytesStore,
     RecordContext,
     StateStore,
@@ -315,6 +316,14 @@ class CachingKeyValueStore(WrappedBytesStore):
             self._cache.close(self._namespace)
         self.inner.close()
 
+    def delete_below_cache(self, key: bytes) -> None:
+        """Delete the key from the store below (logged there) and drop its cache entry unflushed: an
+        expired entry (kappaflow.state.ttl) leaves without passing the flush listener, which would
+        forward it downstream whether or not its expiry is to be forwarded."""
+        if self._cache is not None:
+            self._cache.drop(self._namespace, key)
+        self.inner.delete(key)
+
     def discard(self) -> None:
         """Drop the cached writes without flushing them (a dirty close): they belong to a transaction
         that will not commit, so they must neither be forwarded nor logged."""
@@ -499,12 +508,17 @@ class MeteredKeyValueStore(MeteredStoreBase, Generic[K, V]):
         """Called by DSL processors: with caching, updates are forwarded when flushed, not when written.
         Returns False when the store has no cache, so the processor must forward immediately."""
         caching = find_layer(self.inner, CachingKeyValueStore)
-        if caching is None:
-            return False
 
         def on_flush(key: bytes, new: bytes | None, old: bytes | None, context: RecordContext) -> None:
             listener(self._dk(key), self._dv(new), self._dv(old), context)
 
+        expiring: Any = self.inner
+        while expiring is not None and not isinstance(expiring, ExpiryForwarding):
+            expiring = getattr(expiring, "inner", None)
+        if expiring is not None:  # a store with a TTL tells the forwarder of expired entries
+            expiring.set_expiry_listener(on_flush, send_old_values)
+        if caching is None:
+            return False
         return caching.set_flush_listener(on_flush, send_old_values)
 
 
