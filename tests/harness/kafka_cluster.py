@@ -116,7 +116,13 @@ class ClusterNode(KafkaNode):
         heap = str(kw.pop("heap"))
         cluster_id = str(kw.pop("cluster_id"))
         super().__init__(
-            role, port, port, data_dir, cluster_id=cluster_id, session_timeout_ms=SESSION_TIMEOUT_MS, heap=heap
+            role,
+            port,
+            port,
+            data_dir,
+            cluster_id=cluster_id,
+            session_timeout_ms=SESSION_TIMEOUT_MS,
+            heap=heap,
         )
         self.node_id = node_id
         self.voters = voters
@@ -313,7 +319,9 @@ def _start_together(nodes: list[ClusterNode]) -> None:
         except BaseException as exc:
             errors.append(exc)
 
-    threads = [threading.Thread(target=prepare, args=(node,), name=f"format-{node.node_id}") for node in nodes]
+    threads = [
+        threading.Thread(target=prepare, args=(node,), name=f"format-{node.node_id}") for node in nodes
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
