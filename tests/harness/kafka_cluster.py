@@ -43,6 +43,7 @@ FIRST_CONTROLLER_ID = 1000
 BROKER_HEAP = "256m"
 CONTROLLER_HEAP = "160m"
 REPLICAS = 3
+START_TIMEOUT_S = 240.0
 MIN_INSYNC = 2
 # Both coordinators' topics: few partitions, so the first group and transaction are quick.
 OFFSETS_PARTITIONS = 3
@@ -112,9 +113,9 @@ def cluster_properties(node_id: int, role: str, port: int, voters: str, log_dir:
 class ClusterNode(KafkaNode):
     """A node of the cluster: the split cluster's process handling, this cluster's settings."""
 
-    def __init__(self, node_id: int, role: str, port: int, voters: str, data_dir: Path, **kw: object) -> None:
-        heap = str(kw.pop("heap"))
-        cluster_id = str(kw.pop("cluster_id"))
+    def __init__(
+        self, node_id: int, role: str, port: int, voters: str, data_dir: Path, *, heap: str, cluster_id: str
+    ) -> None:
         super().__init__(
             role,
             port,
@@ -124,6 +125,8 @@ class ClusterNode(KafkaNode):
             session_timeout_ms=SESSION_TIMEOUT_MS,
             heap=heap,
         )
+        # a restarted broker loads every partition's log first: minutes on a loaded two-core machine
+        self.start_timeout = START_TIMEOUT_S
         self.node_id = node_id
         self.voters = voters
 

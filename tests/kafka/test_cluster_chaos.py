@@ -40,6 +40,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
 
 def _assert_faults_recovered(result: ChaosResult, kinds: list[str]) -> None:
     print(recovery_table(result.faults))
+    print(f"{result.kills} kills: {result.audit.summary()}")
     assert not result.fault_error, result.fault_error
     assert [r.kind for r in result.faults] == kinds, "every fault planned was injected"
     slow = [r for r in result.faults if r.recovery_s is None]
