@@ -123,9 +123,16 @@ test-kafka: setup
 
 # A long kill loop (kill -9 and restart at random, broker restarts) per guarantee and membership mode,
 # against a broker of its own; audits the committed output. CHAOS_MINUTES per mode.
+# CHAOS_CLUSTER=1: on a three-broker cluster (CHAOS_CONTROLLERS: 1 or 3), with broker faults
+# (CHAOS_FAULTS: comma-separated kinds of tests/kafka/cluster_chaos.py, or all) cycling for the whole
+# time, each timed; the recovery time per fault kind is printed at the end of each mode.
 CHAOS_MINUTES ?= 10
+CHAOS_CLUSTER ?= 0
+CHAOS_CONTROLLERS ?= 3
+CHAOS_FAULTS ?= all
 chaos: setup kafka-download
-	$(PY) -m tests.kafka.chaos --minutes $(CHAOS_MINUTES)
+	$(PY) -m tests.kafka.chaos --minutes $(CHAOS_MINUTES) \
+	  $(if $(filter 1,$(CHAOS_CLUSTER)),--cluster --controllers $(CHAOS_CONTROLLERS) --faults $(CHAOS_FAULTS))
 
 test-spark: spark-jars
 	$(PY) -m pytest -q tests/spark

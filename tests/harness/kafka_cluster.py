@@ -30,7 +30,8 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
@@ -162,6 +163,10 @@ class KafkaCluster:
             for bid in BROKER_IDS
         }  # fmt: skip
         self.frozen: set[int] = set()
+        # Every JVM is forked by this one thread, alive as long as the cluster: Linux signals a child
+        # when the *thread* that forked it ends (`_die_with_parent`), so a broker restarted from a
+        # short-lived thread (a fault injector) died with it.
+        self._launcher = ThreadPoolExecutor(1, thread_name_prefix="kafka-cluster-launcher")
 
     @property
     def bootstrap_servers(self) -> str:
@@ -178,14 +183,18 @@ class KafkaCluster:
         each; returns once every coordinator topic partition is fully replicated."""
         began = time.monotonic()
         try:
-            _start_together(self.controllers)
-            _start_together(list(self.brokers.values()))
+            _start_together(self.controllers, self._launch)
+            _start_together(list(self.brokers.values()), self._launch)
             self.wait_in_sync(timeout=120.0)
         except BaseException:
             self.stop()
             raise
         _progress(f"{len(self.brokers)} brokers, {len(self.controllers)} controller(s) in "
                   f"{time.monotonic() - began:.1f}s: {self.bootstrap_servers}")  # fmt: skip
+
+    def _launch(self, node: ClusterNode) -> None:
+        """Fork `node`'s JVM on the launcher thread (see __init__); not waiting for it to be ready."""
+        self._launcher.submit(node.start, wait=False).result()
 
     def admin(self) -> AdminClient:
         return AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
@@ -205,7 +214,9 @@ class KafkaCluster:
     def start_broker(self, broker_id: int) -> float:
         """Start a stopped broker on its storage; the seconds until it answers."""
         started = time.monotonic()
-        self.broker(broker_id).start()
+        node = self.broker(broker_id)
+        self._launch(node)
+        node.wait_ready()
         return time.monotonic() - started
 
     def restart(self, broker_id: int, timeout: float = 120.0) -> float:
@@ -214,7 +225,8 @@ class KafkaCluster:
         started = time.monotonic()
         node = self.broker(broker_id)
         node.stop(graceful=True)
-        node.start()
+        self._launch(node)
+        node.wait_ready()
         self.wait_in_sync(timeout=timeout)
         return time.monotonic() - started
 
@@ -301,6 +313,7 @@ class KafkaCluster:
         for node in [*self.brokers.values(), *self.controllers]:
             with contextlib.suppress(Exception):
                 node.stop(timeout=20.0)
+        self._launcher.shutdown(wait=True)
 
     def __enter__(self) -> KafkaCluster:
         self.start()
@@ -310,10 +323,10 @@ class KafkaCluster:
         self.stop()
 
 
-def _start_together(nodes: list[ClusterNode]) -> None:
-    """Format in parallel threads, start every JVM from this thread (a JVM gets SIGTERM when the thread
-    that forked it ends: `_die_with_parent`), then wait for all, printing each one's progress line. One
-    after another, four nodes took 96 s on a loaded machine."""
+def _start_together(nodes: list[ClusterNode], launch: Callable[[ClusterNode], None]) -> None:
+    """Format in parallel threads, `launch` every JVM (from the cluster's launcher thread: a JVM gets
+    SIGTERM when the thread that forked it ends, `_die_with_parent`), then wait for all, printing each
+    one's progress line. One after another, four nodes took 96 s on a loaded machine."""
     errors: list[BaseException] = []
 
     def prepare(node: ClusterNode) -> None:
@@ -333,7 +346,7 @@ def _start_together(nodes: list[ClusterNode]) -> None:
         raise errors[0]
     started = time.monotonic()
     for node in nodes:
-        node.start(wait=False)
+        launch(node)
     for node in nodes:
         node.wait_ready()
         what = f"{node.role} {node.node_id} on 127.0.0.1:{node.port}"

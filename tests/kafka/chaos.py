@@ -45,7 +45,14 @@ from kappaflow.cli import CLOSE_GRACE_S
 from kappaflow_contract.topics import replicated_topic_config
 from tests.harness.kafka_cluster import REPLICAS, KafkaCluster
 from tests.harness.kafka_split import SplitKafkaCluster
-from tests.kafka.cluster_chaos import FaultInjector, FaultRecord, transactional_id
+from tests.kafka.cluster_chaos import (
+    FAULT_KINDS,
+    FaultInjector,
+    FaultRecord,
+    plan_faults,
+    recovery_table,
+    transactional_id,
+)
 from tests.kafka.streams_support import fast_config, start_cli_app
 
 APP = "tests.kafka.apps:wordcount"
@@ -473,47 +480,74 @@ def run_chaos(
     )
 
 
+def _verdict(name: str, guarantee: str, result: ChaosResult) -> bool:
+    """Print one mode's line (and its recovery table); whether it passed."""
+    a = result.audit
+    ok = a.lost == 0 and (guarantee != "exactly_once_v2" or not (a.duplicates or a.regressions))
+    ok = ok and not result.fault_error and all(r.recovery_s is not None for r in result.faults)
+    print(
+        f"{'ok  ' if ok else 'FAIL'} {name}: {result.kills} kills, {result.broker_restarts} broker restarts, "
+        f"{len(result.faults)} cluster faults; {a.summary()}; exit codes {result.exit_codes}",
+        flush=True,
+    )
+    if result.faults:
+        print(recovery_table(result.faults), flush=True)
+    if result.fault_error:
+        print(f"the fault injector stopped: {result.fault_error}", flush=True)
+    return ok
+
+
+# a fault, its outage and its recovery take about this long: how many to plan for `--minutes`
+SECONDS_PER_FAULT = 40.0
+
+
 def main(argv: list[str] | None = None) -> int:
-    """`make chaos`: a long kill loop (each mode in turn) against a broker of its own."""
+    """`make chaos`: a long kill loop (each mode in turn) against a broker of its own, or (`--cluster`)
+    against a three-broker cluster with broker faults cycling all the while."""
     import tempfile
 
     from tests.harness.kafka_fixtures import free_port
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=10.0, help="kill-loop time per mode")
-    parser.add_argument("--broker-restarts", type=int, default=3, help="per mode")
+    parser.add_argument("--broker-restarts", type=int, default=3, help="per mode (single broker)")
+    parser.add_argument("--cluster", action="store_true", help="three brokers, with cluster faults")
+    parser.add_argument("--controllers", type=int, default=3, choices=[1, 3])
+    parser.add_argument("--faults", default="all", help=f"comma-separated, of: {', '.join(FAULT_KINDS)}")
     parser.add_argument("--seed", type=int, default=None)
     args = parser.parse_args(argv)
+    kinds = list(FAULT_KINDS) if args.faults == "all" else [k.strip() for k in args.faults.split(",") if k]
+    faults = plan_faults(kinds, max(len(kinds), int(args.minutes * 60 / SECONDS_PER_FAULT)))
     modes = [("exactly_once_v2", False), ("exactly_once_v2", True), ("at_least_once", False)]
     failures = 0
     with tempfile.TemporaryDirectory(prefix="kappaflow-chaos-") as tmp:
-        broker = SplitKafkaCluster(free_port(), free_port(), Path(tmp) / "kafka")
-        broker.start()
+        if args.cluster:
+            cluster: KafkaCluster | None = KafkaCluster(Path(tmp) / "kafka", controllers=args.controllers)
+            broker = None
+        else:
+            cluster, broker = None, SplitKafkaCluster(free_port(), free_port(), Path(tmp) / "kafka")
+        servers = cluster if cluster is not None else broker
+        assert servers is not None
+        servers.start()
         try:
             for guarantee, static in modes:
                 name = f"{guarantee}{' static' if static else ''}"
                 result = run_chaos(
-                    broker.bootstrap_servers,
+                    servers.bootstrap_servers,
                     Path(tmp) / name.replace(" ", "-"),
                     guarantee=guarantee,
                     static=static,
                     duration_s=args.minutes * 60,
                     broker=broker,
-                    broker_restarts=args.broker_restarts,
+                    broker_restarts=args.broker_restarts if broker is not None else 0,
                     drain_timeout_s=300,
                     seed=args.seed,
+                    cluster=cluster,
+                    faults=faults if cluster is not None else (),
                 )
-                a = result.audit
-                ok = a.lost == 0 and (guarantee != "exactly_once_v2" or not (a.duplicates or a.regressions))
-                failures += not ok
-                print(
-                    f"{'ok  ' if ok else 'FAIL'} {name}: {result.kills} kills, "
-                    f"{result.broker_restarts} broker restarts; {a.summary()}; "
-                    f"exit codes {result.exit_codes}",
-                    flush=True,
-                )
+                failures += not _verdict(name, guarantee, result)
         finally:
-            broker.stop()
+            servers.stop()
     return 1 if failures else 0
 
 
