@@ -90,3 +90,21 @@ def test_group_coordinator_freeze_and_rolling_restart_exactly_once_static(cluste
     )
     _assert_faults_recovered(result, kinds)
     _assert_exactly_once(result)
+
+
+@pytest.mark.kafka
+@pytest.mark.timeout(600)
+def test_leader_kill_and_freeze_at_least_once_loses_nothing(cluster, tmp_path):
+    kinds = ["leader-changelog", "freeze"]
+    result = run_chaos(
+        cluster.bootstrap_servers,
+        tmp_path,
+        guarantee="at_least_once",
+        duration_s=10.0,
+        cluster=cluster,
+        faults=kinds,
+        drain_timeout_s=180,
+    )
+    _assert_faults_recovered(result, kinds)
+    assert result.kills >= 2
+    assert result.audit.lost == 0, result.audit.summary()
