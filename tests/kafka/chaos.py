@@ -17,8 +17,13 @@ of the other tests) makes Kafka's transaction coordinator drop markers: it compl
 the partitions have no leader, which it takes for deleted partitions, leaving hanging or wrongly committed
 transactions - the broker's failure, not the application's (the module docstring of kafka_split says how).
 
-The CI tests (tests/kafka/test_chaos.py) run it for well under a minute per mode; `make chaos` runs
-`python -m tests.kafka.chaos --minutes N` against a cluster of its own for as long as asked.
+Broker faults on a replicated cluster (partition leaders, coordinators, a rolling restart, a frozen
+broker) run on the three-broker cluster (tests.harness.kafka_cluster), injected and timed by
+tests.kafka.cluster_chaos while the kill loop goes on.
+
+The CI tests (tests/kafka/test_chaos.py, tests/kafka/test_cluster_chaos.py) run it for well under a minute
+per mode or once per fault kind; `make chaos` runs `python -m tests.kafka.chaos --minutes N` against a
+cluster of its own for as long as asked (`--cluster`: the three-broker one, faults cycling).
 """
 
 from __future__ import annotations
