@@ -59,6 +59,7 @@ def _assert_internal_topics_replicated(cluster: KafkaCluster, app_id: str) -> No
 
 
 @pytest.mark.kafka
+@pytest.mark.kafka_cluster
 @pytest.mark.timeout(600)
 def test_leader_and_coordinator_kills_exactly_once_dynamic(cluster, tmp_path):
     kinds = ["leader-input", "leader-repartition", "leader-changelog", "txn-coordinator"]
@@ -76,6 +77,7 @@ def test_leader_and_coordinator_kills_exactly_once_dynamic(cluster, tmp_path):
 
 
 @pytest.mark.kafka
+@pytest.mark.kafka_cluster
 @pytest.mark.timeout(600)
 def test_group_coordinator_freeze_and_rolling_restart_exactly_once_static(cluster, tmp_path):
     kinds = ["group-coordinator", "freeze", "rolling-restart"]
@@ -93,6 +95,7 @@ def test_group_coordinator_freeze_and_rolling_restart_exactly_once_static(cluste
 
 
 @pytest.mark.kafka
+@pytest.mark.kafka_cluster
 @pytest.mark.timeout(600)
 def test_leader_kill_and_freeze_at_least_once_loses_nothing(cluster, tmp_path):
     kinds = ["leader-changelog", "freeze"]
