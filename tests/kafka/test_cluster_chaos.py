@@ -38,6 +38,29 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
         yield running
 
 
+@pytest.mark.kafka
+@pytest.mark.kafka_cluster
+@pytest.mark.timeout(300)
+def test_cluster_names_the_group_coordinator_kafka_does(cluster):
+    """`group_coordinator` (Kafka's hash of the id over `__consumer_offsets`) names the broker the
+    cluster itself reports, for several groups."""
+    from confluent_kafka import Consumer
+
+    groups = [f"coordinator-check-{i}" for i in range(4)]
+    consumers = [Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": g}) for g in groups]
+    try:
+        for consumer in consumers:
+            consumer.list_topics(timeout=30)
+            consumer.subscribe(["__consumer_offsets"])
+            consumer.poll(5)
+        described = cluster.admin().describe_consumer_groups(groups)
+        for group in groups:
+            assert cluster.group_coordinator(group) == described[group].result(timeout=60).coordinator.id
+    finally:
+        for consumer in consumers:
+            consumer.close()
+
+
 def _assert_faults_recovered(result: ChaosResult, kinds: list[str]) -> None:
     print(recovery_table(result.faults))
     print(f"{result.kills} kills: {result.audit.summary()}")
