@@ -45,13 +45,16 @@ def test_cluster_names_the_group_coordinator_kafka_does(cluster):
     """`group_coordinator` (Kafka's hash of the id over `__consumer_offsets`) names the broker the
     cluster itself reports, for several groups."""
     from confluent_kafka import Consumer
+    from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
+    topic = "coordinator-check"
+    cluster.admin().create_topics([NewTopic(topic, num_partitions=1, replication_factor=3)])[topic].result(60)
     groups = [f"coordinator-check-{i}" for i in range(4)]
     consumers = [Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": g}) for g in groups]
     try:
         for consumer in consumers:
             consumer.list_topics(timeout=30)
-            consumer.subscribe(["__consumer_offsets"])
+            consumer.subscribe([topic])
             consumer.poll(5)
         described = cluster.admin().describe_consumer_groups(groups)
         for group in groups:
