@@ -37,7 +37,13 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient
 
 from tests.harness.kafka_broker import BrokerError, _cluster_id, _free_port, _tail, broker_properties
-from tests.harness.kafka_split import HEARTBEAT_INTERVAL_MS, SESSION_TIMEOUT_MS, KafkaNode, _read_from
+from tests.harness.kafka_split import (
+    DROPPED_MARKERS,
+    HEARTBEAT_INTERVAL_MS,
+    SESSION_TIMEOUT_MS,
+    KafkaNode,
+    _read_from,
+)
 
 BROKER_IDS = (1, 2, 3)
 FIRST_CONTROLLER_ID = 1000
@@ -303,6 +309,18 @@ class KafkaCluster:
                     return
             time.sleep(0.2)
         raise BrokerError(f"partitions not in sync after {timeout:.0f}s: {lagging[:20]}")
+
+    def dropped_markers(self) -> list[str]:
+        """Every broker's log lines saying its transaction coordinator completed a transaction without
+        some markers (tests.harness.kafka_split: Kafka's own hazard; empty on a healthy cluster)."""
+        lines: list[str] = []
+        for node in self.brokers.values():
+            logs = [node.server_log.with_name(f"{node.server_log.name}.{i}") for i in (2, 1)]
+            text = "".join(_read_from(log, 0) for log in [*logs, node.server_log])
+            lines += [
+                f"broker {node.node_id}: {line}" for line in text.splitlines() if DROPPED_MARKERS in line
+            ]
+        return lines
 
     def stop(self) -> None:
         """Brokers first (a controlled shutdown needs the quorum), then the controllers; frozen ones are

@@ -98,6 +98,8 @@ def test_leader_and_coordinator_kills_exactly_once_dynamic(cluster, tmp_path):
         drain_timeout_s=180,
     )
     _assert_faults_recovered(result, kinds)
+    dropped = cluster.dropped_markers()
+    assert not dropped, "the brokers dropped transaction markers:\n" + "\n".join(dropped[:10])
     _assert_exactly_once(result)
     _assert_internal_topics_replicated(cluster, result.app_id)
 
@@ -117,6 +119,8 @@ def test_group_coordinator_freeze_and_rolling_restart_exactly_once_static(cluste
         drain_timeout_s=180,
     )
     _assert_faults_recovered(result, kinds)
+    dropped = cluster.dropped_markers()
+    assert not dropped, "the brokers dropped transaction markers:\n" + "\n".join(dropped[:10])
     _assert_exactly_once(result)
 
 
