@@ -143,8 +143,20 @@ class FaultInjector(threading.Thread):
         broker = self._rng.choice(sorted(self._cluster.brokers))
         return broker, "every broker in turn, starting here"  # rolling-restart
 
+    def _aim_when_there(self, kind: str, timeout_s: float = 180.0) -> tuple[int, str]:
+        """`_aim`, retried while the target does not exist yet: the application creates its internal
+        topics and transactional ids once it has started (tens of seconds on a loaded machine)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                return self._aim(kind)
+            except (ValueError, RuntimeError):
+                if time.monotonic() > deadline or self.stop.is_set():
+                    raise
+                self.stop.wait(1.0)
+
     def _inject(self, kind: str) -> FaultRecord:
-        broker, target = self._aim(kind)
+        broker, target = self._aim_when_there(kind)
         snapshot = self._acked()
         began = time.monotonic()
         if kind == "rolling-restart":
