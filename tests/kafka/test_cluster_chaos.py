@@ -48,7 +48,8 @@ def test_cluster_names_the_group_coordinator_kafka_does(cluster):
     from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
     topic = "coordinator-check"
-    cluster.admin().create_topics([NewTopic(topic, num_partitions=1, replication_factor=3)])[topic].result(60)
+    admin = cluster.admin()  # kept: a collected client cancels its futures
+    admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=3)])[topic].result(60)
     groups = [f"coordinator-check-{i}" for i in range(4)]
     consumers = [Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": g}) for g in groups]
     try:
@@ -56,7 +57,7 @@ def test_cluster_names_the_group_coordinator_kafka_does(cluster):
             consumer.list_topics(timeout=30)
             consumer.subscribe([topic])
             consumer.poll(5)
-        described = cluster.admin().describe_consumer_groups(groups)
+        described = admin.describe_consumer_groups(groups)
         for group in groups:
             assert cluster.group_coordinator(group) == described[group].result(timeout=60).coordinator.id
     finally:
