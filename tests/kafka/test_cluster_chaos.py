@@ -56,7 +56,7 @@ def test_cluster_names_the_group_coordinator_kafka_does(cluster):
         for consumer in consumers:
             consumer.list_topics(timeout=30)
             consumer.subscribe([topic])
-            consumer.poll(5)
+            consumer.poll(1)
         described = admin.describe_consumer_groups(groups)
         for group in groups:
             assert cluster.group_coordinator(group) == described[group].result(timeout=60).coordinator.id
