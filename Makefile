@@ -86,7 +86,7 @@ setup: $(VENV)/.installed $(VENV)/.native
 # The real-node tier runs last, in a session of its own: its node (and Kafka and the operator as pods)
 # starts for it and is torn down right after, so it never loads the machine under the other tiers.
 test: lint typecheck crds-check docs kafka-download kube-build flux-build cluster-build images spark-jars prometheus conformance-jars
-	$(PY) -m pytest -q --durations=25 --ignore=tests/realnode $(PYTEST_ARGS)
+	$(PY) -m pytest -q --durations=25 --ignore=tests/realnode -m "not chaos" $(PYTEST_ARGS)
 	@echo "==> the in-process tiers again, with the Python drain loop"
 	$(PY) -m pytest -q --python-drain $(PYTHON_DRAIN_TESTS) $(PYTEST_ARGS)
 	@echo "==> the real-node tier: the project's images as pods on a real kubelet"
@@ -128,11 +128,18 @@ test-kafka: setup
 
 # A long kill loop (kill -9 and restart at random, broker restarts) per guarantee and membership mode,
 # against a broker of its own; audits the committed output. CHAOS_MINUTES per mode.
+# CHAOS_CLUSTER=1: on a three-broker cluster (CHAOS_CONTROLLERS: 1 or 3), with broker faults
+# (CHAOS_FAULTS: comma-separated kinds of tests/kafka/cluster_chaos.py, or all) cycling for the whole
+# time, each timed; the recovery time per fault kind is printed at the end of each mode.
 CHAOS_MINUTES ?= 10
+CHAOS_CLUSTER ?= 0
+CHAOS_CONTROLLERS ?= 3
+CHAOS_FAULTS ?= all
 chaos: setup kafka-download
-	CHAOS_LONG_TESTS=1 $(PY) -m pytest -q tests/kafka/test_eos_broker_freeze.py tests/kafka/test_eos_hanging_transaction.py
+	$(PY) -m pytest -q -m chaos tests/kafka
 	$(PY) -m tests.kafka.group_view_hammer --call members --restarts 6
-	$(PY) -m tests.kafka.chaos --minutes $(CHAOS_MINUTES)
+	$(PY) -m tests.kafka.chaos --minutes $(CHAOS_MINUTES) \
+	  $(if $(filter 1,$(CHAOS_CLUSTER)),--cluster --controllers $(CHAOS_CONTROLLERS) --faults $(CHAOS_FAULTS))
 
 test-spark: spark-jars
 	$(PY) -m pytest -q tests/spark

@@ -15,6 +15,8 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec  # type: ignore[attr-defined]
 
+from kappaflow_contract.topics import replicated_topic_config
+
 from .topics import TopicSpec
 
 TIMEOUT_S = 15.0
@@ -67,7 +69,10 @@ class KafkaAdmin:
         """Create `specs`; a topic that already exists counts as created (another pass won the race)."""
         new = [
             NewTopic(
-                s.name, num_partitions=s.partitions, replication_factor=replication_factor, config=s.config
+                s.name,
+                num_partitions=s.partitions,
+                replication_factor=replication_factor,
+                config=replicated_topic_config(s.config, replication_factor),
             )
             for s in specs
         ]

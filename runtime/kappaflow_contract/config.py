@@ -21,6 +21,7 @@ STATE_DIR = "state.dir"
 METRICS_PORT = "metrics.port"
 QUERY_HTTP_ENABLED = "query.http.enabled"
 INTERNAL_TOPICS_CREATE = "kappaflow.internal.topics.create"
+REPLICATION_FACTOR = "replication.factor"  # of the internal topics (Kafka Streams' key)
 GROUP_INSTANCE_ID = "group.instance.id"  # per pod: the environment, from the pod name
 APPLICATION_SERVER = "application.server"  # per pod: the environment, host:port of the query server
 SECURITY_PROTOCOL = "security.protocol"

@@ -18,6 +18,12 @@ from typing import Protocol
 
 CHANGELOG_SUFFIX = "-changelog"
 REPARTITION_SUFFIX = "-repartition"
+MIN_INSYNC_REPLICAS = "min.insync.replicas"
+# With three or more replicas an acknowledged write (acks=all: every transactional and idempotent write)
+# must be on two of them: one broker lost (crashed, frozen, restarting) keeps the topic writable and every
+# acknowledged record on a surviving replica. The usual production setting (Kafka Streams' docs).
+REPLICATED_MIN_INSYNC = 2
+REPLICATED_FROM = 3
 
 
 def internal_topic_name(application_id: str, short_name: str) -> str:
@@ -57,6 +63,18 @@ def is_internal_topic_name(topic: str) -> bool:
     return (
         topic.endswith((CHANGELOG_SUFFIX, REPARTITION_SUFFIX)) or _FK_JOIN_TOPIC.fullmatch(topic) is not None
     )
+
+
+def replicated_topic_config(config: Mapping[str, str], replication_factor: int) -> dict[str, str]:
+    """An internal topic's config for `replication_factor` replicas: `min.insync.replicas=2` from three
+    replicas up, unless `config` sets it. Below three (one broker: the default -1 or 1) and when the
+    broker picks the factor (-1, it is not known here) the broker's own default stays: requiring two
+    in-sync replicas of two would stop writes whenever either broker is down. The runtime and the
+    operator both create internal topics: both ask this."""
+    result = dict(config)
+    if replication_factor >= REPLICATED_FROM:
+        result.setdefault(MIN_INSYNC_REPLICAS, str(REPLICATED_MIN_INSYNC))
+    return result
 
 
 class SizedTopic(Protocol):

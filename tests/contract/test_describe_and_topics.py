@@ -176,3 +176,14 @@ def test_the_rule_itself() -> None:
     assert counts[changelog_topic(APP, "by-count")] == 3  # through two repartition topics
     joined = _runtime_counts(TOPOLOGIES["joined"], {"left": 4, "right": 4})
     assert set(joined.values()) == {4}
+
+
+def test_replicated_internal_topics_require_two_in_sync_replicas_from_three():
+    from kappaflow_contract.topics import replicated_topic_config
+
+    compacted = {"cleanup.policy": "compact"}
+    assert replicated_topic_config(compacted, 3) == {"cleanup.policy": "compact", "min.insync.replicas": "2"}
+    assert replicated_topic_config(compacted, 5)["min.insync.replicas"] == "2"
+    for one_broker in (-1, 1, 2):  # the broker's default, and factors where 2 would block on one loss
+        assert replicated_topic_config(compacted, one_broker) == compacted
+    assert replicated_topic_config({"min.insync.replicas": "3"}, 3) == {"min.insync.replicas": "3"}

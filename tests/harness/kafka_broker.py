@@ -416,15 +416,23 @@ class LocalKafkaBroker:
         if result.returncode != 0:
             raise BrokerError(f"formatting KRaft storage failed:\n{result.stdout}\n{result.stderr}")
 
-    def start(self, *, detach: bool = False) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            return
+    def prepare(self) -> tuple[Path, Path]:
+        """Write the config and format the storage (once): (the jars, the config). Safe from any thread,
+        unlike `start()`: the JVM dies with the thread that forked it (`_die_with_parent`)."""
         libs = ensure_kafka_libs(self.version)
         first_start = not (self.data_dir / "data" / "meta.properties").exists()
         if first_start and not self._controller_port_chosen and not _port_free(self.controller_port):
             self.controller_port = _free_port()  # recorded in the state file, like the default
         config = self._configure()
         self._format(libs, config)
+        return libs, config
+
+    def start(self, *, detach: bool = False, wait: bool = True) -> None:
+        """Start the JVM and (`wait`) return once it is ready; without `wait` call `wait_ready()` (a
+        cluster starts its nodes, then waits for all of them)."""
+        if self._proc is not None and self._proc.poll() is None:
+            return
+        libs, config = self.prepare()
         cmd = [
             *self._java_base(libs),
             f"-Xmx{self.heap}",
@@ -455,6 +463,11 @@ class LocalKafkaBroker:
                 }
             )
         )
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self) -> None:
+        """Until the node answers (stopped, with the logs' tails in the error, when it will not)."""
         try:
             self._wait_ready()
         except BaseException:

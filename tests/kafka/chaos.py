@@ -21,8 +21,13 @@ transactions - the broker's failure, not the application's (the module docstring
 (tests.kafka.apps:async_wordcount): calls in flight at every kill, their results out of order, and the
 audit unchanged (a count out of order per key is a regression).
 
-The CI tests (tests/kafka/test_chaos.py) run it for well under a minute per mode; `make chaos` runs
-`python -m tests.kafka.chaos --minutes N` against a cluster of its own for as long as asked.
+Broker faults on a replicated cluster (partition leaders, coordinators, a rolling restart, a frozen
+broker) run on the three-broker cluster (tests.harness.kafka_cluster), injected and timed by
+tests.kafka.cluster_chaos while the kill loop goes on.
+
+The CI tests (tests/kafka/test_chaos.py, tests/kafka/test_cluster_chaos.py) run it for well under a minute
+per mode or once per fault kind; `make chaos` runs `python -m tests.kafka.chaos --minutes N` against a
+cluster of its own for as long as asked (`--cluster`: the three-broker one, faults cycling).
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,7 +52,17 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from kappaflow.cli import CLOSE_GRACE_S
+from kappaflow_contract.topics import replicated_topic_config
+from tests.harness.kafka_cluster import REPLICAS, KafkaCluster
 from tests.harness.kafka_split import SplitKafkaCluster
+from tests.kafka.cluster_chaos import (
+    FAULT_KINDS,
+    FaultInjector,
+    FaultRecord,
+    plan_faults,
+    recovery_table,
+    transactional_id,
+)
 from tests.kafka.streams_support import fast_config, start_cli_app
 
 APP = "tests.kafka.apps:wordcount"
@@ -110,16 +126,37 @@ class OutputReader:
         )
         self._consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
         self.sequences: dict[str, list[int]] = defaultdict(list)
+        self._lock = threading.Lock()
+        self._following = threading.Event()
+        self._follower: threading.Thread | None = None
 
     def read(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             for msg in self._consumer.consume(1000, 0.2):
                 if msg.error() is None and msg.key() is not None:
-                    self.sequences[msg.key().decode()].append(struct.unpack(">q", msg.value())[0])
+                    with self._lock:
+                        self.sequences[msg.key().decode()].append(struct.unpack(">q", msg.value())[0])
 
     def caught_up(self, expected: dict[str, int]) -> bool:
-        return all(self.sequences.get(k, [0])[-1] >= n for k, n in expected.items())
+        with self._lock:
+            return all(self.sequences.get(k, [0])[-1] >= n for k, n in expected.items())
+
+    def follow(self) -> None:
+        """Read on in a thread of its own (so that a fault's recovery can be timed) until `unfollow()`."""
+        self._following.set()
+
+        def loop() -> None:
+            while self._following.is_set():
+                self.read(0.5)
+
+        self._follower = threading.Thread(target=loop, name="chaos-output-reader", daemon=True)
+        self._follower.start()
+
+    def unfollow(self) -> None:
+        self._following.clear()
+        if self._follower is not None:
+            self._follower.join(30)
 
     def close(self) -> None:
         self._consumer.close()
@@ -148,12 +185,19 @@ class Feeder(threading.Thread):
         self.stop = threading.Event()
         self.acked: dict[str, int] = defaultdict(int)
         self.failed = 0
+        self._lock = threading.Lock()
 
     def _on_delivery(self, err: Any, msg: Any) -> None:
         if err is None:
-            self.acked[msg.value().decode()] += 1
+            with self._lock:
+                self.acked[msg.value().decode()] += 1
         else:
             self.failed += 1
+
+    def snapshot(self) -> dict[str, int]:
+        """The acknowledged input per key so far (from any thread)."""
+        with self._lock:
+            return dict(self.acked)
 
     def run(self) -> None:
         batch = max(1, int(self._rate / 10))
@@ -261,6 +305,11 @@ class Instance:
             self.kill()
             return None
 
+    def transactional_id(self, app_id: str) -> str | None:
+        return transactional_id(
+            app_id, Path(self.props["state.dir"]), str(self.props.get("group.instance.id", ""))
+        )
+
     def log(self) -> str:
         path = self.workdir / "run.log"
         return path.read_text(errors="replace") if path.exists() else ""
@@ -278,12 +327,14 @@ def thread_stacks(pid: int) -> str:
     return done.stdout + done.stderr
 
 
-def create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
+def create_topics(bootstrap: str, names: list[str], partitions: int, replication: int = 1) -> None:
+    """The input and output topics; replicated ones as the app's internal topics (min.insync.replicas)."""
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
+    config = replicated_topic_config({}, replication)
     futures = admin.create_topics(
-        [NewTopic(n, num_partitions=partitions, replication_factor=1) for n in names]
+        [NewTopic(n, num_partitions=partitions, replication_factor=replication, config=config) for n in names]
     )
     for future in futures.values():
         future.result(timeout=60)
@@ -299,6 +350,9 @@ class ChaosResult:
     logs: list[str]
     unacked: dict[str, int]  # per key, input records in the log beyond the feeder's acknowledgements
     diagnostics: str  # when the audit failed: where the group and the logs stood
+    faults: list[FaultRecord] = field(default_factory=list)  # cluster faults, each timed
+    fault_error: str = ""  # what stopped the fault injector, if anything did
+    app_id: str = ""
 
     @property
     def restored_records(self) -> int:
@@ -323,6 +377,8 @@ def run_chaos(
     drain_timeout_s: float = 120.0,
     seed: int | None = None,
     app: str = APP,
+    cluster: KafkaCluster | None = None,
+    faults: Sequence[str] = (),
 ) -> ChaosResult:
     """Run the kill loop for `duration_s`, then let every instance catch up and audit the output.
 
@@ -330,12 +386,17 @@ def run_chaos(
     its broker that many times, spread over the run, and starts it again once the controller has fenced
     it (then a little later, at random): the restarted coordinator reloads its log and finishes or aborts
     what was open, with every partition led again. Why split and why wait for the fencing: the module
-    docstring."""
+    docstring.
+
+    `cluster` (the three-broker cluster `bootstrap` belongs to) runs `faults` (tests.kafka.cluster_chaos)
+    one after another while the kill loop goes on, with every topic replicated three times; the run
+    lasts until they are all done, however long `duration_s`."""
     seed = seed if seed is not None else random.randrange(1 << 30)
     rng = random.Random(seed)
     app_id = f"chaos-{uuid.uuid4().hex[:8]}"
     source, sink = f"{app_id}-in", f"{app_id}-out"
-    create_topics(bootstrap, [source, sink], partitions)
+    replication = REPLICAS if cluster is not None else 1
+    create_topics(bootstrap, [source, sink], partitions, replication)
     props = fast_config(
         bootstrap,
         app_id,
@@ -347,6 +408,7 @@ def run_chaos(
             "metrics.port": -1,
             # a transaction call that hangs through a broker restart is abandoned sooner (default 60 s)
             "default.api.timeout.ms": 30000,
+            "replication.factor": replication,
         },
     )
     env = {"WC_INPUT": source, "WC_OUTPUT": sink}
@@ -358,6 +420,22 @@ def run_chaos(
         instance.start()
     feeder = Feeder(bootstrap, source, keys, rate, seed)
     feeder.start()
+    reader = OutputReader(bootstrap, sink, partitions)
+    reader.follow()
+    injector = None
+    if cluster is not None and faults:
+        injector = FaultInjector(
+            cluster,
+            list(faults),
+            app_id=app_id,
+            source=source,
+            partitions=partitions,
+            transactional_ids=lambda: [t for t in (i.transactional_id(app_id) for i in fleet) if t],
+            acked=feeder.snapshot,
+            caught_up=reader.caught_up,
+            rng=random.Random(rng.random()),
+        )
+        injector.start()
     kills = restarts = 0
     broker_at = sorted(rng.uniform(0.2, 0.8) * duration_s for _ in range(broker_restarts if broker else 0))
     started = time.monotonic()
@@ -365,7 +443,11 @@ def run_chaos(
     try:
         # Until every broker restart planned has happened too: a slow restart (a loaded machine) can
         # push the next one past `duration_s`.
-        while time.monotonic() - started < duration_s or broker_at:
+        while (
+            time.monotonic() - started < duration_s
+            or broker_at
+            or (injector is not None and injector.is_alive())
+        ):
             time.sleep(0.2)
             if broker_at and time.monotonic() - started >= broker_at[0]:
                 broker_at.pop(0)
@@ -388,7 +470,7 @@ def run_chaos(
         diagnostics = ""
         expected = input_counts(bootstrap, source, partitions)
         unacked = {k: n - feeder.acked.get(k, 0) for k, n in expected.items() if n != feeder.acked.get(k, 0)}
-        reader = OutputReader(bootstrap, sink, partitions)
+        reader.unfollow()
         try:
             deadline = time.monotonic() + drain_timeout_s
             while time.monotonic() < deadline and not reader.caught_up(expected):
@@ -404,24 +486,60 @@ def run_chaos(
         codes = [instance.terminate() for instance in fleet]
     finally:
         feeder.stop.set()
+        if injector is not None:
+            injector.stop.set()
+            injector.join(300)
+        reader.unfollow()
         for instance in fleet:
             instance.kill()
     logs = [instance.log() for instance in fleet]
     stuck = [instance.stuck_stacks for instance in fleet]
-    return ChaosResult(result, kills, restarts, codes, stuck, logs, unacked, diagnostics)
+    records = injector.records if injector is not None else []
+    fault_error = injector.error if injector is not None else ""
+    return ChaosResult(
+        result, kills, restarts, codes, stuck, logs, unacked, diagnostics, records, fault_error, app_id
+    )
+
+
+def _verdict(name: str, guarantee: str, result: ChaosResult) -> bool:
+    """Print one mode's line (and its recovery table); whether it passed."""
+    a = result.audit
+    ok = a.lost == 0 and (guarantee != "exactly_once_v2" or not (a.duplicates or a.regressions))
+    ok = ok and not result.fault_error and all(r.recovery_s is not None for r in result.faults)
+    print(
+        f"{'ok  ' if ok else 'FAIL'} {name}: {result.kills} kills, {result.broker_restarts} broker restarts, "
+        f"{len(result.faults)} cluster faults; {a.summary()}; exit codes {result.exit_codes}; "
+        f"changelog records restored: {result.restored_records}",
+        flush=True,
+    )
+    if result.faults:
+        print(recovery_table(result.faults), flush=True)
+    if result.fault_error:
+        print(f"the fault injector stopped: {result.fault_error}", flush=True)
+    return ok
+
+
+# a fault, its outage and its recovery take about this long: how many to plan for `--minutes`
+SECONDS_PER_FAULT = 40.0
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`make chaos`: a long kill loop (each mode in turn) against a broker of its own."""
+    """`make chaos`: a long kill loop (each mode in turn) against a broker of its own, or (`--cluster`)
+    against a three-broker cluster with broker faults cycling all the while."""
     import tempfile
 
     from tests.harness.kafka_fixtures import free_port
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=10.0, help="kill-loop time per mode")
-    parser.add_argument("--broker-restarts", type=int, default=3, help="per mode")
+    parser.add_argument("--broker-restarts", type=int, default=3, help="per mode (single broker)")
+    parser.add_argument("--cluster", action="store_true", help="three brokers, with cluster faults")
+    parser.add_argument("--controllers", type=int, default=3, choices=[1, 3])
+    parser.add_argument("--faults", default="all", help=f"comma-separated, of: {', '.join(FAULT_KINDS)}")
     parser.add_argument("--seed", type=int, default=None)
     args = parser.parse_args(argv)
+    kinds = list(FAULT_KINDS) if args.faults == "all" else [k.strip() for k in args.faults.split(",") if k]
+    faults = plan_faults(kinds, max(len(kinds), int(args.minutes * 60 / SECONDS_PER_FAULT)))
     modes = [
         ("exactly_once_v2", False, APP),
         ("exactly_once_v2", True, APP),
@@ -430,34 +548,37 @@ def main(argv: list[str] | None = None) -> int:
     ]
     failures = 0
     with tempfile.TemporaryDirectory(prefix="kappaflow-chaos-") as tmp:
-        broker = SplitKafkaCluster(free_port(), free_port(), Path(tmp) / "kafka")
-        broker.start()
+        if args.cluster:
+            cluster: KafkaCluster | None = KafkaCluster(Path(tmp) / "kafka", controllers=args.controllers)
+            broker = None
+        else:
+            cluster, broker = None, SplitKafkaCluster(free_port(), free_port(), Path(tmp) / "kafka")
+        servers = cluster if cluster is not None else broker
+        assert servers is not None
+        servers.start()
         try:
             for guarantee, static, app in modes:
                 name = f"{guarantee}{' static' if static else ''}{' async' if app == ASYNC_APP else ''}"
                 result = run_chaos(
-                    broker.bootstrap_servers,
+                    servers.bootstrap_servers,
                     Path(tmp) / name.replace(" ", "-"),
                     guarantee=guarantee,
                     static=static,
                     duration_s=args.minutes * 60,
                     broker=broker,
-                    broker_restarts=args.broker_restarts,
+                    broker_restarts=args.broker_restarts if broker is not None else 0,
                     drain_timeout_s=300,
                     seed=args.seed,
                     app=app,
+                    cluster=cluster,
+                    # at_least_once has no transactions: no transaction coordinator to aim at
+                    faults=[f for f in faults if guarantee == "exactly_once_v2" or f != "txn-coordinator"]
+                    if cluster is not None
+                    else (),
                 )
-                a = result.audit
-                ok = a.lost == 0 and (guarantee != "exactly_once_v2" or not (a.duplicates or a.regressions))
-                failures += not ok
-                print(
-                    f"{'ok  ' if ok else 'FAIL'} {name}: {result.kills} kills, "
-                    f"{result.broker_restarts} broker restarts; {a.summary()}; "
-                    f"exit codes {result.exit_codes}",
-                    flush=True,
-                )
+                failures += not _verdict(name, guarantee, result)
         finally:
-            broker.stop()
+            servers.stop()
     return 1 if failures else 0
 
 

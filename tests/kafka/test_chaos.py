@@ -49,7 +49,10 @@ def _assert_exactly_once(result: ChaosResult, clean_exits: bool = True) -> None:
         )
 
 
+# The kill-only loops on one broker: the cluster campaigns (test_cluster_chaos.py) kill instances as
+# often under the same audits, so CI runs those and `make chaos` these (the `chaos` mark).
 @pytest.mark.kafka
+@pytest.mark.chaos
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static"])
 def test_kill_loop_exactly_once(kafka_bootstrap, tmp_path, static):
@@ -76,6 +79,7 @@ def test_kill_loop_exactly_once_with_async_calls_in_flight(kafka_bootstrap, tmp_
 
 
 @pytest.mark.kafka
+@pytest.mark.chaos
 @pytest.mark.timeout(300)
 def test_kill_loop_at_least_once_loses_nothing(kafka_bootstrap, tmp_path):
     result = run_chaos(kafka_bootstrap, tmp_path, guarantee="at_least_once", duration_s=25.0)

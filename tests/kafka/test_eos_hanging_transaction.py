@@ -13,7 +13,6 @@ its last stable offset. B is told that 1 s is the longest a transaction may hold
 from __future__ import annotations
 
 import json
-import os
 import signal
 import uuid
 
@@ -82,9 +81,7 @@ def test_a_restoration_held_by_an_open_transaction_is_reported(kafka_bootstrap, 
                 kill_if_running(proc)
 
 
-@pytest.mark.skipif(
-    os.environ.get("CHAOS_LONG_TESTS") != "1", reason="make chaos runs it (CHAOS_LONG_TESTS=1)"
-)
+@pytest.mark.chaos  # `make chaos` runs it; `make test` deselects it (CI's time budget)
 def test_an_input_held_by_an_open_transaction_is_reported_and_released_when_it_ends(
     kafka_bootstrap, kafka_topics, tmp_path
 ):

@@ -307,3 +307,15 @@ def test_describe_job_sees_the_pods_env_and_is_renamed_when_it_changes():
     names = {job["metadata"]["name"] for job in (plain, with_env, other_env)}
     assert len(names) == 3
     assert plain["metadata"]["name"] == build_describe_job(spec(replicas=5), REF)["metadata"]["name"]
+
+
+def test_replication_factor_reaches_the_pods_config_only_when_set():
+    """The spec's kafka.replicationFactor is the runtime's `replication.factor`; the default (-1, the
+    broker's) adds no key, so existing apps keep their config hash and are not rolled."""
+    assert (
+        runtime_config(spec(kafka={"bootstrapServers": "kafka:9092", "replicationFactor": 3}))[
+            "replication.factor"
+        ]
+        == "3"
+    )
+    assert "replication.factor" not in runtime_config(spec(kafka={"bootstrapServers": "kafka:9092"}))

@@ -40,6 +40,10 @@ def runtime_config(spec: StreamAppSpec, application_id: str | None = None) -> di
     )
     if spec.stream_threads > 1:  # 1 is the runtime default: existing apps keep their config and pods
         config[keys.NUM_STREAM_THREADS] = str(spec.stream_threads)
+    if spec.kafka.replication_factor != -1:  # -1, the broker's default, is the runtime's too (same hash)
+        # the operator creates the internal topics with it; the pods' config says the same, so what
+        # the pods create or report (`kappaflow topics`, a recreated topic) follows the spec
+        config[keys.REPLICATION_FACTOR] = str(spec.kafka.replication_factor)
     if spec.kafka.sasl is not None:
         config[keys.SASL_MECHANISM] = spec.kafka.sasl.mechanism
     tls = spec.kafka.tls

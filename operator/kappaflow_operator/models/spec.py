@@ -89,7 +89,9 @@ class KafkaConnection(CamelModel):
     tls: TlsConfig | None = None
     sasl: SaslConfig | None = None
     replication_factor: Annotated[int, Field(ge=-1, le=32)] = -1
-    """Replication factor of the internal topics the operator creates (-1: the broker default)."""
+    """Replication factor of the internal topics (-1: the broker default): the operator creates them with
+    it and passes it to the pods as `replication.factor`; 3 or more also sets `min.insync.replicas=2` on
+    them (unless the topic config sets it)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> KafkaConnection:

@@ -164,7 +164,8 @@ KEY_DOCS: dict[str, tuple[str, str, str]] = {
     "replication.factor": (
         "",
         SC + "REPLICATION_FACTOR_CONFIG",
-        "Replication factor of the internal topics; -1: the broker's default.",
+        "Replication factor of the internal topics; -1: the broker's default. 3 or more also gives them "
+        "`min.insync.replicas=2` (unless the topic config sets it).",
     ),
     "metrics.port": (
         "",

@@ -34,6 +34,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from kappaflow.api.errors import StreamsError
 from kappaflow.clients.rdkafka_log import serve_logs, with_logger
+from kappaflow_contract.topics import replicated_topic_config
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +168,10 @@ class InternalTopicManager:
             )
         new = [
             NewTopic(
-                p.name, num_partitions=wanted[p.name], replication_factor=replication_factor, config=p.config
+                p.name,
+                num_partitions=wanted[p.name],
+                replication_factor=replication_factor,
+                config=replicated_topic_config(p.config, replication_factor),
             )
             for p in missing
         ]
