@@ -30,7 +30,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -274,6 +274,18 @@ class KafkaCluster:
         if leader < 0:
             raise ValueError(f"topic '{topic}' partition {partition} has no leader")
         return leader
+
+    def topics_led_by(self, broker_id: int, topics: Iterable[str]) -> list[str]:
+        """Those of `topics` with at least one partition `broker_id` leads now (sorted; a topic missing
+        from the metadata is not led)."""
+        metadata = self.admin().list_topics(timeout=15)
+        led = []
+        for topic in topics:
+            described = metadata.topics.get(topic)
+            leaders = () if described is None or described.error else described.partitions.values()
+            if any(int(p.leader) == broker_id for p in leaders):
+                led.append(topic)
+        return sorted(led)
 
     def transaction_coordinator(self, transactional_id: str) -> int:
         """The broker coordinating `transactional_id`'s transactions."""

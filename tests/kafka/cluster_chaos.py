@@ -54,6 +54,9 @@ class FaultRecord:
     target: str  # what made it the one: the partition it led, the id it coordinated
     outage_s: float
     recovery_s: float | None  # None: not caught up within the wait
+    # which of the application's topics (input, repartition, changelog) had a partition led by the
+    # broker hit when it was hit: with more partitions than brokers a crash usually takes leaders of all
+    led: tuple[str, ...] = ()
 
 
 def plan_faults(kinds: Sequence[str], count: int) -> list[str]:
@@ -129,6 +132,8 @@ class FaultInjector(threading.Thread):
 
     def _aim(self, kind: str) -> tuple[int, str]:
         if kind in self._topics:
+            for topic in sorted(set(self._topics.values())):  # all created (ValueError: not yet), so
+                self._cluster.leader_of(topic, 0)  # what the broker hit leads is known in full
             partition = self._rng.randrange(self._partitions)
             topic = self._topics[kind]
             return self._cluster.leader_of(topic, partition), f"leader of {topic}-{partition}"
@@ -157,6 +162,7 @@ class FaultInjector(threading.Thread):
 
     def _inject(self, kind: str) -> FaultRecord:
         broker, target = self._aim_when_there(kind)
+        led = tuple(self._cluster.topics_led_by(broker, sorted(set(self._topics.values()))))
         snapshot = self._acked()
         began = time.monotonic()
         if kind == "rolling-restart":
@@ -181,7 +187,7 @@ class FaultInjector(threading.Thread):
                 break
             time.sleep(0.2)
         return FaultRecord(
-            kind, broker, target, round(outage, 1), None if recovery is None else round(recovery, 1)
+            kind, broker, target, round(outage, 1), None if recovery is None else round(recovery, 1), led
         )
 
 

@@ -98,7 +98,7 @@ def test_broker_restarts_with_kills_exactly_once(tmp_path):
     broker.start()
     try:
         result = run_chaos(
-            broker.bootstrap_servers, tmp_path, static=True, duration_s=45.0, broker=broker, broker_restarts=2
+            broker.bootstrap_servers, tmp_path, static=True, duration_s=30.0, broker=broker, broker_restarts=2
         )
         dropped = broker.dropped_markers()
     finally:
