@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -175,6 +176,7 @@ def run_row(bootstrap: str, source: str, function: Any, flight: int | None, seco
     finally:
         app.close(10)
         watcher.close()
+        shutil.rmtree(state, ignore_errors=True)
     return (last - first) / (ended - started)
 
 

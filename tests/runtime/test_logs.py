@@ -82,6 +82,39 @@ def test_librdkafka_lines_are_aggregated_and_a_connect_failure_names_the_address
     assert "(after" not in routed[0][1] and "49 more like it" in routed[1][1]
 
 
+def test_on_a_cluster_a_connect_failure_names_the_broker_and_is_warned_once_per_broker(monkeypatch, caplog):
+    from kappaflow.clients import rdkafka_log
+
+    monkeypatch.setattr(rdkafka_log, "_repeats", rdkafka_log._Repeats(lambda: 0.0))
+    bootstrap = "127.0.0.1:39091,127.0.0.1:39092,127.0.0.1:39093"
+    logger = rdkafka_log.LibrdkafkaLog(bootstrap)
+    caplog.set_level(logging.DEBUG, logger="kappaflow.clients")
+    for broker in (2, 2, 3):
+        address = f"127.0.0.1:3909{broker}"
+        text = f"{address}/{broker}: Connect to ipv4#{address} failed: Connection refused"
+        logger.log(logging.ERROR, "%s [%s] %s", "FAIL", "app#producer-1", text)
+    warnings = [r.getMessage() for r in caplog.records if r.name == "kappaflow.clients"]
+    assert len(warnings) == 2, warnings
+    assert warnings[0].startswith(
+        f"cannot connect to Kafka broker 127.0.0.1:39092 (one of bootstrap.servers={bootstrap}): "
+        "Connection refused; retrying - the other brokers keep serving"
+    )
+    assert "broker 127.0.0.1:39093" in warnings[1]
+    # a broker the metadata named, behind a single bootstrap address (a Kubernetes Service)
+    text = "kafka-1.kafka:9092/1: Connect to ipv4#10.0.0.7:9092 failed: Connection refused"
+    assert rdkafka_log._broker_address(text) == "kafka-1.kafka:9092"
+    learned = rdkafka_log.connect_warning("kafka.kafka.svc:9092", "kafka-1.kafka:9092", "Connection refused")
+    assert (
+        "broker kafka-1.kafka:9092 (learned from the metadata of bootstrap.servers=kafka.kafka.svc:9092)"
+        in learned
+    )
+    # every broker down: librdkafka's summary line names no address, the single-broker wording is kept
+    all_down = rdkafka_log.connect_warning(bootstrap, "", "3/3 brokers are down")
+    assert all_down.startswith(
+        f"cannot connect to Kafka at bootstrap.servers={bootstrap}: 3/3 brokers are down"
+    )
+
+
 def test_kappaflow_log_variables_are_not_config_keys():
     from kappaflow.api.config import StreamsConfig
 

@@ -84,19 +84,47 @@ class LibrdkafkaLog:
             return
         plain = _TIMINGS.sub("", text)
         if _is_connect_failure(text):
-            left_out = _repeats.admit(("connect", self.bootstrap))
+            broker = _broker_address(plain)
+            left_out = _repeats.admit(("connect", self.bootstrap, broker))
             if left_out is not None:
                 log.warning(
-                    "cannot connect to Kafka at bootstrap.servers=%s: %s; retrying (is the broker up, and "
-                    "is this its address?)%s",
-                    self.bootstrap,
-                    _reason(plain),
-                    _left_out(left_out),
+                    "%s%s", connect_warning(self.bootstrap, broker, _reason(plain)), _left_out(left_out)
                 )
             level = min(level, logging.WARNING)  # retried until default.api.timeout.ms: not an error yet
         left_out = _repeats.admit((facility, plain))
         if left_out is not None:
             rdkafka_log.log(level, "%s: %s: %s%s", client, facility, plain, _left_out(left_out))
+
+
+# "kafka-1:9092/1: Connect to ipv4#10.0.0.7:9092 failed": the broker as librdkafka names it (its
+# advertised or bootstrap address, then its node id or "bootstrap"), then the resolved address it tried
+_BROKER_NAME = re.compile(r"^(\S+?)/(?:\d+|bootstrap): ")
+_CONNECT_TO = re.compile(r"Connect to (?:ipv[46]#)?(\S+) failed")
+
+
+def _broker_address(text: str) -> str:
+    """The broker a connection failure is about, by the name it was given (a bootstrap entry or its
+    advertised address), else the address tried; "" when the line names none ("3/3 brokers are down")."""
+    found = _BROKER_NAME.search(text) or _CONNECT_TO.search(text)
+    return found.group(1) if found else ""
+
+
+def connect_warning(bootstrap: str, broker: str, reason: str) -> str:
+    """kappaflow's warning for a failed connection (pure). With one bootstrap address the application can
+    do nothing without it; on a cluster one broker down is routine (its partitions get new leaders), so the
+    warning names the broker and says so rather than suggesting the whole cluster is unreachable."""
+    servers = [s.strip() for s in bootstrap.split(",") if s.strip()]
+    if not broker or servers == [broker]:
+        return (
+            f"cannot connect to Kafka at bootstrap.servers={bootstrap}: {reason}; retrying "
+            "(is the broker up, and is this its address?)"
+        )
+    where = "one of" if broker in servers else "learned from the metadata of"
+    return (
+        f"cannot connect to Kafka broker {broker} ({where} bootstrap.servers={bootstrap}): {reason}; "
+        "retrying - the other brokers keep serving, and its partitions move to new leaders once the "
+        "controller fences it"
+    )
 
 
 def _is_connect_failure(text: str) -> bool:
