@@ -8,8 +8,8 @@ poll calls. Here they become records of the `kappaflow.clients.librdkafka` logge
 
 - a line repeated (same facility and text once its timings are stripped, from any client of the process)
   is written once per `REPEAT_INTERVAL_S`, the next time with how many were left out meanwhile;
-- the first connection failure to a bootstrap address also gets kappaflow's own warning, on the
-  `kappaflow.clients` logger, naming `bootstrap.servers`.
+- the first connection failure to a broker also gets kappaflow's own warning, on the
+  `kappaflow.clients` logger, naming the broker and `bootstrap.servers` (`connect_warning`).
 
 Admin clients are polled by nobody: one daemon thread polls them (`serve_logs`), so their lines arrive as
 they happen instead of piling up in memory. A consumer cannot be served that way (its poll waits while its
