@@ -183,3 +183,20 @@ def test_table_join_drops_and_counts_an_out_of_order_version() -> None:
         right_in.pipe_input("a", "r0", 5)
         assert out.read_key_values_to_list() == [("a", "l1+r1")]
         assert driver.metrics().counter("dropped-records-total", reason="out-of-order-version") == 2
+
+
+def test_suppress_is_refused_on_a_versioned_table_and_below_one() -> None:
+    """As Java's InternalStreamsBuilder: a suppression buffer would emit versions out of order, so both a
+    versioned table and a table inheriting versioned semantics (a filter below one) refuse it."""
+    from kappaflow import BufferConfig, Suppressed
+
+    builder = StreamsBuilder()
+    table = builder.table(
+        "table", materialized=Materialized.as_(Stores.in_memory_versioned_key_value_store("v", 100))
+    )
+    for below in (table, table.filter(lambda _k, v: v is not None)):
+        with pytest.raises(TopologyError, match=r"suppress\(\) is only supported for non-versioned KTables"):
+            below.suppress(Suppressed.until_time_limit(10, BufferConfig.unbounded()))
+    builder.table("plain").suppress(
+        Suppressed.until_time_limit(10, BufferConfig.unbounded())
+    )  # a plain table still may

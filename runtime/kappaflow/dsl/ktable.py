@@ -358,6 +358,13 @@ class KTable(Generic[K, V]):
         """Hold back updates: `Suppressed.until_window_closes(...)` (final windowed results) or
         `Suppressed.until_time_limit(...)`; the buffer is changelogged."""
         builder = self._builder
+        if self.versioned_upstream():
+            # Java refuses it too (InternalStreamsBuilder): a buffer emitting later would reorder
+            # versions, and out-of-order updates below a versioned table are not the latest value
+            raise TopologyError(
+                "suppress() is only supported for non-versioned KTables "
+                "(note that version semantics might be inherited from upstream)"
+            )
         grace = 0
         if suppressed.final_results:
             if self.window_grace_ms is None:
