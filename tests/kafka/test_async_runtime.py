@@ -117,3 +117,51 @@ def test_a_rebalance_with_calls_in_flight_emits_nothing_late_or_twice(
     finally:
         second.close(30)
         first.close(30)
+
+
+def test_exactly_once_commits_nothing_while_a_call_is_in_flight(kafka_bootstrap, kafka_topics, tmp_path):
+    """exactly_once_v2: a commit first waits for the calls in flight (StreamThread._complete_async_calls).
+    Holding the offsets back at the oldest call instead would commit what ran before the asynchronous
+    node for that record - here a sink - without its result, and a crash would replay the record and
+    write that sink twice. Deterministic: the one call is held open across many commit intervals; nothing
+    of its transaction may be visible to read_committed until it ends, then both sinks hold it once."""
+    source = kafka_topics("async-eos-in", partitions=1)
+    before, after = (
+        kafka_topics("async-eos-before", partitions=1),
+        kafka_topics("async-eos-after", partitions=1),
+    )
+    gate, started = threading.Event(), threading.Event()
+
+    async def held(value: str) -> str:
+        started.set()
+        while not gate.is_set():
+            await asyncio.sleep(0.01)
+        return f"{value}!"
+
+    builder = StreamsBuilder()
+    stream = builder.stream(source, key_serde=S, value_serde=S)
+    stream.to(before, key_serde=S, value_serde=S)
+    stream.map_values_async(held, max_in_flight=4).to(after, key_serde=S, value_serde=S)
+    config = fast_config(
+        kafka_bootstrap,
+        f"async-eos-{uuid.uuid4().hex[:8]}",
+        str(tmp_path),
+        **{"processing.guarantee": "exactly_once_v2", "commit.interval.ms": 100},
+    )
+    app = KafkaStreams(builder.build(), config)
+    app.start()
+    try:
+        wait_running(app)
+        produce(kafka_bootstrap, source, [(b"k", b"v")])
+        assert started.wait(30), "the call started"
+        # twenty commit intervals with the call open: a commit now would make `before` visible
+        assert read_topic(kafka_bootstrap, before, timeout=2, committed_only=True) == []
+        assert read_topic(kafka_bootstrap, after, timeout=0.5, committed_only=True) == []
+        gate.set()
+        (out,) = read_topic(kafka_bootstrap, after, expected=1, timeout=30, committed_only=True)
+        assert out.value() == b"v!"
+        assert [m.value() for m in read_topic(kafka_bootstrap, before, timeout=2, committed_only=True)] == [
+            b"v"
+        ]
+    finally:
+        assert app.close(30)
