@@ -172,7 +172,27 @@ class ChangeLoggingKeyValueBytesStore(WrappedBytesStore):
         return old
 
 
-class CachingKeyValueStore(WrappedBytesStore):
+class WritesThroughPutStore(WrappedBytesStore):
+    """A layer that sees every write in its own `get` and `put` (the record cache, the TTL index): the
+    compound writes are made of those two, not delegated, so none of them bypasses the layer."""
+
+    def put_if_absent(self, key: bytes, value: bytes | None) -> bytes | None:
+        existing = self.get(key)
+        if existing is None:
+            self.put(key, value)
+        return existing
+
+    def put_all(self, entries: list[tuple[bytes, bytes | None]]) -> None:
+        for key, value in entries:
+            self.put(key, value)
+
+    def delete(self, key: bytes) -> bytes | None:
+        old = self.get(key)
+        self.put(key, None)
+        return old
+
+
+class CachingKeyValueStore(WritesThroughPutStore):
     """Buffers writes in the thread's record cache; dirty entries reach the inner store (and the flush
     listener, which forwards them downstream) on commit or eviction."""
 
@@ -263,21 +283,6 @@ class CachingKeyValueStore(WrappedBytesStore):
             self.inner.put(key, value)
         else:
             self._put_cached(key, value)
-
-    def put_if_absent(self, key: bytes, value: bytes | None) -> bytes | None:
-        existing = self.get(key)
-        if existing is None:
-            self.put(key, value)
-        return existing
-
-    def put_all(self, entries: list[tuple[bytes, bytes | None]]) -> None:
-        for key, value in entries:
-            self.put(key, value)
-
-    def delete(self, key: bytes) -> bytes | None:
-        old = self.get(key)
-        self.put(key, None)
-        return old
 
     def _cached_range(self, from_key: bytes | None, to_key: bytes | None) -> list[tuple[bytes, bytes | None]]:
         if self._cache is None:

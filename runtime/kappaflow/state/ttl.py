@@ -39,7 +39,7 @@ from typing import Literal
 from kappaflow.api.processor import to_millis
 from kappaflow.api.record import Headers
 from kappaflow.state.api import BytesIterator, KeyValueBytesStore, RecordContext, StateStore, StoreContext
-from kappaflow.state.kv_layers import BytesFlushListener, CachingKeyValueStore, WrappedBytesStore
+from kappaflow.state.kv_layers import BytesFlushListener, CachingKeyValueStore, WritesThroughPutStore
 
 TtlClock = Literal["stream_time", "wall_clock"]
 EXPIRED_METRIC = "state-store-expired-total"
@@ -136,7 +136,7 @@ def _timestamp_of(value: bytes) -> int:
     return int.from_bytes(value[:8], "big", signed=True)
 
 
-class ExpiringKeyValueBytesStore(WrappedBytesStore):
+class ExpiringKeyValueBytesStore(WritesThroughPutStore):
     """The TTL layer (see the module docstring): between the typed store and the record cache."""
 
     def __init__(self, inner: KeyValueBytesStore, ttl: StoreTtl, timestamped: bool) -> None:
@@ -244,21 +244,6 @@ class ExpiringKeyValueBytesStore(WrappedBytesStore):
         self._ensure_index()
         self.inner.put(key, value)
         self._note(key, value)
-
-    def put_if_absent(self, key: bytes, value: bytes | None) -> bytes | None:
-        existing = self.get(key)
-        if existing is None:
-            self.put(key, value)
-        return existing
-
-    def put_all(self, entries: list[tuple[bytes, bytes | None]]) -> None:
-        for key, value in entries:
-            self.put(key, value)
-
-    def delete(self, key: bytes) -> bytes | None:
-        old = self.get(key)
-        self.put(key, None)
-        return old
 
     # ----------------------------------------------------------------- expiry
     def flush(self) -> None:
