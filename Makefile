@@ -22,7 +22,7 @@ PYTHON_DRAIN_TESTS ?= tests/runtime --ignore=tests/runtime/test_native_core.py \
 	tests/kafka/test_dead_letter.py tests/kafka/test_runner_recovery.py tests/kafka/test_task_idling.py \
 	tests/kafka/test_wordcount_e2e.py
 
-.PHONY: config-docs docs docs-serve prometheus conformance-golden conformance-jars run bench bench-ttl bench-reprocess spark-jars test-spark setup test test-unit test-kafka chaos test-kube lint typecheck crds crds-check chart-lint describe \
+.PHONY: config-docs docs docs-serve prometheus conformance-golden conformance-jars run bench bench-latency bench-ttl bench-reprocess spark-jars test-spark setup test test-unit test-kafka chaos test-kube lint typecheck crds crds-check chart-lint describe \
 	kafka-up kafka-down kafka-status kafka-download images test-images kube-build flux-build test-gitops kube-up kube-down kube-status operator-run test-operator kind-up kind-down clean \
 	cluster-build cluster-up cluster-down cluster-status cluster-selftest test-real e2e-real
 
@@ -38,6 +38,11 @@ bench: setup kafka-download
 	$(PY) bench/memory.py
 	$(PY) bench/workers.py
 	$(PY) bench/async_calls.py
+	$(PY) bench/latency.py
+
+# End-to-end latency at 25/50/80% of kappaflow's maximum rate, kappaflow and Java Kafka Streams side by side.
+bench-latency: setup kafka-download
+	$(PY) bench/latency.py --tuned
 
 # Store size with a TTL against none: 10M distinct keys through a count (KEYS=... to change the count).
 bench-ttl: setup
