@@ -23,8 +23,12 @@ LAG_INTERVAL_S = 10.0
 class FetchedLag:
     """`lag(topic, partition)`: records on the broker past the consumer's position, or None if unknown.
 
-    The high watermark is the one the last fetch response carried (the last stable offset under
-    read_committed). The position is librdkafka's application position, which steps over transaction
+    The high watermark is the one the last fetch response carried. Under read_committed it is still the
+    high watermark, not the last stable offset (librdkafka keeps the LSO but exposes it only in its
+    statistics): records of a transaction still open count as lag, so a task may wait for them - at most
+    until the writer's next commit (a commit interval for a repartition topic), and a transaction held
+    open past its timeout is reported by runner/held_inputs.py. Java counts from the LSO and does not
+    wait there. The position is librdkafka's application position, which steps over transaction
     markers; before the first record of an assignment it is invalid, so the group's committed offset
     (fetched once per partition and assignment) or the log start stands in for it."""
 
