@@ -46,9 +46,9 @@ KEY_TYPE_TRANSACTION = 1
 
 
 def is_flexible(api_key: int, version: int) -> bool:
-    """Whether `version` of `api_key` uses the compact encodings (and request header v2)."""
-    return version >= 3 if api_key == FIND_COORDINATOR else True  # the others are flexible from their
-    # first version kappaflow speaks
+    """Whether `version` of `api_key` uses the compact encodings (and request header v2). The others are
+    flexible from the first version kappaflow speaks."""
+    return version >= 3 if api_key == FIND_COORDINATOR else True
 
 
 # ------------------------------------------------------------------------------------ FindCoordinator
