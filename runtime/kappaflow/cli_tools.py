@@ -417,4 +417,4 @@ def add_commands(commands: Any) -> None:
 
     from kappaflow.cli_transactions import add_commands as add_transaction_commands
 
-    add_transaction_commands(commands, connection, _tool)
+    add_transaction_commands(commands, connection, _tool, settings_of)

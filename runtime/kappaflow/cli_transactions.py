@@ -15,7 +15,7 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from kappaflow.clients.hanging_transactions import (
@@ -33,7 +33,9 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     """Columns padded to their widest cell, like kafka-transactions.sh prints them."""
     cells = [list(headers), *[[str(c) for c in row] for row in rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells)
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
+    )
 
 
 def _emit(args: argparse.Namespace, out: TextIO, headers: Sequence[str], rows: list[list[Any]]) -> None:
@@ -44,9 +46,8 @@ def _emit(args: argparse.Namespace, out: TextIO, headers: Sequence[str], rows: l
 
 
 def _admin(args: argparse.Namespace) -> TransactionsAdmin:
-    from kappaflow.cli_tools import settings_of
-
-    return TransactionsAdmin(settings_of(args), args.timeout)
+    """The admin on the cluster the connection options name (`client_settings`: add_commands)."""
+    return TransactionsAdmin(args.client_settings(args), args.timeout)
 
 
 def list_command(args: argparse.Namespace, out: TextIO) -> int:
@@ -67,7 +68,9 @@ def describe_command(args: argparse.Namespace, out: TextIO) -> int:
     finally:
         admin.close()
     if description is None:
-        raise TransactionsError(f"--transactional-id: the coordinator does not know '{args.transactional_id}'")
+        raise TransactionsError(
+            f"--transactional-id: the coordinator does not know '{args.transactional_id}'"
+        )
     now_ms = int(time.time() * 1000)
     started = description.start_time_ms
     headers = ["TransactionalId", "ProducerId", "ProducerEpoch", "TransactionState", "TransactionTimeoutMs",
@@ -127,8 +130,11 @@ def find_hanging_command(args: argparse.Namespace, out: TextIO) -> int:
             for h in hanging]  # fmt: skip
     _emit(args, out, headers, rows)
     if not args.json:
-        print(f"{len(rows)} hanging transaction(s) among {len(candidates)} open longer than "
-              f"{args.max_transaction_timeout_minutes} min on {len(partitions)} partition(s)", file=sys.stderr)
+        print(
+            f"{len(rows)} hanging transaction(s) among {len(candidates)} open longer than "
+            f"{args.max_transaction_timeout_minutes} min on {len(partitions)} partition(s)",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -140,8 +146,10 @@ def abort_command(args: argparse.Namespace, out: TextIO) -> int:
         raise TransactionsError(f"abort needs --start-offset, or all of --producer-id, --producer-epoch and "
                                 f"--coordinator-epoch (missing: {', '.join(missing)})")  # fmt: skip
     if args.start_offset is not None and any(v is not None for v in explicit):
-        raise TransactionsError("--start-offset finds the producer itself: give it alone, or give "
-                                "--producer-id, --producer-epoch and --coordinator-epoch instead")  # fmt: skip
+        raise TransactionsError(
+            "--start-offset finds the producer itself: give it alone, or give --producer-id, "
+            "--producer-epoch and --coordinator-epoch instead"
+        )
     if args.start_offset is not None and args.start_offset < 0:
         raise TransactionsError(f"--start-offset: expected an offset >= 0, got {args.start_offset}")
     admin = _admin(args)
@@ -152,7 +160,7 @@ def abort_command(args: argparse.Namespace, out: TextIO) -> int:
             spec = abort_spec_at_offset(found, args.start_offset)
         else:
             admin.leader(args.topic, args.partition)
-            spec = explicit_abort_spec(args.topic, args.partition, *explicit)  # type: ignore[arg-type]
+            spec = explicit_abort_spec(args.topic, args.partition, *explicit)
         admin.abort(spec)
     finally:
         admin.close()
@@ -163,20 +171,32 @@ def abort_command(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-def add_commands(commands: Any, connection: argparse.ArgumentParser, wrap: Any) -> None:
+def add_commands(
+    commands: Any,
+    connection: argparse.ArgumentParser,
+    wrap: Any,
+    client_settings: Callable[[argparse.Namespace], dict[str, Any]],
+) -> None:
     """`transactions ...` on the `kappaflow` parser; `connection` holds --bootstrap-server, --config
-    and --timeout, `wrap` quiets the client's log as for the other toolbox commands."""
+    and --timeout, which `client_settings` turns into librdkafka settings, and `wrap` quiets the client's
+    log, as for the other toolbox commands (cli_tools.py passes them: importing it here would be a
+    cycle)."""
     common = argparse.ArgumentParser(add_help=False, parents=[connection])
     common.add_argument("--json", action="store_true", help="print JSON instead of a table")
     group = commands.add_parser(
         "transactions", help="list, describe, find hanging and abort transactions (KIP-664)"
     )
+    group.set_defaults(client_settings=client_settings)
     actions = group.add_subparsers(dest="action", required=True)
     listing = actions.add_parser("list", parents=[common], help="transactional ids the coordinators know")
     listing.add_argument("--state", action="append", help="only this state, e.g. Ongoing (repeatable)")
-    listing.add_argument("--producer-id", type=int, action="append", help="only this producer id (repeatable)")
+    listing.add_argument(
+        "--producer-id", type=int, action="append", help="only this producer id (repeatable)"
+    )
     listing.set_defaults(func=wrap(lambda a: list_command(a, sys.stdout)))
-    describe = actions.add_parser("describe", parents=[common], help="a transactional id's current transaction")
+    describe = actions.add_parser(
+        "describe", parents=[common], help="a transactional id's current transaction"
+    )
     describe.add_argument("--transactional-id", required=True)
     describe.set_defaults(func=wrap(lambda a: describe_command(a, sys.stdout)))
     producers = actions.add_parser(
@@ -199,7 +219,9 @@ def add_commands(commands: Any, connection: argparse.ArgumentParser, wrap: Any) 
         "transaction.max.timeout.ms)",
     )
     hanging.set_defaults(func=wrap(lambda a: find_hanging_command(a, sys.stdout)))
-    abort = actions.add_parser("abort", parents=[common], help="write an abort marker for an open transaction")
+    abort = actions.add_parser(
+        "abort", parents=[common], help="write an abort marker for an open transaction"
+    )
     abort.add_argument("--topic", required=True)
     abort.add_argument("--partition", type=int, required=True)
     abort.add_argument("--start-offset", type=int, help="the first offset of the transaction to abort")

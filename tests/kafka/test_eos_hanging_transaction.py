@@ -78,8 +78,8 @@ def test_a_restoration_held_by_an_open_transaction_is_reported(kafka_bootstrap, 
         assert f"restoring {changelog}-0 is held at offset 0" in line
         assert f"`kappaflow transactions abort --topic {changelog} --partition 0 --start-offset 0`" in line
         # the command the warning names releases the restoration
-        assert cli.main(["transactions", "abort", "--topic", changelog, "--partition", "0", "--start-offset", "0",
-                         "--bootstrap-server", kafka_bootstrap]) == 0  # fmt: skip
+        abort = ["abort", "--topic", changelog, "--partition", "0", "--start-offset", "0"]
+        assert cli.main(["transactions", *abort, "--bootstrap-server", kafka_bootstrap]) == 0
         wait_for(lambda: "no longer held by a hanging transaction" in (tmp_path / "b.log").read_text(), 60,
                  "B released by the abort")  # fmt: skip
         assert 'kappaflow_hanging_transaction_partitions{reader="restore"} 0' in http_get(port, "/metrics")[1]

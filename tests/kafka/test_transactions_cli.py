@@ -85,7 +85,9 @@ def test_an_open_transaction_of_a_killed_producer_is_found_and_aborted(kafka_boo
     # the commit's marker is written after commit_transaction() returns
     wait_for(lambda: offsets(kafka_bootstrap, topic)[1] == 7, 10, "3 + 2 records and a commit marker after 1")
     assert offsets(kafka_bootstrap, topic)[0] == 1, "held at the open transaction's first offset"
-    assert [m.value() for m in read_topic(kafka_bootstrap, topic, timeout=5, committed_only=True)] == [b"before"]
+    assert [m.value() for m in read_topic(kafka_bootstrap, topic, timeout=5, committed_only=True)] == [
+        b"before"
+    ]
 
     listed = run_json(capsys, "list", *broker)
     mine = [row for row in listed if row["TransactionalId"] == txn_id]
@@ -94,19 +96,28 @@ def test_an_open_transaction_of_a_killed_producer_is_found_and_aborted(kafka_boo
     holding = [row for row in producers if row["CurrentTransactionStartOffset"] == 1]
     assert [row["ProducerId"] for row in holding] == [mine[0]["ProducerId"]]
     # its coordinator still runs it, within its timeout: open, but not hanging
-    assert run_json(capsys, "find-hanging", "--topic", topic, "--max-transaction-timeout-minutes", "0", *broker) == []
+    assert (
+        run_json(capsys, "find-hanging", "--topic", topic, "--max-transaction-timeout-minutes", "0", *broker)
+        == []
+    )
 
-    code = cli.main(["transactions", "abort", "--topic", topic, "--partition", "1", "--start-offset", "2", *broker])
+    code = cli.main(
+        ["transactions", "abort", "--topic", topic, "--partition", "1", "--start-offset", "2", *broker]
+    )
     assert code == 2 and "--start-offset 2: no producer has a transaction starting at that offset" in (
         capsys.readouterr().err
     )
     aborted = run_json(capsys, "abort", "--topic", topic, "--partition", "1", "--start-offset", "1", *broker)
     assert [(row["ProducerId"], row["Result"]) for row in aborted] == [(mine[0]["ProducerId"], "aborted")]
-    assert time.monotonic() - opened_at < TIMEOUT_MS / 1000, "the abort must be ours, not the broker's timeout"
+    assert time.monotonic() - opened_at < TIMEOUT_MS / 1000, (
+        "the abort must be ours, not the broker's timeout"
+    )
 
     stable, high = offsets(kafka_bootstrap, topic)
     assert stable == high == 8, "released: the abort marker is the last record"
-    committed = [m.value() for m in read_topic(kafka_bootstrap, topic, expected=3, timeout=10, committed_only=True)]
+    committed = [
+        m.value() for m in read_topic(kafka_bootstrap, topic, expected=3, timeout=10, committed_only=True)
+    ]
     assert committed == [b"before", b"after-0", b"after-1"]
     producers = run_json(capsys, "describe-producers", "--topic", topic, "--partition", "1", *broker)
     assert all(row["CurrentTransactionStartOffset"] is None for row in producers)
@@ -118,5 +129,7 @@ def test_an_open_transaction_of_a_killed_producer_is_found_and_aborted(kafka_boo
         return txn_id not in [row["TransactionalId"] for row in rows]
 
     wait_for(coordinator_done, TIMEOUT_MS / 1000 + 30, "the coordinator's own abort", interval=2)
-    committed = [m.value() for m in read_topic(kafka_bootstrap, topic, expected=3, timeout=10, committed_only=True)]
+    committed = [
+        m.value() for m in read_topic(kafka_bootstrap, topic, expected=3, timeout=10, committed_only=True)
+    ]
     assert committed == [b"before", b"after-0", b"after-1"]

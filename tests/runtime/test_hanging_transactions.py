@@ -4,8 +4,6 @@ name the field a user got wrong before anything is sent."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from kappaflow import cli
@@ -19,13 +17,20 @@ from kappaflow.clients.hanging_transactions import (
     hanging_transactions,
     open_transactions,
 )
-from kappaflow.clients.txn_messages import AbortSpec, PartitionProducers, ProducerState, TransactionDescription
+from kappaflow.clients.txn_messages import (
+    AbortSpec,
+    PartitionProducers,
+    ProducerState,
+    TransactionDescription,
+)
 
 NOW = 10_000_000
 MINUTE = 60_000
 
 
-def producer(pid: int, start: int, last: int = NOW - 20 * MINUTE, epoch: int = 2, coord: int = 4) -> ProducerState:
+def producer(
+    pid: int, start: int, last: int = NOW - 20 * MINUTE, epoch: int = 2, coord: int = 4
+) -> ProducerState:
     return ProducerState(pid, epoch, last_sequence=9, last_timestamp=last, coordinator_epoch=coord,
                          current_txn_start_offset=start)  # fmt: skip
 
@@ -37,7 +42,9 @@ def describe(pid: int, partitions: set[tuple[str, int]], start: int = NOW - MINU
 
 def test_candidates_are_transactions_open_longer_than_the_limit():
     partitions = [
-        PartitionProducers("t", 0, 0, None, (producer(1, 40), producer(2, -1), producer(3, 50, last=NOW - MINUTE))),
+        PartitionProducers(
+            "t", 0, 0, None, (producer(1, 40), producer(2, -1), producer(3, 50, last=NOW - MINUTE))
+        ),
         PartitionProducers("t", 1, 0, None, (producer(1, 7),)),
     ]
     found = open_transactions(partitions, NOW, 15 * MINUTE)
@@ -57,12 +64,22 @@ def test_a_transaction_the_coordinator_runs_on_that_partition_within_its_timeout
         ({}, {}, "no coordinator lists a transactional id"),
         ({1: "txn-1"}, {"txn-1": None}, "does not know transactional id 'txn-1'"),
         ({1: "txn-1"}, {"txn-1": describe(1, {("t", 1)})}, "does not include this partition"),
-        ({1: "txn-1"}, {"txn-1": describe(1, set(), state="CompleteCommit")}, "(CompleteCommit) does not include"),
+        (
+            {1: "txn-1"},
+            {"txn-1": describe(1, set(), state="CompleteCommit")},
+            "(CompleteCommit) does not include",
+        ),
         ({1: "txn-1"}, {"txn-1": describe(9, {("t", 0)})}, "now has producer id 9"),
         (
             {1: "txn-1"},
-            {"txn-1": describe(1, {("t", 0)}, start=NOW - 2 * MINUTE - COORDINATOR_ABORT_SLACK_MS - 1000,
-                               timeout=2 * MINUTE)},  # fmt: skip
+            {
+                "txn-1": describe(
+                    1,
+                    {("t", 0)},
+                    start=NOW - 2 * MINUTE - COORDINATOR_ABORT_SLACK_MS - 1000,
+                    timeout=2 * MINUTE,
+                )
+            },
             "past its 120 s timeout",
         ),
     ],
@@ -105,21 +122,27 @@ def test_an_explicit_abort_with_an_impossible_figure_names_the_field(args, field
 
 
 def test_tables_pad_columns_to_their_widest_cell():
-    assert table(["A", "Long"], [[1, None], ["wide", 2]]).splitlines() == ["A     Long", "1     None", "wide  2"]
+    assert table(["A", "Long"], [[1, None], ["wide", 2]]).splitlines() == [
+        "A     Long",
+        "1     None",
+        "wide  2",
+    ]
+
+
+ABORT = ["abort", "--topic", "t", "--partition", "0"]
 
 
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["abort", "--topic", "t", "--partition", "0"], "missing: --producer-id, --producer-epoch, --coordinator-epoch"),
-        (["abort", "--topic", "t", "--partition", "0", "--producer-id", "1"], "missing: --producer-epoch"),
-        (["abort", "--topic", "t", "--partition", "0", "--start-offset", "3", "--producer-id", "1"],
-         "--start-offset finds the producer itself"),
-        (["abort", "--topic", "t", "--partition", "0", "--start-offset", "-1"], "--start-offset: expected an offset"),
+        (ABORT, "missing: --producer-id, --producer-epoch, --coordinator-epoch"),
+        ([*ABORT, "--producer-id", "1"], "missing: --producer-epoch, --coordinator-epoch"),
+        ([*ABORT, "--start-offset", "3", "--producer-id", "1"], "--start-offset finds the producer itself"),
+        ([*ABORT, "--start-offset", "-1"], "--start-offset: expected an offset >= 0, got -1"),
         (["find-hanging", "--partition", "1"], "--partition needs exactly one --topic"),
         (["find-hanging", "--max-transaction-timeout-minutes", "-1"], "--max-transaction-timeout-minutes"),
     ],
-)  # fmt: skip
+)
 def test_wrong_input_fails_before_any_broker_is_asked(argv, message, capsys):
     # an address nothing listens on: reaching it would be a different error
     code = cli.main(["transactions", *argv, "--bootstrap-server", "127.0.0.1:9"])

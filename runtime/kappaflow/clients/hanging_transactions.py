@@ -30,7 +30,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from kappaflow.api.errors import StreamsError
-from kappaflow.clients.txn_messages import AbortSpec, PartitionProducers, ProducerState, TransactionDescription
+from kappaflow.clients.txn_messages import (
+    AbortSpec,
+    PartitionProducers,
+    ProducerState,
+    TransactionDescription,
+)
 
 # A coordinator checks for timed-out transactions every 10 s by default: past timeout + this, it is not
 # going to end the transaction (runner/open_transactions.py uses the same slack).
@@ -103,8 +108,10 @@ def _why_hanging(candidate: OpenTransaction, txn_id: str | None, description: Tr
                 "this partition")  # fmt: skip
     started = description.start_time_ms
     if started >= 0 and now_ms - started > description.timeout_ms + COORDINATOR_ABORT_SLACK_MS:
-        return (f"the coordinator's transaction for '{txn_id}' ({description.state}) has run "
-                f"{(now_ms - started) // 1000} s, past its {description.timeout_ms // 1000} s timeout")
+        return (
+            f"the coordinator's transaction for '{txn_id}' ({description.state}) has run "
+            f"{(now_ms - started) // 1000} s, past its {description.timeout_ms // 1000} s timeout"
+        )
     return None
 
 
@@ -115,7 +122,9 @@ def abort_spec_at_offset(producers: PartitionProducers, start_offset: int) -> Ab
     where = f"{producers.topic}-{producers.partition}"
     matches = [p for p in producers.producers if p.current_txn_start_offset == start_offset]
     if not matches:
-        starts = sorted({p.current_txn_start_offset for p in producers.producers if p.current_txn_start_offset >= 0})
+        starts = sorted(
+            {p.current_txn_start_offset for p in producers.producers if p.current_txn_start_offset >= 0}
+        )
         open_at = ", ".join(map(str, starts)) if starts else "none (no transaction is open there)"
         raise TransactionsError(
             f"--start-offset {start_offset}: no producer has a transaction starting at that offset on "

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
+from confluent_kafka.admin import AdminClient
 
 from kappaflow.clients import txn_messages as msg
 from kappaflow.clients.hanging_transactions import TransactionsError
@@ -38,7 +38,9 @@ class TransactionsAdmin:
         try:
             self.metadata = admin.list_topics(timeout=timeout_s)
         except KafkaException as exc:
-            raise TransactionsError(f"cannot reach Kafka at bootstrap.servers={self.bootstrap}: {exc}") from exc
+            raise TransactionsError(
+                f"cannot reach Kafka at bootstrap.servers={self.bootstrap}: {exc}"
+            ) from exc
         self._connections: dict[tuple[str, int], BrokerConnection] = {}
 
     def close(self) -> None:
@@ -60,22 +62,26 @@ class TransactionsAdmin:
         broker = self.metadata.brokers.get(node_id)
         if broker is None:
             raise TransactionsError(f"broker {node_id} is not in the cluster's metadata ({self.bootstrap})")
-        return self._connect(broker.host, broker.port)
+        return self._connect(str(broker.host), int(broker.port))
 
     def _call(self, connection: BrokerConnection, api_key: int, encode: Any, decode: Any) -> Any:
         try:
             return connection.call(api_key, encode, decode)
         except (BrokerIOError, ProtocolError) as exc:
-            raise TransactionsError(f"{msg.API_NAMES[api_key]} to broker {connection.address}: {exc}") from exc
+            raise TransactionsError(
+                f"{msg.API_NAMES[api_key]} to broker {connection.address}: {exc}"
+            ) from exc
 
     def leader(self, topic: str, partition: int) -> int:
         """The leader's broker id; an error naming --topic or --partition when there is none."""
         found = self.metadata.topics.get(topic)
         if found is None or found.error is not None:
-            raise TransactionsError(f"--topic: topic '{topic}' does not exist on bootstrap.servers={self.bootstrap}")
+            raise TransactionsError(
+                f"--topic: topic '{topic}' does not exist on bootstrap.servers={self.bootstrap}"
+            )
         if partition not in found.partitions:
-            raise TransactionsError(f"--partition: topic '{topic}' has partitions 0-{len(found.partitions) - 1}, "
-                                    f"not {partition}")  # fmt: skip
+            last = len(found.partitions) - 1
+            raise TransactionsError(f"--partition: topic '{topic}' has partitions 0-{last}, not {partition}")
         leader = int(found.partitions[partition].leader)
         if leader < 0:
             raise TransactionsError(f"{topic}-{partition} has no leader at the moment: try again")
@@ -87,7 +93,9 @@ class TransactionsAdmin:
         names = sorted(self.metadata.topics) if topics is None else list(topics)
         for name in names:
             if name not in self.metadata.topics or self.metadata.topics[name].error is not None:
-                raise TransactionsError(f"--topic: topic '{name}' does not exist on bootstrap.servers={self.bootstrap}")
+                raise TransactionsError(
+                    f"--topic: topic '{name}' does not exist on bootstrap.servers={self.bootstrap}"
+                )
         return [(name, p) for name in names for p in sorted(self.metadata.topics[name].partitions)]
 
     # ---------------------------------------------------------------------------------- operations
@@ -119,22 +127,28 @@ class TransactionsAdmin:
                 lambda _v, r: msg.decode_list_transactions(r),
             )  # fmt: skip
             if listing.error_code not in (0, *RETRIABLE):  # a loading coordinator lists nothing yet
-                raise TransactionsError(f"ListTransactions on broker {node_id}: {error_name(listing.error_code)}")
+                raise TransactionsError(
+                    f"ListTransactions on broker {node_id}: {error_name(listing.error_code)}"
+                )
             if listing.unknown_state_filters:
-                raise TransactionsError(f"--state: unknown to the broker: {', '.join(listing.unknown_state_filters)} "
-                                        "(states: Empty, Ongoing, PrepareCommit, PrepareAbort, CompleteCommit, "
-                                        "CompleteAbort, Dead, PrepareEpochFence)")  # fmt: skip
+                unknown = ", ".join(listing.unknown_state_filters)
+                raise TransactionsError(
+                    f"--state: unknown to the broker: {unknown} (states: Empty, Ongoing, PrepareCommit, "
+                    "PrepareAbort, CompleteCommit, CompleteAbort, Dead, PrepareEpochFence)"
+                )
             found += [(node_id, t) for t in listing.transactions]
         return sorted(found, key=lambda item: item[1].transactional_id)
 
-    def describe_transactions(self, transactional_ids: Iterable[str]) -> dict[str, msg.TransactionDescription | None]:
+    def describe_transactions(
+        self, transactional_ids: Iterable[str]
+    ) -> dict[str, msg.TransactionDescription | None]:
         """Each id's description from its coordinator; None for an id the coordinator does not know."""
         result: dict[str, msg.TransactionDescription | None] = {}
         for txn_id in sorted(set(transactional_ids)):
             result[txn_id] = self._retrying(lambda t=txn_id: self._describe_one(t))
         return result
 
-    def _describe_one(self, txn_id: str) -> msg.TransactionDescription | None | int:
+    def _describe_one(self, txn_id: str) -> msg.TransactionDescription | int | None:
         any_broker = self._broker(min(self.metadata.brokers))
         coordinators: list[msg.Coordinator] = self._call(
             any_broker, msg.FIND_COORDINATOR,
@@ -179,11 +193,14 @@ class TransactionsAdmin:
         mine = [r for r in results if (r.producer_id, r.topic, r.partition) ==
                 (spec.producer_id, spec.topic, spec.partition)]  # fmt: skip
         if len(mine) != 1:
-            raise TransactionsError(f"WriteTxnMarkers to broker {leader.address}: unexpected answer {results}")
+            raise TransactionsError(
+                f"WriteTxnMarkers to broker {leader.address}: unexpected answer {results}"
+            )
         if mine[0].error_code != 0:
             raise TransactionsError(
                 f"aborting producer {spec.producer_id} (epoch {spec.producer_epoch}, coordinator epoch "
-                f"{spec.coordinator_epoch}) on {spec.topic}-{spec.partition}: {_abort_error(mine[0].error_code)}"
+                f"{spec.coordinator_epoch}) on {spec.topic}-{spec.partition}: "
+                f"{_abort_error(mine[0].error_code)}"
             )
 
 

@@ -71,7 +71,7 @@ def encode_find_coordinator(version: int, key: str) -> bytes:
         w.int8(KEY_TYPE_TRANSACTION)
         w.array([key], lambda w2, k: w2.string(k))
     w.tags()
-    return w.bytes()
+    return w.getvalue()
 
 
 def decode_find_coordinator(version: int, r: Reader, key: str) -> list[Coordinator]:
@@ -125,7 +125,7 @@ def encode_describe_producers(topics: dict[str, list[int]]) -> bytes:
 
     w.array(sorted(topics.items()), topic)
     w.tags()
-    return w.bytes()
+    return w.getvalue()
 
 
 def decode_describe_producers(r: Reader) -> list[PartitionProducers]:
@@ -181,7 +181,7 @@ def encode_list_transactions(version: int, states: list[str], producer_ids: list
     if version >= 2:
         w.string(None)  # no transactional id pattern
     w.tags()
-    return w.bytes()
+    return w.getvalue()
 
 
 def decode_list_transactions(r: Reader) -> TransactionListing:
@@ -219,7 +219,7 @@ def encode_describe_transactions(transactional_ids: list[str]) -> bytes:
     w = Writer(flexible=True)
     w.array(sorted(transactional_ids), lambda w2, t: w2.string(t))
     w.tags()
-    return w.bytes()
+    return w.getvalue()
 
 
 def decode_describe_transactions(r: Reader) -> list[TransactionDescription]:
@@ -274,7 +274,7 @@ def encode_write_txn_markers(version: int, spec: AbortSpec) -> bytes:
     def marker(w2: Writer, s: AbortSpec) -> None:
         w2.int64(s.producer_id)
         w2.int16(s.producer_epoch)
-        w2.bool(False)
+        w2.boolean(False)
 
         def topic(w3: Writer, t: tuple[str, list[int]]) -> None:
             w3.string(t[0])
@@ -289,7 +289,7 @@ def encode_write_txn_markers(version: int, spec: AbortSpec) -> bytes:
 
     w.array([spec], marker)
     w.tags()
-    return w.bytes()
+    return w.getvalue()
 
 
 def decode_write_txn_markers(r: Reader) -> list[MarkerResult]:

@@ -59,13 +59,13 @@ class Writer:
         self.flexible = flexible
         self._parts: list[bytes] = []
 
-    def bytes(self) -> bytes:
+    def getvalue(self) -> bytes:
         return b"".join(self._parts)
 
     def int8(self, value: int) -> None:
         self._parts.append(struct.pack(">b", value))
 
-    def bool(self, value: bool) -> None:
+    def boolean(self, value: bool) -> None:
         self.int8(1 if value else 0)
 
     def int16(self, value: int) -> None:
@@ -135,7 +135,7 @@ class Reader:
     def int8(self) -> int:
         return int(struct.unpack(">b", self._take(1))[0])
 
-    def bool(self) -> bool:
+    def boolean(self) -> bool:
         return self.int8() != 0
 
     def int16(self) -> int:
@@ -194,7 +194,7 @@ def encode_request(api_key: int, version: int, correlation_id: int, client_id: s
     header.int32(correlation_id)
     header.string(client_id, classic=True)
     header.tags()
-    payload = header.bytes() + body
+    payload = header.getvalue() + body
     return struct.pack(">i", len(payload)) + payload
 
 
@@ -220,7 +220,7 @@ def encode_api_versions_request(client_name: str, client_version: str) -> bytes:
     body.string(client_name)
     body.string(client_version)
     body.tags()
-    return body.bytes()
+    return body.getvalue()
 
 
 def decode_api_versions_response(reader: Reader) -> tuple[int, dict[int, VersionRange]]:

@@ -53,7 +53,9 @@ def ssl_context(settings: Mapping[str, Any]) -> ssl.SSLContext | None:
         context.check_hostname = False
     certificate = settings.get("ssl.certificate.location")
     if certificate:
-        context.load_cert_chain(certificate, settings.get("ssl.key.location"), settings.get("ssl.key.password"))
+        context.load_cert_chain(
+            certificate, settings.get("ssl.key.location"), settings.get("ssl.key.password")
+        )
     return context
 
 
@@ -106,7 +108,9 @@ class BrokerConnection:
             raise BrokerIOError(f"broker {self.address}: {exc}") from exc
         correlation, reader = decode_response_header(response, flexible_header, flexible)
         if correlation != self._correlation:
-            raise ProtocolError(f"broker {self.address} answered request {correlation}, not {self._correlation}")
+            raise ProtocolError(
+                f"broker {self.address} answered request {correlation}, not {self._correlation}"
+            )
         return reader
 
     def _read(self, size: int) -> bytes:
