@@ -9,7 +9,7 @@ on that partition, which no producer and no timeout will ever end - in issue 29,
 node that completed transactions after a crash without writing their markers (tests/harness/
 kafka_split.py). Only the partition's leader can be told to end it: KIP-664's abort (the Admin API's
 WriteTxnMarkers: `kappaflow transactions abort`, or Kafka's `kafka-transactions.sh abort`;
-docs/operations.md "A transaction hanging").
+docs/cli.md "kappaflow transactions").
 
 This module is the pure decision - which partitions are held, since when, and which of them have been
 held past the limit; the changelog reader observes and logs, the metrics publish it.
