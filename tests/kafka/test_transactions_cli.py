@@ -2,10 +2,10 @@
 read_committed reader of its partition, and `abort --start-offset` (KIP-664's abort, WriteTxnMarkers to
 the partition's leader) releases them.
 
-The open transaction is real: a child process begins one, writes three records to partition 1 and is
-killed with SIGKILL, with a 60 s transaction timeout so that the broker does not abort it first. A
-second transactional producer then commits two records behind it, which read_committed readers cannot
-see while the first is open. The commands run in this process through `kappaflow.cli.main`.
+The open transaction is real: a child process begins one, writes three records to partition 1 and one
+to partition 0, and is killed with SIGKILL, with a 60 s transaction timeout so that the broker does not
+abort it first. A second transactional producer then commits two records behind it, which read_committed
+readers cannot see while the first is open. The commands run in this process through `kappaflow.cli.main`.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ producer.init_transactions(30)
 producer.begin_transaction()
 for i in range(3):
     producer.produce(topic, value=b"open-%d" % i, partition=1)
+producer.produce(topic, value=b"open-p0", partition=0)
 assert producer.flush(30) == 0
 print("open", flush=True)
 time.sleep(600)
@@ -49,10 +50,10 @@ def run_json(capsys, *argv: str) -> object:
     return json.loads(out)
 
 
-def offsets(bootstrap: str, topic: str) -> tuple[int, int]:
-    """(last stable offset, high watermark) of partition 1."""
+def offsets(bootstrap: str, topic: str, partition: int = 1) -> tuple[int, int]:
+    """(last stable offset, high watermark) of `partition`."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    tp = TopicPartition(topic, 1)
+    tp = TopicPartition(topic, partition)
     found = []
     for level in (IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED):
         answer = admin.list_offsets({tp: OffsetSpec.latest()}, isolation_level=level, request_timeout=10)
@@ -121,6 +122,23 @@ def test_an_open_transaction_of_a_killed_producer_is_found_and_aborted(kafka_boo
     assert committed == [b"before", b"after-0", b"after-1"]
     producers = run_json(capsys, "describe-producers", "--topic", topic, "--partition", "1", *broker)
     assert all(row["CurrentTransactionStartOffset"] is None for row in producers)
+
+    # a marker ends the transaction on its partition only: partition 0 is still held, until aborted
+    # with the figures describe-producers gives
+    assert offsets(kafka_bootstrap, topic, 0) == (0, 1)
+    (held,) = run_json(capsys, "describe-producers", "--topic", topic, "--partition", "0", *broker)
+    assert held["CurrentTransactionStartOffset"] == 0
+    figures = [str(held[k]) for k in ("ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch")]
+    explicit = [
+        "--producer-id",
+        figures[0],
+        "--producer-epoch",
+        figures[1],
+        "--coordinator-epoch",
+        figures[2],
+    ]
+    run_json(capsys, "abort", "--topic", topic, "--partition", "0", *explicit, *broker)
+    assert offsets(kafka_bootstrap, topic, 0) == (2, 2)
 
     # The marker ended the transaction on the partition only: its coordinator ends it at its own timeout
     # (writing a second, harmless abort marker), after which it is no longer listed as open.
