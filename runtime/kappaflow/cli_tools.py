@@ -341,7 +341,7 @@ def _tool(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namesp
 
 
 def add_commands(commands: Any) -> None:
-    """`topics`, `produce` and `consume` on the `kappaflow` parser's sub-commands."""
+    """`topics`, `produce`, `consume` and `transactions` on the `kappaflow` parser's sub-commands."""
     connection = argparse.ArgumentParser(add_help=False)
     connection.add_argument(
         "--bootstrap-server",
@@ -414,3 +414,7 @@ def add_commands(commands: Any) -> None:
         help="read_committed (default) hides records of open or aborted transactions",
     )
     consuming.set_defaults(func=_tool(lambda a: consume(a, sys.stdout)))
+
+    from kappaflow.cli_transactions import add_commands as add_transaction_commands
+
+    add_transaction_commands(commands, connection, _tool, settings_of)

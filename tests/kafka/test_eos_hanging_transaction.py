@@ -7,7 +7,8 @@ The held transaction is real: instance A writes its changelog inside a transacti
 (a 10-minute commit interval, a 2-minute transaction timeout) and is killed; instance B, with a state
 directory of its own (another transactional id: nothing fences A), restores that changelog and waits at
 its last stable offset. B is told that 1 s is the longest a transaction may hold it
-(kappaflow.hanging.transaction.ms), so the wait is reported as hanging within seconds.
+(kappaflow.hanging.transaction.ms), so the wait is reported as hanging within seconds; the abort command
+the warning names (`kappaflow transactions abort`) then releases it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import uuid
 import pytest
 from confluent_kafka import Producer
 
+from kappaflow import cli
 from tests.harness.kafka_fixtures import free_port
 from tests.kafka.streams_support import (
     fast_config,
@@ -74,7 +76,13 @@ def test_a_restoration_held_by_an_open_transaction_is_reported(kafka_bootstrap, 
         log = (tmp_path / "b.log").read_text()
         line = next(line for line in log.splitlines() if "is hanging" in line)
         assert f"restoring {changelog}-0 is held at offset 0" in line
-        assert f"abort --topic {changelog} --partition 0 --start-offset 0" in line
+        assert f"`kappaflow transactions abort --topic {changelog} --partition 0 --start-offset 0`" in line
+        # the command the warning names releases the restoration
+        abort = ["abort", "--topic", changelog, "--partition", "0", "--start-offset", "0"]
+        assert cli.main(["transactions", *abort, "--bootstrap-server", kafka_bootstrap]) == 0
+        wait_for(lambda: "no longer held by a hanging transaction" in (tmp_path / "b.log").read_text(), 60,
+                 "B released by the abort")  # fmt: skip
+        assert 'kappaflow_hanging_transaction_partitions{reader="restore"} 0' in http_get(port, "/metrics")[1]
     finally:
         for proc in (a, b):
             if proc is not None:
@@ -87,7 +95,7 @@ def test_an_input_held_by_an_open_transaction_is_reported_and_released_when_it_e
 ):
     """A running task's read_committed input held at a transaction left open past the limit: reported
     (log line, metric with reader="input", /health/ready's body), then released once it is aborted -
-    here by its own producer, as `kafka-transactions.sh abort` would by the partition's leader.
+    here by its own producer, as `kappaflow transactions abort` would by the partition's leader.
     ~18 s: outside CI's time budget, in `make chaos` (CI has the decision's unit tests)."""
     source = kafka_topics("hang-input-in")
     sink = kafka_topics("hang-input-out")

@@ -28,7 +28,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from kappaflow.api.errors import StreamsError
 from kappaflow.api.metrics import Metrics
 from kappaflow.runner.managed_task import ManagedTask
-from kappaflow.runner.open_transactions import OpenTransactionWatch
+from kappaflow.runner.open_transactions import OpenTransactionWatch, remedy
 from kappaflow.runner.retry import retry_unreachable
 from kappaflow.tasks.state_manager import ProcessorStateManager
 
@@ -270,12 +270,9 @@ class ChangelogReader:
             log.warning(
                 "task %s: restoring %s-%d is held at offset %d below its high watermark %d for %.0f s, "
                 "past the %.0f s a transaction may stay open (kappaflow.hanging.transaction.ms): a "
-                "transaction open there is hanging and no timeout will end it. Its producer: "
-                "`kafka-transactions.sh describe-producers --topic %s --partition %d`; abort it with "
-                "`kafka-transactions.sh abort --topic %s --partition %d --start-offset %d` "
-                "(docs/operations.md)",
+                "transaction open there is hanging and no timeout will end it. %s",
                 entry.managed.task.id if entry is not None else "-", topic, partition, offset,
-                held.high_watermark, held.held_s, watch.limit_s, topic, partition, topic, partition, offset,
+                held.high_watermark, held.held_s, watch.limit_s, remedy(topic, partition, offset),
             )  # fmt: skip
 
     def _release(self, tp: tuple[str, int]) -> None:

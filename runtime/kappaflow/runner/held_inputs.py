@@ -18,7 +18,7 @@ from collections.abc import Callable
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from kappaflow.api.metrics import Metrics
-from kappaflow.runner.open_transactions import OpenTransactionWatch
+from kappaflow.runner.open_transactions import OpenTransactionWatch, remedy
 
 log = logging.getLogger(__name__)
 
@@ -100,9 +100,7 @@ class HeldInputs:
             log.warning(
                 "input %s-%d is held at offset %d below its high watermark %d for %.0f s, past the %.0f s a "
                 "transaction may stay open (kappaflow.hanging.transaction.ms): a transaction open there is "
-                "hanging and no timeout will end it. Its producer: `kafka-transactions.sh describe-producers "
-                "--topic %s --partition %d`; abort it with `kafka-transactions.sh abort --topic %s "
-                "--partition %d --start-offset %d` (docs/operations.md)",
+                "hanging and no timeout will end it. %s",
                 topic, partition, offset, held.high_watermark, held.held_s, self._watch.limit_s,
-                topic, partition, topic, partition, offset,
+                remedy(topic, partition, offset),
             )  # fmt: skip

@@ -8,7 +8,8 @@ reader held for longer is behind a *hanging* transaction: one whose coordinator 
 on that partition, which no producer and no timeout will ever end - in issue 29, a single combined KRaft
 node that completed transactions after a crash without writing their markers (tests/harness/
 kafka_split.py). Only the partition's leader can be told to end it: KIP-664's abort (the Admin API's
-WriteTxnMarkers; `kafka-transactions.sh abort`, docs/operations.md "A transaction hanging").
+WriteTxnMarkers: `kappaflow transactions abort`, or Kafka's `kafka-transactions.sh abort`;
+docs/cli.md "kappaflow transactions").
 
 This module is the pure decision - which partitions are held, since when, and which of them have been
 held past the limit; the changelog reader observes and logs, the metrics publish it.
@@ -32,6 +33,16 @@ class HeldPartition:
     offset: int
     high_watermark: int
     held_s: float
+
+
+def remedy(topic: str, partition: int, offset: int) -> str:
+    """The commands that find and abort the transaction holding `topic`-`partition` at `offset`, as the
+    warnings name them (the transaction's first offset is the offset the reader is held at)."""
+    return (
+        f"Its producer: `kappaflow transactions describe-producers --topic {topic} --partition {partition}`; "
+        f"abort it with `kappaflow transactions abort --topic {topic} --partition {partition} --start-offset "
+        f"{offset}` (or Kafka's kafka-transactions.sh, same arguments; docs/operations.md)"
+    )
 
 
 def hanging_after_s(configured_ms: int, transaction_timeout_ms: int) -> float:
