@@ -8,8 +8,9 @@ that reads (`observe`) and writes (`act`). A decision never sleeps: what must wa
 pods stopping, a StatefulSet being deleted) is a `Wait`, and the pass ends, releases the app's lock and
 is called again after `Wait.delay`.
 
-Imports only the pure modules (models, desired, topics, scaling, diff, status, volumes and the pure
-reprocess/reset steps); an import-linter contract keeps kopf, kubernetes and confluent_kafka out.
+Imports only the pure modules (models, desired, topics, scaling, diff, status, volumes, movement, the
+pure reprocess/reset steps, and decision.py's `Decision`/`Draft`); an import-linter contract keeps kopf,
+kubernetes and confluent_kafka out. The finalizer's decision is cleanup.py's.
 
 Where the operator keeps its memory, and why:
 - the topology (`kappaflow describe` output) in a ConfigMap `<name>-topology` owned by the StreamApp,
