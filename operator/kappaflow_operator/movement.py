@@ -179,6 +179,12 @@ def scale_in_step(
     """Hold a scale-in `current -> target` while a removed pod's active task has no caught-up standby on
     a staying pod, for at most `wait_s` from when the hold on this target began.
 
+    A scale-in by several pods goes part of the way when only that part is covered: the runtime puts a
+    task's standby where `range` sends the task if its owner *alone* leaves, so removing pods 2 and 3 at
+    once often finds 3's standbys on 2. Removing the highest pods whose tasks are covered first lets the
+    group place the standbys for the next step, which the following passes wait for in turn. (Coverage
+    only grows as fewer pods go, so the first covered count from the target up is the furthest step.)
+
     Not held: a scale-up or no change; a pause (`target` 0: nothing stays to hand over to); no standby
     replicas or `wait_s` 0 (nothing to wait for). `pods` None (not read) counts as nothing verified.
     """
@@ -204,11 +210,19 @@ def scale_in_step(
             message=f"scale-in {current} -> {target} proceeds after waiting {wait_s}s; {what} (they restore)",
             waiting_for=waiting,
         )
+    covered = (
+        []
+        if pods is None
+        else [n for n in range(target + 1, current) if not uncovered_tasks(pods, name, n, acceptable_lag)]
+    )
+    step_to = covered[0] if covered else current
+    first = f", going to {step_to} first" if step_to < current else ""
     return ScaleInStep(
-        current,
+        step_to,
         target,
         held=True,
-        message=f"scale-in {current} -> {target} held for caught-up standbys ({int(left)}s left): {what}",
+        message=f"scale-in {current} -> {target} held for caught-up standbys ({int(left)}s left{first}): "
+        + what,
         waiting_for=waiting,
         since=since,
         retry_s=min(retry_s, max(left, 1.0)),

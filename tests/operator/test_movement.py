@@ -152,6 +152,23 @@ def test_what_is_never_held(kw: dict[str, Any], replicas: int) -> None:
     assert not step.held and step.replicas == replicas and step.message == ""
 
 
+def test_a_scale_in_by_several_pods_goes_as_far_as_the_standbys_cover_first() -> None:
+    # 4 -> 2: wc-3's task has its caught-up standby on wc-2 (where the group sends it when wc-3 alone
+    # leaves), which goes too; so remove wc-3 first, and hold the rest for the next placement
+    pods = [
+        _pod("wc-0", t0_0=("active", 0)),
+        _pod("wc-1", t0_1=("active", 0)),
+        _pod("wc-2", t0_2=("active", 0), t0_3=("standby", 0)),
+        _pod("wc-3", t0_3=("active", 0), t0_2=("standby", 0)),
+    ]
+    step = _step(current=4, target=2, pods=pods)
+    assert step.held and step.replicas == 3 and step.target == 2
+    assert "going to 3 first" in step.message and step.waiting_for == ("0_2@wc-2", "0_3@wc-3")
+    # nothing covered at all: all four stay
+    bare = [_pod("wc-0"), _pod("wc-1"), _pod("wc-2", t0_2=("active", 0)), _pod("wc-3", t0_3=("active", 0))]
+    assert _step(current=4, target=2, pods=bare).replicas == 4
+
+
 def test_pods_not_read_count_as_nothing_verified() -> None:
     step = _step(pods=None)
     assert step.held and "not read" in step.message
