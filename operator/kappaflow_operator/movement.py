@@ -107,7 +107,8 @@ class Warmups:
         pods = "pod" if len(self.pods) == 1 else "pods"
         return (
             f"{'scaling out: ' if scaling_out else ''}{self.count} tasks warming up on {pods} "
-            f"{_names(self.pods)} ({lag}); their current owners keep processing them until it joins"
+            f"{_names(self.pods)} ({lag}); their current owners keep processing them until "
+            + ("it joins" if len(self.pods) == 1 else "they join")
         )
 
 
