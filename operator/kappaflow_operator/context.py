@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,10 +14,14 @@ from .admins import KafkaAdmins
 from .effects import RETRY_S as RETRY_S  # where the handlers' modules and tests look for it
 from .k8s import Kube
 from .kafka import KafkaAdmin
+from .pod_tasks import PodTasksReader
+from .snapshot import PodTasks
 
 # An event with the same object, type, reason and message is posted again only after this long.
 EVENT_REPEAT_S = 600.0
 KafkaFactory = Callable[..., KafkaAdmin]
+#: (the app's pods, the metrics port) -> each running pod's own tasks (pod_tasks.py).
+PodTasksRead = Callable[[Sequence[Mapping[str, Any]], int], list[PodTasks]]
 
 
 @dataclass
@@ -29,6 +33,8 @@ class Context:
     locks: dict[str, threading.Lock] = field(default_factory=dict)
     posted: dict[tuple[str, str, str, str], float] = field(default_factory=dict)
     """Events posted recently, for deduplication: a pass every few seconds must not repeat them."""
+    read_pod_tasks: PodTasksRead = field(default_factory=PodTasksReader)
+    """The pods' HTTP client (warm-ups, standby lags); the only code that talks to the app's pods."""
 
     def close(self) -> None:
         """Release the Kafka clients and the API client (kopf's cleanup)."""

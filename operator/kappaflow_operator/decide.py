@@ -8,8 +8,9 @@ that reads (`observe`) and writes (`act`). A decision never sleeps: what must wa
 pods stopping, a StatefulSet being deleted) is a `Wait`, and the pass ends, releases the app's lock and
 is called again after `Wait.delay`.
 
-Imports only the pure modules (models, desired, topics, scaling, diff, status, volumes and the pure
-reprocess/reset steps); an import-linter contract keeps kopf, kubernetes and confluent_kafka out.
+Imports only the pure modules (models, desired, topics, scaling, diff, status, volumes, movement, the
+pure reprocess/reset steps, and decision.py's `Decision`/`Draft`); an import-linter contract keeps kopf,
+kubernetes and confluent_kafka out. The finalizer's decision is cleanup.py's.
 
 Where the operator keeps its memory, and why:
 - the topology (`kappaflow describe` output) in a ConfigMap `<name>-topology` owned by the StreamApp,
@@ -24,8 +25,8 @@ Where the operator keeps its memory, and why:
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -33,8 +34,11 @@ from pydantic import ValidationError
 
 from kappaflow_contract.keys import key_problem
 
-from . import desired, reprocess, reset, scaling, status, volumes
-from .desired.common import ACCEPTED_DESCRIBE_KEY, TOPOLOGY_KEY, AppRef, spec_hash, topology_configmap_name
+from . import desired, movement, reprocess, reset, scaling, status, volumes
+from .decision import Decision as Decision
+from .decision import Draft
+from .decision import state_claims as state_claims
+from .desired.common import ACCEPTED_DESCRIBE_KEY, AppRef, spec_hash, topology_configmap_name
 from .desired.statefulset import STATE_VOLUME
 from .diff import Action, SpecDiff, classify
 from .effects import (
@@ -42,66 +46,17 @@ from .effects import (
     Apply,
     CreateTopics,
     Delete,
-    DeleteTopics,
-    Effect,
-    Event,
     ExpandClaim,
     Patch,
     Wait,
 )
 from .models import Rollback, StableSpec, StreamAppSpec, StreamAppStatus, TopologyDescription, TopologyStatus
-from .snapshot import APPLICATION_ID_ANNOTATION, JobFacts, Snapshot, spec_or_none, status_of
-from .status import Observation, Problem, compute_status
-from .topics import internal_topic_names, plan_internal_topics
+from .snapshot import APPLICATION_ID_ANNOTATION, JobFacts, Snapshot
+from .topics import plan_internal_topics
 
 APPLIED_SPEC_ANNOTATION = "kappaflow.io/applied-spec"
 TOPOLOGY_ANNOTATION = "kappaflow.io/topology-hash"
 UPGRADED_AT_ANNOTATION = "kappaflow.io/upgraded-at"
-
-
-@dataclass(frozen=True)
-class Decision:
-    """What one pass decided: the effects to carry out in order, the status to write once, and why (and
-    for how long) it waits. The status is computed from `observation` and `extra` (see `status`)."""
-
-    effects: tuple[Effect, ...]
-    observation: Observation
-    extra: Mapping[str, Any]
-    """Status fields beyond compute_status's (topology, reprocessing, autoscaler, consumerLag, rollback,
-    reset); a None value removes the field."""
-    prev: StreamAppStatus | None
-    """The status this pass started from (with the autoscaler's new memory, when it ticked)."""
-    name: str
-    now: datetime
-    wait: Wait | None = None
-
-    @property
-    def problems(self) -> tuple[Problem, ...]:
-        return tuple(self.observation.problems)
-
-    @property
-    def events(self) -> list[Event]:
-        return [e for e in self.effects if isinstance(e, Event)]
-
-    @property
-    def status(self) -> StreamAppStatus:
-        new = compute_status(self.prev, self.observation, name=self.name, now=self.now)
-        return new.model_copy(update=dict(self.extra)) if self.extra else new
-
-    def wire(self) -> dict[str, Any]:
-        """The status as the merge patch of the /status subresource (explicit nulls remove fields)."""
-        wire = self.status.to_wire()
-        for key, value in self.extra.items():
-            if value is None:
-                wire[StreamAppStatus.model_fields[key].alias or key] = None
-        return wire
-
-    def with_volume_problems(self, more: Sequence[Problem]) -> Decision:
-        """The decision with problems `act` met growing claims (a refused resize stops nothing)."""
-        if not more:
-            return self
-        obs = replace(self.observation, volume_problems=(*self.observation.volume_problems, *more))
-        return replace(self, observation=obs)
 
 
 def app_ref(body: Mapping[str, Any]) -> AppRef:
@@ -120,54 +75,9 @@ def application_id(spec: StreamAppSpec, prev: StreamAppStatus | None, snap: Snap
     )
 
 
-def state_claims(name: str, objects: Sequence[Mapping[str, Any]]) -> list[volumes.Claim]:
-    """The StatefulSet's state claims among the app's PersistentVolumeClaims."""
-    prefix = f"{STATE_VOLUME}-{name}-"
-    return [volumes.Claim.from_object(o) for o in objects if o["metadata"]["name"].startswith(prefix)]
-
-
-@dataclass
-class _Draft:
-    """A decision under construction: effects, status extras and volume problems accumulate."""
-
-    snap: Snapshot
-    now: datetime
-    effects: list[Effect] = field(default_factory=list)
-    extra: dict[str, Any] = field(default_factory=dict)
-    volume_problems: list[status.Problem] = field(default_factory=list)
-
-    def event(self, type_: str, reason: str, message: str, *, dedupe: bool = True) -> None:
-        self.effects.append(Event(type_, reason, message, dedupe))
-
-    def problem(self, p: status.Problem) -> None:
-        """Warn with an event (deduplicated when posted: a pass every few seconds repeats none)."""
-        self.event("Warning", p.reason, p.message)
-
-    def observation(self, replicas: int, **kw: Any) -> status.Observation:
-        snap = self.snap
-        name = str((snap.app or {}).get("metadata", {}).get("name", ""))
-        # a volume that cannot be provisioned first: it is why its pod cannot be scheduled
-        unprovisioned = volumes.provisioning_problem(
-            state_claims(name, snap.claims), snap.provisioning_failures
-        )
-        problems = [*kw.pop("problems", []), *([unprovisioned] if unprovisioned is not None else [])]
-        problems += status.pod_problems(snap.pods)
-        refused = status.creation_problem(snap.statefulset, snap.pods, snap.refusals)
-        problems += [refused] if refused is not None else []
-        kw["volume_problems"] = tuple(self.volume_problems)
-        return status.Observation(snap.generation, replicas, snap.statefulset, problems=problems, **kw)
-
-    def done(
-        self, prev: StreamAppStatus | None, obs: status.Observation, wait: Wait | None = None
-    ) -> Decision:
-        assert self.snap.app is not None
-        name = self.snap.app["metadata"]["name"]
-        return Decision(tuple(self.effects), obs, dict(self.extra), prev, name, self.now, wait)
-
-
 def failed(snap: Snapshot, problem: status.Problem, now: datetime) -> Decision:
     """The status of a pass that failed carrying out its effects (an API refusal, Kafka unreachable)."""
-    d = _Draft(snap, now)
+    d = Draft(snap, now)
     prev = snap.status
     return d.done(prev, d.observation(prev.replicas or 0 if prev else 0, problems=[problem]))
 
@@ -178,7 +88,7 @@ def decide(snap: Snapshot, *, now: datetime, tick: bool = False) -> Decision:
     a rollback, the upgrade mode's steps, and the apply. `tick` marks a timer pass: only it measures the
     lag and lets the autoscaler decide (handler passes only apply)."""
     assert snap.app is not None
-    d = _Draft(snap, now)
+    d = Draft(snap, now)
     ref = app_ref(snap.app)
     prev = snap.status
     try:
@@ -247,7 +157,33 @@ def decide(snap: Snapshot, *, now: datetime, tick: bool = False) -> Decision:
     ignored = scaling.ignored_scale_request(spec, cap.replicas)
     if ignored is not None:
         d.event("Warning", "ScaleIgnored", ignored)
+    current = statefulset_replicas(snap)
+    moves = movement.plan(
+        spec,
+        prev,
+        name=ref.name,
+        pods=snap.pod_tasks,
+        statefulset=snap.statefulset,
+        current=current,
+        target=cap.replicas,
+        now=now,
+        retry_s=RETRY_S * 2,
+    )
+    if snap.pod_tasks is not None or moves.step.held:
+        d.extra["task_movement"] = moves.block
+    if moves.step.held:  # the StatefulSet keeps its pods this pass (movement.py says why)
+        cap = replace(cap, replicas=moves.step.replicas)
+        wait_s = spec.scale_in.standby_wait_seconds
+        d.event(
+            "Normal",
+            "ScaleInHeld",
+            f"scale-in {current} -> {moves.step.target} waits up to {wait_s}s "
+            "for caught-up standbys of the removed pods' tasks (status.taskMovement)",
+        )
+    elif moves.step.message:
+        d.event("Warning", "ScaleInProceeds", moves.step.message)
     common: dict[str, Any] = {"topic_plan": plan, "cap": cap, "scale_ignored": ignored}
+    common["moving"] = moves.progressing
 
     rolled = _rollback(d, spec, prev, cap.replicas)
     if rolled is not None:
@@ -298,7 +234,7 @@ def decide(snap: Snapshot, *, now: datetime, tick: bool = False) -> Decision:
         ),
         **common,
     )
-    return d.done(prev, obs)
+    return d.done(prev, obs, Wait(moves.step.message, moves.step.retry_s) if moves.step.held else None)
 
 
 def config_problem(spec: StreamAppSpec) -> status.Problem | None:
@@ -313,7 +249,7 @@ def config_problem(spec: StreamAppSpec) -> status.Problem | None:
 
 
 # ---- topology ------------------------------------------------------------------------------------------
-def _topology(d: _Draft, spec: StreamAppSpec, ref: AppRef) -> TopologyDescription | status.Problem | None:
+def _topology(d: Draft, spec: StreamAppSpec, ref: AppRef) -> TopologyDescription | status.Problem | None:
     """The topology for this image + entry point, as the describe Job published it into the topology
     ConfigMap (`desired.describe`); starts that Job when needed; None while it runs."""
     found = _published(d, spec, ref)
@@ -348,7 +284,7 @@ def _topology(d: _Draft, spec: StreamAppSpec, ref: AppRef) -> TopologyDescriptio
     )
 
 
-def _published(d: _Draft, spec: StreamAppSpec, ref: AppRef) -> TopologyDescription | status.Problem | None:
+def _published(d: Draft, spec: StreamAppSpec, ref: AppRef) -> TopologyDescription | status.Problem | None:
     """The topology ConfigMap's description; the first time one is accepted, say so (event + mark)."""
     name = topology_configmap_name(ref.name)
     cm = d.snap.topology_configmap
@@ -382,7 +318,7 @@ def statefulset_replicas(snap: Snapshot) -> int:
 
 
 def _measure(
-    d: _Draft, spec: StreamAppSpec, prev: StreamAppStatus | None, tick: bool, max_parallelism: int | None
+    d: Draft, spec: StreamAppSpec, prev: StreamAppStatus | None, tick: bool, max_parallelism: int | None
 ) -> StreamAppStatus | None:
     """The lag on every timer pass (the LAG column, with or without autoscaling) and the autoscaler's tick.
 
@@ -398,7 +334,17 @@ def _measure(
     if lag is None:
         return prev
     d.extra["consumer_lag"] = lag
-    ticked = scaling.tick(spec, prev, lag=lag, max_parallelism=max_parallelism, now=d.now)
+    found = movement.warmups(d.snap.pod_tasks or ())
+    ticked = scaling.tick(
+        spec,
+        prev,
+        lag=lag,
+        max_parallelism=max_parallelism,
+        now=d.now,
+        warming_up=found.count,
+        warming_on=", ".join(found.pods),
+        warmup_max_lag=found.max_lag,
+    )
     if ticked is None:
         return prev
     d.extra["autoscaler"] = ticked.memory
@@ -418,7 +364,7 @@ def _upgraded_at(sts: Mapping[str, Any] | None) -> datetime | None:
 
 
 def _rollback(
-    d: _Draft, spec: StreamAppSpec, prev: StreamAppStatus | None, desired_replicas: int
+    d: Draft, spec: StreamAppSpec, prev: StreamAppStatus | None, desired_replicas: int
 ) -> tuple[StreamAppSpec, StableSpec, Rollback] | None:
     """The stable spec to run instead of `spec` when `spec` is an upgrade that missed its deadline.
 
@@ -488,7 +434,7 @@ class _Applied:
 
 
 def _apply(
-    d: _Draft,
+    d: Draft,
     spec: StreamAppSpec,
     ref: AppRef,
     description: TopologyDescription,
@@ -583,20 +529,3 @@ def _apply(
     if cap.reason and (old_cap is None or old_cap.message != cap.reason):
         d.event("Warning", "ReplicasCapped", cap.reason)
     return _Applied(applying=applying)
-
-
-# ---- deletion ------------------------------------------------------------------------------------------
-def decide_cleanup(body: Mapping[str, Any], topology_configmap: Mapping[str, Any] | None) -> list[Effect]:
-    """The finalizer's effects: apply topicCleanupPolicy. Owned objects go by garbage collection."""
-    spec = spec_or_none(body)
-    if spec is None:
-        return []  # never got far enough to create topics
-    if spec.topic_cleanup_policy != "Delete":
-        return [Event("Normal", "TopicsRetained", "topicCleanupPolicy Retain: internal topics kept", False)]
-    prev = status_of(body)
-    app_id = (prev.application_id if prev is not None else None) or spec.application_id
-    names = {t.name for t in (prev.internal_topics if prev is not None else [])}
-    data = (topology_configmap or {}).get("data") or {}
-    if TOPOLOGY_KEY in data:
-        names |= set(internal_topic_names(TopologyDescription.parse(data[TOPOLOGY_KEY]), app_id))
-    return [DeleteTopics(sorted(names), announce=True)]

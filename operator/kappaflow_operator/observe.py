@@ -11,7 +11,8 @@ pass start from the newest state, whichever handler runs it.
 Why everything is read here, Kafka's side included: `decide` is then a pure function of the snapshot.
 What is read depends on the spec (the describe Job only while no topology is published for it, the
 reset Job only in reset mode, the group's members only once a reset stopped every pod, the lag only on
-timer passes), decided by small pure predicates the decision modules own.
+timer passes, the pods' own tasks on timer passes and while a scale-in is pending), decided by small
+pure predicates the decision modules own.
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from . import desired, reprocess, reset, status, volumes
+from . import desired, movement, reprocess, reset, status, volumes
 from .admins import KafkaAdmins, SecretReferenceError
 from .context import Context
-from .decide import app_ref, application_id, state_claims
+from .decide import app_ref, application_id, state_claims, statefulset_replicas
 from .desired.common import APP_LABEL, AppRef, spec_hash, topology_configmap_name
 from .desired.jobs import DESCRIBE_JOB_LABEL
 from .desired.spark import REPROCESS_OF_LABEL, SPARK_API_VERSION
@@ -122,6 +123,8 @@ def observe(
 
     prev = snap.status
     app_id = application_id(spec, prev, snap)
+    if movement.read_due(spec, prev, statefulset_replicas(snap), tick):
+        snap = replace(snap, pod_tasks=ctx.read_pod_tasks(pods, spec.metrics.port))
     if tick and description is not None:
         try:
             snap = replace(snap, lag=admin.consumer_lag(app_id, sorted(description.source_topics)))

@@ -25,6 +25,7 @@ import kopf
 from . import metrics, status
 from .act import act
 from .admins import KafkaAdmins, SecretReferenceError
+from .cleanup import decide_cleanup
 from .context import RETRY_S, Context, KafkaFactory
 from .decide import (
     APPLIED_SPEC_ANNOTATION,
@@ -32,7 +33,6 @@ from .decide import (
     UPGRADED_AT_ANNOTATION,
     app_ref,
     decide,
-    decide_cleanup,
     failed,
 )
 from .desired.common import ACCEPTED_DESCRIBE_KEY, TOPOLOGY_KEY, topology_configmap_name

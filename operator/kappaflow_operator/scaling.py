@@ -53,12 +53,19 @@ def autoscale(
     now: datetime,
     max_parallelism: int | None = None,
     tolerance: float = 0.1,
+    warming_up: int = 0,
+    warming_on: str = "",
 ) -> ScaleDecision:
     """The replica count the lag calls for, like the HPA's: ceil(lag / target), bounded and damped.
 
     Damping: within `tolerance` of the target no change is made (no flapping around a boundary), and a
     change in either direction waits out its cooldown since the last scale (scaling up should be quick,
     scaling down slow, because each change is a rebalance that itself causes lag).
+
+    Warm-ups (`warming_up` tasks on the pods `warming_on`, movement.py): no step in either direction
+    while the last one's tasks are still moving. The lag of a scale-out stays high until the new pod
+    joins, so a second scale-up would only add pods whose warm-ups move tasks again; a scale-in would
+    remove pods whose state the move is building.
     """
     upper = max_replicas if max_parallelism is None else max(min(max_replicas, max_parallelism), min_replicas)
     wanted = math.ceil(total_lag / lag_per_replica) if total_lag > 0 else 0
@@ -70,6 +77,13 @@ def autoscale(
         return ScaleDecision(current, f"lag {total_lag} fits {current} replicas", False)
     if current > 0 and abs(total_lag / (current * lag_per_replica) - 1.0) <= tolerance:
         return ScaleDecision(current, f"lag {total_lag} within {tolerance:.0%} of target", False)
+    if warming_up > 0:
+        direction = "up" if target > current else "down"
+        return ScaleDecision(
+            current,
+            f"scale {direction} to {target} held: {warming_up} tasks warming up on {warming_on or 'a pod'}",
+            False,
+        )
     cooldown = scale_up_cooldown_s if target > current else scale_down_cooldown_s
     if last_scale_time is not None:
         waited = (now - last_scale_time).total_seconds()
@@ -127,12 +141,16 @@ def tick(
     lag: int,
     max_parallelism: int | None,
     now: datetime,
+    warming_up: int = 0,
+    warming_on: str = "",
+    warmup_max_lag: int | None = None,
 ) -> Tick | None:
     """Decide once per `autoscaling.intervalSeconds` from the measured lag; None when it is not time.
 
     Pure: the caller measured `lag` in the same pass, from the same fresh status it passes here, and
     writes the returned memory with that pass's single status write (never a write of its own, which a
-    pass holding an older copy would undo).
+    pass holding an older copy would undo). `warming_up`, `warming_on` and `warmup_max_lag` are the
+    pods' warm-ups (movement.warmups), shown in the memory and holding any step (`autoscale`).
     """
     auto = spec.autoscaling
     if not auto.enabled or spec.replicas == 0:
@@ -153,13 +171,19 @@ def tick(
         last_scale_time=memory.last_scale_time if memory is not None else None,
         now=now,
         max_parallelism=max_parallelism,
+        warming_up=warming_up,
+        warming_on=warming_on,
     )
     record = AutoscalerDecision(
         time=now, from_replicas=current, to_replicas=decision.replicas, lag=lag, reason=decision.reason
     )
     last_scale = now if decision.changed else (memory.last_scale_time if memory is not None else None)
     new = AutoscalerStatus(
-        desired_replicas=decision.replicas, last_scale_time=last_scale, last_decision=record
+        desired_replicas=decision.replicas,
+        last_scale_time=last_scale,
+        last_decision=record,
+        warmup_tasks=warming_up,
+        warmup_max_lag=warmup_max_lag if warming_up else None,
     )
     return Tick(new, decision.reason if decision.changed else None)
 

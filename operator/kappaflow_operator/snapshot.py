@@ -59,6 +59,26 @@ class JobFacts:
 
 
 @dataclass(frozen=True)
+class LocalTask:
+    """One task a pod holds, as the pod reports it: its role there and its changelog lag."""
+
+    role: str
+    """active, restoring, standby or warmup (the runtime's `local_task_roles`)."""
+    lag: int | None
+    """Changelog records behind; None when the pod does not report it (stream workers > 1)."""
+
+
+@dataclass(frozen=True)
+class PodTasks:
+    """A pod's own tasks (movement.parse_pod_tasks), or why they could not be read."""
+
+    pod: str
+    tasks: Mapping[str, LocalTask] = field(default_factory=dict)
+    error: str | None = None
+    """Why the pod's answer is missing (unreachable, not JSON); `tasks` is then empty."""
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """What one pass knows about one StreamApp: the object itself, what it owns, and Kafka's side.
 
@@ -102,6 +122,9 @@ class Snapshot:
     missing one."""
     provisioning_failures: Sequence[Mapping[str, Any]] = ()
     """The namespace's ProvisioningFailed claim events, read only while a state claim is unbound."""
+    pod_tasks: Sequence[PodTasks] | None = None
+    """Each running pod's own tasks, read on timer passes and while a scale-in is pending
+    (movement.read_due); None when not read."""
 
     @property
     def deleting(self) -> bool:

@@ -92,6 +92,8 @@ class Observation:
     """What this pass changed on an existing StatefulSet. `statefulset` was read before the change, so
     its status cannot show it yet: the app is not Running (nor its spec stable) until a later pass sees
     the StatefulSet controller report the change done."""
+    moving: tuple[str, str] | None = None
+    """(reason, message) while tasks move between pods: warm-ups, a held scale-in (movement.py)."""
 
 
 def name_problem(name: str) -> Problem | None:
@@ -248,6 +250,8 @@ def _phase(obs: Observation, roll: _Rollout | None) -> tuple[Phase, str, str]:
         return "Scaling", "Scaling", f"applied {obs.desired_replicas} replicas"
     if roll.rolling:
         return "Upgrading", "RollingUpdate", f"{roll.updated}/{obs.desired_replicas} pods updated"
+    if obs.moving is not None:
+        return "Scaling", *obs.moving
     if roll.ready == 0:
         return "Pending", "PodsStarting", f"0/{obs.desired_replicas} pods ready (restoring state)"
     if roll.replicas != obs.desired_replicas or roll.ready != obs.desired_replicas or not roll.settled:

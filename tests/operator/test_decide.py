@@ -15,12 +15,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kappaflow_operator import desired
+from kappaflow_operator.cleanup import decide_cleanup
 from kappaflow_operator.decide import (
     APPLIED_SPEC_ANNOTATION,
     UPGRADED_AT_ANNOTATION,
     Decision,
     decide,
-    decide_cleanup,
     failed,
 )
 from kappaflow_operator.desired.common import (

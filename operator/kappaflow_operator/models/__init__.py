@@ -11,6 +11,7 @@ from .spec import (
     KafkaConnection,
     Metrics,
     SaslConfig,
+    ScaleIn,
     SparkSettings,
     StateVolume,
     StreamAppSpec,
@@ -27,6 +28,7 @@ from .status import (
     Rollback,
     StableSpec,
     StreamAppStatus,
+    TaskMovement,
     TopologyStatus,
 )
 from .topology import InternalTopic, SubTopology, TopologyDescription
@@ -68,6 +70,7 @@ __all__ = [
     "ResetProgress",
     "Rollback",
     "SaslConfig",
+    "ScaleIn",
     "SecretKeySelector",
     "SparkSettings",
     "StableSpec",
@@ -75,6 +78,7 @@ __all__ = [
     "StreamAppSpec",
     "StreamAppStatus",
     "SubTopology",
+    "TaskMovement",
     "TlsConfig",
     "Toleration",
     "TopologyDescription",

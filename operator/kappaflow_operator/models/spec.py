@@ -204,6 +204,16 @@ class Autoscaling(CamelModel):
         return self
 
 
+class ScaleIn(CamelModel):
+    """How a scale-in hands the tasks of the pods it removes over to their standbys."""
+
+    standby_wait_seconds: Annotated[int, Field(ge=0, le=86400)] = 300
+    """Longest a scale-in (by the autoscaler or spec.replicas) waits, before the StatefulSet loses pods,
+    for every active task of those pods to have a standby on a pod that stays within config
+    `acceptable.recovery.lag` of its changelog; then it proceeds and those tasks restore the rest. 0
+    scales in at once. Without standbyReplicas there is nothing to wait for."""
+
+
 SparkMemory = Annotated[str, Field(pattern=SPARK_MEMORY_PATTERN)]
 #: A CPU quantity as Kubernetes writes one: cores (1, 0.5) or millicores (250m).
 CpuQuantity = Annotated[str, Field(pattern=r"^([0-9]+(\.[0-9]+)?|[0-9]+m)$")]
@@ -320,6 +330,7 @@ class StreamAppSpec(CamelModel):
     interactive_queries: InteractiveQueries = Field(default_factory=InteractiveQueries)
     metrics: Metrics = Field(default_factory=Metrics)
     autoscaling: Autoscaling = Field(default_factory=Autoscaling)
+    scale_in: ScaleIn = Field(default_factory=ScaleIn)
     upgrade: Upgrade = Field(default_factory=Upgrade)
     topic_cleanup_policy: Literal["Retain", "Delete"] = "Retain"
     """On deletion: keep (Retain) or delete (Delete) the internal topics."""

@@ -102,6 +102,33 @@ class AutoscalerStatus(CamelModel):
     desired_replicas: int | None = None
     last_scale_time: datetime | None = None
     last_decision: AutoscalerDecision | None = None
+    warmup_tasks: int | None = None
+    """Tasks warming up when it last decided: while any are, it takes no scaling step."""
+    warmup_max_lag: int | None = None
+    """The largest changelog lag (records) among those warm-ups."""
+
+
+class TaskMovement(CamelModel):
+    """Tasks on the move between pods, as each pod reports its own (GET /health/ready on the metrics
+    port): warm-ups a scale-out waits for, and a scale-in held until standbys are caught up."""
+
+    warmup_tasks: int = 0
+    """Warm-up replicas catching up on pods that have not joined the group yet; the current owners keep
+    processing these tasks until they are within acceptable.recovery.lag."""
+    warmup_max_lag: int | None = None
+    """The largest changelog lag (records) among them."""
+    warmup_pods: list[str] = Field(default_factory=list)
+    restoring_tasks: int = 0
+    """Active tasks restoring their state (not processing until done)."""
+    scale_in_to: int | None = None
+    """The replica count a held scale-in goes to once standbys are caught up."""
+    scale_in_held_since: datetime | None = None
+    """When the scale-in to scaleInTo was first held (spec.scaleIn.standbyWaitSeconds counts from it)."""
+    waiting_for: list[str] = Field(default_factory=list)
+    """Active tasks of the pods to remove with no caught-up standby on a pod that stays (`task@pod`)."""
+    unreachable_pods: list[str] = Field(default_factory=list)
+    """Pods whose tasks could not be read, with why."""
+    message: str = ""
 
 
 class ReprocessingRun(CamelModel):
@@ -177,3 +204,5 @@ class StreamAppStatus(CamelModel):
     """Set while the current spec is a failed upgrade that was rolled back to lastStableSpec."""
     reset: ResetProgress | None = None
     """Set while an `upgrade.mode: reset` runs (phase Resetting)."""
+    task_movement: TaskMovement | None = None
+    """Warm-ups and a held scale-in, while there are any."""
