@@ -6,6 +6,7 @@ no bootstrap address is given, and stops it at the end; this is that one piece, 
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,12 +22,12 @@ def bench_broker(bootstrap: str) -> Iterator[tuple[str, LocalKafkaBroker | None]
     if bootstrap:
         yield bootstrap, None
         return
-    broker = LocalKafkaBroker(
-        free_port(), Path(tempfile.mkdtemp(prefix="kafka-bench-")), controller_port=free_port()
-    )
+    data_dir = Path(tempfile.mkdtemp(prefix="kafka-bench-"))
+    broker = LocalKafkaBroker(free_port(), data_dir, controller_port=free_port())
     print("==> starting the broker", flush=True)
     broker.start()
     try:
         yield broker.bootstrap_servers, broker
     finally:
         broker.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)  # a bench's log segments are hundreds of MB
