@@ -145,6 +145,34 @@ class VersionedKeyValueStore(MeteredStoreBase):
         valid = [i for i, (ts, _) in enumerate(versions) if ts <= as_of_timestamp]
         return self._record(versions, valid[-1]) if valid else None
 
+    def get_versions(
+        self, key: Any, from_time: int | None = None, to_time: int | None = None, ascending: bool = False
+    ) -> list[VersionedRecord[Any]]:
+        """Every version of `key` valid at some time in `[from_time, to_time]` (None: unbounded), newest
+        first unless `ascending` (KIP-968's multi-versioned key query; `select_versions` decides)."""
+        versions = self._versions(self._k(key))
+        boundary = self.observed_stream_time - self.history_retention_ms
+        chosen = select_versions([ts for ts, _ in versions], from_time, to_time, boundary)
+        records = [self._record(versions, index) for index in chosen]
+        found = [record for record in records if record is not None]
+        return found if ascending else found[::-1]
+
+
+def select_versions(
+    valid_from: list[int], from_time: int | None, to_time: int | None, boundary: int
+) -> list[int]:
+    """Which of a key's versions (their valid-from times, oldest first) a history query over `[from_time,
+    to_time]` returns, by index, oldest first - Java's rule: a version valid from `f` until `t` (exclusive;
+    the latest one: forever) overlaps the range when `f <= to_time` and `t > from_time`. When the whole
+    range lies before the history retention's `boundary` only the latest version is considered (it never
+    expires); older rows may still be stored there, but Java answers from its latest-value store alone.
+    Tombstones are filtered out by the caller (they are not versions to return)."""
+    low = -(1 << 63) if from_time is None else from_time
+    high = (1 << 63) - 1 if to_time is None else to_time
+    last = len(valid_from) - 1
+    candidates = [last] if last >= 0 and high < boundary else range(len(valid_from))
+    return [i for i in candidates if valid_from[i] <= high and (i == last or valid_from[i + 1] > low)]
+
 
 @dataclass
 class VersionedKeyValueStoreBuilder:
