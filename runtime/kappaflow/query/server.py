@@ -54,6 +54,8 @@ log = logging.getLogger(__name__)
 
 RETRY_AFTER_S = 1
 FORWARD_TIMEOUT_S = 5.0
+# what may follow /v1/stores/{store}/keys/{key}: "" (a key-value lookup), or one of these
+KEY_ACTIONS = ("", "windows", "sessions", "metadata", *versioned.HTTP_ACTIONS)
 
 
 class HttpAnswer(Exception):
@@ -96,13 +98,7 @@ class QueryService:
                 return 200, self.scan(store, "range", query)
             if len(rest) >= 2 and rest[0] == "keys":
                 action = rest[2] if len(rest) == 3 else ""
-                if len(rest) <= 3 and action in (
-                    "",
-                    "windows",
-                    "sessions",
-                    "metadata",
-                    *versioned.HTTP_ACTIONS,
-                ):
+                if len(rest) <= 3 and action in KEY_ACTIONS:
                     return self.key_request(store, rest[1], action, path, query)
         raise HttpAnswer(404, {"error": f"no such endpoint: {path} (see /openapi.json)"})
 
