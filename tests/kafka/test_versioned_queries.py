@@ -1,10 +1,13 @@
 """KIP-960/968 versioned key queries against a running application on the real broker: two instances
 share a versioned table; a key's version as of a time and its history are asked over HTTP from the
 instance that does not own the key (so the request is routed to the owner, as any key lookup), and
-through the Python API on the owner. A plain store refuses both, clearly, before anything is routed."""
+through the Python API on the owner. A plain store refuses both, clearly, before anything is routed.
+Then `kappaflow run` with two worker processes: the parent's one server reads each key through the worker
+holding its task."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -18,7 +21,14 @@ from kappaflow.runner import KafkaStreams
 from kappaflow.runner.metadata import HostInfo
 from kappaflow.state.versioned import VersionedRecord
 from tests.harness.kafka_fixtures import free_port
-from tests.kafka.streams_support import fast_config, wait_for, wait_running
+from tests.kafka.streams_support import (
+    fast_config,
+    http_get,
+    kill_if_running,
+    start_cli_app,
+    wait_for,
+    wait_running,
+)
 from tests.kafka.test_interactive_queries import get_json
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
@@ -123,3 +133,50 @@ def test_versioned_queries_over_http_are_routed_to_the_owner_and_work_from_pytho
         for streams, server, _ in instances:
             server.stop()
             streams.close(30)
+
+
+def test_versioned_queries_through_worker_processes(
+    kafka_bootstrap: str, kafka_topics: Any, tmp_path: Any
+) -> None:
+    prices, stock = kafka_topics("vqw-prices", partitions=4), kafka_topics("vqw-stock", partitions=4)
+    query_port = free_port()
+    props = fast_config(
+        kafka_bootstrap,
+        f"vqw-{uuid.uuid4().hex[:8]}",
+        str(tmp_path / "state"),
+        **{
+            "num.stream.threads": 2,
+            "application.server": f"127.0.0.1:{query_port}",
+            "query.http.enabled": "true",
+            "query.http.host": "127.0.0.1",
+        },
+    )
+    env = {"VQ_PRICES": prices, "VQ_STOCK": stock}
+    process = start_cli_app("tests.kafka.apps:versioned_prices", props, tmp_path, env)
+    try:
+        produce_versions(kafka_bootstrap, prices, stock)
+
+        def history(key: str) -> list[Any] | None:
+            status, text = http_get(query_port, f"/v1/stores/prices/keys/{key}/versions?order=asc")
+            if status != 200:  # 0 while the server is not listening yet, 503 while tasks are assigned
+                return None
+            return [(v["value"], v["timestamp"], v["valid_to"]) for v in json.loads(text)["versions"]]
+
+        expected = {
+            key: [(f"{key}-v1", 1000, 2000), (f"{key}-v2", 2000, 3000), (f"{key}-v3", 3000, None)]
+            for key in KEYS
+        }
+        wait_for(
+            lambda: {key: history(key) for key in KEYS} == expected, 90, "every key's history, both workers"
+        )
+        for key in KEYS:
+            status, body, _ = get_json(query_port, f"/v1/stores/prices/keys/{key}/version?as_of=2999")
+            assert (status, body["value"], body["valid_to"]) == (200, f"{key}-v2", 3000), body
+        status, body, _ = get_json(query_port, "/v1/stores/stock/keys/sku0/versions")
+        assert status == 400 and "not a versioned one" in body["error"]
+    finally:
+        process.terminate()
+        try:
+            process.wait(45)
+        finally:
+            kill_if_running(process)
