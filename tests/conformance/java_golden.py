@@ -44,6 +44,7 @@ JAVA_SOURCES = (
     HERE / "java" / "Describe.java",
     HERE / "java" / "NamingTopologies.java",
     HERE / "java" / "FkKvTopologies.java",
+    HERE / "java" / "VersionedQueries.java",
 )
 MAIN_CLASS = "Conformance"
 

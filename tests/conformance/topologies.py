@@ -32,6 +32,7 @@ from kappaflow.dsl.windows import JoinWindows, SessionWindows, SlidingWindows, T
 from tests.conformance.conventions import Outputs, Params, join, s, starts_a
 from tests.conformance.topologies_fkkv import fkkv_families
 from tests.conformance.topologies_nm import naming_families
+from tests.conformance.topologies_vq import vq_families
 from tests.conformance.topologies_vt import versioned_families
 
 
@@ -530,6 +531,7 @@ FAMILIES = (
     versioned_families,
     naming_families,
     fkkv_families,
+    vq_families,
 )
 
 

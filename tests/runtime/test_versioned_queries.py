@@ -14,7 +14,7 @@ from kappaflow import Materialized, Stores, StreamsBuilder
 from kappaflow.api.errors import InvalidStateStoreError
 from kappaflow.query import MultiVersionedKeyQuery, ResultOrder, VersionedKeyQuery, VersionedRecord
 from kappaflow.query.versioned import query_from_params, run_multi_versioned, run_versioned, version_json
-from kappaflow.state.versioned import select_versions
+from kappaflow.state.versioned import default_segment_interval, expired_versions, select_versions
 from kappaflow.testing import TopologyTestDriver
 
 CFG = {"default.key.serde": "String", "default.value.serde": "String"}
@@ -163,3 +163,32 @@ def test_worker_processes_answer_versioned_calls_from_the_keys_task() -> None:
     view.get_versions("j", 1, 2, True)
     view.query(MultiVersionedKeyQuery.with_key("q"))
     assert pool.routed == [("get", "0_k"), ("get_versions", "0_j"), ("query", "0_q")]
+
+
+def test_old_versions_expire_a_segment_at_a_time_as_in_java() -> None:
+    """A version is filed under the segment of its end; a segment wholly before the retention boundary goes.
+    Until then a history query still returns versions that ended before the boundary (Java's too: the
+    vq-late-puts-beyond-retention conformance scenario)."""
+    assert [default_segment_interval(ms) for ms in (10, 60_000, 100_000, 3_600_000, 86_400_000)] == [
+        2_000,
+        20_000,
+        20_000,
+        300_000,
+        3_600_000,
+    ]
+    starts = [0, 1_500, 2_500, 9_000]  # ends 1_500 (segment 0), 2_500 (1), 9_000 (4); the latest never ends
+    assert expired_versions(starts, boundary=1_999, segment_interval_ms=2_000) == []
+    assert expired_versions(starts, boundary=2_000, segment_interval_ms=2_000) == [0]
+    assert expired_versions(starts, boundary=9_999, segment_interval_ms=2_000) == [0, 1_500]  # 9_000: live
+    assert expired_versions(starts, boundary=10_000, segment_interval_ms=2_000) == [0, 1_500, 2_500]
+    assert expired_versions(starts, boundary=-5, segment_interval_ms=2_000) == []
+    with TopologyTestDriver(prices(history=10), CFG) as driver:
+        topic = driver.create_input_topic("prices")
+        for value, ts in (("a", 100), ("b", 105), ("c", 120), ("d", 5_000)):
+            topic.pipe_input("k", value, ts)
+        store = driver.get_state_store("p")
+        # stream time 5_000, boundary 4_990: segment 0 (ends before 2_000) is gone, the rest is history
+        assert run_multi_versioned(store, MultiVersionedKeyQuery.with_key("k")) == [
+            VersionedRecord("d", 5_000),
+            VersionedRecord("c", 120, 5_000),
+        ]
