@@ -43,6 +43,8 @@ JAVA_SOURCES = (
     HERE / "java" / "Topologies.java",
     HERE / "java" / "Describe.java",
     HERE / "java" / "NamingTopologies.java",
+    HERE / "java" / "FkKvTopologies.java",
+    HERE / "java" / "VersionedQueries.java",
 )
 MAIN_CLASS = "Conformance"
 

@@ -17,6 +17,7 @@ from kappaflow.api.serdes import Long, String
 from kappaflow.testing import TopologyTestDriver
 from tests.conformance import java_golden
 from tests.conformance.topologies import build
+from tests.conformance.topologies_vq import run_queries
 
 SCENARIOS: list[dict[str, Any]] = json.loads(java_golden.SCENARIOS.read_text())["scenarios"]
 GOLDEN: dict[str, Any] = json.loads(java_golden.GOLDEN.read_text())
@@ -65,6 +66,8 @@ def run_scenario(scenario: dict[str, Any]) -> dict[str, Any]:
             result["stores"] = {
                 name: dump_store(driver, kind, name, keys) for kind, name in scenario["stores"]
             }
+        if "queries" in scenario:
+            result["queries"] = run_queries(driver, scenario["queries"])
     return result
 
 
@@ -107,6 +110,7 @@ def test_matches_kafka_streams(scenario: dict[str, Any]) -> None:
             f"Kafka Streams:\n{_describe(expected['records'])}\nkappaflow:\n{_describe(actual['records'])}"
         )
     assert actual.get("stores") == expected.get("stores")
+    assert actual.get("queries") == expected.get("queries")
 
 
 def test_every_scenario_has_a_golden_result() -> None:

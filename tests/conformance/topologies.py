@@ -30,7 +30,9 @@ from kappaflow.api.processor import ProcessorContext
 from kappaflow.api.serdes import Long, String
 from kappaflow.dsl.windows import JoinWindows, SessionWindows, SlidingWindows, TimeWindows
 from tests.conformance.conventions import Outputs, Params, join, s, starts_a
+from tests.conformance.topologies_fkkv import fkkv_families
 from tests.conformance.topologies_nm import naming_families
+from tests.conformance.topologies_vq import vq_families
 from tests.conformance.topologies_vt import versioned_families
 
 
@@ -519,7 +521,18 @@ def _ph(b: StreamsBuilder, family: str, p: Params) -> Outputs | None:
 # ================================================================ end of the ph- block
 
 
-FAMILIES = (_stateless, _tables, _aggregations, _windows, _joins, _ph, versioned_families, naming_families)
+FAMILIES = (
+    _stateless,
+    _tables,
+    _aggregations,
+    _windows,
+    _joins,
+    _ph,
+    versioned_families,
+    naming_families,
+    fkkv_families,
+    vq_families,
+)
 
 
 def build(family: str, params: Params) -> tuple[Topology, Outputs]:

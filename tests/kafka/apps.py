@@ -67,3 +67,10 @@ def async_wordcount() -> Any:
     checked = counts.to_stream().map_values_async(count_lookup, max_in_flight=32)
     checked.to(os.environ["WC_OUTPUT"], key_serde=serdes.String(), value_serde=serdes.Long())
     return builder.build()
+
+
+def versioned_prices() -> Any:
+    """A versioned table of prices and a plain one of stock (tests/kafka/test_versioned_queries.py)."""
+    from tests.kafka.test_versioned_queries import topology
+
+    return topology(os.environ["VQ_PRICES"], os.environ["VQ_STOCK"])

@@ -3,6 +3,7 @@
 from kappaflow.dsl.branched import Branched, BranchedKStream
 from kappaflow.dsl.builder import StreamsBuilder
 from kappaflow.dsl.change import Change
+from kappaflow.dsl.fk_extractor import ForeignKeyExtractor
 from kappaflow.dsl.grouped import KGroupedStream
 from kappaflow.dsl.kstream import KStream
 from kappaflow.dsl.ktable import GlobalKTable, KGroupedTable, KTable
@@ -17,6 +18,7 @@ __all__ = [
     "BufferConfig",
     "Change",
     "Consumed",
+    "ForeignKeyExtractor",
     "GlobalKTable",
     "Grouped",
     "JoinWindows",

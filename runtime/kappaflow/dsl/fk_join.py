@@ -24,6 +24,9 @@ rows with a null foreign key (they join with null, KIP-962, Kafka 3.7+); an inne
 them. Without `Materialized` the result has no store and needs no value serde, as in Java; a later
 operation that must look the result up (a join) materializes it then.
 
+The foreign key comes from a `ForeignKeyExtractor` (dsl/fk_extractor.py): from the value, or from the key
+and the value (KIP-1104); it is asked with the row's key for the old value as for the new one.
+
 `KTable.join` calls `foreign_key_join`, so it takes the tables as `TableSide`s and makes the result
 table through the left one (`_derive_table`).
 """
@@ -40,6 +43,7 @@ from kappaflow.api.processor import ProcessorContext
 from kappaflow.api.record import Record
 from kappaflow.api.serdes import Bytes, Serde
 from kappaflow.dsl.change import Change
+from kappaflow.dsl.fk_extractor import ForeignKeyExtractor
 from kappaflow.dsl.graph import InternalBuilder
 from kappaflow.dsl.join_sides import TableSide
 from kappaflow.dsl.joins import adapt_joiner, source_topics
@@ -94,7 +98,7 @@ def combined_prefix(fk: bytes) -> bytes:
 
 
 def subscription_instructions(
-    extractor: Callable[[Any], Any], old: Any, new: Any, left: bool
+    extractor: ForeignKeyExtractor[Any, Any, Any], key: Any, old: Any, new: Any, left: bool
 ) -> list[tuple[Any, int]]:
     """The (foreign key, instruction) messages one left change sends, as Kafka Streams 4.x decides them.
 
@@ -104,8 +108,8 @@ def subscription_instructions(
     foreign key is null, but unsubscribes the old one with `DELETE_AND_PROPAGATE` so a previous result
     is retracted; a changed foreign key unsubscribes silently and asks the new one for a result or a
     tombstone; an insert or an unchanged foreign key only propagates an actual join."""
-    old_fk = None if old is None else extractor(old)
-    new_fk = None if new is None else extractor(new)
+    old_fk = None if old is None else extractor.extract(key, old)
+    new_fk = None if new is None else extractor.extract(key, new)
     if left:
         if old is None and new is None:
             return []
@@ -118,9 +122,9 @@ def subscription_instructions(
     return [(new_fk, PROPAGATE_ONLY_IF_FK_VALUE)]
 
 
-def _skips_null_fk(extractor: Callable[[Any], Any], new: Any) -> bool:
+def _skips_null_fk(extractor: ForeignKeyExtractor[Any, Any, Any], key: Any, new: Any) -> bool:
     """An inner join's new row dropped for a null foreign key (counted as a dropped record)."""
-    return new is not None and extractor(new) is None
+    return new is not None and extractor.extract(key, new) is None
 
 
 class SubscriptionSendProcessor:
@@ -129,7 +133,7 @@ class SubscriptionSendProcessor:
     context: ProcessorContext
 
     def __init__(
-        self, extractor: Callable[[Any], Any], left: bool, serdes: tuple[Any, Any], label: str
+        self, extractor: ForeignKeyExtractor[Any, Any, Any], left: bool, serdes: tuple[Any, Any], label: str
     ) -> None:
         self.extractor = extractor
         self.left = left
@@ -158,10 +162,10 @@ class SubscriptionSendProcessor:
         assert pk is not None
         digest = value_hash(self.value_serde.serialize("", change.new_value))
         for fk, instruction in subscription_instructions(
-            self.extractor, change.old_value, change.new_value, self.left
+            self.extractor, record.key, change.old_value, change.new_value, self.left
         ):
             self._send(fk, instruction, digest, pk, record)
-        if not self.left and _skips_null_fk(self.extractor, change.new_value):
+        if not self.left and _skips_null_fk(self.extractor, record.key, change.new_value):
             drop_record(self.context, "null-foreign-key", self.label)
 
     def close(self) -> None:
@@ -309,7 +313,7 @@ class ResponseResolverProcessor:
 def foreign_key_join(
     left: Table,
     right: Table,
-    extractor: Callable[[Any], Any],
+    extractor: ForeignKeyExtractor[Any, Any, Any],
     joiner: Callable[..., Any],
     left_join: bool,
     materialized: Materialized | str | None,
@@ -424,6 +428,8 @@ def _output_table(
     )
     if materialized is not None:
         materialize()
+    else:  # Java checks the name it generated for KIP-1111 even if the store is never built
+        topology.unbuilt_store_names.append(name)
     getter = ValueGetterSupplier(store, bind, None if store else materialize)
     table = left._derive_table(
         output, left.key_serde, mat.value_serde, store[0] if store else None, getter=getter

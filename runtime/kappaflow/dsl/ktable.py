@@ -23,6 +23,7 @@ from kappaflow.api.errors import TopologyError
 from kappaflow.api.processor import ProcessorContext
 from kappaflow.api.serdes import Long, Serde
 from kappaflow.dsl.change import ChangeSerde
+from kappaflow.dsl.fk_extractor import ForeignKeyExtractor
 from kappaflow.dsl.fk_join import foreign_key_join
 from kappaflow.dsl.graph import InternalBuilder
 from kappaflow.dsl.options import Grouped, Materialized
@@ -40,7 +41,7 @@ from kappaflow.dsl.table_processors import (
     count_subtract,
 )
 from kappaflow.dsl.table_transform import KTableTransformValuesProcessor, transformed_lookup
-from kappaflow.dsl.typevars import KR, VA, VR, K, V
+from kappaflow.dsl.typevars import KO, KR, VA, VO, VR, K, V
 from kappaflow.dsl.value_getters import ValueGetter, ValueGetterSupplier, derived_getter, store_getter
 from kappaflow.dsl.versioned_table import (
     KTableVersionedSourceProcessor,
@@ -316,33 +317,76 @@ class KTable(Generic[K, V]):
 
     # ----------------------------------------------------------------- joins and suppression
     def _join(
-        self, kind: str, other: KTable[Any, Any], second: Callable[..., Any], third: Any, materialized: Any
+        self, kind: str, other: KTable[Any, Any], args: tuple[Any, ...], materialized: Any
     ) -> KTable[K, Any]:
-        if callable(third):  # (other, foreign_key_extractor, joiner[, materialized])
-            return foreign_key_join(self, other, second, third, kind == "left", materialized)
+        """Which join the positional arguments ask for: `(joiner[, materialized])` on the primary key, or
+        `(foreign_key_extractor, joiner[, materialized])`, told apart by a ForeignKeyExtractor or a
+        callable in the second place (a `Materialized` or store name is never callable)."""
+        if not 1 <= len(args) <= 3:
+            raise TypeError(f"KTable join: expected 1 to 3 arguments after `other`, got {len(args)}")
+        second, third = args[0], args[1] if len(args) > 1 else None
+        if len(args) == 3:
+            materialized = args[2]
+        if isinstance(second, ForeignKeyExtractor) or callable(third):
+            # (other, foreign_key_extractor, joiner[, materialized])
+            if not callable(third):
+                raise TopologyError("a foreign-key join needs a joiner after the ForeignKeyExtractor")
+            extractor: ForeignKeyExtractor[Any, Any, Any] = ForeignKeyExtractor.of(second)
+            return foreign_key_join(self, other, extractor, third, kind == "left", materialized)
         return table_table_join(self, other, second, kind, third if third is not None else materialized)
 
+    @overload
     def join(
         self,
-        other: KTable[Any, Any],
-        joiner_or_fk_extractor: Callable[..., Any],
-        joiner_or_materialized: Any = None,
+        other: KTable[K, VO],
+        joiner: Callable[[V, VO], VR] | Callable[[K, V, VO], VR],
+        /,
         materialized: Materialized | str | None = None,
+    ) -> KTable[K, VR]: ...
+
+    @overload
+    def join(
+        self,
+        other: KTable[KO, VO],
+        foreign_key_extractor: ForeignKeyExtractor[K, V, KO] | Callable[[V], KO | None],
+        joiner: Callable[[V, VO], VR] | Callable[[K, V, VO], VR],
+        /,
+        materialized: Materialized | str | None = None,
+    ) -> KTable[K, VR]: ...
+
+    def join(
+        self, other: KTable[Any, Any], *args: Any, materialized: Materialized | str | None = None
     ) -> KTable[K, Any]:
         """`join(other, joiner[, materialized])` on the primary key, or `join(other, fk_extractor, joiner
-        [, materialized])`: a foreign-key join where `fk_extractor(left_value)` is the other table's key."""
-        return self._join("inner", other, joiner_or_fk_extractor, joiner_or_materialized, materialized)
+        [, materialized])`: a foreign-key join where the extractor gives the other table's key - a plain
+        callable from the value, `ForeignKeyExtractor.from_key_and_value(f)` from the key and the value."""
+        return self._join("inner", other, args, materialized)
 
+    @overload
     def left_join(
         self,
-        other: KTable[Any, Any],
-        joiner_or_fk_extractor: Callable[..., Any],
-        joiner_or_materialized: Any = None,
+        other: KTable[K, VO],
+        joiner: Callable[[V, VO | None], VR] | Callable[[K, V, VO | None], VR],
+        /,
         materialized: Materialized | str | None = None,
+    ) -> KTable[K, VR]: ...
+
+    @overload
+    def left_join(
+        self,
+        other: KTable[KO, VO],
+        foreign_key_extractor: ForeignKeyExtractor[K, V, KO] | Callable[[V], KO | None],
+        joiner: Callable[[V, VO | None], VR] | Callable[[K, V, VO | None], VR],
+        /,
+        materialized: Materialized | str | None = None,
+    ) -> KTable[K, VR]: ...
+
+    def left_join(
+        self, other: KTable[Any, Any], *args: Any, materialized: Materialized | str | None = None
     ) -> KTable[K, Any]:
         """A table join that keeps every row of this table: the joiner gets `None` for the other value when
-        the other table has no row for the key."""
-        return self._join("left", other, joiner_or_fk_extractor, joiner_or_materialized, materialized)
+        the other table has no row for the key (or for the foreign key, in a foreign-key left join)."""
+        return self._join("left", other, args, materialized)
 
     def outer_join(
         self,

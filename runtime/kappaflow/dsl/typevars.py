@@ -10,3 +10,5 @@ V = TypeVar("V")  # the value type
 KR = TypeVar("KR")  # a new key type (map, select_key, group_by)
 VR = TypeVar("VR")  # a new value type (map_values, joins, aggregates)
 VA = TypeVar("VA")  # an aggregate's type
+VO = TypeVar("VO")  # the other side's value type (joins)
+KO = TypeVar("KO")  # the other table's key type (foreign-key joins)

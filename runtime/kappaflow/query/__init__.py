@@ -9,19 +9,31 @@ from kappaflow.query.store_types import (
     ReadOnlySessionStore,
     ReadOnlyWindowStore,
 )
+from kappaflow.query.versioned import (
+    MultiVersionedKeyQuery,
+    ReadOnlyVersionedKeyValueStore,
+    ResultOrder,
+    VersionedKeyQuery,
+)
 from kappaflow.runner.metadata import NOT_AVAILABLE, HostInfo, KeyQueryMetadata, LagInfo, StreamsMetadata
+from kappaflow.state.versioned import VersionedRecord
 
 __all__ = [
     "NOT_AVAILABLE",
     "HostInfo",
     "KeyQueryMetadata",
     "LagInfo",
+    "MultiVersionedKeyQuery",
     "QueryServer",
     "QueryService",
     "QueryableStoreType",
     "QueryableStoreTypes",
     "ReadOnlyKeyValueStore",
     "ReadOnlySessionStore",
+    "ReadOnlyVersionedKeyValueStore",
     "ReadOnlyWindowStore",
+    "ResultOrder",
     "StreamsMetadata",
+    "VersionedKeyQuery",
+    "VersionedRecord",
 ]

@@ -31,8 +31,26 @@ _LOCAL = {
 }
 _FROM = {"name": "from", "in": "query", "schema": {"type": "string"}}
 _TO = {"name": "to", "in": "query", "schema": {"type": "string"}}
+_AS_OF = {
+    "name": "as_of",
+    "in": "query",
+    "description": "epoch ms: the version valid then (omitted: the latest version)",
+    "schema": {"type": "integer"},
+}
+_ORDER = {
+    "name": "order",
+    "in": "query",
+    "description": "asc: oldest first; desc (the default): newest first",
+    "schema": {"type": "string", "enum": ["asc", "desc"], "default": "desc"},
+}
 
 _ANY = {"description": "a value rendered with the store's value serde (bytes: {encoding: base64, data})"}
+# one version of a versioned store: valid from `timestamp` until `valid_to` (exclusive; null: the latest)
+_VERSION: dict[str, Any] = {
+    "value": _ANY,
+    "timestamp": {"type": "integer"},
+    "valid_to": {"type": "integer", "nullable": True},
+}
 _ENTRIES = {
     "type": "object",
     "properties": {
@@ -67,7 +85,7 @@ def _get(summary: str, params: list[dict[str, Any]], ok: dict[str, Any], *extra:
 
 
 def openapi_spec() -> dict[str, Any]:
-    keyed = {
+    keyed: dict[str, Any] = {
         "type": "object",
         "properties": {
             "store": {"type": "string"},
@@ -75,6 +93,16 @@ def openapi_spec() -> dict[str, Any]:
             "value": _ANY,
             "partition": {"type": "integer"},
             "host": {"type": "string"},
+        },
+    }
+    versions = {
+        "type": "object",
+        "properties": {
+            "key": _ANY,
+            "from": {},
+            "to": {},
+            "order": {"type": "string", "enum": ["asc", "desc"]},
+            "versions": {"type": "array", "items": {"type": "object", "properties": _VERSION}},
         },
     }
     windows = {
@@ -110,6 +138,20 @@ def openapi_spec() -> dict[str, Any]:
                 "the value of a key in a key-value store",
                 [_STORE, _KEY, _STALE, _LOCAL],
                 _json(keyed),
+                400,
+                404,
+            ),
+            "/v1/stores/{store}/keys/{key}/version": _get(
+                "a versioned store's version of a key valid at `as_of` (epoch ms; omitted: the latest)",
+                [_STORE, _KEY, _AS_OF, _STALE, _LOCAL],
+                _json({"type": "object", "properties": {**keyed["properties"], **_VERSION, "as_of": {}}}),
+                400,
+                404,
+            ),
+            "/v1/stores/{store}/keys/{key}/versions": _get(
+                "a versioned store's versions of a key valid at some time in [from, to] (epoch ms)",
+                [_STORE, _KEY, _FROM, _TO, _ORDER, _STALE, _LOCAL],
+                _json(versions),
                 400,
                 404,
             ),

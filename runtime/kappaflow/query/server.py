@@ -3,6 +3,8 @@
     GET /v1/stores/{store}/keys/{key}                 key-value lookup
     GET /v1/stores/{store}/keys/{key}/windows?from=&to=   window fetch (epoch ms; `to` defaults to now)
     GET /v1/stores/{store}/keys/{key}/sessions        sessions of a key
+    GET /v1/stores/{store}/keys/{key}/version?as_of=  a versioned store's version of a key as of a time
+    GET /v1/stores/{store}/keys/{key}/versions?from=&to=&order=   the versions of a key in a time range
     GET /v1/stores/{store}/keys/{key}/metadata        active host, standby hosts and partition of a key
     GET /v1/stores/{store}/range?from=&to=            key-value range over every instance
     GET /v1/stores/{store}/all                        every entry of a store, over every instance
@@ -39,7 +41,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from kappaflow.api.errors import InvalidStateStoreError, InvalidStateStorePartitionError, StreamsError
-from kappaflow.query import render
+from kappaflow.query import render, versioned
 from kappaflow.query.openapi import openapi_spec
 from kappaflow.runner.local_stores import LocalStoreProvider
 from kappaflow.runner.metadata import HostInfo
@@ -52,6 +54,8 @@ log = logging.getLogger(__name__)
 
 RETRY_AFTER_S = 1
 FORWARD_TIMEOUT_S = 5.0
+# what may follow /v1/stores/{store}/keys/{key}: "" (a key-value lookup), or one of these
+KEY_ACTIONS = ("", "windows", "sessions", "metadata", *versioned.HTTP_ACTIONS)
 
 
 class HttpAnswer(Exception):
@@ -94,7 +98,7 @@ class QueryService:
                 return 200, self.scan(store, "range", query)
             if len(rest) >= 2 and rest[0] == "keys":
                 action = rest[2] if len(rest) == 3 else ""
-                if len(rest) <= 3 and action in ("", "windows", "sessions", "metadata"):
+                if len(rest) <= 3 and action in KEY_ACTIONS:
                     return self.key_request(store, rest[1], action, path, query)
         raise HttpAnswer(404, {"error": f"no such endpoint: {path} (see /openapi.json)"})
 
@@ -111,6 +115,13 @@ class QueryService:
         stale = query.get("stale") == "true"
         provider = self._provider(store, stale)
         key = render.parse_key(key_text, provider.key_serde())
+        if action in versioned.HTTP_ACTIONS:  # refused here, before any routing, for a plain store
+            if not versioned.is_versioned(provider):
+                raise HttpAnswer(400, {"error": str(versioned.not_versioned_error(store, provider.kind))})
+            try:
+                versioned.query_from_params(action, key, query)
+            except ValueError as exc:
+                raise HttpAnswer(400, {"error": str(exc)}) from exc
         if action == "metadata":
             meta = self.streams.query_metadata_for_key(store, key)
             return 200, {
@@ -144,7 +155,7 @@ class QueryService:
             if status != 200:
                 raise HttpAnswer(status, answer)
             return status, answer
-        expected = {"": "key_value", "windows": "window", "sessions": "session"}[action]
+        expected = {"windows": "window", "sessions": "session"}.get(action, "key_value")
         if provider.kind != expected:
             raise HttpAnswer(400, {"error": f"store '{store}' is a {provider.kind} store"})
         body: dict[str, Any] = {"store": store, "key": render.to_json(key), "host": str(self.self_host)}
@@ -154,6 +165,11 @@ class QueryService:
                 end = _int(query, "to", int(time.time() * 1000))
                 windows = provider.read_key(key, lambda s: ReadOnlyWindowView(s).fetch(key, start, end))
                 body["windows"] = [{"start": w, "value": render.to_json(v)} for w, v in windows]
+            elif action in versioned.HTTP_ACTIONS:
+                try:
+                    body.update(versioned.read_for_http(provider, key, action, query))
+                except LookupError as exc:
+                    raise HttpAnswer(404, {**body, "error": str(exc)}) from exc
             elif action == "sessions":
                 sessions = provider.read_key(key, lambda s: ReadOnlySessionView(s).fetch(key))
                 body["sessions"] = [

@@ -13,6 +13,7 @@ from typing import Any, Generic, TypeVar
 from kappaflow.api.errors import InvalidStateStoreError
 from kappaflow.api.serdes import Serde
 from kappaflow.api.windows import Windowed
+from kappaflow.query.versioned import ReadOnlyVersionedKeyValueStore, is_versioned, not_versioned_error
 from kappaflow.runner.local_stores import LocalStoreProvider
 from kappaflow.state.builders import ReadOnlyKeyValueView
 from kappaflow.state.session_store import ReadOnlySessionView
@@ -155,8 +156,19 @@ class _SessionType(QueryableStoreType[ReadOnlySessionStore]):
         return ReadOnlySessionStore(provider)
 
 
+class _VersionedType(QueryableStoreType[ReadOnlyVersionedKeyValueStore]):
+    kinds = ("key_value",)
+    label = "versioned key-value"
+
+    def _view(self, provider: LocalStoreProvider) -> ReadOnlyVersionedKeyValueStore:
+        if not is_versioned(provider):
+            raise not_versioned_error(provider.name, provider.kind)
+        return ReadOnlyVersionedKeyValueStore(provider)
+
+
 class QueryableStoreTypes:
-    """Java's QueryableStoreTypes, in snake_case: `key_value()`, `window_store()`, `session_store()`."""
+    """Java's QueryableStoreTypes, in snake_case: `key_value()`, `window_store()`, `session_store()`; and
+    `versioned_key_value()`, for the versioned queries Java runs through IQv2 only."""
 
     @staticmethod
     def key_value() -> QueryableStoreType[ReadOnlyKeyValueStore]:
@@ -169,6 +181,12 @@ class QueryableStoreTypes:
         return _KeyValueType(timestamped=True)
 
     timestamped_key_value_store = timestamped_key_value
+
+    @staticmethod
+    def versioned_key_value() -> QueryableStoreType[ReadOnlyVersionedKeyValueStore]:
+        """A versioned store (KIP-889), read with `VersionedKeyQuery` / `MultiVersionedKeyQuery` (KIP-960,
+        KIP-968) through the view's `query`, or its `get(key, as_of)` and `get_versions(...)`."""
+        return _VersionedType()
 
     @staticmethod
     def window_store() -> QueryableStoreType[ReadOnlyWindowStore]:

@@ -47,7 +47,9 @@ QUERY_TIMEOUT_S = 30.0
 CRASH_WINDOW_S = 60.0
 MAX_REPLACEMENT_DELAY_S = 30.0
 # Worker stores' methods that read one key (its first argument); the others read every local partition.
-KEY_METHODS = frozenset({"get", "fetch", "backward_fetch", "find_sessions", "fetch_session"})
+KEY_METHODS = frozenset({"get", "get_versions", "fetch", "backward_fetch", "find_sessions", "fetch_session"})
+# ...and those whose first argument is a key query (its `key` names the partition): the versioned view's
+QUERY_METHODS = frozenset({"query"})
 
 
 @dataclass(frozen=True)
@@ -322,6 +324,8 @@ class ForwardedStore:
             call = self._call(method, args)
             if method in KEY_METHODS:
                 return self._pool.call_for_key(call, self._task_of_key(args[0]))
+            if method in QUERY_METHODS:
+                return self._pool.call_for_key(call, self._task_of_key(args[0].key))
             return combine_results(self._pool.call_all(call))
 
         return forwarded

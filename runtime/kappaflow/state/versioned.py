@@ -8,13 +8,17 @@ restores them row for row. Semantics follow Java's `VersionedKeyValueStore`: a p
 `observed stream time - history retention` is not performed (`PUT_RETURN_CODE_NOT_PUT`); a put returns
 `PUT_RETURN_CODE_VALID_TO_UNDEFINED` when it is the latest version, else the time its version ends;
 `get(key, as_of)` answers `None` for times older than the history retention, except that the key's
-latest version answers every lookup not older than it (it never expires). Versions older than the
-one valid at the retention boundary are deleted as the key is written. The observed stream time is
+latest version answers every lookup not older than it (it never expires). Old versions expire as Java's
+do, a segment at a time (`default_segment_interval`: a version belongs to the segment of its end), so a
+history query (`get_versions`) returns the versions that ended before the boundary while their segment
+lives, as Java's does; they are deleted as the key is written, where Java drops a whole segment on its
+next segment write, so the moment an expired version disappears can differ. The observed stream time is
 kept in memory: after a restart, as-of lookups are not bounded until the first put.
 """
 
 from __future__ import annotations
 
+import itertools
 import struct
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -89,6 +93,7 @@ class VersionedKeyValueStore(MeteredStoreBase):
     ) -> None:
         super().__init__(inner, key_serde, value_serde)
         self.history_retention_ms = history_retention_ms
+        self.segment_interval_ms = default_segment_interval(history_retention_ms)
         self.observed_stream_time = -1
 
     def init(self, context: StoreContext, root: StateStore | None = None) -> None:
@@ -122,8 +127,7 @@ class VersionedKeyValueStore(MeteredStoreBase):
         raw = self.value_serde.serialize(self._topic, value) if value is not None else None  # type: ignore[union-attr]
         self.inner.put(_row_key(raw_key, timestamp), b"\x00" if raw is None else b"\x01" + raw)
         versions = self._versions(raw_key)
-        older = [ts for ts, _ in versions if ts <= boundary]
-        for expired in older[:-1]:  # keep the version valid at the boundary
+        for expired in expired_versions([ts for ts, _ in versions], boundary, self.segment_interval_ms):
             self.inner.delete(_row_key(raw_key, expired))
         later = [ts for ts, _ in versions if ts > timestamp]
         return later[0] if later else PUT_RETURN_CODE_VALID_TO_UNDEFINED
@@ -144,6 +148,58 @@ class VersionedKeyValueStore(MeteredStoreBase):
             return None
         valid = [i for i, (ts, _) in enumerate(versions) if ts <= as_of_timestamp]
         return self._record(versions, valid[-1]) if valid else None
+
+    def get_versions(
+        self, key: Any, from_time: int | None = None, to_time: int | None = None, ascending: bool = False
+    ) -> list[VersionedRecord[Any]]:
+        """Every version of `key` valid at some time in `[from_time, to_time]` (None: unbounded), newest
+        first unless `ascending` (KIP-968's multi-versioned key query; `select_versions` decides)."""
+        versions = self._versions(self._k(key))
+        boundary = self.observed_stream_time - self.history_retention_ms
+        # expired rows not yet deleted (the key was not written since): a prefix, hidden as Java's are once
+        # another key's write has dropped their segment
+        versions = versions[
+            len(expired_versions([ts for ts, _ in versions], boundary, self.segment_interval_ms)) :
+        ]
+        chosen = select_versions([ts for ts, _ in versions], from_time, to_time, boundary)
+        records = [self._record(versions, index) for index in chosen]
+        found = [record for record in records if record is not None]
+        return found if ascending else found[::-1]
+
+
+def default_segment_interval(history_retention_ms: int) -> int:
+    """The time span of one of Java's segments for this history retention (its store's default): old
+    versions expire a segment at a time, so a history query may still see some ended before the boundary."""
+    for limit, divisor, floor in ((60_000, 3, 2_000), (300_000, 5, 20_000), (3_600_000, 12, 60_000)):
+        if history_retention_ms <= limit:
+            return max(history_retention_ms // divisor, floor)
+    return max(history_retention_ms // 24, 300_000)
+
+
+def expired_versions(valid_from: list[int], boundary: int, segment_interval_ms: int) -> list[int]:
+    """The versions (valid-from times, oldest first) to delete: those whose end - the next version's start
+    - falls in a segment wholly older than the retention boundary, as Java files a version under the
+    segment of its end and drops whole segments. The latest version never expires."""
+    if boundary < 0:
+        return []
+    live = boundary // segment_interval_ms
+    return [ts for ts, end in itertools.pairwise(valid_from) if end // segment_interval_ms < live]
+
+
+def select_versions(
+    valid_from: list[int], from_time: int | None, to_time: int | None, boundary: int
+) -> list[int]:
+    """Which of a key's versions (their valid-from times, oldest first) a history query over `[from_time,
+    to_time]` returns, by index, oldest first - Java's rule: a version valid from `f` until `t` (exclusive;
+    the latest one: forever) overlaps the range when `f <= to_time` and `t > from_time`. When the whole
+    range lies before the history retention's `boundary` only the latest version is considered (it never
+    expires); older rows may still be stored there, but Java answers from its latest-value store alone.
+    Tombstones are filtered out by the caller (they are not versions to return)."""
+    low = -(1 << 63) if from_time is None else from_time
+    high = (1 << 63) - 1 if to_time is None else to_time
+    last = len(valid_from) - 1
+    candidates = [last] if last >= 0 and high < boundary else range(len(valid_from))
+    return [i for i in candidates if valid_from[i] <= high and (i == last or valid_from[i + 1] > low)]
 
 
 @dataclass

@@ -20,6 +20,11 @@ from kappaflow_contract.topics import changelog_short_name
 _GENERATED = re.compile(r"-[0-9]{10}(-|$)")
 
 CONFIG_KEY = "ensure.explicit.internal.resource.naming"
+# A foreign-key join's subscription topics and store: Kafka Streams 4.3.1 never checks them (its
+# `doJoinOnForeignKey` names them without registering them for the check), so a foreign-key join whose
+# result is materialized is accepted there with generated subscription names; refusing it here would turn
+# a topology that runs on Java into one that does not (fkkv-*-materialized in the conformance suite).
+_UNCHECKED = "KTABLE-FK-JOIN-SUBSCRIPTION-"
 
 
 @dataclass(frozen=True)
@@ -53,13 +58,21 @@ def unnamed_internal_resources(topology: Topology) -> UnnamedResources:
     """The stores (global ones included; their changelogs) and repartition topics whose names were
     generated, in the order they were added (Java lists them so). An unnamed table's private store
     counts although kappaflow builds it quietly: Java refuses that table too (a later join would give
-    it a generated changelog)."""
+    it a generated changelog); so does an unmaterialized foreign-key join's result store, which Java
+    names (and checks) without building it."""
     unlogged_private = topology.undescribed_stores()
     logged = set(topology.changelog_topics()) | unlogged_private
     # global stores count too (their topic is their log: no changelog to list)
-    stores = [n for n in topology.stores if _GENERATED.search(n)]
+    stores = [n for n in topology.stores if _GENERATED.search(n) and not n.startswith(_UNCHECKED)]
     changelogs = [changelog_short_name(name) for name in stores if name in logged]
-    repartitions = [name for name in topology.internal_topics if _GENERATED.search(name)]
+    unbuilt = [n for n in topology.unbuilt_store_names if n not in topology.stores and _GENERATED.search(n)]
+    stores += unbuilt
+    changelogs += [changelog_short_name(name) for name in unbuilt]
+    repartitions = [
+        name
+        for name in topology.internal_topics
+        if _GENERATED.search(name) and not name.startswith(_UNCHECKED)
+    ]
     return UnnamedResources(changelogs, stores, repartitions)
 
 

@@ -45,6 +45,9 @@ class Topology:
         self.global_stores: dict[str, GlobalStoreSpec] = {}
         self.internal_topics: dict[str, InternalTopicSpec] = {}
         self.copartition_groups: list[set[str]] = []
+        # store names Java generates and never builds (an unmaterialized foreign-key join's result): they
+        # count for KIP-1111's check, as in Java, though kappaflow has no store to describe
+        self.unbuilt_store_names: list[str] = []
         self._topic_sources: dict[str, str] = {}
         self._subtopologies: list[SubTopology] | None = None
 

@@ -117,6 +117,9 @@ public final class Conformance {
                     stores.set(store.get(1).asText(), dump(driver, store.get(0).asText(), store.get(1).asText(), keys));
                 }
             }
+            if (scenario.has("queries")) {
+                result.set("queries", VersionedQueries.run(driver, scenario.get("queries")));
+            }
         }
         return result;
     }

@@ -444,6 +444,12 @@ final class Topologies {
         if (family.startsWith("nm_")) {
             return NamingTopologies.build(family, p);
         }
+        if (family.startsWith("fkkv_")) {
+            return FkKvTopologies.build(family, p);
+        }
+        if (family.startsWith("vq_")) {
+            return VersionedQueries.build(family, p);
+        }
         StreamsBuilder b = new StreamsBuilder();
         Map<String, String> outputs = out("out", "string");
         switch (family) {
