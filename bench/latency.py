@@ -46,11 +46,12 @@ from typing import IO, Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench import kafka_streams_peer  # noqa: E402
 from bench.local_broker import bench_broker  # noqa: E402
 from confluent_kafka import Consumer, Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]  # noqa: E402
 from examples.wordcount import split_words  # noqa: E402
+
+from bench import kafka_streams_peer  # noqa: E402
 
 WORDS = [f"w{i}" for i in range(1000)]
 LATENCY_PEER = Path(__file__).resolve().parent / "peers" / "LatencyPeer.java"

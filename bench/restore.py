@@ -50,11 +50,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import rocksdict  # noqa: E402
-from bench import kafka_streams_peer  # noqa: E402
 from bench.local_broker import bench_broker  # noqa: E402
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]  # noqa: E402
 
+from bench import kafka_streams_peer  # noqa: E402
 from kappaflow import Materialized, StreamsBuilder, serdes  # noqa: E402
 from kappaflow.clients.kafka import RESTORE_FETCH_TUNING  # noqa: E402
 from kappaflow.runner import KafkaStreams, State, tune_gc_for_streaming  # noqa: E402

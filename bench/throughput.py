@@ -52,13 +52,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench import kafka_streams_peer, python_peers  # noqa: E402
 from bench.local_broker import bench_broker  # noqa: E402
 from confluent_kafka import Consumer, Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]  # noqa: E402
 from examples.wordcount import split_words  # noqa: E402
 from tests.kafka.streams_support import wordcount_topology  # noqa: E402
 
+from bench import kafka_streams_peer, python_peers  # noqa: E402
 from kappaflow.runner import KafkaStreams, State, tune_gc_for_streaming  # noqa: E402
 
 WORDS = [f"w{i}" for i in range(1000)]
