@@ -43,6 +43,7 @@ JAVA_SOURCES = (
     HERE / "java" / "Topologies.java",
     HERE / "java" / "Describe.java",
     HERE / "java" / "NamingTopologies.java",
+    HERE / "java" / "OptTopologies.java",
 )
 MAIN_CLASS = "Conformance"
 

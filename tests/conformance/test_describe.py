@@ -30,7 +30,15 @@ GOLDEN: dict[str, Any] = json.loads(java_golden.DESCRIBE_GOLDEN.read_text())
 APP = "app"
 
 # Topologies whose description does not match Java's yet, by scenario id, with the reason; strict xfail.
-PENDING: dict[str, str] = {}
+PENDING: dict[str, str] = {
+    "opt-merge-repartition-all": "merge.repartition.topics is not implemented yet",
+    "opt-merge-repartition-uncached": "merge.repartition.topics is not implemented yet",
+    "opt-merge-named": "merge.repartition.topics is not implemented yet",
+    "opt-single-repartition": "merge.repartition.topics is not implemented yet",
+    "opt-self-join": "single.store.self.join is not implemented yet",
+    "opt-self-join-flag-asymmetric": "single.store.self.join is not implemented yet",
+    "opt-self-left-join": "single.store.self.join is not implemented yet",
+}
 
 
 def _scenario_topology(scenario: dict[str, Any]) -> Topology:

@@ -31,6 +31,7 @@ from kappaflow.api.serdes import Long, String
 from kappaflow.dsl.windows import JoinWindows, SessionWindows, SlidingWindows, TimeWindows
 from tests.conformance.conventions import Outputs, Params, join, s, starts_a
 from tests.conformance.topologies_nm import naming_families
+from tests.conformance.topologies_opt import optimized_families
 from tests.conformance.topologies_vt import versioned_families
 
 
@@ -519,7 +520,10 @@ def _ph(b: StreamsBuilder, family: str, p: Params) -> Outputs | None:
 # ================================================================ end of the ph- block
 
 
-FAMILIES = (_stateless, _tables, _aggregations, _windows, _joins, _ph, versioned_families, naming_families)
+FAMILIES = (
+    _stateless, _tables, _aggregations, _windows, _joins, _ph, versioned_families, naming_families,
+    optimized_families,
+)  # fmt: skip
 
 
 def build(family: str, params: Params) -> tuple[Topology, Outputs]:
@@ -528,5 +532,7 @@ def build(family: str, params: Params) -> tuple[Topology, Outputs]:
         builder = StreamsBuilder()
         outputs = section(builder, family, params)
         if outputs is not None:
-            return builder.build(), outputs
+            # the opt- families (topologies_opt.py) are built with their topology.optimization
+            props = {"topology.optimization": params["optimization"]} if "optimization" in params else None
+            return builder.build(props), outputs
     raise KeyError(f"unknown topology family {family!r}")

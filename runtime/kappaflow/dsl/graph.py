@@ -53,6 +53,8 @@ class InternalBuilder:
         self.topology = Topology()
         self._index = 0
         self._stream_factory = stream_factory
+        # (store, topic) of every `builder.table`: what `reuse.ktable.source.topics` rewrites
+        self.table_sources: list[tuple[str, str]] = []
 
     def new_stream(
         self,

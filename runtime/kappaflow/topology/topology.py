@@ -45,6 +45,9 @@ class Topology:
         self.global_stores: dict[str, GlobalStoreSpec] = {}
         self.internal_topics: dict[str, InternalTopicSpec] = {}
         self.copartition_groups: list[set[str]] = []
+        # store -> the source topic that is its changelog (`reuse.ktable.source.topics`): no changelog
+        # topic of its own, restored from its table's input up to the committed input offset, as Java
+        self.source_changelogs: dict[str, str] = {}
         self._topic_sources: dict[str, str] = {}
         self._subtopologies: list[SubTopology] | None = None
 
@@ -172,6 +175,14 @@ class Topology:
         self.internal_topics[spec.name] = spec
         self._changed()
 
+    def connect_source_store_and_topic(self, store: str, topic: str) -> None:
+        """Make the source topic `topic` the changelog of `store` (Java's `connectSourceStoreAndTopic`):
+        it is restored from `topic`; the caller disables the store's own logging."""
+        if store not in self.stores:
+            raise TopologyError(f"unknown store '{store}'")
+        self.source_changelogs[store] = topic
+        self._changed()
+
     def add_copartition_group(self, topics: set[str]) -> None:
         """Declare that these topics must have the same partition count (their records join by partition);
         checked at start-up."""
@@ -272,7 +283,7 @@ class Topology:
         """Changelog topic per logged store: `<store>-changelog` (the runtime prefixes the app id)."""
         result: dict[str, InternalTopicSpec] = {}
         for name, builder in self.stores.items():
-            if name in self.global_stores or not builder.logging_enabled:
+            if name in self.global_stores or not builder.logging_enabled or name in self.source_changelogs:
                 continue
             config = {"cleanup.policy": "compact"}
             config.update(builder.log_config)
