@@ -23,9 +23,7 @@ GOLDEN: dict[str, Any] = json.loads(java_golden.GOLDEN.read_text())
 
 # Scenarios that do not match Java yet, each listed by id with the reason, reported as xfail(strict): the
 # moment one matches it turns into a failure and must be removed from here. Nothing is skipped silently.
-PENDING: dict[str, str] = {
-    "opt-merge-named": "merge.repartition.topics is not implemented yet",
-}
+PENDING: dict[str, str] = {}
 
 CACHE_BYTES = 10 * 1024 * 1024
 

@@ -35,9 +35,6 @@ PENDING: dict[str, str] = {
     "opt-merge-repartition-uncached": "merge.repartition.topics is not implemented yet",
     "opt-merge-named": "merge.repartition.topics is not implemented yet",
     "opt-single-repartition": "merge.repartition.topics is not implemented yet",
-    "opt-self-join": "single.store.self.join is not implemented yet",
-    "opt-self-join-flag-asymmetric": "single.store.self.join is not implemented yet",
-    "opt-self-left-join": "single.store.self.join is not implemented yet",
 }
 
 

@@ -19,6 +19,7 @@ from kappaflow.api.errors import TopologyError
 from kappaflow.api.processor import ProcessorSupplier
 from kappaflow.api.serdes import Serde
 from kappaflow.dsl.options import Materialized
+from kappaflow.dsl.self_join import SelfJoinCandidate
 from kappaflow.dsl.stream_processors import NullKeyFilter
 from kappaflow.state.builders import KeyValueStoreBuilder, Stores
 from kappaflow.state.window_store import WindowStoreBuilder, window_bytes_supplier
@@ -55,6 +56,8 @@ class InternalBuilder:
         self._stream_factory = stream_factory
         # (store, topic) of every `builder.table`: what `reuse.ktable.source.topics` rewrites
         self.table_sources: list[tuple[str, str]] = []
+        # stream-stream joins of a stream with itself: what `single.store.self.join` rewrites
+        self.self_joins: list[SelfJoinCandidate] = []
 
     def new_stream(
         self,

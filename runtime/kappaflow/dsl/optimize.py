@@ -7,6 +7,7 @@ topics Java's optimized build has, so `describe()` and the internal topic names 
 
 - `reuse.ktable.source.topics`: a materialized `builder.table(topic)` store takes `topic` as its changelog
   (no `-changelog` topic; restored from the input, up to the committed input offset).
+- `single.store.self.join` (KIP-862): a stream joined with itself keeps one window store (`dsl.self_join`).
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from __future__ import annotations
 from collections.abc import Set
 
 from kappaflow.dsl.graph import InternalBuilder
+from kappaflow.dsl.self_join import rewrite_self_join
 from kappaflow.state.builders import KeyValueStoreBuilder
 from kappaflow.state.versioned import VersionedKeyValueStoreBuilder
 from kappaflow.topology.naming import freeze_before_optimization
-from kappaflow_contract.optimization import REUSE_KTABLE_SOURCE_TOPICS
+from kappaflow_contract.optimization import REUSE_KTABLE_SOURCE_TOPICS, SINGLE_STORE_SELF_JOIN
 
 
 def optimize(internal: InternalBuilder, rewrites: Set[str]) -> None:
@@ -26,6 +28,9 @@ def optimize(internal: InternalBuilder, rewrites: Set[str]) -> None:
         freeze_before_optimization(internal.topology)
     if REUSE_KTABLE_SOURCE_TOPICS in rewrites:
         reuse_ktable_source_topics(internal)
+    if SINGLE_STORE_SELF_JOIN in rewrites:
+        for join in internal.self_joins:
+            rewrite_self_join(internal.topology, join)
 
 
 def reuse_ktable_source_topics(internal: InternalBuilder) -> None:

@@ -210,6 +210,11 @@ class Topology:
     def _changed(self) -> None:
         self._subtopologies = None
 
+    def changed(self) -> None:
+        """A rewrite (`topology.optimization`, dsl.optimize) edited the nodes or stores directly: the
+        sub-topologies are computed again."""
+        self._changed()
+
     def global_node_names(self) -> set[str]:
         """The names of the global stores' source and processor nodes."""
         return {n for g in self.global_stores.values() for n in (g.source.name, g.processor.name)}
