@@ -30,12 +30,7 @@ GOLDEN: dict[str, Any] = json.loads(java_golden.DESCRIBE_GOLDEN.read_text())
 APP = "app"
 
 # Topologies whose description does not match Java's yet, by scenario id, with the reason; strict xfail.
-PENDING: dict[str, str] = {
-    "opt-merge-repartition-all": "merge.repartition.topics is not implemented yet",
-    "opt-merge-repartition-uncached": "merge.repartition.topics is not implemented yet",
-    "opt-merge-named": "merge.repartition.topics is not implemented yet",
-    "opt-single-repartition": "merge.repartition.topics is not implemented yet",
-}
+PENDING: dict[str, str] = {}
 
 
 def _scenario_topology(scenario: dict[str, Any]) -> Topology:

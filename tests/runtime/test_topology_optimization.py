@@ -192,3 +192,53 @@ def test_a_self_join_emits_what_the_two_store_join_emits() -> None:
         assert [(r.key, r.value, r.timestamp) for r in results[0]] == [
             (r.key, r.value, r.timestamp) for r in results[1]
         ]
+
+
+def _rekeyed_app(optimization: str) -> Topology:
+    """One key change feeding a filtered count, a reduce, a stream-table join and a windowed count."""
+    builder = StreamsBuilder()
+    users = builder.table("users", key_serde=S, value_serde=S, materialized="users")
+    keyed = builder.stream("in", key_serde=S, value_serde=S).select_key(lambda k, v: v[:1])
+    keyed.filter(lambda k, v: not v.endswith("x")).group_by_key().count("counts").to_stream().map_values(
+        str
+    ).to("out", value_serde=S)
+    keyed.group_by_key().reduce(lambda a, c: a + c, "concat").to_stream().to("out", value_serde=S)
+    keyed.join(users, lambda v, u: f"{v}/{u}").to("out", value_serde=S)
+    keyed.repartition().to("copied", value_serde=S)  # a user's repartition is never merged
+    return builder.build({"topology.optimization": optimization})
+
+
+def test_merged_repartitions_share_one_topic_and_give_the_same_results() -> None:
+    merged, plain = _rekeyed_app("merge.repartition.topics"), _rekeyed_app("none")
+    assert len([t for t in plain.internal_topics if t.endswith("-repartition")]) == 4
+    repartitions = {t for t in merged.internal_topics if t.endswith("-repartition")}
+    (own,) = repartitions - {"counts-repartition"}
+    assert "counts-repartition" in repartitions and own.startswith("KSTREAM-REPARTITION-")
+    assert merged.copartition_groups and all("counts-repartition" in g for g in merged.copartition_groups)
+    rng = random.Random(27)
+    inputs = [("in", f"k{i}", rng.choice(["ant", "bee", "axe", "box", "cat"]), i) for i in range(60)]
+    inputs += [("users", key, f"user-{key}", i) for i, key in enumerate("abc")]
+    rng.shuffle(inputs)
+    results = []
+    for topology in (plain, merged):
+        with TopologyTestDriver(
+            topology, {"default.key.serde": "String", "default.value.serde": "String"}
+        ) as driver:
+            topics = {t: driver.create_input_topic(t, S, S) for t in ("in", "users")}
+            for topic, key, value, ts in inputs:
+                topics[topic].pipe_input(key, value, ts)
+            out = driver.create_output_topic("out", S, S).read_records_to_list()
+            results.append(sorted((r.key, r.value, r.timestamp) for r in out))
+    assert results[0] == results[1] and results[0]
+
+
+def test_a_value_change_between_key_change_and_grouping_keeps_the_repartition() -> None:
+    builder = StreamsBuilder()
+    keyed = builder.stream("in", key_serde=S, value_serde=S).select_key(lambda k, v: v[:1])
+    keyed.map_values(str.upper).group_by_key().count("upper")
+    keyed.group_by_key().count()
+    topology = builder.build({"topology.optimization": "all"})
+    (generated,) = [t for t in topology.internal_topics if t != "upper-repartition"]
+    assert generated.startswith("KSTREAM-AGGREGATE-STATE-STORE-")
+    # the lone mergeable one is still replaced, its nodes named after its topic as Java names them
+    assert f"{generated}-filter" in topology.nodes and f"{generated}-source" in topology.nodes

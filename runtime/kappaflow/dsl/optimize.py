@@ -7,6 +7,7 @@ topics Java's optimized build has, so `describe()` and the internal topic names 
 
 - `reuse.ktable.source.topics`: a materialized `builder.table(topic)` store takes `topic` as its changelog
   (no `-changelog` topic; restored from the input, up to the committed input offset).
+- `merge.repartition.topics`: the repartitions below one key change share a topic (`dsl.merge_repartitions`).
 - `single.store.self.join` (KIP-862): a stream joined with itself keeps one window store (`dsl.self_join`).
 """
 
@@ -15,11 +16,16 @@ from __future__ import annotations
 from collections.abc import Set
 
 from kappaflow.dsl.graph import InternalBuilder
+from kappaflow.dsl.merge_repartitions import merge_repartition_topics
 from kappaflow.dsl.self_join import rewrite_self_join
 from kappaflow.state.builders import KeyValueStoreBuilder
 from kappaflow.state.versioned import VersionedKeyValueStoreBuilder
 from kappaflow.topology.naming import freeze_before_optimization
-from kappaflow_contract.optimization import REUSE_KTABLE_SOURCE_TOPICS, SINGLE_STORE_SELF_JOIN
+from kappaflow_contract.optimization import (
+    MERGE_REPARTITION_TOPICS,
+    REUSE_KTABLE_SOURCE_TOPICS,
+    SINGLE_STORE_SELF_JOIN,
+)
 
 
 def optimize(internal: InternalBuilder, rewrites: Set[str]) -> None:
@@ -28,6 +34,8 @@ def optimize(internal: InternalBuilder, rewrites: Set[str]) -> None:
         freeze_before_optimization(internal.topology)
     if REUSE_KTABLE_SOURCE_TOPICS in rewrites:
         reuse_ktable_source_topics(internal)
+    if MERGE_REPARTITION_TOPICS in rewrites:
+        merge_repartition_topics(internal)
     if SINGLE_STORE_SELF_JOIN in rewrites:
         for join in internal.self_joins:
             rewrite_self_join(internal.topology, join)

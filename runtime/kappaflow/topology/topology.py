@@ -210,6 +210,19 @@ class Topology:
     def _changed(self) -> None:
         self._subtopologies = None
 
+    def remove_nodes(self, *names: str) -> None:
+        """Drop nodes a rewrite replaced (`topology.optimization`): each leaves its parents' children and
+        frees the topics it read; the caller re-links their children."""
+        for name in names:
+            node = self.nodes.pop(name)
+            for parent in node.parents:
+                if parent in self.nodes and name in self.nodes[parent].children:
+                    self.nodes[parent].children.remove(name)
+            if isinstance(node, SourceSpec):
+                for topic in node.topics:
+                    self._topic_sources.pop(topic, None)
+        self._changed()
+
     def changed(self) -> None:
         """A rewrite (`topology.optimization`, dsl.optimize) edited the nodes or stores directly: the
         sub-topologies are computed again."""
