@@ -41,6 +41,22 @@ def optimized_families(b: StreamsBuilder, family: str, p: Params) -> Outputs | N
             "out", value_serde=Long()
         )
         out = {"out": "long"}
+    elif family == "opt_merge_join":  # a stream-table join and a count below one key change
+        users: KTable = b.table("users", materialized="users")
+        keyed = b.stream("in").select_key(lambda k, v: v[:1])
+        keyed.join(users, join).to("out")
+        keyed.group_by_key().count("counts").to_stream().to("out2", value_serde=Long())
+        out = {"out": "string", "out2": "long"}
+    elif family == "opt_merge_group_by":  # group_by's own key selection, counted and reduced
+        grouped = b.stream("in").group_by(lambda k, v: v[:1])
+        grouped.count().to_stream().to("out", value_serde=Long())
+        grouped.reduce(lambda a, c: a + c).to_stream().to("out2")
+        out = {"out": "long", "out2": "string"}
+    elif family == "opt_merge_value_change":  # a map_values between: that grouping keeps its topic
+        keyed = b.stream("in").select_key(lambda k, v: v[:1])
+        keyed.map_values(str.upper).group_by_key().reduce(lambda a, c: a + c).to_stream().to("out")
+        keyed.group_by_key().reduce(lambda a, c: c + a).to_stream().to("out2")
+        out = {"out": "string", "out2": "string"}
     elif family == "opt_self_join":
         stream: KStream = b.stream("in")
         windows = JoinWindows.of_time_difference_and_grace(p["difference"], p["grace"])

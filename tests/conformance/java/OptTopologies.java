@@ -78,6 +78,33 @@ final class OptTopologies {
                 outputs = outs("out", "long");
                 break;
             }
+            case "opt_merge_join": {
+                // a stream-table join and a count below one key change; the table's topic reused too
+                KTable<String, String> users = b.table("users", Materialized.as("users"));
+                KStream<String, String> keyed = b.<String, String>stream("in").selectKey((k, v) -> v.substring(0, 1));
+                keyed.join(users, JOIN).to("out");
+                keyed.groupByKey().count(Materialized.as("counts")).toStream()
+                        .to("out2", Produced.with(Serdes.String(), Serdes.Long()));
+                outputs = outs("out", "string", "out2", "long");
+                break;
+            }
+            case "opt_merge_group_by": {
+                // groupBy's own key selection, its grouped stream counted and reduced
+                org.apache.kafka.streams.kstream.KGroupedStream<String, String> grouped =
+                        b.<String, String>stream("in").groupBy((k, v) -> v.substring(0, 1));
+                grouped.count().toStream().to("out", Produced.with(Serdes.String(), Serdes.Long()));
+                grouped.reduce((a, c) -> a + c).toStream().to("out2");
+                outputs = outs("out", "long", "out2", "string");
+                break;
+            }
+            case "opt_merge_value_change": {
+                // a mapValues between the key change and one grouping: that one keeps its own topic
+                KStream<String, String> keyed = b.<String, String>stream("in").selectKey((k, v) -> v.substring(0, 1));
+                keyed.mapValues(v -> v.toUpperCase()).groupByKey().reduce((a, c) -> a + c).toStream().to("out");
+                keyed.groupByKey().reduce((a, c) -> c + a).toStream().to("out2");
+                outputs = outs("out", "string", "out2", "string");
+                break;
+            }
             case "opt_self_join": {
                 KStream<String, String> in = b.stream("in");
                 JoinWindows windows = JoinWindows.ofTimeDifferenceAndGrace(
