@@ -1,4 +1,4 @@
-"""`topology.optimization=reuse.ktable.source.topics` against a real broker, under exactly_once_v2: a
+"""`topology.optimization` against a real broker. `reuse.ktable.source.topics`, under exactly_once_v2: a
 source table's store has no changelog topic, and a fresh instance restores it from the table's input
 topic only up to the group's committed offset there (Kafka Streams' rule). Records past that offset were
 not processed yet: the task processes them after restoring, so each reaches the join once, with the
@@ -76,3 +76,30 @@ def test_a_fresh_instance_restores_the_table_from_its_input_up_to_the_committed_
         )
     finally:
         assert fresh.close(30)
+
+
+def test_merged_repartitions_run_through_one_topic(kafka_bootstrap, kafka_topics, tmp_path):
+    """`merge.repartition.topics` against the broker: the runtime creates the one shared repartition
+    topic, and both aggregations below the key change read it."""
+    source, out = kafka_topics("merge-in"), kafka_topics("merge-out")
+    app_id = f"merge-{uuid.uuid4().hex[:8]}"
+    builder = StreamsBuilder()
+    keyed = builder.stream(source, key_serde=S, value_serde=S).select_key(lambda k, v: v[:1])
+    keyed.group_by_key(key_serde=S).count("counts").to_stream().map_values(lambda n: f"count={n}").to(
+        out, value_serde=S
+    )
+    keyed.group_by_key(key_serde=S).reduce(lambda a, c: a + c, "concat").to_stream().to(out, value_serde=S)
+    topology = builder.build({"topology.optimization": "all"})
+    produce(kafka_bootstrap, source, [(b"k1", b"ant"), (b"k2", b"bee"), (b"k3", b"axe")])
+    app = KafkaStreams(topology, fast_config(kafka_bootstrap, app_id, str(tmp_path / "m")))
+    app.start()
+    try:
+        wait_running(app)
+        expected = {("a", "count=2"), ("a", "antaxe"), ("b", "count=1"), ("b", "bee")}
+        wait_for(lambda: expected <= set(_joined(kafka_bootstrap, out)), 60, "both aggregations")
+    finally:
+        assert app.close(30)
+    topics = AdminClient({"bootstrap.servers": kafka_bootstrap}).list_topics(timeout=10).topics
+    assert [t for t in topics if t.startswith(app_id) and t.endswith("-repartition")] == [
+        f"{app_id}-counts-repartition"
+    ]
