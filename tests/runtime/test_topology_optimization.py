@@ -12,7 +12,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from kappaflow import Materialized, StreamsBuilder, Topology
+from kappaflow import Materialized, Stores, StreamsBuilder, Topology
 from kappaflow.api.metrics import Metrics
 from kappaflow.api.serdes import String
 from kappaflow.dsl.windows import JoinWindows
@@ -65,6 +65,18 @@ def test_an_unnamed_table_is_reused_once_a_join_materialized_it() -> None:
     builder = StreamsBuilder()
     builder.table("users", key_serde=S, value_serde=S).to_stream().to("out")
     assert builder.build(ALL).source_changelogs == {}
+
+
+def test_a_versioned_source_table_keeps_its_changelog() -> None:
+    """Its changelog holds the versioned store's rows, not the topic's records: restoring it from the
+    topic would corrupt it, so kappaflow keeps the changelog where Java reuses the topic."""
+    builder = StreamsBuilder()
+    versioned = Materialized.as_(Stores.persistent_versioned_key_value_store("users", 1000))
+    builder.table("users", key_serde=S, value_serde=S, materialized=versioned).to_stream().to("out")
+    topology = builder.build(ALL)
+    assert topology.source_changelogs == {} and topology.internal_topic_names("app") == [
+        "app-users-changelog"
+    ]
 
 
 def test_the_driver_writes_no_changelog_and_restores_the_table_from_its_input() -> None:

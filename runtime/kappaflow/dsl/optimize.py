@@ -19,7 +19,6 @@ from kappaflow.dsl.graph import InternalBuilder
 from kappaflow.dsl.merge_repartitions import merge_repartition_topics
 from kappaflow.dsl.self_join import rewrite_self_join
 from kappaflow.state.builders import KeyValueStoreBuilder
-from kappaflow.state.versioned import VersionedKeyValueStoreBuilder
 from kappaflow.topology.naming import freeze_before_optimization
 from kappaflow_contract.optimization import (
     MERGE_REPARTITION_TOPICS,
@@ -48,7 +47,9 @@ def reuse_ktable_source_topics(internal: InternalBuilder) -> None:
     topology = internal.topology
     for store, topic in internal.table_sources:
         builder = topology.stores[store]
-        if not isinstance(builder, KeyValueStoreBuilder | VersionedKeyValueStoreBuilder):
+        if not isinstance(builder, KeyValueStoreBuilder):
+            # a versioned store's changelog holds its own rows (state.versioned), not the topic's records:
+            # restored from the topic it would be corrupt, so it keeps its changelog (Java reuses the topic)
             continue
         if not getattr(builder, "described", True):
             continue
