@@ -160,6 +160,11 @@ class TopologyTestDriver:
         self._outputs: dict[str, deque[ProducedRecord]] = defaultdict(deque)
         self.produced: dict[str, list[ProducedRecord]] = defaultdict(list)
         self._pending: deque[tuple[str, ProducedRecord]] = deque()
+        # the records of the input topics that are tables' changelogs (reuse.ktable.source.topics), in
+        # offset order: what a driver made with `restore_from=` this one restores those tables from
+        self.source_logs: dict[str, list[ProducedRecord]] = {
+            t: [] for t in topology.source_changelogs.values()
+        }
         # Java's driver runs the whole topology as one task, so its stream time (and the stream-time
         # punctuations) is one for all sub-topologies: the max timestamp processed by any of the tasks
         self._stream_time = -1
@@ -206,9 +211,16 @@ class TopologyTestDriver:
 
     def _restore(self, task: StreamTask, previous: TopologyTestDriver) -> None:
         for meta in task.state_manager.logged_stores():
-            log = previous.produced.get(meta.changelog_topic, [])
+            logs = previous.source_logs if meta.source_topic else previous.produced
+            log = logs.get(meta.changelog_topic, [])
             start = task.state_manager.committed_offset(meta.name) or 0
-            records = [(r.key or b"", r.value, r.timestamp) for r in log[start:]]
+            # a table's source topic as its changelog (reuse.ktable.source.topics): the table never
+            # stored its null-key records
+            records = [
+                (r.key or b"", r.value, r.timestamp)
+                for r in log[start:]
+                if r.key is not None or not meta.source_topic
+            ]
             if records:
                 task.state_manager.restore(meta.name, records, len(log))
             task.state_manager.checkpoint({meta.name: len(log)})
@@ -227,6 +239,9 @@ class TopologyTestDriver:
 
     def _enqueue(self, topic: str, record: ProducedRecord) -> None:
         task = self._task_by_topic[topic]
+        source_log = self.source_logs.get(topic)
+        if source_log is not None:
+            source_log.append(record)
         offset = self._offsets[topic]
         self._offsets[topic] = offset + 1
         queued = task.partitions.queues.get((topic, 0))

@@ -15,6 +15,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from kappaflow_contract.optimization import (
+    TOPOLOGY_OPTIMIZATION,
+    OptimizationConfigError,
+    optimization_rewrites,
+)
+
 # The temporary directory Python would pick, without probing the disk as `tempfile.gettempdir()` does:
 # that probe raises when nothing is writable, and importing kappaflow must work in a container with a
 # read-only root filesystem (`kappaflow describe`, the operator's pods before their volumes matter).
@@ -108,9 +114,7 @@ CLIENT_PASSTHROUGH = (
 CLIENT_PREFIXES = ("consumer.", "restore.consumer.", "producer.", "admin.")
 
 # Keys kappaflow knows but implements only at one value: (the accepted value, why others fail).
-ONLY_VALUE: dict[str, tuple[str, str]] = {
-    "topology.optimization": ("none", "kappaflow does not rewrite topologies; use 'none'"),
-}
+ONLY_VALUE: dict[str, tuple[str, str]] = {}
 # Kafka Streams keys kappaflow does not implement: named so the error says so rather than "unknown".
 NOT_IMPLEMENTED = frozenset(
     {
@@ -133,6 +137,12 @@ def key_problem(key: str, value: Any) -> str | None:
     """Why kappaflow would not honour `key` (unknown: a typo, with the nearest known key; not
     implemented; or an unsupported value of a key implemented at one value only), None if it would.
     A pure decision, naming the key."""
+    if key == TOPOLOGY_OPTIMIZATION:
+        try:
+            optimization_rewrites(value)
+        except OptimizationConfigError as exc:
+            return f"config {exc}"
+        return None
     if key in ONLY_VALUE:
         accepted, why = ONLY_VALUE[key]
         if value is not None and str(value).strip() != accepted:

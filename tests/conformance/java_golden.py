@@ -45,6 +45,7 @@ JAVA_SOURCES = (
     HERE / "java" / "NamingTopologies.java",
     HERE / "java" / "FkKvTopologies.java",
     HERE / "java" / "VersionedQueries.java",
+    HERE / "java" / "OptTopologies.java",
 )
 MAIN_CLASS = "Conformance"
 

@@ -32,6 +32,7 @@ from kappaflow.dsl.windows import JoinWindows, SessionWindows, SlidingWindows, T
 from tests.conformance.conventions import Outputs, Params, join, s, starts_a
 from tests.conformance.topologies_fkkv import fkkv_families
 from tests.conformance.topologies_nm import naming_families
+from tests.conformance.topologies_opt import optimized_families
 from tests.conformance.topologies_vq import vq_families
 from tests.conformance.topologies_vt import versioned_families
 
@@ -532,6 +533,7 @@ FAMILIES = (
     naming_families,
     fkkv_families,
     vq_families,
+    optimized_families,
 )
 
 
@@ -541,5 +543,7 @@ def build(family: str, params: Params) -> tuple[Topology, Outputs]:
         builder = StreamsBuilder()
         outputs = section(builder, family, params)
         if outputs is not None:
-            return builder.build(), outputs
+            # the opt- families (topologies_opt.py) are built with their topology.optimization
+            props = {"topology.optimization": params["optimization"]} if "optimization" in params else None
+            return builder.build(props), outputs
     raise KeyError(f"unknown topology family {family!r}")

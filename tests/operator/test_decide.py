@@ -187,10 +187,10 @@ def test_a_config_typo_in_a_running_app_keeps_the_running_version_and_a_fix_reco
 
 
 def test_unsupported_and_unimplemented_config_keys_are_named_too() -> None:
-    bad = spec_dict(config={"topology.optimization": "all", "task.timeout.ms": "1000"})
+    bad = spec_dict(config={"topology.optimization": "all,none", "task.timeout.ms": "1000"})
     (problem,) = decide(_snap(bad), now=T0).problems
     assert "'task.timeout.ms' is a Kafka Streams setting kappaflow does not implement" in problem.message
-    assert "'topology.optimization'='all' is not supported yet" in problem.message
+    assert "'topology.optimization'='all,none' is not valid" in problem.message
 
 
 def test_a_missing_secret_is_reported_before_any_describe_job() -> None:

@@ -8,6 +8,7 @@ import pytest
 
 from kappaflow.api.config import StreamsConfig, env_key
 from kappaflow.api.errors import ConfigError
+from kappaflow_contract.optimization import REWRITES, optimization_rewrites
 
 
 def test_defaults_follow_kafka_streams() -> None:
@@ -107,8 +108,30 @@ def test_num_stream_threads_at_least_one() -> None:
     assert StreamsConfig({"num.stream.threads": "4"}).get_int("num.stream.threads") == 4
     with pytest.raises(ConfigError, match=r"'num.stream.threads' must be >= 1"):
         StreamsConfig({"num.stream.threads": "0"})
-    with pytest.raises(ConfigError, match=r"'topology.optimization'='all' is not supported yet"):
-        StreamsConfig({"topology.optimization": "all"})
+
+
+def test_topology_optimization_takes_java_values_and_refuses_others() -> None:
+    """Java's `verifyTopologyOptimizationConfigs`: `all` or `none` alone, or a comma-separated list of
+    the individual rewrites (blanks around the commas ignored)."""
+    for value in (
+        "all",
+        "none",
+        "reuse.ktable.source.topics",
+        "merge.repartition.topics , single.store.self.join",
+    ):
+        assert StreamsConfig({"topology.optimization": value}).get("topology.optimization") == value
+    assert optimization_rewrites("all") == set(REWRITES)
+    assert optimization_rewrites("none") == set()
+    assert optimization_rewrites(" merge.repartition.topics,single.store.self.join ") == {
+        "merge.repartition.topics",
+        "single.store.self.join",
+    }
+    with pytest.raises(
+        ConfigError, match=r"'topology.optimization'='all,none' is not valid: 'all' and 'none'"
+    ):
+        StreamsConfig({"topology.optimization": "all,none"})
+    with pytest.raises(ConfigError, match=r"unknown optimization 'reuse'"):
+        StreamsConfig({"topology.optimization": "reuse,merge.repartition.topics"})
 
 
 def test_task_placement_settings_take_kafka_streams_defaults_and_bounds() -> None:

@@ -422,6 +422,9 @@ class FakeStateManager:
     def changelog_partitions(self) -> dict[tuple[str, int], str]:
         return {self.TP: "counts"}
 
+    def source_changelog_partitions(self) -> set[tuple[str, int]]:
+        return set()  # its changelog is its own topic (test_topology_optimization has a source one)
+
     def offset(self, _store: str) -> int | None:
         return self.offset_now
 

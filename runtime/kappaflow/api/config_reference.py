@@ -197,9 +197,13 @@ KEY_DOCS: dict[str, tuple[str, str, str]] = {
         "Python twins.",
     ),
     "topology.optimization": (
-        "`none`",
+        "list",
         SC + "TOPOLOGY_OPTIMIZATION_CONFIG",
-        "kappaflow does not rewrite topologies: only `none` is accepted.",
+        "The rewrites `StreamsBuilder.build(props)` applies, as Java's: `all`, `none`, or a comma-separated "
+        "list of `reuse.ktable.source.topics` (a source table's topic is its store's changelog), "
+        "`merge.repartition.topics` (the repartitions after one key change share a topic) and "
+        "`single.store.self.join` (KIP-862: a stream joined with itself keeps one window store). Only "
+        "the props given to `build` rewrite; in the runtime's config the value is validated.",
     ),
     "ensure.explicit.internal.resource.naming": (
         "",
@@ -355,8 +359,8 @@ def render() -> str:
         "",
         "## Kafka Streams keys kappaflow does not implement",
         "",
-        f"Refused at start-up with a message that says so: {not_implemented}. Implemented at one value",
-        f"only: {only}.",
+        f"Refused at start-up with a message that says so: {not_implemented}."
+        + (f" Implemented at one value only: {only}." if only else ""),
         "",
     ]
     return "\n".join(lines)

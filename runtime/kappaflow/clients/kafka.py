@@ -426,3 +426,26 @@ class WatermarkReader:
 
     def close(self) -> None:
         self._consumer.close()
+
+
+class CommittedOffsetReader:
+    """The application group's committed offsets of input partitions, from a consumer of the group's id
+    that never joins it (an offset fetch needs no membership): where restoring a source topic that serves
+    as a store's changelog stops (`reuse.ktable.source.topics`). Created on first use: most topologies
+    never ask."""
+
+    def __init__(self, settings: dict[str, Any], group_id: str) -> None:
+        self._settings = {**settings, "group.id": group_id, "enable.auto.commit": False}
+        self._consumer: Consumer | None = None
+
+    def __call__(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int | None]:
+        if self._consumer is None:
+            self._consumer = Consumer(with_logger(self._settings))
+        serve_consumer_logs(self._consumer)
+        found = self._consumer.committed([TopicPartition(t, p) for t, p in partitions], timeout=10)
+        return {(tp.topic, tp.partition): (int(tp.offset) if tp.offset >= 0 else None) for tp in found}
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None

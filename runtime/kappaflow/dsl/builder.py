@@ -20,6 +20,7 @@ from kappaflow.api.time import TimestampExtractor
 from kappaflow.dsl.graph import InternalBuilder
 from kappaflow.dsl.kstream import KStream
 from kappaflow.dsl.ktable import GlobalKTable, KTable, versioned_source_table
+from kappaflow.dsl.optimize import optimize
 from kappaflow.dsl.options import Consumed, Materialized
 from kappaflow.dsl.table_processors import KTableSourceProcessor
 from kappaflow.dsl.typevars import K, V
@@ -27,6 +28,7 @@ from kappaflow.dsl.value_getters import on_demand_store_getter
 from kappaflow.topology.naming import CONFIG_KEY as EXPLICIT_NAMING_KEY
 from kappaflow.topology.naming import ensure_explicit_naming
 from kappaflow.topology.topology import Topology
+from kappaflow_contract.optimization import TOPOLOGY_OPTIMIZATION, optimization_rewrites
 
 
 class StreamsBuilder:
@@ -139,7 +141,9 @@ class StreamsBuilder:
         )
         processor = internal.new_name("KTABLE-SOURCE-")
         if mat.versioned is not None:
+            internal.table_sources.append((mat.versioned.name, topic))
             return versioned_source_table(internal, processor, source, mat, key_serde, value_serde)
+        internal.table_sources.append((store_name, topic))
         builder = internal.kv_store_builder(mat, store_name, key_serde, value_serde)
         getter = None if mat.name is not None else on_demand_store_getter(builder)
         table: KTable[Any, Any] = KTable(
@@ -192,12 +196,14 @@ class StreamsBuilder:
         """Compile what was built into a `Topology` (sub-topologies, stores, internal topics), ready for
         `KafkaStreams`, the `TopologyTestDriver` or Spark reprocessing.
 
-        `props` (Java's `build(Properties)`) carries the build-time settings: with
+        `props` (Java's `build(Properties)`) carries the build-time settings: `topology.optimization`
+        rewrites the topology as Java's does (`dsl.optimize`), and with
         `ensure.explicit.internal.resource.naming=true` (KIP-1111) a topology with a generated internal
         topic or store name is refused, with an error naming each one."""
         topology = self._internal.topology
         if props is not None:
             config = props if isinstance(props, StreamsConfig) else StreamsConfig(dict(props))
+            optimize(self._internal, optimization_rewrites(config.get(TOPOLOGY_OPTIMIZATION)))
             if config.get_bool(EXPLICIT_NAMING_KEY):
                 ensure_explicit_naming(topology)
         return topology

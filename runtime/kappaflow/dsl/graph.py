@@ -13,18 +13,38 @@ here and in `dsl.ktable` in annotations only, under `TYPE_CHECKING`: the typed D
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kappaflow.api.errors import TopologyError
 from kappaflow.api.processor import ProcessorSupplier
 from kappaflow.api.serdes import Serde
 from kappaflow.dsl.options import Materialized
+from kappaflow.dsl.self_join import SelfJoinCandidate
 from kappaflow.dsl.stream_processors import NullKeyFilter
 from kappaflow.state.builders import KeyValueStoreBuilder, Stores
 from kappaflow.state.window_store import WindowStoreBuilder, window_bytes_supplier
 from kappaflow.topology.nodes import InternalTopicSpec
 from kappaflow.topology.topology import Topology
 from kappaflow_contract.topics import repartition_short_name
+
+# Java's graph flags: key-changing operations (`keyChangingOperation(true)`) and value-changing ones
+KEY_CHANGING = frozenset({"KSTREAM-MAP-", "KSTREAM-FLATMAP-", "KSTREAM-KEY-SELECT-", "KSTREAM-PROCESSOR-"})
+VALUE_CHANGING = frozenset({"KSTREAM-MAPVALUES-", "KSTREAM-FLATMAPVALUES-", "KSTREAM-PROCESSVALUES-"})
+
+
+@dataclass(frozen=True)
+class RepartitionHop:
+    """One repartition: `parent` -> null-key filter -> sink -> `topic` -> source."""
+
+    parent: str
+    filter: str
+    sink: str
+    source: str
+    topic: str
+    key_serde: Serde[Any] | None
+    value_serde: Serde[Any] | None
+
 
 if TYPE_CHECKING:
     from kappaflow.dsl.kstream import KStream
@@ -53,6 +73,15 @@ class InternalBuilder:
         self.topology = Topology()
         self._index = 0
         self._stream_factory = stream_factory
+        # (store, topic) of every `builder.table`: what `reuse.ktable.source.topics` rewrites
+        self.table_sources: list[tuple[str, str]] = []
+        # stream-stream joins of a stream with itself: what `single.store.self.join` rewrites
+        self.self_joins: list[SelfJoinCandidate] = []
+        # what `merge.repartition.topics` reads: the key- and value-changing nodes (Java's graph flags)
+        # and the repartitions Java may merge (groupings, joins, to_table; not `repartition()`)
+        self.key_changing: set[str] = set()
+        self.value_changing: set[str] = set()
+        self.optimizable_repartitions: list[RepartitionHop] = []
 
     def new_stream(
         self,
@@ -81,6 +110,10 @@ class InternalBuilder:
     ) -> str:
         node = self.name_or_new(name, prefix)
         self.topology.add_processor(node, supplier, *parents)
+        if prefix in KEY_CHANGING:
+            self.key_changing.add(node)
+        elif prefix in VALUE_CHANGING:
+            self.value_changing.add(node)
         return node
 
     def kv_store_builder(
@@ -161,12 +194,14 @@ class InternalBuilder:
         partitions: int | None = None,
         partitioner: Any = None,
         drop_null_keys: bool = True,
+        optimizable: bool = True,
     ) -> str:
         """Insert null-key filter -> sink -> `<base>-repartition` -> source; returns the source's name.
         Nodes are named `<base>-repartition-filter/-sink/-source` unless the base looks generated
         (`KSTREAM...-<10 digits>`, Java's test; `user_named` overrides it for foreign-key joins).
         `drop_null_keys=False` keeps null keys (a left foreign-key join's subscription with a null
-        foreign key must travel on, KIP-962); the filter node is then a pass-through."""
+        foreign key must travel on, KIP-962); the filter node is then a pass-through. `optimizable`:
+        `merge.repartition.topics` may merge it (Java's OptimizableRepartitionNode; not `repartition()`)."""
         topic = self._new_repartition_topic(base_name, partitions)
         # Java's createRepartitionedSource: sink, filter and source numbers are used up in that order, named
         # or not, so the nodes after a repartition are numbered as in Java
@@ -184,6 +219,10 @@ class InternalBuilder:
             sink, topic, filter_name, key_serde=key_serde, value_serde=value_serde, partitioner=partitioner
         )
         self.topology.add_source(source, topic, key_serde=key_serde, value_serde=value_serde)
+        if optimizable and drop_null_keys and partitioner is None:
+            self.optimizable_repartitions.append(
+                RepartitionHop(parent, filter_name, sink, source, topic, key_serde, value_serde)
+            )
         return source
 
 

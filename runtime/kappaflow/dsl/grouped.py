@@ -70,8 +70,9 @@ class KGroupedStream(Generic[K, V]):
     ) -> KTable[K, Any]:
         builder = self._builder
         mat = Materialized.of(materialized)
-        # Java names the store (MaterializedInternal) before the processor
-        store_name = mat.name or builder.new_name("KSTREAM-AGGREGATE-STATE-STORE-")
+        # Java names the store (MaterializedInternal) before the processor, after the operation
+        # (`KSTREAM-REDUCE-STATE-STORE-` for a reduce)
+        store_name = mat.name or builder.new_name(f"{prefix}STATE-STORE-")
         node = builder.new_name(prefix)
         parent = self.node
         if self.repartition_required:

@@ -38,6 +38,7 @@ from kappaflow.api.serdes import Serde
 from kappaflow.dsl.graph import InternalBuilder, window_store_builder
 from kappaflow.dsl.join_sides import StreamSide
 from kappaflow.dsl.options import Materialized
+from kappaflow.dsl.self_join import SelfJoinCandidate
 from kappaflow.dsl.stream_processors import drop_record
 from kappaflow.dsl.windows import JoinWindows
 from kappaflow.state.api import KeyValueBytesStore, StateStore, StoreContext
@@ -472,4 +473,11 @@ def stream_stream_join(
         osb.serdes = (key_serde, left_serde, right_serde)
         topology.add_state_store(osb, this_join, other_join)
     topology.add_processor(merge, _PassThrough, this_join, other_join)
+    if left_node == right_node:  # a stream joined with itself: single.store.self.join may rewrite it
+        builder.self_joins.append(
+            SelfJoinCandidate(
+                this_windowed, other_windowed, this_join, other_join, merge, this_store, other_store,
+                outer_store, windows, adapted,
+            )
+        )  # fmt: skip
     return merge, key_serde

@@ -247,6 +247,7 @@ class KStream(Generic[K, V]):
             value_serde,
             partitions=partitions,
             partitioner=opts.partitioner,
+            optimizable=False,  # Java's UnoptimizableRepartitionNode: a user's repartition stays
         )
         return KStream(self._builder, source, key_serde, value_serde, repartition_required=False)
 

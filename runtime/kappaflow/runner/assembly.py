@@ -14,7 +14,13 @@ from typing import Any
 from kappaflow.api.config import StreamsConfig
 from kappaflow.api.metrics import Metrics
 from kappaflow.clients.admin import InternalTopicManager
-from kappaflow.clients.kafka import KafkaRecordCollector, WatermarkReader, is_consumer_protocol, new_consumer
+from kappaflow.clients.kafka import (
+    CommittedOffsetReader,
+    KafkaRecordCollector,
+    WatermarkReader,
+    is_consumer_protocol,
+    new_consumer,
+)
 from kappaflow.runner.changelog_reader import ChangelogReader
 from kappaflow.runner.commit import Committer
 from kappaflow.runner.global_state import GlobalStateUpdater
@@ -88,9 +94,10 @@ def assemble(
         config.get_int("kappaflow.hanging.transaction.ms"),
         int(settings["producer"].get("transaction.timeout.ms", 60000)),
     )
+    committed = CommittedOffsetReader(settings["restore"], settings["consumer"]["group.id"])
     reader = ChangelogReader(
         new_consumer(settings["restore"]), metrics, bounds, api_timeout_s, admin.topic_ids,
-        hanging_s if config.exactly_once else None,
+        hanging_s if config.exactly_once else None, committed,
     )  # fmt: skip
     cache = ThreadCache(config.get_int("statestore.cache.max.bytes"))
     tasks = TaskManager(

@@ -41,6 +41,12 @@ HANGING_LOG_INTERVAL_S = 30.0
 RESTORE_BATCH = 10000
 
 
+class CommittedOffsets(Protocol):
+    """The application's committed offsets of partitions (None: nothing committed there)."""
+
+    def __call__(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int | None]: ...
+
+
 class OffsetBounds(Protocol):
     """(log start, high watermark) of partitions, read_uncommitted (clients.kafka.WatermarkReader)."""
 
@@ -57,6 +63,9 @@ class ChangelogPartition:
     managed: ManagedTask
     manager: ProcessorStateManager
     store: str
+    # a source topic serving as the store's changelog (`reuse.ktable.source.topics`) is read up to the
+    # committed input offset only, and without its null-key records (which the table never stored)
+    limit: int | None = None
 
 
 class ChangelogReader:
@@ -70,6 +79,7 @@ class ChangelogReader:
         api_timeout_s: float = 60.0,
         topic_ids: Callable[[list[str]], dict[str, str]] | None = None,
         hanging_after_s: float | None = None,
+        committed_offsets: CommittedOffsets | None = None,
     ) -> None:
         """`offset_bounds`: the (log start, high watermark) of changelog partitions, read_uncommitted
         (a consumer reading read_committed reports the last stable offset instead). Asking is retried
@@ -77,7 +87,9 @@ class ChangelogReader:
         topic id, so that a store checkpointed in a deleted and recreated changelog is detected (the
         state manager decides; see `restore_offsets`). `hanging_after_s` (exactly_once_v2): a restoration
         held by an open transaction longer than that is behind a hanging one, which is logged and
-        published (runner/open_transactions.py)."""
+        published (runner/open_transactions.py). `committed_offsets`: the group's committed offsets of
+        input partitions, where restoring a source topic that is a store's changelog stops."""
+        self._committed_offsets = committed_offsets
         self._api_timeout_s = api_timeout_s
         self._topic_ids = topic_ids
         self._consumer = consumer
@@ -109,10 +121,16 @@ class ChangelogReader:
             topics, describe = sorted({t for t, _p in tps}), self._topic_ids
             ids = retry_unreachable("describing changelogs", lambda: describe(topics), self._api_timeout_s)
         starts = manager.restore_offsets(bounds, ids)
+        limits = self._source_limits(managed, manager.source_changelog_partitions())
         assignments = []
         for tp, store in partitions.items():
+            if managed.standby and tp in limits:
+                continue  # see `_source_limits`
             start = starts[store]
             low, high = bounds[tp]
+            limit = limits.get(tp)
+            if limit is not None:
+                high = limit
             managed.end_offsets[tp] = high
             if start is not None and start < low:
                 start = None  # the state manager wiped such a store (see `restore_offsets`): read it all
@@ -121,7 +139,7 @@ class ChangelogReader:
             if managed.standby or first < high:
                 managed.pending.add(tp)
                 assignments.append(TopicPartition(*tp, start if start is not None else OFFSET_BEGINNING))
-                self._index[tp] = ChangelogPartition(managed, manager, store)
+                self._index[tp] = ChangelogPartition(managed, manager, store, limit)
         if assignments:
             self._consumer.incremental_assign(assignments)
         # Counters at zero from the task's start: a restore stuck from its first record still has a
@@ -135,6 +153,26 @@ class ChangelogReader:
             self._metrics.set_gauge("restore-remaining-records", remaining, task=str(managed.task.id))
             if managed.pending:
                 self._started[managed] = time.monotonic()
+
+    def _source_limits(
+        self, managed: ManagedTask, sources: set[tuple[str, int]]
+    ) -> dict[tuple[str, int], int]:
+        """Where restoring each source-topic changelog stops: the committed input offset (0 when none was
+        committed), as Kafka Streams restores such changelogs. Past it lie records the task has not
+        processed yet: restored, they would be processed a second time, after the store already holds
+        them (a table forwarding an update whose old value is itself). Under exactly_once_v2 it is also
+        where the state the committed transactions made ends. A standby does not follow the group's
+        commits, so it leaves these partitions to the restoration of the task that becomes active (the
+        limit of standbys: their other changelogs stay warm)."""
+        if not sources:
+            return {}
+        if managed.standby:
+            return dict.fromkeys(sources, 0)
+        if self._committed_offsets is None:
+            raise StreamsError("restoring from a source topic needs the committed offsets: none reader given")
+        ask, tps = self._committed_offsets, sorted(sources)
+        found = retry_unreachable("reading committed offsets", lambda: ask(tps), self._api_timeout_s)
+        return {tp: found.get(tp) or 0 for tp in tps}
 
     def unregister(self, managed: ManagedTask) -> None:
         live = [tp for tp, entry in self._index.items() if entry.managed is managed]
@@ -167,7 +205,14 @@ class ChangelogReader:
             if entry is None:
                 continue
             managed, store = entry.managed, entry.store
-            entry.manager.restore_messages(store, records, records[-1].offset() + 1)
+            next_offset = records[-1].offset() + 1
+            if entry.limit is not None:
+                next_offset = min(next_offset, entry.limit)
+                records = [m for m in records if m.offset() < entry.limit and m.key() is not None]
+            if records:
+                entry.manager.restore_messages(store, records, next_offset)
+            else:
+                entry.manager.advance(store, next_offset)
             labels = {"task": str(managed.task.id), "store": store}
             kind = "standby-updated-records-total" if managed.standby else "restored-records-total"
             self._metrics.increment(kind, len(records), **labels)
@@ -178,7 +223,8 @@ class ChangelogReader:
         for tp, end in ends.items():
             entry = self._index.get(tp)
             if entry is not None:
-                entry.manager.advance(entry.store, end)
+                limited = end if entry.limit is None else min(end, entry.limit)
+                entry.manager.advance(entry.store, limited)
         finished = self._caught_up({*ends, *batches}, set(ends))
         self._report()
         return finished
@@ -335,3 +381,6 @@ class ChangelogReader:
         self._index.clear()
         self._consumer.close()
         self._offset_bounds.close()
+        close = getattr(self._committed_offsets, "close", None)
+        if close is not None:
+            close()

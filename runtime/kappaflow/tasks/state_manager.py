@@ -55,6 +55,9 @@ class StoreMetadata:
     # The next changelog offset the store's contents include (restored, or written and acknowledged);
     # None until known. The state manager is this fact's one owner.
     offset: int | None = None
+    # its changelog is its table's source topic (`reuse.ktable.source.topics`): its offset is the
+    # committed input offset, and restoring stops there
+    source_topic: bool = False
 
 
 def innermost(store: Any) -> Any:
@@ -71,9 +74,16 @@ class ProcessorStateManager:
     starts, applies restored records, flushes, checkpoints and closes the stores."""
 
     def __init__(
-        self, task_dir: Path, partition: int, changelog_topic: Any, transactional: bool = False
+        self,
+        task_dir: Path,
+        partition: int,
+        changelog_topic: Any,
+        transactional: bool = False,
+        source_changelogs: frozenset[str] = frozenset(),
     ) -> None:
+        """`source_changelogs`: the stores whose changelog is a source topic of the task."""
         self.task_dir = task_dir
+        self.source_changelogs = source_changelogs
         self.partition = partition
         self._changelog_topic = changelog_topic
         self.transactional = transactional
@@ -92,7 +102,8 @@ class ProcessorStateManager:
         restore_messages: MessagesRestoreCallback | None = None,
     ) -> None:
         builder = self._builders.get(store.name)
-        logged = builder.logging_enabled if builder is not None else False
+        source_topic = store.name in self.source_changelogs
+        logged = source_topic or (builder.logging_enabled if builder is not None else False)
         if self.transactional and store.persistent:
             bottom = innermost(store)
             if not isinstance(bottom, TransactionalStore):
@@ -109,6 +120,7 @@ class ProcessorStateManager:
             self._changelog_topic(store.name),
             self.partition,
             restore_messages=restore_messages,
+            source_topic=source_topic,
         )
 
     def logged_stores(self) -> list[StoreMetadata]:
@@ -227,8 +239,23 @@ class ProcessorStateManager:
         """Take the last acknowledged offset of each changelog partition this task wrote to."""
         for meta in self.logged_stores():
             last = written.get((meta.changelog_topic, meta.partition))
-            if last is not None:
+            if last is not None and not meta.source_topic:  # a sink to a table's own input is not its log
                 meta.offset = last + 1
+
+    def record_consumed(self, committed: Mapping[tuple[str, int], int]) -> None:
+        """Take the committed input offsets (the next to consume) as the offsets of the stores whose
+        changelog is a source topic: they hold what the task processed, which is what was committed.
+        Kafka Streams checkpoints such stores at the consumed offsets the same way."""
+        for meta in self.stores.values():
+            if meta.source_topic:
+                offset = committed.get((meta.changelog_topic, meta.partition))
+                if offset is not None:
+                    meta.offset = offset
+
+    def source_changelog_partitions(self) -> set[tuple[str, int]]:
+        """The changelog partitions that are source partitions of the task (restored only up to the
+        committed input offset)."""
+        return {(m.changelog_topic, m.partition) for m in self.stores.values() if m.source_topic}
 
     def checkpoint_offsets(self) -> None:
         """Checkpoint every store at the changelog offset this manager holds for it."""

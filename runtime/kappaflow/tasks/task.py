@@ -114,6 +114,7 @@ class StreamTask:
             task_id.partition,
             self.changelog_topic,
             transactional=config.exactly_once if transactional_state is None else transactional_state,
+            source_changelogs=frozenset(topology.source_changelogs),
         )
         self.context = ProcessorContextImpl(
             task_id,
@@ -159,7 +160,10 @@ class StreamTask:
 
     # ----------------------------------------------------------------- construction
     def changelog_topic(self, store_name: str) -> str:
-        return changelog_topic(self.application_id, store_name)
+        """`<application.id>-<store>-changelog`, or the table's source topic when it is the store's
+        changelog (`reuse.ktable.source.topics`)."""
+        source = self.topology.source_changelogs.get(store_name)
+        return source if source is not None else changelog_topic(self.application_id, store_name)
 
     def _build_nodes(self) -> None:
         config = self.config
@@ -518,6 +522,7 @@ class StreamTask:
         self.failures.committed()
         if written:
             self.state_manager.record_written(written)
+        self.state_manager.record_consumed(self.committed_offsets)
         # always: transactional stores (exactly_once_v2) apply the committed writes here, offsets or not
         self.state_manager.checkpoint_offsets()
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from weakref import WeakKeyDictionary
 
 from kappaflow.api.errors import TopologyError
 from kappaflow.topology.topology import Topology
@@ -54,12 +55,29 @@ class UnnamedResources:
         return "\n".join(lines)
 
 
+# What a topology held before `topology.optimization` rewrote it: Java checks the names of the
+# operations the user wrote, so a store, changelog or repartition topic an optimization then removes
+# (a self-join's other store, a merged repartition topic, a reused source table's changelog) still counts.
+_BEFORE_OPTIMIZATION: WeakKeyDictionary[Topology, UnnamedResources] = WeakKeyDictionary()
+
+
+def freeze_before_optimization(topology: Topology) -> None:
+    """Record the unnamed resources of `topology` as the user wrote it, before an optimization rewrites
+    it (the first record wins: a second `build(props)` rewrites an already rewritten topology)."""
+    if topology not in _BEFORE_OPTIMIZATION:
+        _BEFORE_OPTIMIZATION[topology] = unnamed_internal_resources(topology)
+
+
 def unnamed_internal_resources(topology: Topology) -> UnnamedResources:
     """The stores (global ones included; their changelogs) and repartition topics whose names were
     generated, in the order they were added (Java lists them so). An unnamed table's private store
     counts although kappaflow builds it quietly: Java refuses that table too (a later join would give
     it a generated changelog); so does an unmaterialized foreign-key join's result store, which Java
-    names (and checks) without building it."""
+    names (and checks) without building it. Of an optimized topology, those of the topology before the
+    rewrites."""
+    frozen = _BEFORE_OPTIMIZATION.get(topology)
+    if frozen is not None:
+        return frozen
     unlogged_private = topology.undescribed_stores()
     logged = set(topology.changelog_topics()) | unlogged_private
     # global stores count too (their topic is their log: no changelog to list)

@@ -48,6 +48,9 @@ class Topology:
         # store names Java generates and never builds (an unmaterialized foreign-key join's result): they
         # count for KIP-1111's check, as in Java, though kappaflow has no store to describe
         self.unbuilt_store_names: list[str] = []
+        # store -> the source topic that is its changelog (`reuse.ktable.source.topics`): no changelog
+        # topic of its own, restored from its table's input up to the committed input offset, as Java
+        self.source_changelogs: dict[str, str] = {}
         self._topic_sources: dict[str, str] = {}
         self._subtopologies: list[SubTopology] | None = None
 
@@ -175,6 +178,14 @@ class Topology:
         self.internal_topics[spec.name] = spec
         self._changed()
 
+    def connect_source_store_and_topic(self, store: str, topic: str) -> None:
+        """Make the source topic `topic` the changelog of `store` (Java's `connectSourceStoreAndTopic`):
+        it is restored from `topic`; the caller disables the store's own logging."""
+        if store not in self.stores:
+            raise TopologyError(f"unknown store '{store}'")
+        self.source_changelogs[store] = topic
+        self._changed()
+
     def add_copartition_group(self, topics: set[str]) -> None:
         """Declare that these topics must have the same partition count (their records join by partition);
         checked at start-up."""
@@ -201,6 +212,24 @@ class Topology:
 
     def _changed(self) -> None:
         self._subtopologies = None
+
+    def remove_nodes(self, *names: str) -> None:
+        """Drop nodes a rewrite replaced (`topology.optimization`): each leaves its parents' children and
+        frees the topics it read; the caller re-links their children."""
+        for name in names:
+            node = self.nodes.pop(name)
+            for parent in node.parents:
+                if parent in self.nodes and name in self.nodes[parent].children:
+                    self.nodes[parent].children.remove(name)
+            if isinstance(node, SourceSpec):
+                for topic in node.topics:
+                    self._topic_sources.pop(topic, None)
+        self._changed()
+
+    def changed(self) -> None:
+        """A rewrite (`topology.optimization`, dsl.optimize) edited the nodes or stores directly: the
+        sub-topologies are computed again."""
+        self._changed()
 
     def global_node_names(self) -> set[str]:
         """The names of the global stores' source and processor nodes."""
@@ -275,7 +304,7 @@ class Topology:
         """Changelog topic per logged store: `<store>-changelog` (the runtime prefixes the app id)."""
         result: dict[str, InternalTopicSpec] = {}
         for name, builder in self.stores.items():
-            if name in self.global_stores or not builder.logging_enabled:
+            if name in self.global_stores or not builder.logging_enabled or name in self.source_changelogs:
                 continue
             config = {"cleanup.policy": "compact"}
             config.update(builder.log_config)

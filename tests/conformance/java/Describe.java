@@ -74,7 +74,8 @@ public final class Describe {
 
         for (InternalTopologyBuilder.TopicsInfo info : internal.subtopologyToTopicsInfo().values()) {
             topics.addAll(info.repartitionSourceTopics.keySet());
-            topics.addAll(info.stateChangelogTopics.keySet());
+            // a table's source topic serving as its changelog (topology.optimization) is no internal topic
+            info.nonSourceChangelogTopics().forEach(config -> topics.add(config.name()));
         }
         topics.forEach(out.putArray("internal_topics")::add);
         // KIP-1111: what ensure.explicit.internal.resource.naming=true would refuse, in Java's words

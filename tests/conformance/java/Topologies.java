@@ -441,6 +441,9 @@ final class Topologies {
                 return ph;
             }
         }
+        if (family.startsWith("opt_")) {
+            return OptTopologies.build(family, p);
+        }
         if (family.startsWith("nm_")) {
             return NamingTopologies.build(family, p);
         }
