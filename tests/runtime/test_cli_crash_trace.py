@@ -49,4 +49,7 @@ def test_an_abort_prints_every_threads_stack(tmp_path):
     assert process.returncode == -signal.SIGABRT
     assert "Fatal Python error: Aborted" in output
     assert "kappaflow/runner/thread.py" in output  # the stream thread's frames, with their calls
-    assert "Current thread" in output and output.count("Thread 0x") >= 2
+    # a process-directed SIGABRT lands on any thread, a librdkafka one too: then no Python thread is
+    # "Current thread" and every Python thread is listed as "Thread 0x..."; either way, all of them
+    stacks = output.count("Thread 0x") + output.count("Current thread 0x")
+    assert stacks >= 2, output
