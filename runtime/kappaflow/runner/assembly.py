@@ -15,10 +15,12 @@ from kappaflow.api.config import StreamsConfig
 from kappaflow.api.metrics import Metrics
 from kappaflow.clients.admin import InternalTopicManager
 from kappaflow.clients.kafka import KafkaRecordCollector, WatermarkReader, is_consumer_protocol, new_consumer
+from kappaflow.runner.bootstrap import BootstrapSettings, StateBootstrapper, group_standby_hosts
 from kappaflow.runner.changelog_reader import ChangelogReader
 from kappaflow.runner.commit import Committer
 from kappaflow.runner.global_state import GlobalStateUpdater
 from kappaflow.runner.held_inputs import HeldInputs
+from kappaflow.runner.metadata import TopologyIndex, endpoint_of
 from kappaflow.runner.open_transactions import hanging_after_s
 from kappaflow.runner.producer import StreamsProducer, production_handler
 from kappaflow.runner.rebalance import RebalanceHandler
@@ -60,6 +62,30 @@ def wait_for_topics(
     return retry_unreachable("preparing topics", prepare, api_timeout_s, stop=stop)
 
 
+def state_bootstrapper(
+    topology: Topology,
+    config: StreamsConfig,
+    settings: dict[str, dict[str, Any]],
+    metrics: Metrics,
+    admin: InternalTopicManager,
+    static: bool,
+) -> StateBootstrapper | None:
+    """Fetches stores without local state from a peer's standby (runner/bootstrap.py); None when
+    disabled. This instance's own endpoint (`application.server`, in its consumer's client.id) is
+    only needed to never ask itself; the peers are found by theirs."""
+    own = endpoint_of(str(settings["consumer"].get("client.id", "")))
+    bootstrap = BootstrapSettings.from_config(config)
+    if not bootstrap.enabled:
+        return None
+    app_id = config.application_id
+    standby_hosts = group_standby_hosts(
+        lambda: admin.group_members(app_id, static=static),
+        TopologyIndex(topology, app_id),
+        config.get_int("num.standby.replicas"),
+    )
+    return StateBootstrapper(bootstrap, standby_hosts, str(own) if own is not None else "", metrics)
+
+
 def assemble(
     topology: Topology,
     config: StreamsConfig,
@@ -88,9 +114,12 @@ def assemble(
         config.get_int("kappaflow.hanging.transaction.ms"),
         int(settings["producer"].get("transaction.timeout.ms", 60000)),
     )
+    app_id, subs = config.application_id, topology.sub_topologies()
+    instance_id = str(settings["consumer"].get("group.instance.id") or "")
     reader = ChangelogReader(
         new_consumer(settings["restore"]), metrics, bounds, api_timeout_s, admin.topic_ids,
         hanging_s if config.exactly_once else None,
+        state_bootstrapper(topology, config, settings, metrics, admin, bool(instance_id)),
     )  # fmt: skip
     cache = ThreadCache(config.get_int("statestore.cache.max.bytes"))
     tasks = TaskManager(
@@ -102,8 +131,6 @@ def assemble(
     rebalance = RebalanceHandler(
         tasks, producer, commit, on_assignment, state_lock, incremental, policies, now_ms
     )
-    app_id, subs = config.application_id, topology.sub_topologies()
-    instance_id = str(settings["consumer"].get("group.instance.id") or "")
     standbys = StandbyPlacer(
         tasks,
         lambda: admin.group_members(app_id, static=bool(instance_id)),
@@ -119,6 +146,7 @@ def assemble(
         config.get_int("acceptable.recovery.lag"),
         config.get_int("max.warmup.replicas"),
         config.get_int("probing.rebalance.interval.ms") / 1000.0,
+        state_lock=state_lock,
     )
     return ThreadParts(
         admin,
