@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import shutil
 import tarfile
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -16,6 +17,7 @@ import pytest
 
 from kappaflow.api.metrics import Metrics
 from kappaflow.api.processor import TaskId
+from kappaflow.runner import snapshots
 from kappaflow.runner.bootstrap import BootstrapSettings, StateBootstrapper, peer_order, wants_snapshot
 from kappaflow.runner.snapshot_transfer import (
     SnapshotTransferError,
@@ -258,3 +260,31 @@ def test_any_failure_leaves_the_store_empty_for_a_full_restore(tmp_path: Path, f
     finally:
         manager.close()
         shutil.rmtree(snapshot.directory, ignore_errors=True)
+
+
+def test_a_snapshot_request_waits_for_the_state_lock_only_so_long(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stream thread holds the lock while it opens tasks, possibly fetching from the very peer that
+    asks it for a snapshot now: the request answers 503 rather than wait for that."""
+    monkeypatch.setattr(snapshots, "LOCK_WAIT_S", 0.05)
+    lock = threading.RLock()
+    streams = SimpleNamespace(runs_workers=False, state_lock=lock, stream_thread=None)
+    with pytest.raises(SnapshotRefused) as refused:
+        snapshots.local_snapshot(streams, "1_0", "counts")
+    assert refused.value.status == 404  # free lock, no tasks yet
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with lock:
+            held.set()
+            release.wait(5)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait(5)
+    try:
+        with pytest.raises(SnapshotRefused) as refused:
+            snapshots.local_snapshot(streams, "1_0", "counts")
+        assert refused.value.status == 503
+    finally:
+        release.set()
+        holder.join(5)

@@ -40,13 +40,14 @@ log = logging.getLogger(__name__)
 
 SNAPSHOTS_DIR = ".snapshots"  # under the application's state directory, beside the task directories
 OFFSET_HEADER = "X-Kappaflow-Changelog-Offset"
+LOCK_WAIT_S = 5.0  # longest wait for the state lock before answering 503 (see `local_snapshot`)
 STALE_SNAPSHOT_S = 3600.0  # a snapshot directory left by a crash mid-transfer is removed after this
 WORKER_TAKE_SNAPSHOT = f"{__name__}:worker_take_snapshot"
 
 
 class SnapshotRefused(Exception):
     """No snapshot of this task's store here: `status` 404 (no standby of it), 409 (not a RocksDB
-    store) or 400 (a malformed request)."""
+    store), 503 (the state is busy: ask another peer, or restore) or 400 (a malformed request)."""
 
     def __init__(self, status: int, reason: str) -> None:
         super().__init__(reason)
@@ -125,12 +126,18 @@ def local_snapshot(streams: Any, task: str, store: str) -> Snapshot:
             raise SnapshotRefused(*answer)
         directory, offset = answer
         return Snapshot(Path(directory), int(offset))
-    with streams.state_lock:
+    # Bounded: this instance's stream thread may itself be fetching a snapshot while it opens a task,
+    # holding the lock, possibly from the very peer asking here; waiting longer would only hold both.
+    if not streams.state_lock.acquire(timeout=LOCK_WAIT_S):
+        raise SnapshotRefused(503, f"busy: the stream thread held its state for {LOCK_WAIT_S:.0f} s")
+    try:
         thread = streams.stream_thread
         tm = thread.tm if thread is not None else None
         if tm is None:
             raise SnapshotRefused(404, "this instance holds no tasks yet")
         return take_snapshot(tm, task, store)
+    finally:
+        streams.state_lock.release()
 
 
 def worker_take_snapshot(streams: Any, payload: tuple[str, str]) -> Any:
