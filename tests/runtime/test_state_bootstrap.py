@@ -48,9 +48,10 @@ def test_a_snapshot_is_wanted_only_for_an_empty_rocksdb_store_with_a_long_change
     assert not wants_snapshot(BootstrapSettings(True, 0, 5.0), None, True, 3, 3)  # an empty changelog
 
 
-def test_peers_are_the_standby_hosts_but_this_instance_in_one_order() -> None:
-    assert peer_order(["b:2", "a:1", "me:9", "", "a:1"], "me:9") == ["a:1", "b:2"]
-    assert peer_order([], "me:9") == []
+def test_peers_are_the_standby_hosts_then_the_others_never_this_instance() -> None:
+    assert peer_order(["b:2", "a:1", "me:9", "", "a:1"], [], "me:9") == ["a:1", "b:2"]
+    assert peer_order(["c:3"], ["a:1", "c:3", "me:9", "b:2"], "me:9") == ["c:3", "a:1", "b:2"]
+    assert peer_order([], ["me:9"], "me:9") == []
 
 
 def test_task_ids_in_snapshot_paths_are_parsed_strictly() -> None:
@@ -209,7 +210,7 @@ def _bootstrapper(
         read_tar(io.BytesIO(out.getvalue()), len(out.getvalue()), staging, deadline)
         return len(out.getvalue()), announced if announced is not None else -1
 
-    return StateBootstrapper(ON, lambda task_id: ["peer:1", "me:2"], "me:2", metrics, fetch)
+    return StateBootstrapper(ON, lambda task_id: (["peer:1", "me:2"], ["me:2"]), "me:2", metrics, fetch)
 
 
 @pytest.mark.parametrize("exactly_once", [True, False])
@@ -247,7 +248,7 @@ def test_any_failure_leaves_the_store_empty_for_a_full_restore(tmp_path: Path, f
     bootstrap = _bootstrapper(snapshot.directory, 499 if failure == "offset-mismatch" else 500, metrics,
                               fail=failure == "refused")  # fmt: skip
     if failure == "no-peers":
-        bootstrap = StateBootstrapper(ON, lambda task_id: ["me:2"], "me:2", metrics)
+        bootstrap = StateBootstrapper(ON, lambda task_id: (["me:2"], ["me:2"]), "me:2", metrics)
     try:
         assert not bootstrap(TASK, manager, bounds)
         assert manager.restore_offsets(bounds) == {"counts": None}  # restored from the log start

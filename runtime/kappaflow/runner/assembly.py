@@ -15,7 +15,7 @@ from kappaflow.api.config import StreamsConfig
 from kappaflow.api.metrics import Metrics
 from kappaflow.clients.admin import InternalTopicManager
 from kappaflow.clients.kafka import KafkaRecordCollector, WatermarkReader, is_consumer_protocol, new_consumer
-from kappaflow.runner.bootstrap import BootstrapSettings, StateBootstrapper, group_standby_hosts
+from kappaflow.runner.bootstrap import BootstrapSettings, StateBootstrapper, group_peers
 from kappaflow.runner.changelog_reader import ChangelogReader
 from kappaflow.runner.commit import Committer
 from kappaflow.runner.global_state import GlobalStateUpdater
@@ -71,19 +71,20 @@ def state_bootstrapper(
     static: bool,
 ) -> StateBootstrapper | None:
     """Fetches stores without local state from a peer's standby (runner/bootstrap.py); None when
-    disabled. This instance's own endpoint (`application.server`, in its consumer's client.id) is
-    only needed to never ask itself; the peers are found by theirs."""
+    disabled or when the application keeps no standbys (there is nothing to fetch from). This
+    instance's own endpoint (`application.server`, in its consumer's client.id) is only needed to
+    never ask itself; the peers are found by theirs."""
     own = endpoint_of(str(settings["consumer"].get("client.id", "")))
     bootstrap = BootstrapSettings.from_config(config)
-    if not bootstrap.enabled:
+    if not bootstrap.enabled or config.get_int("num.standby.replicas") <= 0:
         return None
     app_id = config.application_id
-    standby_hosts = group_standby_hosts(
+    peers = group_peers(
         lambda: admin.group_members(app_id, static=static),
         TopologyIndex(topology, app_id),
         config.get_int("num.standby.replicas"),
     )
-    return StateBootstrapper(bootstrap, standby_hosts, str(own) if own is not None else "", metrics)
+    return StateBootstrapper(bootstrap, peers, str(own) if own is not None else "", metrics)
 
 
 def assemble(

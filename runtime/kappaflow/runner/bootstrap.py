@@ -11,10 +11,11 @@ from that offset as from any local checkpoint, so only the changelog's tail is r
 of `ProcessorStateManager.restore_offsets` apply to it (changelog topic id, offset within the log).
 
 Which peers: the standby hosts of the task, as every instance computes them from the group's members
-(`interpret_group`, the same rule the standbys are placed by and `GET /v1/tasks` reports), this instance
-excluded. Any failure (no peer, a refusal, a timeout, a short or malformed archive, an offset mismatch)
-logs a warning and leaves the store empty, as it was: restoration then reads the whole changelog, as it
-would have without this. The transfer runs on the stream thread while the task opens, bounded by
+(`interpret_group`, the same rule the standbys are placed by and `GET /v1/tasks` reports), then the other
+instances with a query endpoint (`peer_order` says why), this instance excluded. When none gives a
+snapshot (no peer, refusals, a timeout, a short or malformed archive, an offset mismatch), a warning is
+logged and the store is left empty, as it was: restoration then reads the whole changelog, as it would
+have without this. The transfer runs on the stream thread while the task opens, bounded by
 `state.bootstrap.timeout.ms`.
 """
 
@@ -51,6 +52,10 @@ Bounds = Mapping[tuple[str, int], tuple[int, int]]
 Fetch = Callable[[str, str, str, Path, float], tuple[int, int]]
 
 
+class SnapshotMissing(SnapshotTransferError):
+    """The peer keeps no standby of the task (404)."""
+
+
 @dataclass(frozen=True)
 class BootstrapSettings:
     enabled: bool
@@ -77,34 +82,40 @@ def wants_snapshot(
     )
 
 
-def peer_order(standby_hosts: list[str], self_host: str) -> list[str]:
-    """Pure: the peers to ask, in order: the task's standby hosts but this instance, sorted (every
-    instance asks in the same order, so the first standby serves the most, while it is alive)."""
-    return sorted({h for h in standby_hosts if h and h != self_host})
+def peer_order(standby_hosts: list[str], other_hosts: list[str], self_host: str) -> list[str]:
+    """Pure: the peers to ask, in order, this instance never: the task's standby hosts, then the other
+    instances (a standby placed under the previous membership is still open there for a while after a
+    rebalance: the view already names its next place), each group sorted so every instance asks in
+    the same order. A peer without a standby answers 404 at once."""
+    first = sorted({h for h in standby_hosts if h and h != self_host})
+    rest = sorted({h for h in other_hosts if h and h != self_host} - set(first))
+    return first + rest
 
 
-def group_standby_hosts(
+def group_peers(
     describe: Callable[[], tuple[str, list[GroupMember]]],
     index: TopologyIndex,
     num_standbys: int,
     clock: Callable[[], float] = time.monotonic,
-) -> Callable[[TaskId], list[str]]:
-    """task id -> the query endpoints of the instances keeping a standby of it, from the group's members
-    (described at most every PEERS_TTL_S)."""
+) -> Callable[[TaskId], tuple[list[str], list[str]]]:
+    """task id -> (query endpoints of the instances keeping a standby of it, those of every other
+    instance), from the group's members (described at most every PEERS_TTL_S); none without standbys."""
     cached: dict[str, Any] = {"at": None, "view": None}
 
-    def standby_hosts(task_id: TaskId) -> list[str]:
+    def peers(task_id: TaskId) -> tuple[list[str], list[str]]:
         if num_standbys <= 0:
-            return []
+            return [], []
         if cached["at"] is None or clock() - cached["at"] >= PEERS_TTL_S:
             state, members = describe()
             cached["view"] = interpret_group(
                 state.upper() == "STABLE", members, index, num_standbys, standby_tasks_for
             )
             cached["at"] = clock()
-        return sorted(str(h) for h in cached["view"].standbys.get(task_id, ()))
+        view = cached["view"]
+        standbys = sorted(str(h) for h in view.standbys.get(task_id, ()))
+        return standbys, sorted(str(m.host_info) for m in view.metadata)
 
-    return standby_hosts
+    return peers
 
 
 def http_fetch(
@@ -131,9 +142,8 @@ def http_fetch(
 
             return read_tar(response, length, staging, deadline, progress, clock), offset
     except urllib.error.HTTPError as err:
-        raise SnapshotTransferError(
-            f"{peer} answered {err.code}: {err.read()[:300].decode(errors='replace')}"
-        ) from err
+        text = f"{peer} answered {err.code}: {err.read()[:300].decode(errors='replace')}"
+        raise (SnapshotMissing(text) if err.code == 404 else SnapshotTransferError(text)) from err
     except (OSError, ValueError, TypeError) as exc:  # unreachable, timed out, a header missing
         raise SnapshotTransferError(f"{peer}: {exc}") from exc
 
@@ -144,14 +154,14 @@ class StateBootstrapper:
     def __init__(
         self,
         settings: BootstrapSettings,
-        standby_hosts: Callable[[TaskId], list[str]],
+        peers: Callable[[TaskId], tuple[list[str], list[str]]],
         self_host: str,
         metrics: Metrics,
         fetch: Fetch = http_fetch,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._settings = settings
-        self._standby_hosts = standby_hosts
+        self._peers = peers
         self._self_host = self_host
         self._metrics = metrics
         self._fetch = fetch
@@ -173,14 +183,14 @@ class StateBootstrapper:
             assert isinstance(bottom, RocksDBKeyValueBytesStore)
             if peers is None:
                 try:
-                    peers = peer_order(self._standby_hosts(task_id), self._self_host)
+                    peers = peer_order(*self._peers(task_id), self._self_host)
                 except Exception as exc:
                     log.warning("task %s: cannot read the group for peers to bootstrap from (%s): restoring "
                                 "from the changelog", task_id, exc)  # fmt: skip
                     return installed
             if not peers:
-                log.info("task %s: no peer keeps a standby with a query endpoint: restoring %d changelog "
-                         "records of %s from the changelog", task_id, high - low, meta.name)  # fmt: skip
+                log.warning("task %s: no peer with a query endpoint to ask for a snapshot: restoring %d "
+                            "changelog records of %s", task_id, high - low, meta.name)  # fmt: skip
                 return installed
             installed |= self._bootstrap_store(task_id, meta, bottom, low, peers)
         return installed
@@ -215,8 +225,8 @@ class StateBootstrapper:
             except Exception as exc:
                 if swapped:  # never keep a store half-installed or inconsistent: back to empty
                     bottom.reset()
-                self._metrics.increment("bootstrap-failures-total", **labels)
-                log.warning("task %s store %s: bootstrap from %s failed (%s)", task_id, meta.name, peer, exc)
+                level = logging.INFO if isinstance(exc, SnapshotMissing) else logging.WARNING  # 404: next
+                log.log(level, "task %s store %s: no snapshot from %s (%s)", task_id, meta.name, peer, exc)
                 continue
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
@@ -230,7 +240,7 @@ class StateBootstrapper:
                 task_id, meta.name, peer, seconds, size / 1e6, low, offset, offset,
             )  # fmt: skip
             return True
-        log.warning(
-            "task %s store %s: no peer gave a snapshot: restoring from the changelog", task_id, meta.name
-        )
+        self._metrics.increment("bootstrap-failures-total", **labels)
+        log.warning("task %s store %s: none of %s gave a snapshot: restoring from the changelog",
+                    task_id, meta.name, ", ".join(peers))  # fmt: skip
         return False

@@ -52,7 +52,7 @@ HELP: dict[str, str] = {
     "bootstrap-records-total": "Changelog offsets a store fetched from a peer's standby did not replay",
     "bootstrap-bytes-total": "Bytes of store snapshots fetched from peers' standbys",
     "bootstrap-seconds-total": "Time spent fetching and installing store snapshots from peers, in seconds",
-    "bootstrap-failures-total": "Store snapshots that could not be fetched from a peer (then restored)",
+    "bootstrap-failures-total": "Stores no peer gave a snapshot of (then restored from the whole changelog)",
     "global-restored-records-total": "Records loaded into global stores",
     "active-tasks": "Active tasks by state",
     "standby-tasks": "Standby tasks",
