@@ -5,6 +5,7 @@ under exactly_once_v2."""
 
 from __future__ import annotations
 
+import shutil
 import socket
 import uuid
 from typing import Any
@@ -127,4 +128,87 @@ def test_a_new_instance_bootstraps_its_task_from_the_peers_standby_and_restores_
     assert failures == 0
     assert bootstrapped >= 0.9 * end  # the snapshot stood for (nearly) the whole changelog ...
     assert replayed <= 0.05 * end  # ... and only its tail was read
+    assert_exact_counts(kafka_bootstrap, sink, lines + more)
+
+
+def test_an_instance_that_lost_its_volume_bootstraps_from_the_standbys_and_restores_only_the_tail(
+    kafka_bootstrap: str, kafka_topics: Any, tmp_path: Any
+) -> None:
+    """A restart with a wiped state directory, within the session timeout (a pod rescheduled onto a new
+    volume): pod-b is still a member, so pod-a still keeps the standbys of pod-b's counting tasks, and
+    pod-b's warm-ups fetch them instead of replaying both changelog partitions."""
+    source = kafka_topics("sw-in", partitions=4)
+    sink = kafka_topics("sw-out", partitions=4)
+    app_id = f"sw-{uuid.uuid4().hex[:8]}"
+    lines = [f"w{i} g{i % 300}" for i in range(16_000)]
+    endpoints = {name: f"127.0.0.1:{free_port()}" for name in "ab"}
+
+    def instance(name: str) -> KafkaStreams:
+        config = fast_config(
+            kafka_bootstrap,
+            app_id,
+            str(tmp_path / name),
+            **{
+                "processing.guarantee": "exactly_once_v2",
+                "statestore.cache.max.bytes": 0,
+                "num.standby.replicas": 1,
+                "group.instance.id": f"pod-{name}",
+                "application.server": endpoints[name],
+                "state.bootstrap.min.records": 1000,
+                "consumer.session.timeout.ms": 30000,  # the restart stays within the session
+            },
+        )
+        return KafkaStreams(wordcount_topology(source, sink), config)
+
+    apps: dict[str, KafkaStreams] = {}
+    servers: dict[str, QueryServer] = {}
+
+    def start(name: str) -> KafkaStreams:
+        app = apps[name] = instance(name)
+        servers[name] = QueryServer(app, host="127.0.0.1")
+        servers[name].start()
+        app.start()
+        return app
+
+    tasks = ("1_2", "1_3")
+    try:
+        a, b = start("a"), start("b")
+        wait_for(lambda: len(a.local_task_ids()[0]) == 4 and len(b.local_task_ids()[0]) == 4, 60, "split")
+        wait_running(a, b)
+        assert set(tasks) <= set(b.local_task_ids()[0])
+        produce_lines(kafka_bootstrap, source, lines)
+        outputs = 2 * len(lines)
+        wait_for(lambda: len(read_topic(kafka_bootstrap, sink, outputs, 10)) >= outputs, 180, "every count")
+        wait_for(
+            lambda: set(tasks) <= set(a.local_task_ids()[1]) and standby_lag(a, 2) == standby_lag(a, 3) == 0,
+            60,
+            "pod-a's standbys of pod-b's counting tasks caught up",
+        )
+        changelog = f"{app_id}-counts-changelog"
+        ends = {t: changelog_end(kafka_bootstrap, changelog, int(t[2])) for t in tasks}
+        assert b.close(30)
+        servers.pop("b").stop()
+        shutil.rmtree(tmp_path / "b")  # the volume is gone
+        b = start("b")
+        wait_for(lambda: set(tasks) <= set(b.local_task_ids()[0]), 90, "pod-b's tasks back on pod-b")
+        wait_running(a, b)
+        bootstrapped = {t: b.metrics.counter("bootstrap-records-total", task=t) for t in tasks}
+        replayed = {
+            t: b.metrics.counter("standby-updated-records-total", task=t)
+            + b.metrics.counter("restored-records-total", task=t)
+            for t in tasks
+        }
+        more = [f"g{i % 300} w{i}" for i in range(1500)]
+        produce_lines(kafka_bootstrap, source, more)
+        total = 2 * len(lines + more)
+        wait_for(lambda: len(read_topic(kafka_bootstrap, sink, total, 10)) >= total, 120, "counting goes on")
+    finally:
+        for app in apps.values():
+            app.close(30)
+        for server in servers.values():
+            server.stop()
+    print(f"changelog ends {ends}; bootstrapped {bootstrapped}; replayed {replayed}")
+    for task in tasks:
+        assert bootstrapped[task] >= 0.9 * ends[task], task
+        assert replayed[task] <= 0.05 * ends[task], task
     assert_exact_counts(kafka_bootstrap, sink, lines + more)
