@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from kappaflow.api.errors import InvalidStateStorePartitionError
 from kappaflow.api.metrics import Metrics
 from kappaflow.api.processor import TaskId
 from kappaflow.runner import snapshots
@@ -289,3 +290,42 @@ def test_a_snapshot_request_waits_for_the_state_lock_only_so_long(monkeypatch: p
     finally:
         release.set()
         holder.join(5)
+
+
+def test_with_worker_processes_the_worker_holding_the_standby_takes_the_snapshot(tmp_path: Path) -> None:
+    """`num.stream.threads` > 1: the parent's server asks the workers in turn (runner/workers.py
+    `call_for_key`); a worker without the standby answers with the retryable error, the one holding
+    it with the checkpoint's directory and offset, which the parent then streams."""
+    tm, manager = _standby_with(tmp_path, 100, offset=120)
+    holder = SimpleNamespace(
+        runs_workers=False, state_lock=threading.RLock(), stream_thread=SimpleNamespace(tm=tm)
+    )
+    empty = SimpleNamespace(
+        runs_workers=False,
+        state_lock=threading.RLock(),
+        stream_thread=SimpleNamespace(tm=SimpleNamespace(standby={}, active={}, state_root=tmp_path)),
+    )
+
+    def ask_workers(target: str, payload: Any, task_id: str | None = None) -> list[Any]:
+        assert target == snapshots.WORKER_TAKE_SNAPSHOT and task_id == payload[0]
+        for worker in (empty, holder):
+            try:
+                return [snapshots.worker_take_snapshot(worker, payload)]
+            except InvalidStateStorePartitionError:
+                continue
+        raise InvalidStateStorePartitionError("no worker has it")
+
+    parent = SimpleNamespace(runs_workers=True, ask_workers=ask_workers)
+    try:
+        snapshot = snapshots.local_snapshot(parent, "1_0", "counts")
+        assert snapshot.offset == 120 and (snapshot.directory / "CURRENT").is_file()
+        with pytest.raises(SnapshotRefused) as refused:
+            snapshots.local_snapshot(parent, "1_1", "counts")
+        assert refused.value.status == 404
+        out = io.BytesIO()
+        headers: list[tuple[int, int]] = []
+        sent = snapshots.send_snapshot(snapshot, lambda length, offset: headers.append((length, offset)), out)
+        assert headers == [(sent, 120)] and len(out.getvalue()) == sent
+        assert not snapshot.directory.exists()  # deleted once sent
+    finally:
+        manager.close()
