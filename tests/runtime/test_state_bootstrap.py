@@ -329,3 +329,24 @@ def test_with_worker_processes_the_worker_holding_the_standby_takes_the_snapshot
         assert not snapshot.directory.exists()  # deleted once sent
     finally:
         manager.close()
+
+
+def test_the_timeout_bounds_the_whole_bootstrap_of_a_store_over_every_peer(tmp_path: Path) -> None:
+    """The stream thread waits for the transfer: unresponsive peers share one deadline, not one each."""
+    manager, _store = _counts_task(tmp_path / "fresh" / str(TASK))
+    now = [0.0]
+    asked: list[tuple[str, float]] = []
+
+    def hanging(peer: str, task: str, store: str, staging: Path, deadline: float) -> tuple[int, int]:
+        asked.append((peer, deadline))
+        now[0] += 3.0  # each peer hangs 3 s, then times out
+        raise SnapshotTransferError(f"{peer}: timed out")
+
+    settings = BootstrapSettings(enabled=True, min_records=100, timeout_s=5.0)
+    peers = (["a:1", "b:1"], ["c:1", "d:1"])
+    bootstrap = StateBootstrapper(settings, lambda task_id: peers, "me:2", Metrics(), hanging, lambda: now[0])
+    try:
+        assert not bootstrap(TASK, manager, {("app-counts-changelog", 0): (0, 1000)})
+        assert asked == [("a:1", 5.0), ("b:1", 5.0)]  # c and d were never asked: the 5 s were spent
+    finally:
+        manager.close()

@@ -154,8 +154,8 @@ KEY_DOCS: dict[str, tuple[str, str, str]] = {
     "state.bootstrap.timeout.ms": (
         "",
         "",
-        "How long fetching one store's snapshot from a peer may take before the task restores from the "
-        "changelog instead; the stream thread waits for it while the task opens (>= 1).",
+        "How long fetching one store's snapshot may take, over every peer asked, before the task "
+        "restores from the changelog instead; the stream thread waits for it while the task opens (>= 1).",
     ),
     "num.stream.threads": (
         "",

@@ -207,14 +207,15 @@ class StateBootstrapper:
         assert path is not None
         staging = path.parent / f".{meta.name}.bootstrap"
         labels = {"task": str(task_id), "store": meta.name}
+        deadline = self._clock() + self._settings.timeout_s  # over every peer: the stream thread waits
         for peer in peers:
             started = self._clock()
+            if started >= deadline:
+                break
             shutil.rmtree(staging, ignore_errors=True)
             swapped = False
             try:
-                size, offset = self._fetch(
-                    peer, str(task_id), meta.name, staging, started + self._settings.timeout_s
-                )
+                size, offset = self._fetch(peer, str(task_id), meta.name, staging, deadline)
                 swapped = True
                 bottom.replace_with(staging)
                 stored = bottom.committed_changelog_offset()
