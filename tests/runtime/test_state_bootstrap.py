@@ -232,8 +232,12 @@ def test_an_empty_store_is_installed_from_the_snapshot_and_restores_only_the_tai
         assert metrics.counter("bootstrap-records-total", task="1_0", store="counts") == 3000
         assert metrics.counter("bootstrap-bytes-total", task="1_0", store="counts") > 0
         assert not (tmp_path / "fresh" / str(TASK) / "rocksdb" / ".counts.bootstrap").exists()
-        # a store with local state is never replaced
+        # a store with local state is never replaced; a staging directory a crash left is removed
+        leftover = tmp_path / "fresh" / str(TASK) / "rocksdb" / ".counts.bootstrap"
+        leftover.mkdir()
+        (leftover / "000009.sst").write_bytes(b"partial")
         assert not _bootstrapper(snapshot.directory, 3000, metrics)(TASK, manager, bounds)
+        assert not leftover.exists()
     finally:
         manager.close()
 

@@ -52,6 +52,12 @@ Bounds = Mapping[tuple[str, int], tuple[int, int]]
 Fetch = Callable[[str, str, str, Path, float], tuple[int, int]]
 
 
+def _staging(store_path: Path, store: str) -> Path:
+    """Where a snapshot of `store` is extracted: beside its database, on the same file system (the
+    install is a rename)."""
+    return store_path.parent / f".{store}.bootstrap"
+
+
 class SnapshotMissing(SnapshotTransferError):
     """The peer keeps no standby of the task (404)."""
 
@@ -178,6 +184,8 @@ class StateBootstrapper:
             bottom = innermost(meta.store)
             low, high = bounds.get((meta.changelog_topic, meta.partition), (0, 0))
             rocksdb = isinstance(bottom, RocksDBKeyValueBytesStore)
+            if rocksdb and bottom.path is not None:  # left by a crash mid-transfer, whatever follows
+                shutil.rmtree(_staging(bottom.path, meta.name), ignore_errors=True)
             if not wants_snapshot(self._settings, manager.committed_offset(meta.name), rocksdb, low, high):
                 continue
             assert isinstance(bottom, RocksDBKeyValueBytesStore)
@@ -205,7 +213,7 @@ class StateBootstrapper:
     ) -> bool:
         path = bottom.path
         assert path is not None
-        staging = path.parent / f".{meta.name}.bootstrap"
+        staging = _staging(path, meta.name)
         labels = {"task": str(task_id), "store": meta.name}
         deadline = self._clock() + self._settings.timeout_s  # over every peer: the stream thread waits
         for peer in peers:
