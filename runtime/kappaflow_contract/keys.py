@@ -55,6 +55,11 @@ DEFAULTS: dict[str, Any] = {
     "acceptable.recovery.lag": 10000,
     "max.warmup.replicas": 2,
     "probing.rebalance.interval.ms": 600000,
+    # a store with no local state is first fetched from a peer's standby when its changelog spans at
+    # least this many offsets (runner/bootstrap.py); then only the changelog's tail is restored
+    "state.bootstrap.enabled": True,
+    "state.bootstrap.min.records": 10000,
+    "state.bootstrap.timeout.ms": 60000,
     # stream workers of this instance: 1 runs in-process; N > 1 runs N worker processes (runner/workers.py)
     "num.stream.threads": 1,
     "state.dir": str(Path(_TMP) / "kappaflow"),

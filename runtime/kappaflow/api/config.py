@@ -51,6 +51,8 @@ INT_KEYS = {
     "acceptable.recovery.lag",
     "max.warmup.replicas",
     "probing.rebalance.interval.ms",
+    "state.bootstrap.min.records",
+    "state.bootstrap.timeout.ms",
     "poll.ms",
     "max.task.idle.ms",
     "replication.factor",
@@ -64,9 +66,12 @@ LEAST_VALUES = {
     "acceptable.recovery.lag": 0,
     "max.warmup.replicas": 1,
     "probing.rebalance.interval.ms": 60_000,
+    "state.bootstrap.min.records": 0,
+    "state.bootstrap.timeout.ms": 1,
 }
 BOOL_KEYS = {
     "query.http.enabled",
+    "state.bootstrap.enabled",
     "kappaflow.internal.topics.create",
     "kappaflow.fusion.enabled",
     "kappaflow.native.enabled",

@@ -138,6 +138,25 @@ KEY_DOCS: dict[str, tuple[str, str, str]] = {
         "While an instance warms up, how often it reads the group again to forecast its tasks anew; "
         "it joins as soon as its warm-ups are caught up, without waiting for a probe (>= 60000).",
     ),
+    "state.bootstrap.enabled": (
+        "",
+        "",
+        "A task store with no local state (a new pod, a lost volume) is first fetched from a peer's "
+        "standby (`GET /v1/snapshots` on its `application.server`, `query.http.enabled=true`), then only "
+        "the changelog's tail is restored; false restores the whole changelog.",
+    ),
+    "state.bootstrap.min.records": (
+        "",
+        "",
+        "Changelog offsets a store's changelog must span before a peer's snapshot is fetched instead of "
+        "restoring it (>= 0).",
+    ),
+    "state.bootstrap.timeout.ms": (
+        "",
+        "",
+        "How long fetching one store's snapshot may take, over every peer asked, before the task "
+        "restores from the changelog instead; the stream thread waits for it while the task opens (>= 1).",
+    ),
     "num.stream.threads": (
         "",
         SC + "NUM_STREAM_THREADS_CONFIG",

@@ -208,6 +208,32 @@ def openapi_spec() -> dict[str, Any]:
                     "responses": {"200": _json({"type": "object"})},
                 }
             },
+            "/v1/snapshots/{task}/{store}": {
+                "get": {
+                    "summary": "a RocksDB checkpoint of this instance's standby copy of a task's store, as a "
+                    "tar, for a peer bootstrapping the task (runner/bootstrap.py)",
+                    "parameters": [
+                        {"name": "task", "in": "path", "required": True, "schema": {"type": "string"}},
+                        _STORE,
+                    ],
+                    "responses": {
+                        "200": {
+                            "description": "the checkpoint directory's files",
+                            "headers": {
+                                "X-Kappaflow-Changelog-Offset": {
+                                    "description": "the changelog offset the snapshot's contents reach",
+                                    "schema": {"type": "integer"},
+                                }
+                            },
+                            "content": {
+                                "application/x-tar": {"schema": {"type": "string", "format": "binary"}}
+                            },
+                        },
+                        "404": _json({"$ref": "#/components/schemas/Error"}, "no standby of the task here"),
+                        "409": _json({"$ref": "#/components/schemas/Error"}, "the store is not RocksDB"),
+                    },
+                }
+            },
         },
         "components": {"schemas": {"Error": _ERROR}},
     }

@@ -10,6 +10,8 @@
     GET /v1/stores/{store}/all                        every entry of a store, over every instance
     GET /v1/metadata                                  every instance and what it hosts
     GET /v1/lags                                      this instance's local store lags
+    GET /v1/tasks                                     each task's active and standby hosts
+    GET /v1/snapshots/{task}/{store}                  a tar of a standby store's RocksDB checkpoint
     GET /openapi.json                                 this API, described
 
 A key request is routed with `query_metadata_for_key`: served here when this instance owns the key's
@@ -45,6 +47,7 @@ from kappaflow.query import render, versioned
 from kappaflow.query.openapi import openapi_spec
 from kappaflow.runner.local_stores import LocalStoreProvider
 from kappaflow.runner.metadata import HostInfo
+from kappaflow.runner.snapshots import OFFSET_HEADER, Snapshot, SnapshotRefused, local_snapshot, send_snapshot
 from kappaflow.runner.streams import KafkaStreams
 from kappaflow.state.builders import ReadOnlyKeyValueView
 from kappaflow.state.session_store import ReadOnlySessionView
@@ -66,6 +69,14 @@ class HttpAnswer(Exception):
         self.status = status
         self.body = body
         self.retry = retry
+
+
+class SnapshotAnswer(Exception):
+    """A snapshot to stream (`/v1/snapshots/...`): the answer is a tar, not JSON (runner/snapshots.py)."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        super().__init__(str(snapshot.directory))
+        self.snapshot = snapshot
 
 
 def unavailable(message: str) -> HttpAnswer:
@@ -90,6 +101,11 @@ class QueryService:
             return 200, self.lags()
         if parts == ["v1", "tasks"]:
             return 200, self.tasks()
+        if len(parts) == 4 and parts[:2] == ["v1", "snapshots"]:
+            try:
+                raise SnapshotAnswer(local_snapshot(self.streams, parts[2], parts[3]))
+            except SnapshotRefused as refused:
+                raise HttpAnswer(refused.status, {"error": refused.reason}) from refused
         if len(parts) >= 3 and parts[:2] == ["v1", "stores"]:
             store, rest = parts[2], parts[3:]
             if rest == ["all"]:
@@ -384,6 +400,9 @@ class QueryServer:
                 retry = False
                 try:
                     status, body = service.handle(url.path, query)
+                except SnapshotAnswer as answer:
+                    self._send_snapshot(answer.snapshot)
+                    return
                 except HttpAnswer as answer:
                     status, body, retry = answer.status, answer.body, answer.retry
                 except render.BadKey as exc:
@@ -403,6 +422,21 @@ class QueryServer:
                     self.send_header("Retry-After", str(RETRY_AFTER_S))
                 self.end_headers()
                 self.wfile.write(payload)
+
+            def _send_snapshot(self, snapshot: Snapshot) -> None:
+                def headers(length: int, offset: int) -> None:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/x-tar")
+                    self.send_header("Content-Length", str(length))
+                    self.send_header(OFFSET_HEADER, str(offset))
+                    self.end_headers()
+
+                try:
+                    send_snapshot(snapshot, headers, self.wfile)
+                except OSError as exc:  # the peer went away: it falls back to restoring from the changelog
+                    log.warning("sending a snapshot to %s failed: %s", self.address_string(), exc)
+                except Exception:  # the peer sees a short archive and falls back the same way
+                    log.exception("sending a snapshot to %s failed", self.address_string())
 
             def log_message(self, format: str, *args: Any) -> None:
                 log.debug("%s " + format, self.address_string(), *args)

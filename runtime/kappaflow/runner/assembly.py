@@ -21,10 +21,12 @@ from kappaflow.clients.kafka import (
     is_consumer_protocol,
     new_consumer,
 )
+from kappaflow.runner.bootstrap import BootstrapSettings, StateBootstrapper, group_peers
 from kappaflow.runner.changelog_reader import ChangelogReader
 from kappaflow.runner.commit import Committer
 from kappaflow.runner.global_state import GlobalStateUpdater
 from kappaflow.runner.held_inputs import HeldInputs
+from kappaflow.runner.metadata import TopologyIndex, endpoint_of
 from kappaflow.runner.open_transactions import hanging_after_s
 from kappaflow.runner.producer import StreamsProducer, production_handler
 from kappaflow.runner.rebalance import RebalanceHandler
@@ -66,6 +68,31 @@ def wait_for_topics(
     return retry_unreachable("preparing topics", prepare, api_timeout_s, stop=stop)
 
 
+def state_bootstrapper(
+    topology: Topology,
+    config: StreamsConfig,
+    settings: dict[str, dict[str, Any]],
+    metrics: Metrics,
+    admin: InternalTopicManager,
+    static: bool,
+) -> StateBootstrapper | None:
+    """Fetches stores without local state from a peer's standby (runner/bootstrap.py); None when
+    disabled or when the application keeps no standbys (there is nothing to fetch from). This
+    instance's own endpoint (`application.server`, in its consumer's client.id) is only needed to
+    never ask itself; the peers are found by theirs."""
+    own = endpoint_of(str(settings["consumer"].get("client.id", "")))
+    bootstrap = BootstrapSettings.from_config(config)
+    if not bootstrap.enabled or config.get_int("num.standby.replicas") <= 0:
+        return None
+    app_id = config.application_id
+    peers = group_peers(
+        lambda: admin.group_members(app_id, static=static),
+        TopologyIndex(topology, app_id),
+        config.get_int("num.standby.replicas"),
+    )
+    return StateBootstrapper(bootstrap, peers, str(own) if own is not None else "", metrics)
+
+
 def assemble(
     topology: Topology,
     config: StreamsConfig,
@@ -95,9 +122,12 @@ def assemble(
         int(settings["producer"].get("transaction.timeout.ms", 60000)),
     )
     committed = CommittedOffsetReader(settings["restore"], settings["consumer"]["group.id"])
+    app_id, subs = config.application_id, topology.sub_topologies()
+    instance_id = str(settings["consumer"].get("group.instance.id") or "")
     reader = ChangelogReader(
         new_consumer(settings["restore"]), metrics, bounds, api_timeout_s, admin.topic_ids,
         hanging_s if config.exactly_once else None, committed,
+        state_bootstrapper(topology, config, settings, metrics, admin, bool(instance_id)),
     )  # fmt: skip
     cache = ThreadCache(config.get_int("statestore.cache.max.bytes"))
     tasks = TaskManager(
@@ -109,8 +139,6 @@ def assemble(
     rebalance = RebalanceHandler(
         tasks, producer, commit, on_assignment, state_lock, incremental, policies, now_ms
     )
-    app_id, subs = config.application_id, topology.sub_topologies()
-    instance_id = str(settings["consumer"].get("group.instance.id") or "")
     standbys = StandbyPlacer(
         tasks,
         lambda: admin.group_members(app_id, static=bool(instance_id)),
@@ -126,6 +154,7 @@ def assemble(
         config.get_int("acceptable.recovery.lag"),
         config.get_int("max.warmup.replicas"),
         config.get_int("probing.rebalance.interval.ms") / 1000.0,
+        state_lock=state_lock,
     )
     return ThreadParts(
         admin,

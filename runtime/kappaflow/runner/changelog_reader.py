@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -27,6 +27,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 
 from kappaflow.api.errors import StreamsError
 from kappaflow.api.metrics import Metrics
+from kappaflow.api.processor import TaskId
 from kappaflow.runner.managed_task import ManagedTask
 from kappaflow.runner.open_transactions import OpenTransactionWatch, remedy
 from kappaflow.runner.retry import retry_unreachable
@@ -45,6 +46,9 @@ class CommittedOffsets(Protocol):
     """The application's committed offsets of partitions (None: nothing committed there)."""
 
     def __call__(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int | None]: ...
+
+
+Bootstrap = Callable[[TaskId, ProcessorStateManager, Mapping[tuple[str, int], tuple[int, int]]], bool]
 
 
 class OffsetBounds(Protocol):
@@ -80,6 +84,7 @@ class ChangelogReader:
         topic_ids: Callable[[list[str]], dict[str, str]] | None = None,
         hanging_after_s: float | None = None,
         committed_offsets: CommittedOffsets | None = None,
+        bootstrap: Bootstrap | None = None,
     ) -> None:
         """`offset_bounds`: the (log start, high watermark) of changelog partitions, read_uncommitted
         (a consumer reading read_committed reports the last stable offset instead). Asking is retried
@@ -88,8 +93,11 @@ class ChangelogReader:
         state manager decides; see `restore_offsets`). `hanging_after_s` (exactly_once_v2): a restoration
         held by an open transaction longer than that is behind a hanging one, which is logged and
         published (runner/open_transactions.py). `committed_offsets`: the group's committed offsets of
-        input partitions, where restoring a source topic that is a store's changelog stops."""
+        input partitions, where restoring a source topic that is a store's changelog stops.
+        `bootstrap`: called as a task opens, before its restoration starts, to install stores that
+        have no local state from a peer's snapshot (runner/bootstrap.py); True when it installed one."""
         self._committed_offsets = committed_offsets
+        self._bootstrap = bootstrap
         self._api_timeout_s = api_timeout_s
         self._topic_ids = topic_ids
         self._consumer = consumer
@@ -116,6 +124,9 @@ class ChangelogReader:
         tps = list(partitions)
         ask = self._offset_bounds
         bounds = retry_unreachable("reading changelog ends", lambda: ask(tps), self._api_timeout_s)
+        if self._bootstrap is not None and tps and self._bootstrap(managed.task.id, manager, bounds):
+            # the snapshot's offset may be past the ends read before it was taken: read them again
+            bounds = retry_unreachable("reading changelog ends", lambda: ask(tps), self._api_timeout_s)
         ids: dict[str, str] = {}
         if self._topic_ids is not None and tps:
             topics, describe = sorted({t for t, _p in tps}), self._topic_ids

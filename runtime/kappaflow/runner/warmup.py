@@ -104,8 +104,13 @@ class JoinWarmup:
         max_warmups: int,
         probing_interval_s: float,
         clock: Callable[[], float] = time.monotonic,
+        state_lock: threading.RLock | None = None,
     ) -> None:
+        """`state_lock`: held while warm-ups open, close and restore, as the stream thread holds it for
+        its steps, so readers on other threads (interactive queries, a peer's snapshot request) see
+        each store between two restore batches."""
         self._tasks = tasks
+        self._lock = state_lock if state_lock is not None else threading.RLock()
         self._group_view = group_view
         self._instance_id = instance_id
         self._stateful = stateful
@@ -138,8 +143,9 @@ class JoinWarmup:
                 if not planned:
                     break
                 next_probe = self._clock() + self._probing_interval_s
-                for task_id in [t for t in self._tasks.standby if t not in planned]:
-                    self._tasks.close_standby(task_id)
+                with self._lock:
+                    for task_id in [t for t in self._tasks.standby if t not in planned]:
+                        self._tasks.close_standby(task_id)
                 self.warming = list(planned)
             assert planned is not None
             lags = {t: self._tasks.standby_lag(t) for t in planned}
@@ -153,10 +159,13 @@ class JoinWarmup:
                     self._clock() - started,
                 )
                 break
-            for task_id in step.open_now:
-                self._tasks.create_standby(task_id)
-                log.info("task %s: warming up before joining", task_id)
-            self._tasks.restore_step(timeout=0.05)
+            with self._lock:
+                for task_id in step.open_now:
+                    self._tasks.create_standby(task_id)
+                    log.info("task %s: warming up before joining", task_id)
+            with self._lock:
+                self._tasks.restore_step(timeout=0.02)
+            time.sleep(0.001)  # let a reader waiting for the lock have it between two steps
         self.warming = []
         self._metrics.set_gauge("warmup-tasks", 0)
         self._metrics.retain_gauge("warmup-lag-records", lambda _labels: False)  # joined: no warm-ups

@@ -209,6 +209,11 @@ class RocksDBKeyValueBytesStore:
         self._meta = self._db.get_column_family(_META_CF)
         self._meta_handle = self._db.get_column_family_handle(_META_CF)
 
+    @property
+    def path(self) -> Path | None:
+        """The database's directory (None until opened)."""
+        return self._path
+
     def _require(self) -> Any:
         if self._db is None:
             raise InvalidStateStoreError(f"store '{self._name}' is not open")
@@ -249,6 +254,31 @@ class RocksDBKeyValueBytesStore:
         if path is None:
             raise InvalidStateStoreError(f"store '{self._name}' was never opened")
         self.destroy()
+        self.open_at(path)
+
+    # ----------------------------------------------------------------- snapshots (runner/snapshots.py)
+    def create_snapshot(self, directory: Path) -> int | None:
+        """Write a RocksDB checkpoint of the database's contents to `directory` (which must not exist) and
+        return the changelog offset stored with them. Hard links to the SST files where `directory` is on
+        the same file system, so it costs a memtable flush, not a copy. Writes waiting in a transaction
+        (uncommitted) are not in the database, so never in a snapshot."""
+        db = self._require()
+        if self._unflushed:  # unlogged writes live in the memtables only: checkpoint them too
+            db.flush()
+            self._unflushed = False
+        rocksdict.Checkpoint(db).create_checkpoint(str(directory))
+        return self.committed_changelog_offset()
+
+    def replace_with(self, staged: Path) -> None:
+        """Replace this store's files by the database in `staged` (a snapshot of a peer's copy) and reopen
+        on them. The swap is a rename, so the store's directory holds either its old database or the whole
+        new one: a crash in between leaves no directory, which opens empty (and is restored in full)."""
+        path = self._path
+        if path is None:
+            raise InvalidStateStoreError(f"store '{self._name}' was never opened")
+        self.close()
+        shutil.rmtree(path, ignore_errors=True)
+        staged.rename(path)
         self.open_at(path)
 
     # ----------------------------------------------------------------- transactions
