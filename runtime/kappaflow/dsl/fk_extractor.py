@@ -42,6 +42,7 @@ class ForeignKeyExtractor(Generic[K, V, KO]):
         return ForeignKeyExtractor(extractor, uses_key=True)
 
     def extract(self, key: K, value: V) -> KO | None:
+        """The foreign key of the row (`key`, `value`), or None when the row joins nothing."""
         return self._extract(key, value)
 
     @staticmethod

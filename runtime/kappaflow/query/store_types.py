@@ -172,12 +172,14 @@ class QueryableStoreTypes:
 
     @staticmethod
     def key_value() -> QueryableStoreType[ReadOnlyKeyValueStore]:
+        """A key-value store, read as plain values (Java's `QueryableStoreTypes.keyValueStore()`)."""
         return _KeyValueType()
 
     key_value_store = key_value
 
     @staticmethod
     def timestamped_key_value() -> QueryableStoreType[ReadOnlyKeyValueStore]:
+        """A key-value store, read as `ValueAndTimestamp`s (Java's `timestampedKeyValueStore()`)."""
         return _KeyValueType(timestamped=True)
 
     timestamped_key_value_store = timestamped_key_value
@@ -190,8 +192,10 @@ class QueryableStoreTypes:
 
     @staticmethod
     def window_store() -> QueryableStoreType[ReadOnlyWindowStore]:
+        """A window store: `fetch(key, from, to)` and ranges (Java's `windowStore()`)."""
         return _WindowType()
 
     @staticmethod
     def session_store() -> QueryableStoreType[ReadOnlySessionStore]:
+        """A session store: a key's sessions (Java's `sessionStore()`)."""
         return _SessionType()

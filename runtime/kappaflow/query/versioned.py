@@ -55,6 +55,7 @@ class VersionedKeyQuery(Generic[K, V]):
 
     @staticmethod
     def with_key(key: K) -> VersionedKeyQuery[K, Any]:
+        """The latest version of `key` (narrow it with `as_of`); a ValueError for a None key."""
         if key is None:
             raise ValueError("a versioned key query needs a key (got None)")
         return VersionedKeyQuery(key)
@@ -76,20 +77,26 @@ class MultiVersionedKeyQuery(Generic[K, V]):
 
     @staticmethod
     def with_key(key: K) -> MultiVersionedKeyQuery[K, Any]:
+        """Every version of `key` the store still holds, newest first (narrow it with the methods
+        below); a ValueError for a None key."""
         if key is None:
             raise ValueError("a multi-versioned key query needs a key (got None)")
         return MultiVersionedKeyQuery(key)
 
     def from_time(self, time: int | datetime) -> MultiVersionedKeyQuery[K, V]:
+        """Only versions still valid at or after `time` (epoch ms or a datetime)."""
         return replace(self, from_timestamp=epoch_ms(time))
 
     def to_time(self, time: int | datetime) -> MultiVersionedKeyQuery[K, V]:
+        """Only versions that became valid at or before `time` (epoch ms or a datetime)."""
         return replace(self, to_timestamp=epoch_ms(time))
 
     def with_ascending_timestamps(self) -> MultiVersionedKeyQuery[K, V]:
+        """Oldest version first."""
         return replace(self, result_order=ResultOrder.ASCENDING)
 
     def with_descending_timestamps(self) -> MultiVersionedKeyQuery[K, V]:
+        """Newest version first (the default)."""
         return replace(self, result_order=ResultOrder.DESCENDING)
 
     def validate(self) -> None:
