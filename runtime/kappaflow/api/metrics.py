@@ -12,6 +12,8 @@ from collections.abc import Callable, Mapping
 
 
 def _labels_key(labels: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    if not labels:  # most series the stream thread updates every loop have none: no sort for them
+        return ()
     return tuple(sorted(labels.items()))
 
 
@@ -29,6 +31,12 @@ class Metrics:
 
     def set_gauge(self, name: str, value: float, **labels: str) -> None:
         self._gauges[name][_labels_key(labels)] = value
+
+    def set_gauges(self, values: Mapping[str, float]) -> None:
+        """Set several gauges without labels at once (the stream thread's loop ratios, every loop)."""
+        gauges = self._gauges
+        for name, value in values.items():
+            gauges[name][()] = value
 
     def set_counter(self, name: str, value: float, **labels: str) -> None:
         """Set a counter to a cumulative total counted elsewhere (a store's own operation count, the

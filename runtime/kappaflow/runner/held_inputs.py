@@ -12,7 +12,6 @@ with `reader="input"`. Only partitions of RUNNING tasks are watched: a restoring
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -44,13 +43,16 @@ class HeldInputs:
         self._last_check = self._last_log = 0.0
         metrics.set_gauge("hanging-transaction-partitions", 0, reader="input")
 
-    def maybe_check(self, consumer: Consumer, inputs: Callable[[], list[tuple[str, int]]]) -> None:
-        """Every CHECK_INTERVAL_S: observe the partitions `inputs()` lists (the running tasks' inputs)."""
-        now = time.monotonic()
-        if now - self._last_check < CHECK_INTERVAL_S:
-            return
+    def due(self, now: float) -> bool:
+        """Whether a check is due at `now` (time.monotonic()): one every CHECK_INTERVAL_S. The stream
+        thread asks every loop iteration, so this is all it pays between checks - not even the listing
+        of its inputs."""
+        return now - self._last_check >= CHECK_INTERVAL_S
+
+    def check(self, consumer: Consumer, partitions: list[tuple[str, int]], now: float) -> None:
+        """Observe `partitions` (the running tasks' inputs) at `now` (time.monotonic()); the next
+        check is due CHECK_INTERVAL_S later."""
         self._last_check = now
-        partitions = inputs()
         try:
             positions = consumer.position([TopicPartition(t, p) for t, p in partitions])
             stable = {

@@ -146,8 +146,12 @@ class TaskManager(PartitionOwnership):
         return self.async_executor
 
     def async_pending(self) -> bool:
-        """Whether a running task holds asynchronous calls not emitted yet."""
-        return any(t.async_pending() for t in self.running())
+        """Whether a running task holds asynchronous calls not emitted yet (asked by the stream thread
+        whenever a poll finds nothing: only tasks that have asynchronous nodes are asked)."""
+        return any(
+            m.task.async_calls.nodes and m.task.state is TaskState.RUNNING and m.task.async_pending()
+            for m in self.active.values()
+        )
 
     def create_active(self, task_id: TaskId) -> ManagedTask:
         previous = self.standby.pop(task_id, None)

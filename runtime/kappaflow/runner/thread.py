@@ -169,8 +169,7 @@ class StreamThread:
         # consume(BATCH, timeout) would block until BATCH records arrive, idling while a repartition
         # topic trickles back.
         ratios = self.loop_ratios
-        ratios.begin()
-        polled = time.perf_counter()
+        polled = ratios.begin()  # one clock reading: the iteration's start is the poll's
         messages = consumer.consume(BATCH, 0)
         if not messages and not busy:
             if tm.async_pending():  # wake for a completed call, or soon for new records
@@ -194,8 +193,12 @@ class StreamThread:
             ratios.add("restore", time.perf_counter() - restoring)
             self.standbys.maybe_place(consumer.memberid, self.rebalance.assigned)
             running = tm.running()
-            self._process(running)
-            self._pause_saturated(running)
+            # the tasks with asynchronous nodes (a task's nodes register when it starts running): most
+            # topologies have none, and then no asynchronous check runs per task in this iteration
+            with_async = [t for t in running if t.async_calls.nodes]
+            self._process(running, bool(with_async))
+            if with_async:
+                self._pause_saturated(with_async)
             if messages:
                 self._sample_e2e_latency(messages[-1].timestamp())
             if time.monotonic() - self._last_commit >= self.commit_interval or any(
@@ -206,21 +209,26 @@ class StreamThread:
                 ratios.add("commit", time.perf_counter() - committing)
         ratios.publish(self.metrics)
         self._update_state()
-        if time.monotonic() - self._last_served >= SERVE_INTERVAL_S:
+        self._periodic(time.monotonic())
+
+    def _periodic(self, now: float) -> None:
+        """What runs once per interval, each checked against one clock reading per iteration: serving
+        the producers' reports, consumer lag, the inputs' hanging-transaction check, process samples."""
+        tm, consumer = self.tm, self.consumer
+        assert tm is not None
+        if now - self._last_served >= SERVE_INTERVAL_S:
             # nothing else polls an idle thread's producers: their librdkafka log lines would pile up
-            self._last_served = time.monotonic()
+            self._last_served = now
             self.producer.serve_reports()
             self._publish_sent()
-        if time.monotonic() - self._last_lag >= LAG_INTERVAL_S and self.rebalance.assigned:
-            self._last_lag = time.monotonic()
+        if now - self._last_lag >= LAG_INTERVAL_S and self.rebalance.assigned:
+            self._last_lag = now
             report_consumer_lag(consumer, self.rebalance.assigned, self.metrics)
-        if self.held_inputs is not None:
-            # the running tasks' inputs, listed only when a check is due (this runs every iteration)
-            self.held_inputs.maybe_check(
-                consumer, lambda: [tp for t in tm.running() for tp in tm.partitions_of(t.id)]
-            )
-        if time.monotonic() - self._last_sample >= SAMPLE_INTERVAL_S:
-            self._last_sample = time.monotonic()
+        if self.held_inputs is not None and self.held_inputs.due(now):
+            # the running tasks' inputs, listed only when a check is due
+            self.held_inputs.check(consumer, [tp for t in tm.running() for tp in tm.partitions_of(t.id)], now)
+        if now - self._last_sample >= SAMPLE_INTERVAL_S:
+            self._last_sample = now
             sample_process(self.metrics)
             sample_rocksdb_sizes(self.metrics, tm.task_dirs())
             tm.publish_task_lags()
@@ -233,10 +241,12 @@ class StreamThread:
         if kind != TIMESTAMP_NOT_AVAILABLE and ts >= 0:
             self.metrics.set_gauge("record-e2e-latency-ms", float(max(0, now_ms() - ts)))
 
-    def _process(self, running: list[StreamTask]) -> None:
+    def _process(self, running: list[StreamTask], with_async: bool) -> None:
+        """Process what each running task has buffered (`with_async`: some task has asynchronous nodes,
+        whose completed calls are emitted first), then the system-time punctuations due."""
         count, started, now = 0, time.perf_counter(), now_ms()
         for task in running:
-            if task.has_async_results():  # results of asynchronous calls, emitted before new records
+            if with_async and task.has_async_results():  # emitted before new records
                 self.producer.begin()
                 task.deliver_async()
             if task.has_buffered():
@@ -254,11 +264,12 @@ class StreamThread:
         if count:
             self.metrics.record_processing(count, processed)
 
-    def _pause_saturated(self, running: list[StreamTask]) -> None:
+    def _pause_saturated(self, with_async: list[StreamTask]) -> None:
         """Backpressure: pause the input partitions of a task whose asynchronous nodes are at
         `max_in_flight` with a batch queued behind them, resume them once the queue is down to half a
-        batch (runner/backpressure.py says why not per record)."""
-        for task in running:
+        batch (runner/backpressure.py says why not per record). Only the running tasks that have
+        asynchronous nodes are given: no other task is ever paused here."""
+        for task in with_async:
             was = task.id in self._async_paused
             paused = input_paused(was, task.async_saturated(), task.buffered(), BATCH)
             if paused == was:
@@ -369,8 +380,10 @@ class StreamThread:
         end within `default.api.timeout.ms` makes the commit fail: the work since the last one is redone."""
         deadline = time.monotonic() + self.api_timeout_s
         for task in tm.running():
-            if task.async_pending() and not task.finish_async(
-                max(0.0, deadline - time.monotonic()), self.producer.begin
+            if (
+                task.async_calls.nodes
+                and task.async_pending()
+                and not task.finish_async(max(0.0, deadline - time.monotonic()), self.producer.begin)
             ):
                 raise TransactionAbortedError(
                     f"task {task.id}: asynchronous calls still running after default.api.timeout.ms "

@@ -266,7 +266,8 @@ class StreamTask:
     def process(self) -> bool:
         """Process the buffered record with the lowest timestamp; False when nothing is buffered (or
         the asynchronous nodes are at `max_in_flight`: the record stays buffered)."""
-        if self.state is not TaskState.RUNNING or self.async_calls.saturated():
+        calls = self.async_calls  # `nodes` first: a task without asynchronous nodes pays no call per record
+        if self.state is not TaskState.RUNNING or (calls.nodes and calls.saturated()):
             return False
         chosen = self.partitions.next_queue()
         if chosen is None:
@@ -280,7 +281,8 @@ class StreamTask:
         partition across its tasks, as Java's one task does); False when it has nothing queued (or its
         asynchronous nodes are at `max_in_flight`: the record stays queued)."""
         queue = self.partitions.queues.get((topic, partition))
-        if self.state is not TaskState.RUNNING or not queue or self.async_calls.saturated():
+        calls = self.async_calls
+        if self.state is not TaskState.RUNNING or not queue or (calls.nodes and calls.saturated()):
             return False
         self._drain(topic, partition, queue, 1)
         return True
