@@ -23,6 +23,7 @@ class Metrics:
     def __init__(self) -> None:
         self._counters: dict[str, dict[tuple[tuple[str, str], ...], float]] = defaultdict(dict)
         self._gauges: dict[str, dict[tuple[tuple[str, str], ...], float]] = defaultdict(dict)
+        self._sources: dict[str, Callable[[], Mapping[str, float]]] = {}
 
     def increment(self, name: str, amount: float = 1.0, /, **labels: str) -> None:
         series = self._counters[name]
@@ -32,11 +33,18 @@ class Metrics:
     def set_gauge(self, name: str, value: float, **labels: str) -> None:
         self._gauges[name][_labels_key(labels)] = value
 
-    def set_gauges(self, values: Mapping[str, float]) -> None:
-        """Set several gauges without labels at once (the stream thread's loop ratios, every loop)."""
+    def set_gauge_source(self, name: str, source: Callable[[], Mapping[str, float]]) -> None:
+        """Gauges without labels computed when read (`gauge`, `gauges`: every export reads through them)
+        rather than set: for values that change far more often than anyone reads them - the stream
+        thread's loop ratios, which change every loop iteration. A source set again under the same
+        `name` replaces the earlier one (a thread replaced by a new one)."""
+        self._sources[name] = source
+
+    def _read_sources(self) -> None:
         gauges = self._gauges
-        for name, value in values.items():
-            gauges[name][()] = value
+        for source in list(self._sources.values()):
+            for name, value in source().items():
+                gauges[name][()] = value
 
     def set_counter(self, name: str, value: float, **labels: str) -> None:
         """Set a counter to a cumulative total counted elsewhere (a store's own operation count, the
@@ -63,6 +71,7 @@ class Metrics:
         return sum(v for k, v in self._counters.get(name, {}).items() if wanted <= set(k))
 
     def gauge(self, name: str, **labels: str) -> float | None:
+        self._read_sources()
         wanted = set(labels.items())
         values = [v for k, v in self._gauges.get(name, {}).items() if wanted <= set(k)]
         return sum(values) if values else None
@@ -84,4 +93,5 @@ class Metrics:
         return {name: dict(series) for name, series in self._counters.items()}
 
     def gauges(self) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+        self._read_sources()
         return {name: dict(series) for name, series in self._gauges.items()}

@@ -18,43 +18,45 @@ from kappaflow.api.metrics import Metrics
 
 PHASES = ("poll", "restore", "process", "punctuate", "commit")
 """The phases timed, each exported as the gauge `<phase>-ratio`."""
-_GAUGES = tuple((phase, f"{phase}-ratio") for phase in PHASES)
+_GAUGES = tuple(f"{phase}-ratio" for phase in PHASES)
 
 
 class LoopRatios:
-    """Times the phases of one iteration (`begin`, `add` per phase, `publish` at its end).
+    """The last iteration's split between the phases, as the `<phase>-ratio` gauges of `metrics`.
 
-    This runs on every iteration of the stream thread, so it costs no more than it must: `begin` returns
-    the clock reading it took, for the loop to reuse as the start of its first phase (one clock read per
-    phase boundary), and `publish` sets the gauges in one call on the registry."""
+    It runs on every iteration of the stream thread, so an iteration costs one call (`record`) and one
+    clock reading here: the loop times its phases with the clock readings it takes at their boundaries
+    anyway, and the gauges are computed from the last iteration when the registry is read
+    (`Metrics.set_gauge_source`): a scrape sees the last iteration's split, as it did when every
+    iteration set the five gauges, and the iterations between scrapes pay no division and no update."""
 
-    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(self, metrics: Metrics, clock: Callable[[], float] = time.perf_counter) -> None:
         self._clock = clock
-        self._start = clock()
-        self._spent = dict.fromkeys(PHASES, 0.0)
+        # the last finished iteration: (seconds per phase in PHASES order, its whole length); one tuple,
+        # so a reader on another thread (an HTTP scrape) never sees one iteration's phases with
+        # another's length
+        self._last: tuple[tuple[float, ...], float] | None = None
+        metrics.set_gauge_source("loop-ratios", self._gauges)
 
-    def begin(self) -> float:
-        """An iteration starts: nothing spent yet. Returns the clock's reading of the start."""
-        self._start = start = self._clock()
-        self._spent = dict.fromkeys(PHASES, 0.0)
-        return start
-
-    def add(self, phase: str, seconds: float) -> None:
-        """`seconds` more spent in `phase` during this iteration."""
-        try:
-            self._spent[phase] += seconds
-        except KeyError:
-            raise ValueError(f"unknown loop phase {phase!r}; one of {', '.join(PHASES)}") from None
+    def record(
+        self, start: float, poll: float, restore: float, process: float, punctuate: float, commit: float
+    ) -> None:
+        """An iteration that began at `start` (a reading of the clock) ends now, having spent those
+        seconds in each phase."""
+        self._last = ((poll, restore, process, punctuate, commit), self._clock() - start)
 
     def ratios(self) -> dict[str, float]:
-        """Each phase's share of the iteration so far (0 for an iteration that took no measurable time),
-        each in [0, 1]."""
-        total = self._clock() - self._start
-        if total <= 0:
+        """Each phase's share of the last iteration, each in [0, 1] (all 0 before the first iteration
+        and for an iteration that took no measurable time)."""
+        last = self._last
+        if last is None or last[1] <= 0:
             return dict.fromkeys(PHASES, 0.0)
-        return {phase: min(1.0, max(0.0, spent / total)) for phase, spent in self._spent.items()}
+        spent, total = last
+        return {
+            phase: min(1.0, max(0.0, seconds / total)) for phase, seconds in zip(PHASES, spent, strict=True)
+        }
 
-    def publish(self, metrics: Metrics) -> None:
-        """Set the `<phase>-ratio` gauges from this iteration."""
-        ratios = self.ratios()
-        metrics.set_gauges({gauge: ratios[phase] for phase, gauge in _GAUGES})
+    def _gauges(self) -> dict[str, float]:
+        if self._last is None:  # no gauge before the first iteration
+            return {}
+        return dict(zip(_GAUGES, self.ratios().values(), strict=True))

@@ -148,10 +148,11 @@ class TaskManager(PartitionOwnership):
     def async_pending(self) -> bool:
         """Whether a running task holds asynchronous calls not emitted yet (asked by the stream thread
         whenever a poll finds nothing: only tasks that have asynchronous nodes are asked)."""
-        return any(
-            m.task.async_calls.nodes and m.task.state is TaskState.RUNNING and m.task.async_pending()
-            for m in self.active.values()
-        )
+        for managed in self.active.values():
+            task = managed.task
+            if task.async_calls.nodes and task.state is TaskState.RUNNING and task.async_pending():
+                return True
+        return False
 
     def create_active(self, task_id: TaskId) -> ManagedTask:
         previous = self.standby.pop(task_id, None)

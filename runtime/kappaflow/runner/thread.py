@@ -89,7 +89,8 @@ class StreamThread:
         self._consumer_failure: KafkaError | None = None  # set by librdkafka's error callback
         self._last_commit = self._last_lag = self._last_served = time.monotonic()
         self._last_sample = 0.0  # the first iteration samples
-        self.loop_ratios = LoopRatios()  # the thread's poll/restore/process/punctuate/commit ratios
+        self.loop_ratios = LoopRatios(metrics)  # the thread's poll/restore/process/punctuate/commit ratios
+        self._with_async: list[StreamTask] = []  # the last iteration's running tasks with asynchronous nodes
         self.partition_counts: dict[str, int] = {}
         self.tm: TaskManager | None = None
         self.warmup: JoinWarmup | None = None
@@ -168,17 +169,16 @@ class StreamThread:
         # What is already fetched, at once; only when nothing is, wait (up to poll.ms) for the first record.
         # consume(BATCH, timeout) would block until BATCH records arrive, idling while a repartition
         # topic trickles back.
-        ratios = self.loop_ratios
-        polled = ratios.begin()  # one clock reading: the iteration's start is the poll's
+        started = time.perf_counter()  # the iteration's start and the poll's
         messages = consumer.consume(BATCH, 0)
         if not messages and not busy:
-            if tm.async_pending():  # wake for a completed call, or soon for new records
+            # calls are pending only in tasks that had asynchronous nodes when they last processed
+            if self._with_async and tm.async_pending():  # wake for a completed call, or soon for records
                 tm.async_executor.wait_for_completion(min(self.poll_timeout, ASYNC_WAIT_S))
             else:
                 messages = consumer.consume(1, self.poll_timeout)
-        poll_seconds = time.perf_counter() - polled
+        poll_seconds = time.perf_counter() - started
         self.metrics.increment("poll-seconds-total", poll_seconds)
-        ratios.add("poll", poll_seconds)
         self.rebalance.raise_error()
         if self._consumer_failure is not None:
             raise ConsumerFailedError(f"the consumer failed fatally: {self._consumer_failure}")
@@ -190,24 +190,27 @@ class StreamThread:
             restoring = time.perf_counter()
             for managed in tm.restore_step(timeout=0.02 if busy else 0.0):
                 consumer.resume(self.rebalance.partitions_of(managed.task.id))
-            ratios.add("restore", time.perf_counter() - restoring)
+            restore_seconds = time.perf_counter() - restoring
             self.standbys.maybe_place(consumer.memberid, self.rebalance.assigned)
             running = tm.running()
             # the tasks with asynchronous nodes (a task's nodes register when it starts running): most
             # topologies have none, and then no asynchronous check runs per task in this iteration
-            with_async = [t for t in running if t.async_calls.nodes]
-            self._process(running, bool(with_async))
+            self._with_async = with_async = [t for t in running if t.async_calls.nodes]
+            process_seconds, punctuate_seconds = self._process(running, bool(with_async))
             if with_async:
                 self._pause_saturated(with_async)
             if messages:
                 self._sample_e2e_latency(messages[-1].timestamp())
+            commit_seconds = 0.0
             if time.monotonic() - self._last_commit >= self.commit_interval or any(
                 t.context.commit_requested for t in running
             ):
                 committing = time.perf_counter()
                 self.commit()
-                ratios.add("commit", time.perf_counter() - committing)
-        ratios.publish(self.metrics)
+                commit_seconds = time.perf_counter() - committing
+        self.loop_ratios.record(
+            started, poll_seconds, restore_seconds, process_seconds, punctuate_seconds, commit_seconds
+        )
         self._update_state()
         self._periodic(time.monotonic())
 
@@ -241,9 +244,10 @@ class StreamThread:
         if kind != TIMESTAMP_NOT_AVAILABLE and ts >= 0:
             self.metrics.set_gauge("record-e2e-latency-ms", float(max(0, now_ms() - ts)))
 
-    def _process(self, running: list[StreamTask], with_async: bool) -> None:
+    def _process(self, running: list[StreamTask], with_async: bool) -> tuple[float, float]:
         """Process what each running task has buffered (`with_async`: some task has asynchronous nodes,
-        whose completed calls are emitted first), then the system-time punctuations due."""
+        whose completed calls are emitted first), then the system-time punctuations due; return the
+        seconds spent in each of the two."""
         count, started, now = 0, time.perf_counter(), now_ms()
         for task in running:
             if with_async and task.has_async_results():  # emitted before new records
@@ -258,11 +262,11 @@ class StreamThread:
             if task.context.system_time_punctuations:
                 self.producer.begin()
                 task.maybe_punctuate_system_time(now)
-        self.loop_ratios.add("punctuate", time.perf_counter() - punctuating)
+        punctuated = time.perf_counter() - punctuating
         processed = punctuating - started
-        self.loop_ratios.add("process", processed)
         if count:
             self.metrics.record_processing(count, processed)
+        return processed, punctuated
 
     def _pause_saturated(self, with_async: list[StreamTask]) -> None:
         """Backpressure: pause the input partitions of a task whose asynchronous nodes are at
