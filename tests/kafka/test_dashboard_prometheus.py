@@ -9,8 +9,8 @@ which also matches a series without the label, as here: a static target has no n
 the query must return at least one series.
 
 The operator's panels (`kappaflow_operator_*`) must parse here; they are checked for data against a
-running operator in tests/operator/test_operator_dashboard.py. So must the warm-up and async backpressure
-series (`NEEDS_ANOTHER_APP`), which a word count does not export.
+running operator in tests/operator/test_operator_dashboard.py. So must the warm-up, async backpressure and
+peer-bootstrap series (`NEEDS_ANOTHER_APP`), which a word count does not export.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ SELECTORS = ("namespace", "app", "instance")  # the dashboard's template variabl
 
 #: Series a word count never exports: warm-ups need a static member joining a group whose stateful tasks
 #: it must restore first, backpressure pauses an asynchronous operation. Their queries must parse here.
-NEEDS_ANOTHER_APP = ("kappaflow_warmup_", "kappaflow_async_")
+NEEDS_ANOTHER_APP = ("kappaflow_warmup_", "kappaflow_async_", "kappaflow_bootstrap_")
 
 
 def dashboard() -> dict[str, Any]:
