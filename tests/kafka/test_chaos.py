@@ -88,9 +88,12 @@ def test_kill_loop_at_least_once_loses_nothing(kafka_bootstrap, tmp_path):
 
 
 @pytest.mark.kafka
+@pytest.mark.chaos
 @pytest.mark.timeout(400)
 def test_broker_restarts_with_kills_exactly_once(tmp_path):
-    """A cluster of its own - a controller-only and a broker-only process - whose broker is crashed twice
+    """(`make chaos`: in CI the three-broker campaigns of test_cluster_chaos.py crash brokers under the
+    same kill loop, and test_eos_broker_freeze.py pins the duplicate a whole-cluster outage caused.)
+    A cluster of its own - a controller-only and a broker-only process - whose broker is crashed twice
     and restarted once fenced, while instances are killed (static members: the case where librdkafka
     reports `Static consumer fenced` after the restart). Why not the session's combined node: restarting
     it makes the broker itself drop transaction markers (tests.harness.kafka_split)."""

@@ -136,8 +136,10 @@ def test_group_coordinator_freeze_and_rolling_restart_exactly_once_static(cluste
 @pytest.mark.kafka
 @pytest.mark.kafka_cluster
 @pytest.mark.timeout(600)
-def test_leader_kill_and_freeze_at_least_once_loses_nothing(cluster, tmp_path):
-    kinds = ["leader-changelog", "freeze"]
+def test_leader_kill_at_least_once_loses_nothing(cluster, tmp_path):
+    """at_least_once's claim is only "nothing lost": one leader crash in CI (the freeze runs under
+    exactly_once_v2 in the static campaign above); `make chaos CHAOS_CLUSTER=1` cycles every kind."""
+    kinds = ["leader-changelog"]
     result = run_chaos(
         cluster.bootstrap_servers,
         tmp_path,

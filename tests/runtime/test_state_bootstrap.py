@@ -242,16 +242,21 @@ def test_an_empty_store_is_installed_from_the_snapshot_and_restores_only_the_tai
         manager.close()
 
 
-@pytest.mark.parametrize("failure", ["refused", "offset-mismatch", "no-peers", "short-changelog"])
+@pytest.mark.parametrize(
+    "failure", ["refused", "offset-mismatch", "no-peers", "short-changelog", "empty-standby"]
+)
 def test_any_failure_leaves_the_store_empty_for_a_full_restore(tmp_path: Path, failure: str) -> None:
-    tm, peer_manager = _standby_with(tmp_path, 500, offset=500)
+    # "empty-standby": a standby placed a moment ago, which has applied nothing yet (offset 0): taking
+    # its snapshot would "bootstrap" nothing and then replay the whole changelog anyway
+    offset = 0 if failure == "empty-standby" else 500
+    tm, peer_manager = _standby_with(tmp_path, 0 if failure == "empty-standby" else 500, offset=offset)
     snapshot = take_snapshot(tm, "1_0", "counts")
     peer_manager.close()
     manager, _store = _counts_task(tmp_path / "fresh" / str(TASK))
     metrics = Metrics()
     bounds = {("app-counts-changelog", 0): (0, 50 if failure == "short-changelog" else 600)}
-    bootstrap = _bootstrapper(snapshot.directory, 499 if failure == "offset-mismatch" else 500, metrics,
-                              fail=failure == "refused")  # fmt: skip
+    bootstrap = _bootstrapper(snapshot.directory, offset - 1 if failure == "offset-mismatch" else offset,
+                              metrics, fail=failure == "refused")  # fmt: skip
     if failure == "no-peers":
         bootstrap = StateBootstrapper(ON, lambda task_id: (["me:2"], ["me:2"]), "me:2", metrics)
     try:
@@ -259,7 +264,8 @@ def test_any_failure_leaves_the_store_empty_for_a_full_restore(tmp_path: Path, f
         assert manager.restore_offsets(bounds) == {"counts": None}  # restored from the log start
         assert sum(1 for _ in innermost(manager.stores["counts"].store).all()) == 0
         failures = metrics.counter("bootstrap-failures-total", task="1_0", store="counts")
-        assert failures == (1 if failure in ("refused", "offset-mismatch") else 0)
+        assert failures == (1 if failure in ("refused", "offset-mismatch", "empty-standby") else 0)
+        assert metrics.counter("bootstrap-records-total", task="1_0", store="counts") == 0
         assert list((tmp_path / "fresh" / str(TASK) / "rocksdb").iterdir()) == [
             tmp_path / "fresh" / str(TASK) / "rocksdb" / "counts"
         ]

@@ -228,6 +228,8 @@ class StateBootstrapper:
             swapped = False
             try:
                 size, offset = self._fetch(peer, str(task_id), meta.name, staging, deadline)
+                if offset <= low:  # a standby that has applied nothing yet (just placed): no use
+                    raise SnapshotMissing(f"{peer}'s standby holds nothing past offset {low} yet")
                 swapped = True
                 bottom.replace_with(staging)
                 stored = bottom.committed_changelog_offset()
