@@ -137,12 +137,18 @@ def uncovered_tasks(pods: Sequence[PodTasks], name: str, target: int, acceptable
         for task, t in p.tasks.items()
         if t.role == "standby" and t.lag is not None and t.lag <= acceptable_lag
     }
+    # Only tasks some pod keeps a standby of have state to hand over: a stateless task (a sub-topology
+    # with no store, e.g. the word count's splitting one) never has a standby, and waiting for one would
+    # hold every scale-in for the whole timeout.
+    # Every task counts when a pod did not answer: the standbys it keeps are unknown.
+    kept_standby = {task for p in pods for task, t in p.tasks.items() if t.role == "standby"}
+    everything = any(p.error for p in pods)
     return tuple(
         f"{task}@{p.pod}"
         for p in sorted(pods, key=lambda p: ordinal(p.pod, name) or 0)
         if (n := ordinal(p.pod, name)) is not None and n >= target
         for task, t in sorted(p.tasks.items())
-        if t.role in ("active", "restoring") and task not in covered
+        if t.role in ("active", "restoring") and (everything or task in kept_standby) and task not in covered
     )
 
 

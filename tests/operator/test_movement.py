@@ -165,7 +165,9 @@ def test_a_scale_in_by_several_pods_goes_as_far_as_the_standbys_cover_first() ->
     assert step.held and step.replicas == 3 and step.target == 2
     assert "going to 3 first" in step.message and step.waiting_for == ("0_2@wc-2", "0_3@wc-3")
     # nothing covered at all: all four stay
-    bare = [_pod("wc-0"), _pod("wc-1"), _pod("wc-2", t0_2=("active", 0)), _pod("wc-3", t0_3=("active", 0))]
+    # stateful tasks (a standby of each is kept, far behind, on a pod that goes too) with no caught-up copy
+    bare = [_pod("wc-0"), _pod("wc-1"), _pod("wc-2", t0_2=("active", 0), t0_3=("standby", 50_000)),
+            _pod("wc-3", t0_3=("active", 0), t0_2=("standby", 50_000))]  # fmt: skip
     assert _step(current=4, target=2, pods=bare).replicas == 4
 
 
@@ -249,3 +251,16 @@ def test_the_reader_reads_ready_and_unready_pods_and_reports_the_unreachable() -
 
 def test_warmups_summary_is_empty_without_pods() -> None:
     assert warmups([]) == Warmups()
+
+
+def test_a_stateless_task_needs_no_standby_to_scale_in() -> None:
+    """The word count's splitting sub-topology (tasks 0_x) has no store, so no standby anywhere: found
+    on the real node, where every scale-in of the example waited out the whole timeout for one."""
+    pods = [
+        _pod("wc-0", t0_0=("active", 0), t1_0=("active", 0), t1_1=("standby", 3)),
+        _pod("wc-1", t0_1=("active", 0), t1_1=("active", 0), t1_0=("standby", 2)),
+    ]
+    assert uncovered_tasks(pods, "wc", 1, acceptable_lag=100) == ()
+    behind = [pods[0], _pod("wc-1", t0_1=("active", 0), t1_1=("active", 0))]
+    behind[0] = _pod("wc-0", t0_0=("active", 0), t1_0=("active", 0), t1_1=("standby", 5000))
+    assert uncovered_tasks(behind, "wc", 1, acceptable_lag=100) == ("1_1@wc-1",)

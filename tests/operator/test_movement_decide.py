@@ -89,7 +89,7 @@ def test_a_held_scale_in_proceeds_after_standby_wait_seconds() -> None:
     three = spec_dict(replicas=3, standbyReplicas=1, scaleIn={"standbyWaitSeconds": 60})
     sts = _running(decide(_snap(three), now=T0))
     two = {**three, "replicas": 2}
-    unprotected = _pods({}, {}, {"0_3": ("active", 0)})
+    unprotected = _pods({"0_3": ("standby", 50_000)}, {}, {"0_3": ("active", 0)})  # far behind
     held = decide(_snap(two, statefulset=sts, pod_tasks=unprotected), now=T0)
     assert _applied(held)["spec"]["replicas"] == 3
     over = decide(
