@@ -4,24 +4,28 @@ ever runs is stopped at the deadline, and the old version keeps running with the
 The SparkApplication CRD is the real one (generated from Kubeflow's published API models, see
 tests/spark/spark_operator.py), but nothing runs SparkApplications here: the run stays without a state,
 as it would on a cluster whose Spark operator is down or has no room. 60 s is the smallest timeout the
-CRD accepts, so this test waits about that long.
+CRD accepts. The deadline counts from the start recorded in status, not from when this operator process
+first saw the run (an operator restarted mid-run must not give it a fresh timeout), so the test moves
+the recorded start back instead of waiting out the minute.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from tests.e2e.operator_env import wait_for
-from tests.operator.test_reconcile_kube import Env, operator_env
+from tests.operator.test_reconcile_kube import GROUP, PLURAL, VERSION, Env, operator_env
 
 pytestmark = [pytest.mark.kube, pytest.mark.kafka, pytest.mark.timeout(300)]
 
 SPARK = ("sparkoperator.k8s.io", "v1beta2", "sparkapplications")
 TIMEOUT_S = 60
+HEADSTART_S = TIMEOUT_S - 8
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +62,7 @@ def test_reprocess_past_its_timeout_is_stopped_and_the_old_version_keeps_running
     env.patch_spec("wc", {"image": "registry.example/wordcount:2.0.0"})
     (submitted,) = wait_for("the SparkApplication submitted", lambda: _spark_applications(env))
     wait_for("phase Reprocessing", lambda: env.status("wc").get("phase") == "Reprocessing")
+    _backdate_start(env, "wc", HEADSTART_S)
 
     cond = wait_for(
         "Degraded with ReprocessTimedOut",
@@ -82,3 +87,27 @@ def test_reprocess_past_its_timeout_is_stopped_and_the_old_version_keeps_running
     wait_for("a later pass", lambda: env.status("wc")["lastReconciled"] > stamp, timeout=30)
     assert _spark_applications(env) == [] and _running_id(env) == old_id
     assert env.condition("wc", "Degraded")["reason"] == "ReprocessTimedOut"
+
+
+def _backdate_start(env: Env, name: str, seconds: float) -> None:
+    """Move status.reprocessing.startedAt back, as a run started that long ago by an earlier operator
+    process would have it, until a pass has kept it: a pass that read the status just before the patch
+    writes the old start back."""
+    first = _started_at(env.status(name)["reprocessing"])
+    earlier = first - timedelta(seconds=seconds)
+    stamp = earlier.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    patch = {"status": {"reprocessing": {"startedAt": stamp}}}
+
+    def kept() -> bool:
+        run = env.status(name)["reprocessing"]
+        if run["state"] == "Failed" or _started_at(run) <= earlier:
+            return True
+        env.custom.patch_namespaced_custom_object_status(GROUP, VERSION, env.namespace, PLURAL, name, patch)
+        return False
+
+    env.custom.patch_namespaced_custom_object_status(GROUP, VERSION, env.namespace, PLURAL, name, patch)
+    wait_for("the earlier start kept", kept, timeout=30, interval=1.0)
+
+
+def _started_at(run: dict[str, Any]) -> datetime:
+    return datetime.fromisoformat(str(run["startedAt"]).replace("Z", "+00:00"))
