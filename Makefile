@@ -85,15 +85,14 @@ $(VENV)/.native: $(VENV)/.installed $(NATIVE_SOURCES)
 setup: $(VENV)/.installed $(VENV)/.native
 
 # The servers the tiers need are fetched/built first, with progress, so no single test pays for them.
-# --durations=25: every run (CI's too) ends naming its slowest tests, where the time budget goes.
-# Then the in-process tiers once more with the drain loop in Python (--python-drain), so both the
-# native core and its Python twin pass them.
+# Then two lanes at once (tests/harness/lanes.py: the suite mostly waits on brokers, groups and control
+# planes, so two lanes take about the longer one's time): tests/kafka in one; everything else in the
+# other, then the in-process tiers once more with the drain loop in Python (--python-drain), so both the
+# native core and its Python twin pass them. Each lane ends naming its slowest tests (--durations).
 # The real-node tier runs last, in a session of its own: its node (and Kafka and the operator as pods)
 # starts for it and is torn down right after, so it never loads the machine under the other tiers.
 test: lint typecheck crds-check docs kafka-download kube-build flux-build cluster-build images spark-jars prometheus conformance-jars
-	$(PY) -m pytest -q --durations=25 --ignore=tests/realnode -m "not chaos" $(PYTEST_ARGS)
-	@echo "==> the in-process tiers again, with the Python drain loop"
-	$(PY) -m pytest -q --python-drain $(PYTHON_DRAIN_TESTS) $(PYTEST_ARGS)
+	PYTEST_ARGS='$(PYTEST_ARGS)' PYTHON_DRAIN_TESTS='$(PYTHON_DRAIN_TESTS)' $(PY) -m tests.harness.lanes
 	@echo "==> the real-node tier: the project's images as pods on a real kubelet"
 	$(PY) -m pytest -q --durations=10 -m realnode tests/realnode $(PYTEST_ARGS)
 

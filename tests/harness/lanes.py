@@ -1,0 +1,119 @@
+"""`python -m tests.harness.lanes`: `make test`'s tiers in two lanes that run at the same time.
+
+Most of the suite's wall time is waiting, not computing: brokers electing leaders, consumer groups
+settling, session and transaction timeouts running out, control planes and operators reconciling. One
+lane runs the tests of tests/kafka (and the few others that use the fixed ports of the getting-started
+page and `make kafka-up`); the other runs everything else and then the in-process tiers again with the
+Python drain loop. Each lane starts its own servers from the session fixtures (brokers and control
+planes pick free ports), so the lanes share nothing but the machine; on CI's two cores that takes the
+suite from one lane's sum to about the longer lane.
+
+Every line a lane prints is prefixed with its name and written as it comes; each lane's whole output
+is also kept in .run/logs/test-<lane>.log. A lane runs all its commands even after one fails, so one
+run reports every failure; the exit status is 1 when any command failed.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+LOGS = ROOT / ".run" / "logs"
+
+#: Test directories the kafka lane runs: tests/kafka, and the directories whose tests bind the fixed
+#: ports of a user's local broker (127.0.0.1:9092 in the getting-started page, `make kafka-up`, the
+#: Kafka image's listeners), so that those never run at the same time.
+KAFKA_LANE_DIRS = ("tests/kafka", "tests/images", "tests/docs", "tests/bench")
+
+
+@dataclass
+class Lane:
+    """A name and the commands it runs one after the other."""
+
+    name: str
+    commands: list[list[str]]
+    failed: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def lanes(python: str, pytest_args: list[str], drain_tests: list[str]) -> list[Lane]:
+    """The two lanes of `make test` (the real-node tier runs after them, on its own)."""
+    pytest = [python, "-u", "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    others_ignore = [f"--ignore={d}" for d in (*KAFKA_LANE_DIRS, "tests/realnode")]
+    return [
+        Lane(
+            "kafka",
+            [[*pytest, "--durations=15", "-m", "not chaos", *KAFKA_LANE_DIRS, *pytest_args]],
+        ),
+        Lane(
+            "others",
+            [
+                [*pytest, "--durations=15", "-m", "not chaos", "tests", *others_ignore, *pytest_args],
+                [*pytest, "--python-drain", *drain_tests, *pytest_args],
+            ],
+        ),
+    ]
+
+
+def _run_lane(lane: Lane, out_lock: threading.Lock) -> None:
+    started = time.monotonic()
+    width = len("others")
+    LOGS.mkdir(parents=True, exist_ok=True)
+    with (LOGS / f"test-{lane.name}.log").open("w") as log:
+        for command in lane.commands:
+            line = f"$ {shlex.join(command)}\n"
+            log.write(line)
+            with out_lock:
+                sys.stdout.write(f"[{lane.name:<{width}}] {line}")
+                sys.stdout.flush()
+            env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+            proc = subprocess.Popen(
+                command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
+            assert proc.stdout is not None
+            for text in proc.stdout:
+                log.write(text)
+                log.flush()
+                with out_lock:
+                    sys.stdout.write(f"[{lane.name:<{width}}] {text}")
+                    sys.stdout.flush()
+            if proc.wait() != 0:
+                lane.failed.append(shlex.join(command))
+    lane.seconds = time.monotonic() - started
+
+
+def run(all_lanes: list[Lane]) -> int:
+    """Run the lanes at once; a summary line per lane; 1 when any command failed."""
+    out_lock = threading.Lock()
+    threads = [threading.Thread(target=_run_lane, args=(lane, out_lock), daemon=True) for lane in all_lanes]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for lane in all_lanes:
+        verdict = "passed" if not lane.failed else f"FAILED: {'; '.join(lane.failed)}"
+        print(
+            f"==> lane {lane.name}: {verdict} in {lane.seconds:.0f}s (log .run/logs/test-{lane.name}.log)",
+            flush=True,
+        )
+    return 1 if any(lane.failed for lane in all_lanes) else 0
+
+
+def main() -> int:
+    pytest_args = shlex.split(os.environ.get("PYTEST_ARGS", ""))
+    drain_tests = shlex.split(os.environ.get("PYTHON_DRAIN_TESTS", ""))
+    if not drain_tests:
+        print("PYTHON_DRAIN_TESTS is empty: set it as the Makefile does", file=sys.stderr)
+        return 2
+    return run(lanes(sys.executable, pytest_args, drain_tests))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
