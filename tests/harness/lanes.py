@@ -10,7 +10,8 @@ suite from one lane's sum to about the longer lane.
 
 Every line a lane prints is prefixed with its name and written as it comes; each lane's whole output
 is also kept in .run/logs/test-<lane>.log. A lane runs all its commands even after one fails, so one
-run reports every failure; the exit status is 1 when any command failed.
+run reports every failure; the exit status is 1 when any command failed. The three-broker cluster's
+fault campaigns run after both lanes, alone (`ALONE`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,11 @@ LOGS = ROOT / ".run" / "logs"
 #: Kafka image's listeners), so that those never run at the same time.
 KAFKA_LANE_DIRS = ("tests/kafka", "tests/images", "tests/docs", "tests/bench")
 
+#: Tests that run after both lanes, with the machine to themselves: the three-broker cluster's fault
+#: campaigns, whose brokers restart and elect leaders within the session and transaction timeouts they
+#: audit (on two cores under both lanes' load a broker restart took minutes).
+ALONE = ("tests/kafka/test_cluster_chaos.py",)
+
 
 @dataclass
 class Lane:
@@ -43,14 +49,17 @@ class Lane:
     seconds: float = 0.0
 
 
-def lanes(python: str, pytest_args: list[str], drain_tests: list[str]) -> list[Lane]:
-    """The two lanes of `make test` (the real-node tier runs after them, on its own)."""
-    pytest = [python, "-u", "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+def lanes(python: str, pytest_args: list[str], drain_tests: list[str]) -> tuple[list[Lane], Lane]:
+    """The two lanes of `make test`, and what runs alone after them (the real-node tier runs after
+    that, on its own)."""
+    # -v: a line per test as it ends (with -q a lane shows nothing until 72 tests have ended)
+    pytest = [python, "-u", "-m", "pytest", "-v", "-p", "no:cacheprovider"]
     others_ignore = [f"--ignore={d}" for d in (*KAFKA_LANE_DIRS, "tests/realnode")]
-    return [
+    alone_ignore = [f"--ignore={t}" for t in ALONE]
+    both = [
         Lane(
             "kafka",
-            [[*pytest, "--durations=15", "-m", "not chaos", *KAFKA_LANE_DIRS, *pytest_args]],
+            [[*pytest, "--durations=15", "-m", "not chaos", *KAFKA_LANE_DIRS, *alone_ignore, *pytest_args]],
         ),
         Lane(
             "others",
@@ -60,11 +69,12 @@ def lanes(python: str, pytest_args: list[str], drain_tests: list[str]) -> list[L
             ],
         ),
     ]
+    return both, Lane("alone", [[*pytest, "--durations=5", "-m", "not chaos", *ALONE, *pytest_args]])
 
 
 def _run_lane(lane: Lane, out_lock: threading.Lock) -> None:
     started = time.monotonic()
-    width = len("others")
+    width = len("others")  # the longest lane name
     LOGS.mkdir(parents=True, exist_ok=True)
     with (LOGS / f"test-{lane.name}.log").open("w") as log:
         for command in lane.commands:
@@ -89,14 +99,16 @@ def _run_lane(lane: Lane, out_lock: threading.Lock) -> None:
     lane.seconds = time.monotonic() - started
 
 
-def run(all_lanes: list[Lane]) -> int:
-    """Run the lanes at once; a summary line per lane; 1 when any command failed."""
+def run(both: list[Lane], alone: Lane) -> int:
+    """Run the lanes at once, then `alone`; a summary line per lane; 1 when any command failed."""
     out_lock = threading.Lock()
-    threads = [threading.Thread(target=_run_lane, args=(lane, out_lock), daemon=True) for lane in all_lanes]
+    threads = [threading.Thread(target=_run_lane, args=(lane, out_lock), daemon=True) for lane in both]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
+    _run_lane(alone, out_lock)
+    all_lanes = [*both, alone]
     for lane in all_lanes:
         verdict = "passed" if not lane.failed else f"FAILED: {'; '.join(lane.failed)}"
         print(
@@ -112,7 +124,7 @@ def main() -> int:
     if not drain_tests:
         print("PYTHON_DRAIN_TESTS is empty: set it as the Makefile does", file=sys.stderr)
         return 2
-    return run(lanes(sys.executable, pytest_args, drain_tests))
+    return run(*lanes(sys.executable, pytest_args, drain_tests))
 
 
 if __name__ == "__main__":

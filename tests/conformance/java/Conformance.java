@@ -4,6 +4,7 @@ import com.fasterxml.jackson.databind.SerializationFeature;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import java.io.File;
+import java.nio.file.Files;
 import java.time.Duration;
 import java.time.Instant;
 import java.util.ArrayList;
@@ -59,6 +60,19 @@ public final class Conformance {
         java.nio.file.Files.writeString(new File(args[1]).toPath(), out.append('\n').toString());
     }
 
+    /** This process's own state directory: runs from several clones at once must not share one. */
+    private static final String STATE_DIR = stateDir();
+
+    private static String stateDir() {
+        try {
+            File dir = Files.createTempDirectory("kappaflow-conformance-").toFile();
+            dir.deleteOnExit(); // empty by then: each driver's close() removes its task directories
+            return dir.getPath();
+        } catch (java.io.IOException e) {
+            throw new IllegalStateException("cannot create a state directory", e);
+        }
+    }
+
     private static ObjectNode run(JsonNode scenario) {
         Topologies.Spec spec = Topologies.build(scenario.get("topology").asText(), scenario.get("params"));
         Properties props = new Properties();
@@ -72,7 +86,7 @@ public final class Conformance {
             props.put(StreamsConfig.PROCESSING_EXCEPTION_HANDLER_CLASS_CONFIG,
                     org.apache.kafka.streams.errors.LogAndContinueProcessingExceptionHandler.class);
         }
-        props.put(StreamsConfig.STATE_DIR_CONFIG, System.getProperty("java.io.tmpdir") + "/kappaflow-conformance");
+        props.put(StreamsConfig.STATE_DIR_CONFIG, STATE_DIR);
         ObjectNode result = JSON.createObjectNode();
         ArrayNode records = result.putArray("records");
         TreeSet<String> keys = new TreeSet<>();
