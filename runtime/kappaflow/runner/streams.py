@@ -343,7 +343,9 @@ class KafkaStreams:
         check_supported(membership, bool(instance))
         timeout = options.timeout_s
         deadline = time.monotonic() + timeout
-        joined = self._thread is not None or self._workers is not None
+        # the members to remove once their consumers closed; a worker process leaves that to its parent,
+        # which removes every worker's member after all stopped (a killed one's too)
+        joined = (self._thread is not None or self._workers is not None) and not self._is_worker
         if self._shutdown_signal is not None:
             self._shutdown_signal.close()  # its watcher thread ends within one interval
         if self.state in (State.NOT_RUNNING, State.PENDING_SHUTDOWN):
