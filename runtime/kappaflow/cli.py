@@ -118,6 +118,7 @@ def stop_on_signals(stop: threading.Event) -> list[int]:
 
 def _run(args: argparse.Namespace) -> int:
     """Run until SIGTERM/SIGINT, then commit and close (exit 0), or exit 1 if the app failed."""
+    from kappaflow.api.config import StreamsConfig
     from kappaflow.runner import KafkaStreams, State, tune_gc_for_streaming
     from kappaflow.runner.logs import LogSettingError, configure_logging
     from kappaflow.runner.retry import StoppedWhileWaitingError
@@ -132,7 +133,11 @@ def _run(args: argparse.Namespace) -> int:
     # client call each thread was in (worker processes inherit it).
     faulthandler.enable(all_threads=True)
     topology = load_topology(args.app)
-    streams = KafkaStreams(topology, _config(args))
+    config = _config(args)
+    if args.close_membership:  # start() refuses REMAIN_IN_GROUP for a dynamic member, before joining
+        membership = {"close.group.membership.operation": args.close_membership}
+        config = StreamsConfig({**config.as_dict(), **membership})
+    streams = KafkaStreams(topology, config)
     stop = threading.Event()
     received = stop_on_signals(stop)
     summary_every = _summary_interval(args.summary_interval)
@@ -155,7 +160,7 @@ def _run(args: argparse.Namespace) -> int:
     _exit_if_stuck(args.close_timeout + CLOSE_GRACE_S, log)
     if queries is not None:
         queries.stop()
-    closed = streams.close(args.close_timeout)
+    closed = streams.close(args.close_timeout)  # as close.group.membership.operation says
     if not closed:
         log.error(
             "close timed out after %.0fs; where each thread was:\n%s", args.close_timeout, _thread_stacks()
@@ -392,6 +397,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="default: KAPPAFLOW_LOG_FORMAT, else text on a terminal and JSON lines otherwise",
     )
     run.add_argument("--close-timeout", type=float, default=60.0, help="seconds to commit and close")
+    run.add_argument(
+        "--close-membership",
+        type=str.upper,
+        choices=("DEFAULT", "LEAVE_GROUP", "REMAIN_IN_GROUP"),
+        help="what closing on SIGTERM does to the group membership (KIP-1153): LEAVE_GROUP removes a "
+        "static member at once, so its partitions move without waiting out session.timeout.ms "
+        "(default: the config close.group.membership.operation, else DEFAULT: dynamic members leave, "
+        "static members remain)",
+    )
     run.add_argument(
         "--summary-interval",
         type=float,

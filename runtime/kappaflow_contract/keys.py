@@ -65,6 +65,9 @@ DEFAULTS: dict[str, Any] = {
     "state.dir": str(Path(_TMP) / "kappaflow"),
     "application.server": "",
     "group.instance.id": None,
+    # what close() does to the group membership when not told (runner/close_options.py): DEFAULT,
+    # LEAVE_GROUP or REMAIN_IN_GROUP (KIP-1153)
+    "close.group.membership.operation": "DEFAULT",
     "poll.ms": 100,
     "max.task.idle.ms": 0,
     "replication.factor": -1,

@@ -57,6 +57,37 @@ def optimized_families(b: StreamsBuilder, family: str, p: Params) -> Outputs | N
         keyed.map_values(str.upper).group_by_key().reduce(lambda a, c: a + c).to_stream().to("out")
         keyed.group_by_key().reduce(lambda a, c: c + a).to_stream().to("out2")
         out = {"out": "string", "out2": "string"}
+    elif family == "opt_below_merge":  # two key changes merged, then two groupings of the merge
+        merged = (
+            b.stream("in")
+            .select_key(lambda k, v: v[:1])
+            .merge(b.stream("in2").select_key(lambda k, v: v[:1]))
+        )
+        merged.group_by_key().count().to_stream().to("out", value_serde=Long())
+        merged.group_by_key().reduce(lambda a, c: a + c).to_stream().to("out2")
+        out = {"out": "long", "out2": "string"}
+    elif family == "opt_below_merge_filter":  # a key change merged with a plain stream; a filter below
+        merged = b.stream("in").select_key(lambda k, v: v[:1]).merge(b.stream("in2"))
+        merged.filter(lambda k, v: not v.endswith("x")).group_by_key().count("counts").to_stream().to(
+            "out", value_serde=Long()
+        )
+        merged.group_by_key().reduce(lambda a, c: a + c).to_stream().to("out2")
+        out = {"out": "long", "out2": "string"}
+    elif family == "opt_below_merge_value_change":  # a map_values on one side: no merging
+        merged = (
+            b.stream("in")
+            .select_key(lambda k, v: v[:1])
+            .map_values(str.upper)
+            .merge(b.stream("in2").select_key(lambda k, v: v[:1]))
+        )
+        merged.group_by_key().count().to_stream().to("out", value_serde=Long())
+        merged.group_by_key().reduce(lambda a, c: a + c).to_stream().to("out2")
+        out = {"out": "long", "out2": "string"}
+    elif family == "opt_below_merge_shared":  # the key change also grouped apart from the merge
+        keyed = b.stream("in").select_key(lambda k, v: v[:1])
+        keyed.group_by_key().count().to_stream().to("out", value_serde=Long())
+        keyed.merge(b.stream("in2")).group_by_key().reduce(lambda a, c: a + c).to_stream().to("out2")
+        out = {"out": "long", "out2": "string"}
     elif family == "opt_self_join":
         stream: KStream = b.stream("in")
         windows = JoinWindows.of_time_difference_and_grace(p["difference"], p["grace"])

@@ -9,6 +9,7 @@ import uuid
 
 import pytest
 
+from kappaflow.clients.admin import InternalTopicManager
 from kappaflow.tasks.native import installed_core
 from tests.harness.kafka_fixtures import free_port
 from tests.kafka.streams_support import (
@@ -84,8 +85,10 @@ def test_run_serves_health_and_metrics_and_stops_cleanly_on_sigterm(kafka_bootst
     if os.environ.get("CI") == "true":
         assert expected.startswith("native")
 
-    # The offsets were committed on SIGTERM: a restart processes nothing again.
-    process = start_cli_app("tests.kafka.apps:wordcount", props, tmp_path, env, name="again")
+    # The offsets were committed on SIGTERM: a restart processes nothing again. This one is a static
+    # member told to leave on close (KIP-1153): its SIGTERM removes it from the group at once.
+    static = {**props, "group.instance.id": "again", "close.group.membership.operation": "LEAVE_GROUP"}
+    process = start_cli_app("tests.kafka.apps:wordcount", static, tmp_path, env, name="again")
     try:
         wait_for(lambda: http_get(port, "/health/ready")[0] == 200, 60, "readiness after restart")
         assert "kappaflow_records_processed_total" not in http_get(port, "/metrics")[1]
@@ -93,3 +96,4 @@ def test_run_serves_health_and_metrics_and_stops_cleanly_on_sigterm(kafka_bootst
         assert process.wait(30) == 0
     finally:
         kill_if_running(process)
+    assert InternalTopicManager({"bootstrap.servers": kafka_bootstrap}).group_members(app_id)[1] == []

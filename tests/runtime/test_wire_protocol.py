@@ -219,8 +219,16 @@ def test_write_txn_markers_writes_one_abort_marker_with_the_transaction_version_
     ]
 
 
-def test_only_find_coordinator_has_classic_versions_among_the_apis_sent():
+def test_only_find_coordinator_and_leave_group_have_classic_versions_among_the_apis_sent():
     assert not msg.is_flexible(msg.FIND_COORDINATOR, 2)
     assert msg.is_flexible(msg.FIND_COORDINATOR, 3)
+    assert not msg.is_flexible(msg.LEAVE_GROUP, 3)
+    assert msg.is_flexible(msg.LEAVE_GROUP, 4)
+    classic = (msg.FIND_COORDINATOR, msg.LEAVE_GROUP)
     assert all(msg.is_flexible(api, versions.min_version) for api, versions in msg.SUPPORTED.items()
-               if api != msg.FIND_COORDINATOR)  # fmt: skip
+               if api not in classic)  # fmt: skip
+
+
+def test_find_coordinator_for_a_group_sends_key_type_zero():
+    assert msg.encode_find_coordinator(6, "app", msg.KEY_TYPE_GROUP).hex() == "000204617070" + "00"
+    assert msg.encode_find_coordinator(3, "app", msg.KEY_TYPE_GROUP).hex() == "04617070" + "00" + "00"

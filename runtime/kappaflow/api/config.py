@@ -163,6 +163,12 @@ class StreamsConfig:
             self.get_int(key)
         for key in BOOL_KEYS:
             self.get_bool(key)
+        membership = self.get_str("close.group.membership.operation").upper()
+        if membership not in ("DEFAULT", "LEAVE_GROUP", "REMAIN_IN_GROUP"):
+            raise ConfigError(
+                "config 'close.group.membership.operation': expected DEFAULT, LEAVE_GROUP or "
+                f"REMAIN_IN_GROUP, got '{membership}'"
+            )
         if self.get_int("statestore.cache.max.bytes") < 0:
             raise ConfigError("config 'statestore.cache.max.bytes' must be >= 0")
         if self.get_int("num.stream.threads") < 1:

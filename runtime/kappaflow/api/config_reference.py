@@ -138,6 +138,15 @@ KEY_DOCS: dict[str, tuple[str, str, str]] = {
         "While an instance warms up, how often it reads the group again to forecast its tasks anew; "
         "it joins as soon as its warm-ups are caught up, without waiting for a probe (>= 60000).",
     ),
+    "close.group.membership.operation": (
+        "string",
+        "CloseOptions.groupMembershipOperation",
+        "What `close()` (and `kappaflow run` on SIGTERM) does to the group membership when not given "
+        "CloseOptions: `DEFAULT` (dynamic members leave, static members remain until the session "
+        "timeout), `LEAVE_GROUP` (static members are removed at once too: their partitions move without "
+        "waiting out `session.timeout.ms`), `REMAIN_IN_GROUP` (static members only: a dynamic member "
+        "always leaves, and start() refuses it).",
+    ),
     "state.bootstrap.enabled": (
         "",
         "",

@@ -5,8 +5,8 @@ highest version the broker speaks too. Field order and types follow Kafka's mess
 (`common/message/<Name>Request.json` / `Response.json`); the fields kappaflow does not use are read and
 dropped, so a decoder stays in step with the bytes.
 
-- FindCoordinator (10) with key type 1 finds a transactional id's coordinator (v3: one key; v4+:
-  a batch of keys, answered per key).
+- FindCoordinator (10) with key type 1 finds a transactional id's coordinator, with key type 0 a
+  consumer group's (v3: one key; v4+: a batch of keys, answered per key).
 - DescribeProducers (61), asked of a partition's leader, lists the producers it remembers for the
   partition, with the first offset of each one's open transaction: the only place that says which
   producer holds a last stable offset back.
@@ -17,12 +17,18 @@ dropped, so a decoder stays in step with the bytes.
 - WriteTxnMarkers (27), sent to a partition's leader, writes an abort marker for one producer: the
   admin abort of KIP-664 (the coordinator normally sends it). The leader accepts it when the producer
   epoch is not older than the producer's and the coordinator epoch not older than the one it has seen.
+
+The registry below (`API_NAMES`, `SUPPORTED`, `is_flexible`) is the one clients/wire_client.py sends by; it
+also lists LeaveGroup (13), whose messages are in clients/group_messages.py (a static member's removal on
+close, KIP-1153).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kappaflow.clients.group_messages import LEAVE_GROUP, LEAVE_GROUP_VERSIONS
+from kappaflow.clients.group_messages import is_flexible as leave_group_is_flexible
 from kappaflow.clients.wire import Reader, VersionRange, Writer
 
 FIND_COORDINATOR, WRITE_TXN_MARKERS = 10, 27
@@ -30,7 +36,7 @@ DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 61, 65, 66
 API_NAMES = {
     FIND_COORDINATOR: "FindCoordinator", WRITE_TXN_MARKERS: "WriteTxnMarkers",
     DESCRIBE_PRODUCERS: "DescribeProducers", DESCRIBE_TRANSACTIONS: "DescribeTransactions",
-    LIST_TRANSACTIONS: "ListTransactions",
+    LIST_TRANSACTIONS: "ListTransactions", LEAVE_GROUP: "LeaveGroup",
 }  # fmt: skip
 FIND_COORDINATOR_VERSIONS = VersionRange(3, 6)
 DESCRIBE_PRODUCERS_VERSIONS = VersionRange(0, 0)
@@ -40,14 +46,16 @@ WRITE_TXN_MARKERS_VERSIONS = VersionRange(1, 2)  # v0 is gone since Kafka 4.0
 SUPPORTED = {
     FIND_COORDINATOR: FIND_COORDINATOR_VERSIONS, DESCRIBE_PRODUCERS: DESCRIBE_PRODUCERS_VERSIONS,
     LIST_TRANSACTIONS: LIST_TRANSACTIONS_VERSIONS, DESCRIBE_TRANSACTIONS: DESCRIBE_TRANSACTIONS_VERSIONS,
-    WRITE_TXN_MARKERS: WRITE_TXN_MARKERS_VERSIONS,
+    WRITE_TXN_MARKERS: WRITE_TXN_MARKERS_VERSIONS, LEAVE_GROUP: LEAVE_GROUP_VERSIONS,
 }  # fmt: skip
-KEY_TYPE_TRANSACTION = 1
+KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION = 0, 1
 
 
 def is_flexible(api_key: int, version: int) -> bool:
     """Whether `version` of `api_key` uses the compact encodings (and request header v2). The others are
     flexible from the first version kappaflow speaks."""
+    if api_key == LEAVE_GROUP:
+        return leave_group_is_flexible(version)
     return version >= 3 if api_key == FIND_COORDINATOR else True
 
 
@@ -62,13 +70,13 @@ class Coordinator:
     error_message: str | None
 
 
-def encode_find_coordinator(version: int, key: str) -> bytes:
+def encode_find_coordinator(version: int, key: str, key_type: int = KEY_TYPE_TRANSACTION) -> bytes:
     w = Writer(flexible=True)
     if version <= 3:
         w.string(key)
-        w.int8(KEY_TYPE_TRANSACTION)
+        w.int8(key_type)
     else:
-        w.int8(KEY_TYPE_TRANSACTION)
+        w.int8(key_type)
         w.array([key], lambda w2, k: w2.string(k))
     w.tags()
     return w.getvalue()

@@ -1,4 +1,5 @@
-"""A blocking connection to one Kafka broker for the requests in clients/txn_messages.py: the thin I/O.
+"""A blocking connection to one Kafka broker for the requests in clients/txn_messages.py (and the
+LeaveGroup of clients/group_messages.py): the thin I/O.
 
 One request at a time (the tooling asks a handful of brokers a handful of questions), each at the highest
 version both sides speak, learnt by ApiVersions when the connection opens. PLAINTEXT and SSL listeners
@@ -62,8 +63,10 @@ def ssl_context(settings: Mapping[str, Any]) -> ssl.SSLContext | None:
 class BrokerConnection:
     """A socket to `host:port`, with the versions the broker speaks for the APIs kappaflow sends."""
 
-    def __init__(self, host: str, port: int, timeout_s: float, context: ssl.SSLContext | None) -> None:
+    def __init__(self, host: str, port: int, timeout_s: float, context: ssl.SSLContext | None,
+                 client_id: str = CLIENT_ID) -> None:  # fmt: skip
         self.address = f"{host}:{port}"
+        self._client_id = client_id
         self._correlation = 0
         try:
             raw = socket.create_connection((host, port), timeout=timeout_s)
@@ -97,7 +100,7 @@ class BrokerConnection:
     def _exchange(self, api_key: int, version: int, flexible: bool, body: bytes, *,
                   flexible_header: bool) -> Reader:  # fmt: skip
         self._correlation += 1
-        frame = encode_request(api_key, version, self._correlation, CLIENT_ID, flexible, body)
+        frame = encode_request(api_key, version, self._correlation, self._client_id, flexible, body)
         try:
             self._sock.sendall(frame)
             size = struct.unpack(">i", self._read(4))[0]

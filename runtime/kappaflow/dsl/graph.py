@@ -82,6 +82,7 @@ class InternalBuilder:
         self.key_changing: set[str] = set()
         self.value_changing: set[str] = set()
         self.optimizable_repartitions: list[RepartitionHop] = []
+        self.merge_nodes: list[str] = []  # `KStream.merge` nodes, in creation order (Java's mergeNodes)
 
     def new_stream(
         self,

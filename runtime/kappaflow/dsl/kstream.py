@@ -212,6 +212,7 @@ class KStream(Generic[K, V]):
             raise TopologyError("cannot merge streams from different StreamsBuilders")
         node = self._builder.name_or_new(name, "KSTREAM-MERGE-")
         self._builder.topology.add_processor(node, PassThroughProcessor, self.node, other.node)
+        self._builder.merge_nodes.append(node)
         same_key = self.key_serde == other.key_serde
         same_value = self.value_serde == other.value_serde
         return KStream(

@@ -24,12 +24,10 @@ copies lag, from the group's assignment (see runner/metadata.py for how endpoint
 from __future__ import annotations
 
 import dataclasses
-import enum
 import gc
 import logging
 import os
 import socket
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -41,8 +39,17 @@ from kappaflow.api.errors import ConfigError, InvalidStateStoreError, StreamsErr
 from kappaflow.api.metrics import Metrics
 from kappaflow.api.serdes import Serde
 from kappaflow.clients.admin import InternalTopicManager, TopicError
+from kappaflow.clients.group_leave import leave_group
 from kappaflow.clients.kafka import client_configs
 from kappaflow.runner.app_shutdown import ApplicationShutdownSignal
+from kappaflow.runner.close_options import (
+    DEFAULT_CLOSE_TIMEOUT_S,
+    CloseOptions,
+    GroupMembershipOperation,
+    check_supported,
+    instances_to_remove,
+    worker_instance_id,
+)
 from kappaflow.runner.http import HealthServer
 from kappaflow.runner.local_stores import LocalStoreProvider
 from kappaflow.runner.metadata import (
@@ -59,6 +66,12 @@ from kappaflow.runner.metadata import (
 from kappaflow.runner.placement import standby_tasks_for
 from kappaflow.runner.process_id import ProcessId, acquire_process_id
 from kappaflow.runner.retry import StoppedWhileWaitingError
+from kappaflow.runner.states import (
+    State,
+    StreamThreadExceptionResponse,
+    allowed_transition,
+    check_state_dir,
+)
 from kappaflow.runner.thread import StreamThread
 from kappaflow.runner.worker_process import NamedCall, StoreCall, WorkerSpec
 from kappaflow.runner.workers import ForwardedStore, ThreadMetadata, WorkerPool
@@ -75,51 +88,8 @@ WORKER_CLOSE_TIMEOUT_S = 60.0
 STOP_GRACE_S = 2.0
 
 
-class State(enum.Enum):
-    CREATED = "CREATED"
-    REBALANCING = "REBALANCING"
-    RUNNING = "RUNNING"
-    PENDING_SHUTDOWN = "PENDING_SHUTDOWN"
-    NOT_RUNNING = "NOT_RUNNING"
-    ERROR = "ERROR"
-
-    def is_running_or_rebalancing(self) -> bool:
-        return self in (State.RUNNING, State.REBALANCING)
-
-
-_ALLOWED: dict[State, set[State]] = {
-    State.CREATED: {State.REBALANCING, State.PENDING_SHUTDOWN, State.ERROR},
-    State.REBALANCING: {State.RUNNING, State.REBALANCING, State.PENDING_SHUTDOWN, State.ERROR},
-    State.RUNNING: {State.REBALANCING, State.PENDING_SHUTDOWN, State.ERROR},
-    State.PENDING_SHUTDOWN: {State.NOT_RUNNING},
-    State.NOT_RUNNING: set(),
-    State.ERROR: {State.PENDING_SHUTDOWN},
-}
-
-
-class StreamThreadExceptionResponse(enum.Enum):
-    """What the uncaught-exception handler decides (Kafka Streams' names)."""
-
-    REPLACE_THREAD = "REPLACE_THREAD"
-    SHUTDOWN_CLIENT = "SHUTDOWN_CLIENT"
-    SHUTDOWN_APPLICATION = "SHUTDOWN_APPLICATION"
-
-
 StateListener = Callable[[State, State], None]
 UncaughtExceptionHandler = Callable[[BaseException], StreamThreadExceptionResponse]
-
-
-def check_state_dir(path: Path) -> Path:
-    """Create `state.dir` and prove it writable, before any call to Kafka: a directory that cannot be
-    written used to fail only once tasks opened their stores, after topics were created and the group
-    joined, and without naming the setting."""
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".kappaflow-write-check-"):
-            pass
-    except OSError as exc:
-        raise ConfigError(f"config 'state.dir': cannot write to {path}: {exc.strerror or exc}") from exc
-    return path
 
 
 class KafkaStreams:
@@ -170,6 +140,9 @@ class KafkaStreams:
         # the error of the commit a close() makes, when it failed: the instance stopped, but not cleanly
         # (records processed since the last commit will be processed again)
         self.final_commit_error: BaseException | None = None
+        # why close() with LEAVE_GROUP could not remove the static members (they stay until the session
+        # timeout); None when it did or was not asked to
+        self.leave_group_error: BaseException | None = None
 
     # ----------------------------------------------------------------- listeners
     def set_state_listener(self, listener: StateListener) -> None:
@@ -190,7 +163,7 @@ class KafkaStreams:
             old = self.state
             if target is old:
                 return True
-            if target not in _ALLOWED[old]:
+            if not allowed_transition(old, target):
                 return False
             self.state = target
         log.info("state %s -> %s", old.value, target.value)
@@ -216,6 +189,10 @@ class KafkaStreams:
             raise StreamsError(f"start() is allowed once, in state CREATED (now {self.state.value})")
         state_dir = check_state_dir(Path(self.config.get_str("state.dir")))
         static = bool(self.config.get_str("group.instance.id"))
+        try:
+            check_supported(self._configured_membership(), static)
+        except StreamsError as exc:
+            raise ConfigError(f"config 'close.group.membership.operation': {exc}") from None
         if self._process_id is None and self.config.exactly_once and not static:
             self._process_id = acquire_process_id(state_dir / self.application_id)
         if self._threads > 1 and not self._is_worker:
@@ -244,7 +221,7 @@ class KafkaStreams:
             name = f"{self.client_id}-StreamThread-{index}"
             values = {**base, "client.id": name, "metrics.port": -1, "query.http.enabled": False}
             if instance:
-                values["group.instance.id"] = f"{instance}-{index}"
+                values["group.instance.id"] = worker_instance_id(instance, index)
             process_id = f"{self._process_id.value}-{index}" if self._process_id is not None else None
             build = _worker_builder(self.topology, StreamsConfig(values), process_id)
             specs.append(WorkerSpec(index, name, build, WORKER_CLOSE_TIMEOUT_S))
@@ -351,9 +328,24 @@ class KafkaStreams:
         self._shutdown_requested_by = sender
         self._stop.set()
 
-    def close(self, timeout: float = 60.0) -> bool:
-        """Commit, close the tasks and clients, and wait up to `timeout` seconds; True when stopped
-        (with workers: every worker stopped in time)."""
+    def _configured_membership(self) -> GroupMembershipOperation:
+        return GroupMembershipOperation.parse(self.config.get_str("close.group.membership.operation"))
+
+    def close(self, timeout: float | CloseOptions = DEFAULT_CLOSE_TIMEOUT_S) -> bool:
+        """Commit, close the tasks and clients, and wait up to `timeout` seconds (or as `CloseOptions`
+        say, KIP-1153: whether the instance leaves the group or remains in it, runner/close_options.py);
+        True when stopped (with workers: every worker stopped in time). REMAIN_IN_GROUP without
+        group.instance.id raises StreamsError before anything stops: librdkafka cannot keep a dynamic
+        member in the group."""
+        options = timeout if isinstance(timeout, CloseOptions) else CloseOptions(timeout_s=float(timeout))
+        membership = options.membership or self._configured_membership()
+        instance = self.config.get_str("group.instance.id")
+        check_supported(membership, bool(instance))
+        timeout = options.timeout_s
+        deadline = time.monotonic() + timeout
+        # the members to remove once their consumers closed; a worker process leaves that to its parent,
+        # which removes every worker's member after all stopped (a killed one's too)
+        joined = (self._thread is not None or self._workers is not None) and not self._is_worker
         if self._shutdown_signal is not None:
             self._shutdown_signal.close()  # its watcher thread ends within one interval
         if self.state in (State.NOT_RUNNING, State.PENDING_SHUTDOWN):
@@ -383,6 +375,10 @@ class KafkaStreams:
         self.stream_thread = None
         self._group = None
         self._group_admin = None
+        if joined:  # the consumers are closed: a LeaveGroup now is not undone by a heartbeat
+            removing = instances_to_remove(membership, instance, self._threads)
+            settings = client_configs(self.config, self.client_id)["admin"]
+            self.leave_group_error = leave_group(settings, self.application_id, removing, deadline)
         # librdkafka clients in reference cycles (delivery callbacks) would linger, reconnecting in the
         # background, until the next collection: collect now so close() really closes them.
         gc.collect()

@@ -5,6 +5,15 @@ A task with several input partitions (a join, a merge) must interleave them by t
 ahead of the other. What decides that - which queue's head is oldest, each partition's time, whether the
 task may process at all while an input is empty (KIP-695) - lives here, apart from what the task does
 with the record, so it can be read and tested without processors, stores or handlers.
+
+Ties: Java keeps the non-empty queues in a `java.util.PriorityQueue` compared by head timestamp alone
+(`nonEmptyQueuesByTime`): a queue is offered when a fetch makes it non-empty, polled to give the next
+record, and offered again right after when records remain. Which of several queues with equal head
+timestamps goes first is then the heap's doing (its sift rules over that history of offers and polls),
+neither partition order nor arrival order, and it decides the order of equal-time records in a join or a
+merge. `JavaPriorityQueue` replays those sift rules, and the offers and polls here happen where Java's
+do: the queue handed out by `next_queue` is offered back before anything else touches the group (the
+next `add` or `next_queue`), as Java offers it within nextRecord.
 """
 
 from __future__ import annotations
@@ -14,6 +23,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 
 from kappaflow.tasks.drain import RawTuple
+from kappaflow.tasks.java_heap import JavaPriorityQueue
 
 log = logging.getLogger(__name__)
 
@@ -38,12 +48,40 @@ class PartitionGroup:
         self.partition_time: dict[TopicPartition, int] = {}
         self.enforced = 0  # ready() with an input empty and records queued; the task publishes it
         self._empty_since: dict[TopicPartition, int] = {}  # input partitions with nothing buffered
+        # Java's nonEmptyQueuesByTime (module docstring): the partitions in it, and the one `next_queue`
+        # handed out, to be offered back while records remain
+        self._by_time: JavaPriorityQueue[TopicPartition] = JavaPriorityQueue(self._head_time)
+        self._in_heap: set[TopicPartition] = set()
+        self._in_hand: TopicPartition | None = None
+        self._unordered = False  # queues were drained past the heap (`forget_order`): rebuild it
+
+    def _head_time(self, tp: TopicPartition) -> int:
+        return int(self.queues[tp][0][1])
 
     def add(self, tp: TopicPartition, records: Iterable[RawTuple]) -> None:
+        self._settle()
         queue = self.queues.get(tp)
         if queue is None:
             queue = self.queues[tp] = deque()
         queue.extend(records)
+        if queue and tp not in self._in_heap and not self._unordered:
+            self._in_heap.add(tp)
+            self._by_time.offer(tp)
+
+    def _settle(self) -> None:
+        """Offer back the queue `next_queue` handed out if records remain in it (Java's nextRecord)."""
+        tp = self._in_hand
+        if tp is not None:
+            self._in_hand = None
+            if self.queues[tp] and tp not in self._in_heap:
+                self._in_heap.add(tp)
+                self._by_time.offer(tp)
+
+    def forget_order(self) -> None:
+        """A queue was drained by its partition, not through `next_queue` (the test driver chooses across
+        its tasks with its own heap): the heap is rebuilt, in queue order, if `next_queue` is asked."""
+        self._unordered = True
+        self._in_hand = None
 
     def buffered(self) -> int:
         return sum(len(q) for q in self.queues.values())
@@ -60,16 +98,24 @@ class PartitionGroup:
         return None
 
     def next_queue(self) -> tuple[TopicPartition, deque[RawTuple]] | None:
-        """The queue whose head record has the lowest timestamp; None when nothing is queued."""
-        if len(self.queues) == 1:
-            for item in self.queues.items():
-                return item if item[1] else None
-        best: tuple[TopicPartition, deque[RawTuple]] | None = None
-        best_ts = 0
-        for key, queue in self.queues.items():
-            if queue and (best is None or queue[0][1] < best_ts):
-                best, best_ts = (key, queue), queue[0][1]
-        return best
+        """The queue whose head record has the lowest timestamp, ties as Java's PriorityQueue breaks them
+        (module docstring); None when nothing is queued. The caller takes one record from it."""
+        self._settle()
+        if self._unordered:
+            self._unordered = False
+            self._by_time.items.clear()
+            self._in_heap = {tp for tp, queue in self.queues.items() if queue}
+            for tp in (tp for tp, queue in self.queues.items() if queue):
+                self._by_time.offer(tp)
+        by_time = self._by_time
+        while by_time:
+            tp = by_time.poll()
+            self._in_heap.discard(tp)
+            queue = self.queues[tp]
+            if queue:
+                self._in_hand = tp
+                return tp, queue
+        return None
 
     def ready(self, now_ms: int, fetched_lag: Callable[[str, int], int | None]) -> bool:
         """Kafka Streams' rule for a task with several input partitions (KIP-695): with an input empty,

@@ -284,6 +284,7 @@ class StreamTask:
         calls = self.async_calls
         if self.state is not TaskState.RUNNING or not queue or (calls.nodes and calls.saturated()):
             return False
+        self.partitions.forget_order()  # the driver's heap orders these queues, not the task's
         self._drain(topic, partition, queue, 1)
         return True
 

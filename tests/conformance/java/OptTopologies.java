@@ -105,6 +105,43 @@ final class OptTopologies {
                 outputs = outs("out", "string", "out2", "string");
                 break;
             }
+            case "opt_below_merge": {
+                // two key changes merged, then two groupings of the merge: one repartition below the merge
+                KStream<String, String> merged = b.<String, String>stream("in").selectKey((k, v) -> v.substring(0, 1))
+                        .merge(b.<String, String>stream("in2").selectKey((k, v) -> v.substring(0, 1)));
+                merged.groupByKey().count().toStream().to("out", Produced.with(Serdes.String(), Serdes.Long()));
+                merged.groupByKey().reduce((a, c) -> a + c).toStream().to("out2");
+                outputs = outs("out", "long", "out2", "string");
+                break;
+            }
+            case "opt_below_merge_filter": {
+                // a key change merged with a plain stream, a filter between the merge and one grouping
+                KStream<String, String> merged = b.<String, String>stream("in").selectKey((k, v) -> v.substring(0, 1))
+                        .merge(b.<String, String>stream("in2"));
+                merged.filter((k, v) -> !v.endsWith("x")).groupByKey().count(Materialized.as("counts"))
+                        .toStream().to("out", Produced.with(Serdes.String(), Serdes.Long()));
+                merged.groupByKey().reduce((a, c) -> a + c).toStream().to("out2");
+                outputs = outs("out", "long", "out2", "string");
+                break;
+            }
+            case "opt_below_merge_value_change": {
+                // a mapValues on one side of the merge: the groupings keep their own topics
+                KStream<String, String> merged = b.<String, String>stream("in").selectKey((k, v) -> v.substring(0, 1))
+                        .mapValues(v -> v.toUpperCase())
+                        .merge(b.<String, String>stream("in2").selectKey((k, v) -> v.substring(0, 1)));
+                merged.groupByKey().count().toStream().to("out", Produced.with(Serdes.String(), Serdes.Long()));
+                merged.groupByKey().reduce((a, c) -> a + c).toStream().to("out2");
+                outputs = outs("out", "long", "out2", "string");
+                break;
+            }
+            case "opt_below_merge_shared": {
+                // the key change also grouped apart from the merge
+                KStream<String, String> keyed = b.<String, String>stream("in").selectKey((k, v) -> v.substring(0, 1));
+                keyed.groupByKey().count().toStream().to("out", Produced.with(Serdes.String(), Serdes.Long()));
+                keyed.merge(b.<String, String>stream("in2")).groupByKey().reduce((a, c) -> a + c).toStream().to("out2");
+                outputs = outs("out", "long", "out2", "string");
+                break;
+            }
             case "opt_self_join": {
                 KStream<String, String> in = b.stream("in");
                 JoinWindows windows = JoinWindows.ofTimeDifferenceAndGrace(
