@@ -173,7 +173,7 @@ def replay_in_child(bootstrap: str, source: str, sink: str, args: argparse.Names
 
 
 def load() -> str:
-    return "load %.1f/%.1f/%.1f" % os.getloadavg()
+    return "load {:.1f}/{:.1f}/{:.1f}".format(*os.getloadavg())
 
 
 def verdicts(times: dict[str, list[float]], partitions: int, readers: list[str]) -> list[str]:
@@ -229,7 +229,9 @@ def main() -> int:
         tune_gc_for_streaming()  # the collector `kappaflow run` sets (runner/gc_tuning.py)
         state_dir = tempfile.mkdtemp(prefix="kappaflow-bench-replay-")
         try:
-            seconds = replay(args.bootstrap, args.source, args.sink, args.lines, args.words, state_dir, args.replay_one)
+            seconds = replay(
+                args.bootstrap, args.source, args.sink, args.lines, args.words, state_dir, args.replay_one
+            )
         finally:
             shutil.rmtree(state_dir, ignore_errors=True)
         print(f"RESULT {seconds}", flush=True)

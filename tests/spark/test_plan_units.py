@@ -11,7 +11,14 @@ from kappaflow.api.errors import StreamsError
 from kappaflow.clients.murmur2 import murmur2, partition_for_key
 from kappaflow.spark.executor import SparkCollector, StageJob, _ordered_records, decode_batch, encode_batch
 from kappaflow.spark.reprocess import parse_offsets, stage_order
-from kappaflow.spark.splits import key_slot, key_splittable, offset_chunks, split_count, splittable, task_slots
+from kappaflow.spark.splits import (
+    key_slot,
+    key_splittable,
+    offset_chunks,
+    split_count,
+    splittable,
+    task_slots,
+)
 from kappaflow.tasks.drain import RawRecord
 from tests.kafka.streams_support import wordcount_topology
 
@@ -217,7 +224,9 @@ def test_the_collector_sends_each_key_to_its_slot():
         for entry in decode_batch(batch):
             if entry[2] is not None:
                 hashed = murmur2(entry[2]) & 0x7FFFFFFF
-                expected = key_slot(hashed, hashed % 2, 2, 3) if topic == "app-r" else partition_for_key(entry[2], 2)
+                expected = (
+                    key_slot(hashed, hashed % 2, 2, 3) if topic == "app-r" else partition_for_key(entry[2], 2)
+                )
                 assert target == expected
             else:
                 assert target == 1 * 3  # the task partition's first slot

@@ -106,7 +106,9 @@ def test_one_partition_split_into_offset_ranges_and_key_slots_equals_the_runtime
         splits=3,
     )
 
-    stages = [sorted((s["task"], s["key_slice"]) for s in result.task_stats if s["task"][0] == n) for n in "01"]
+    stages = [
+        sorted((s["task"], s["key_slice"]) for s in result.task_stats if s["task"][0] == n) for n in "01"
+    ]
     assert stages == [[("0_0", "0/1")] * 3, [("1_0", "0/3"), ("1_0", "1/3"), ("1_0", "2/3")]]
     slices = [s for s in result.task_stats if s["task"] == "1_0"]
     assert sum(s["records"] for s in slices) == result.records_processed - 700
@@ -123,7 +125,9 @@ def test_one_partition_split_into_offset_ranges_and_key_slots_equals_the_runtime
     assert latest_per_key(changelog_b) == changelog_a and len(changelog_b) == 7
 
     more = [(f"k{i % 7}".encode(), str(i).encode(), BASE_TS + i) for i in range(700, 770)]
-    app = KafkaStreams(appending_topology(source, out_spark), fast_config(kafka_bootstrap, app_b, str(tmp_path / "b")))
+    app = KafkaStreams(
+        appending_topology(source, out_spark), fast_config(kafka_bootstrap, app_b, str(tmp_path / "b"))
+    )
     app.start()
     try:
         assert app.wait_until(State.RUNNING, 60), app.error

@@ -1,4 +1,4 @@
-"""Where reprocessing may use more Spark tasks than a stage has Kafka partitions, and how many: pure decisions.
+"""Where reprocessing may run more Spark tasks than a stage has Kafka partitions, and how many.
 
 Kafka Streams runs one task per (sub-topology, partition), so a replay never uses more cores than the
 input has partitions. Reprocessing is not bound by that where the semantics allow it; there are two ways:
