@@ -131,7 +131,8 @@ def spark_run(
     )
     for stats in result.task_stats:
         print(
-            f"    task {stats['task']}: {stats['records']} records, input {stats['read_seconds']}s, "
+            f"    task {stats['task']} (slice {stats.get('key_slice', '0/1')}): {stats['records']} records, "
+            f"input {stats['read_seconds']}s, "
             f"task {stats['seconds']}s (CPU {stats.get('cpu_seconds', '?')}s)"
         )
     return time.perf_counter() - started, result.records_processed
