@@ -294,7 +294,9 @@ def main() -> int:
                             warm_s = time.perf_counter() - started
                             print(f"    Python workers started in {warm_s:.1f}s", flush=True)
                             record(f"Spark {master} Python workers start (--warm)", warm_s)
-                        for partitions, source in sources.items():
+                        # Alternate which input goes first: a session's first run meets its workers cold.
+                        inputs = list(sources.items())[:: 1 if round_no % 2 else -1]
+                        for partitions, source in inputs:
                             for reader in readers:
                                 sink = f"bench-rp-out-{reader}-{uuid.uuid4().hex[:6]}"
                                 create_topic(admin, sink, partitions)
