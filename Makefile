@@ -153,7 +153,7 @@ spark-jars: setup
 	@$(PY) -m kappaflow.spark.jars
 
 bench-reprocess: setup kafka-download spark-jars
-	$(PY) bench/reprocess.py --lines 400000 --rounds 2
+	$(PY) bench/reprocess.py --lines 200000 --rounds 2 --warm
 
 test-kube: kube-build
 	$(PY) -m pytest -q -m kube

@@ -455,8 +455,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--splits",
         type=int,
         default=None,
-        help="offset ranges per input partition for stateless stages before the first shuffle (default: "
-        "enough for twice Spark's task slots; 1: never split)",
+        help="Spark tasks per partition where a stage may split: offset ranges of a stateless stage before "
+        "the first shuffle, key slots of a keyed count/reduce/aggregate after one (default: enough for "
+        "twice Spark's task slots; 1: never split)",
     )
     reprocess.add_argument("--skip-outputs", action="store_true", help="rebuild state only, write no outputs")
     reprocess.add_argument(

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
-from kappaflow import Materialized, StreamsBuilder, serdes
+from kappaflow import Materialized, StreamsBuilder, TimeWindows, serdes
 from kappaflow.api.errors import StreamsError
-from kappaflow.spark.executor import _ordered_records, encode_batch
-from kappaflow.spark.reprocess import (
+from kappaflow.clients.murmur2 import murmur2, partition_for_key
+from kappaflow.spark.executor import SparkCollector, StageJob, _ordered_records, decode_batch, encode_batch
+from kappaflow.spark.reprocess import parse_offsets, stage_order
+from kappaflow.spark.splits import (
+    key_slot,
+    key_splittable,
     offset_chunks,
-    parse_offsets,
     split_count,
     splittable,
-    stage_order,
     task_slots,
 )
 from kappaflow.tasks.drain import RawRecord
@@ -136,3 +140,94 @@ def test_timestamp_merge_fast_path_orders_exactly_like_heapq_merge():
                 runs.append([(i, ts, f"{run_no}-{i}".encode(), None, None) for i, ts in enumerate(stamps)])
             expected = list(heapq.merge(*runs, key=lambda e: e[1]))
             assert list(merge_by_timestamp(runs)) == expected
+
+
+def _keyed_stage(build: object) -> tuple[bool, object]:
+    """key_splittable of the stage reading `app-<store>-repartition` in the topology `build()` returns."""
+    topology = build()  # type: ignore[operator]
+    repartition = [f"app-{t}" for t, spec in topology.internal_topics.items() if spec.kind == "repartition"]
+    verdicts = []
+    for sub in stage_order(topology):
+        sources = [topology.resolve_topic(t, "app") for t in sub.source_topics]
+        sinks = [topology.resolve_topic(t, "app") for t in sub.sink_topics]
+        if any(t in repartition for t in sources):
+            verdicts.append(key_splittable(sub, sources, sinks, repartition, topology.stores))
+    assert len(verdicts) == 1
+    return verdicts[0], topology
+
+
+def test_only_a_keyed_stage_after_a_repartition_splits_by_key():
+    """Per-key state with key-preserving processors splits; stream time, key changes, a stateful op on the
+    user topic itself or a TTL store (which expires on stream time) do not."""
+    text = serdes.String()
+
+    def grouped() -> object:
+        builder = StreamsBuilder()
+        lines = builder.stream("lines", key_serde=text, value_serde=text)
+        return builder, lines.group_by(lambda _k, v: v, key_serde=text, value_serde=text)
+
+    def counting(then: object) -> object:
+        def build() -> object:
+            builder, group = grouped()
+            then(group.count(Materialized.as_("counts")))  # type: ignore[operator]
+            return builder.build()  # type: ignore[attr-defined]
+
+        return build
+
+    assert _keyed_stage(lambda: wordcount_topology("lines", "out"))[0]
+    assert _keyed_stage(counting(lambda t: t.filter(lambda _k, v: v > 1).to_stream().to("out")))[0]
+    assert not _keyed_stage(counting(lambda t: t.to_stream().select_key(lambda k, _v: k[:1]).to("out")))[0]
+    assert not _keyed_stage(counting(lambda t: t.to_stream().map(lambda k, v: (v, k)).to("out")))[0]
+    assert not _keyed_stage(counting(lambda t: t.to_stream().process(lambda r, c: c.forward(r))))[0]
+
+    def windowed() -> object:
+        builder, group = grouped()
+        group.windowed_by(TimeWindows.of_size_with_no_grace(1000)).count(Materialized.as_("w"))
+        return builder.build()  # type: ignore[attr-defined]
+
+    assert not _keyed_stage(windowed)[0]
+
+    def with_ttl() -> object:
+        builder, group = grouped()
+        group.count(Materialized.as_("counts").with_ttl(60_000))
+        return builder.build()  # type: ignore[attr-defined]
+
+    assert not _keyed_stage(with_ttl)[0]
+    first, _second = stage_order(wordcount_topology("lines", "out"))
+    assert not key_splittable(first, ["lines"], ["app-counts-repartition"], ["app-counts-repartition"], {})
+
+
+def test_key_slots_spread_a_partition_and_keep_murmur2_placement():
+    hashes = [murmur2(f"w{i}".encode()) & 0x7FFFFFFF for i in range(1000)]
+    for partitions, splits in ((1, 4), (4, 1), (4, 3)):
+        slots = [key_slot(h, h % partitions, partitions, splits) for h in hashes]
+        assert [s // splits for s in slots] == [h % partitions for h in hashes]  # the partition is kept
+        spread = Counter(slots)
+        assert sorted(spread) == list(range(partitions * splits))
+        assert min(spread.values()) > 0.7 * len(hashes) / (partitions * splits)
+
+
+def test_the_collector_sends_each_key_to_its_slot():
+    """Repartitioned records go to partition * splits + sub for a key-split topic, to the partition
+    otherwise; a keyless record to its partition's first slot."""
+    counts = {"app-r": 2, "app-s": 2}
+    job = StageJob(lambda: None, {}, 0, counts, ["app-r", "app-s"], [], {}, None, key_splits={"app-r": 3})  # type: ignore[arg-type, return-value]
+    collector = SparkCollector(job, 1)
+    for i in range(50):
+        collector.send("app-r", f"k{i}".encode(), b"v", None, i, None)
+        collector.send("app-s", f"k{i}".encode(), b"v", None, i, None)
+    collector.send("app-r", None, b"v", None, 0, None)
+    rows = collector.shuffle_rows()
+    by_topic: dict[str, set[int]] = {}
+    for _r, target, topic, _source, batch in rows:
+        by_topic.setdefault(topic, set()).add(target)
+        for entry in decode_batch(batch):
+            if entry[2] is not None:
+                hashed = murmur2(entry[2]) & 0x7FFFFFFF
+                expected = (
+                    key_slot(hashed, hashed % 2, 2, 3) if topic == "app-r" else partition_for_key(entry[2], 2)
+                )
+                assert target == expected
+            else:
+                assert target == 1 * 3  # the task partition's first slot
+    assert by_topic == {"app-r": set(range(6)), "app-s": {0, 1}}

@@ -1,4 +1,5 @@
-"""A stateless first stage split into offset ranges (more Spark tasks than input partitions) changes nothing.
+"""Splits (more Spark tasks than input partitions) change nothing: a stateless first stage cut into offset
+ranges, and a keyed stateful stage after a repartition cut into key slots (kappaflow/spark/splits.py).
 
 The topology's state is order-sensitive on purpose: a reduce that appends each value, so a chunk seen out
 of offset order would show in the final state. Every group key comes from one input partition (it is the
@@ -12,8 +13,17 @@ import uuid
 import pytest
 
 from kappaflow import StreamsBuilder, serdes
+from kappaflow.runner import KafkaStreams, State
 from kappaflow.spark import reprocess
-from tests.spark.support import BASE_TS, latest_per_key, produce_records, read_all, run_streaming
+from tests.kafka.streams_support import fast_config
+from tests.spark.support import (
+    BASE_TS,
+    latest_per_key,
+    produce_records,
+    read_all,
+    run_streaming,
+    wait_caught_up,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(300)]
 
@@ -65,3 +75,65 @@ def test_split_stateless_stage_equals_the_runtime(spark, kafka_bootstrap, kafka_
     changelog_b = read_all(kafka_bootstrap, f"{app_b}-appended-changelog")
     assert latest_per_key(changelog_b) == changelog_a
     assert len(changelog_b) == len(changelog_a)  # compacted: one record per key
+
+
+def test_one_partition_split_into_offset_ranges_and_key_slots_equals_the_runtime(
+    spark, kafka_bootstrap, kafka_topics, tmp_path
+):
+    """A 1-partition input, 3 Spark tasks per stage: the first stage by offset range, the reduce by key.
+
+    The slots leave no local state (they would share one task's directory), so the runtime on the new id
+    restores the compacted changelog - one record per key - and continues from Spark's offsets.
+    """
+    source = kafka_topics("split1-in", partitions=1)
+    out_streaming = kafka_topics("split1-out-streaming", partitions=1)
+    out_spark = kafka_topics("split1-out-spark", partitions=1)
+    records = [(f"k{i % 7}".encode(), str(i).encode(), BASE_TS + i) for i in range(700)]
+    suffix = uuid.uuid4().hex[:8]
+    app_a, app_b = f"split1-stream-{suffix}", f"split1-spark-{suffix}"
+
+    run_streaming(
+        kafka_bootstrap,
+        appending_topology(source, out_streaming),
+        app_a,
+        str(tmp_path / "a"),
+        [lambda: produce_records(kafka_bootstrap, source, records)],
+    )
+    result = reprocess(
+        appending_topology(source, out_spark),
+        {"application.id": app_b, "bootstrap.servers": kafka_bootstrap, "state.dir": str(tmp_path / "b")},
+        spark=spark,
+        splits=3,
+    )
+
+    stages = [
+        sorted((s["task"], s["key_slice"]) for s in result.task_stats if s["task"][0] == n) for n in "01"
+    ]
+    assert stages == [[("0_0", "0/1")] * 3, [("1_0", "0/3"), ("1_0", "1/3"), ("1_0", "2/3")]]
+    slices = [s for s in result.task_stats if s["task"] == "1_0"]
+    assert sum(s["records"] for s in slices) == result.records_processed - 700
+    assert all(s["records"] for s in slices)  # 7 keys spread over all 3 slots
+
+    def appended(upto: int) -> dict[bytes, bytes]:
+        values = [i for i in range(upto) if not str(i).endswith("7")]
+        return {f"k{k}".encode(): ",".join(str(i) for i in values if i % 7 == k).encode() for k in range(7)}
+
+    spark_state = latest_per_key(read_all(kafka_bootstrap, out_spark))
+    assert spark_state == latest_per_key(read_all(kafka_bootstrap, out_streaming)) == appended(700)
+    changelog_a = latest_per_key(read_all(kafka_bootstrap, f"{app_a}-appended-changelog"))
+    changelog_b = read_all(kafka_bootstrap, f"{app_b}-appended-changelog")
+    assert latest_per_key(changelog_b) == changelog_a and len(changelog_b) == 7
+
+    more = [(f"k{i % 7}".encode(), str(i).encode(), BASE_TS + i) for i in range(700, 770)]
+    app = KafkaStreams(
+        appending_topology(source, out_spark), fast_config(kafka_bootstrap, app_b, str(tmp_path / "b"))
+    )
+    app.start()
+    try:
+        assert app.wait_until(State.RUNNING, 60), app.error
+        produce_records(kafka_bootstrap, source, more)
+        wait_caught_up(kafka_bootstrap, app_b, [source, f"{app_b}-appended-repartition"])
+        assert app.metrics.counter("restored-records-total") == 7
+    finally:
+        assert app.close(30)
+    assert latest_per_key(read_all(kafka_bootstrap, out_spark)) == appended(770)

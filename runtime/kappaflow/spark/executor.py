@@ -28,7 +28,9 @@ serializers costs more than the topology itself, so what crosses Spark is few, l
 A stateless stage may be split: several Spark tasks each run the partition's task over one offset range of
 it (a "chunk"). Each chunk numbers what it emits from its first offset up (`sequence_base`), so the next
 stage, sorting one upstream partition's records by sequence, sees the chunks concatenated in offset order:
-exactly the emit order of one unsplit task.
+exactly the emit order of one unsplit task. A keyed stage may be split by key instead: the stage before it
+sends each record to its key's slot (`partition * splits + sub`, SparkCollector._slot), and each slot runs
+its own copy of the partition's task over its keys (`run_task`'s `key_slice`); see spark/splits.py.
 """
 
 from __future__ import annotations
@@ -54,8 +56,9 @@ from kappaflow.api.metrics import Metrics
 from kappaflow.api.processor import TaskId
 from kappaflow.api.record import Headers
 from kappaflow.clients.kafka import produce_record
-from kappaflow.clients.murmur2 import partition_for_key
+from kappaflow.clients.murmur2 import murmur2
 from kappaflow.clients.rdkafka_log import with_logger
+from kappaflow.spark.splits import key_slot
 from kappaflow.state.cache import ThreadCache
 from kappaflow.tasks.drain import RawTuple
 from kappaflow.tasks.task import StreamTask
@@ -91,6 +94,11 @@ class StageJob:
     output_map: dict[str, str] = field(default_factory=dict)
     skip_outputs: bool = False
     consumer: dict[str, Any] = field(default_factory=dict)
+    # Key slots per partition of repartition topics whose reading stage splits by key (spark/splits.py):
+    # records sent there go to slot partition * splits + sub, the Spark partition of their key's slot.
+    key_splits: dict[str, int] = field(default_factory=dict)
+    # This stage's own: its Spark partition index is partition * input_key_splits + sub.
+    input_key_splits: int = 1
 
 
 def load_app(app: Topology | Callable[[], Topology]) -> Topology:
@@ -125,12 +133,15 @@ class SparkCollector:
     def partition_count(self, topic: str) -> int | None:
         return self.job.partition_counts.get(topic)
 
-    def _partition(self, topic: str, key: bytes | None, partition: int | None) -> int:
-        if partition is not None:
-            return partition
+    def _slot(self, topic: str, key: bytes | None, partition: int | None) -> int:
+        """The target partition of a repartitioned record, or its key's slot of it when the reading stage
+        splits by key (`key_slot`; a record without a key goes to the partition's first slot)."""
         count = self.job.partition_counts[topic]
+        splits = self.job.key_splits.get(topic, 1)
         if key is None:
-            return self.task_partition % count
+            return (self.task_partition % count if partition is None else partition) * splits
+        if partition is not None:
+            return key_slot(murmur2(key) & 0x7FFFFFFF, partition, count, splits) if splits > 1 else partition
         # murmur2 in Python costs more than the rest of a repartition send; keys repeat (that is why
         # they are regrouped), so each (topic, key) is hashed once per task, in a bounded memo.
         memo = self._partitions.get(topic)
@@ -140,7 +151,8 @@ class SparkCollector:
         if target is None:
             if len(memo) >= _PARTITION_MEMO:
                 memo.clear()
-            target = memo[key] = partition_for_key(key, count)
+            hashed = murmur2(key) & 0x7FFFFFFF
+            target = memo[key] = key_slot(hashed, hashed % count, count, splits)
         return target
 
     def send(
@@ -153,7 +165,7 @@ class SparkCollector:
         partition: int | None,
     ) -> None:
         if topic in self.repartition:
-            target = self._partition(topic, key, partition)
+            target = self._slot(topic, key, partition)
             header_list = headers.to_list() if headers is not None and len(headers) else None
             batch = self.shuffled.get((topic, target))
             if batch is None:
@@ -405,8 +417,11 @@ def process_all(task: StreamTask) -> int:
     return processed
 
 
-def run_task(job: StageJob, topology: Topology, partition: int, rows: list[InputRow]) -> list[OutputRow]:
-    """Run one task over its rows; return repartition rows and one stats row."""
+def run_task(
+    job: StageJob, topology: Topology, partition: int, rows: list[InputRow], key_slice: int = 0
+) -> list[OutputRow]:
+    """Run one task (or one key slice of it: `key_slice` of job.input_key_splits) over its rows; return
+    repartition rows and one stats row."""
     started, cpu_started = time.perf_counter(), time.process_time()
     config = StreamsConfig(job.config)
     app_id = config.application_id
@@ -456,6 +471,7 @@ def run_task(job: StageJob, topology: Topology, partition: int, rows: list[Input
             shutil.rmtree(state_root, ignore_errors=True)
     stats = {
         "task": str(task_id),
+        "key_slice": f"{key_slice}/{job.input_key_splits}",
         "records": processed,
         "outputs": collector.outputs,
         "repartitioned": collector.repartitioned,
@@ -474,12 +490,13 @@ def run_partitions(job: StageJob, rows: Iterator[InputRow]) -> Iterator[OutputRo
     """A Spark `mapPartitions` function: group rows by task partition and run one task for each."""
     started = time.perf_counter()
     topology = load_app(job.app)
-    by_partition: dict[int, list[InputRow]] = {}
+    by_slot: dict[int, list[InputRow]] = {}
     for row in rows:
-        by_partition.setdefault(row[0], []).append(row)
+        by_slot.setdefault(row[0], []).append(row)
     read_seconds = round(time.perf_counter() - started, 3)  # includes Spark handing the rows over
-    for partition in sorted(by_partition):
-        out = run_task(job, topology, partition, by_partition.pop(partition))
+    for slot in sorted(by_slot):
+        partition, key_slice = divmod(slot, job.input_key_splits)
+        out = run_task(job, topology, partition, by_slot.pop(slot), key_slice)
         stats = json.loads(out[-1][2])
         stats["read_seconds"] = read_seconds
         out[-1] = ("S", partition, json.dumps(stats))

@@ -14,17 +14,19 @@ The plan, stage by stage (a stage is a sub-topology, in the order repartition to
    source's partitioning (one Spark partition per Kafka partition); otherwise rows are keyed by task
    partition and shuffled with an identity partitioner. Repartition records carry the partition murmur2
    chose when they were emitted (as the runtime's producer would), travelling in one encoded batch per
-   (upstream task, target partition). A stage without state that reads one user topic and writes only
-   repartition topics (the stateless work before the first shuffle) may be split: each partition's range
-   is cut into offset ranges run by separate Spark tasks, so such a stage uses more cores than its input
-   has partitions (`splits`; see `splittable`). The next stage sees the chunks' records in offset order,
-   as from one task.
+   (upstream task, target partition). Where the semantics allow it a stage runs more Spark tasks than its
+   input has partitions (`splits`; spark/splits.py says which stages and why): the stateless work before
+   the first shuffle is cut into offset ranges, and a keyed count / reduce / aggregate after a repartition
+   into key slots, whose records the upstream stage already sends to the key's slot. The stages that need
+   a partition's stream time or order in one task (windows, suppression, joins, TTL, user processors,
+   state directly on an input topic) keep one task per partition.
 3. Execution: `executor.run_partitions` runs the runtime's StreamTask per partition; see executor.py.
 4. Bootstrap: the changelogs hold the compacted final state; the group `<app id>` gets the range's end
    offsets committed on the input topics (and the repartition topics' ends). Where the executors share
    the runtime's disk (local mode, or an explicit state dir) every task's stores are also left in
    `<state.dir>/<app id>/<task>/`, the runtime's own layout, with their changelog offsets checkpointed:
-   `kappaflow run` on the new id then restores nothing and consumes from where reprocessing stopped.
+   `kappaflow run` on the new id then restores nothing and consumes from where reprocessing stopped -
+   except for key-split tasks, whose slots cannot share one directory: those restore their changelogs.
    On a cluster the pods restore the compacted changelogs instead - final state, not a replay.
 
 A Spark task that failed and were retried would produce its outputs twice, so retries are off
@@ -37,8 +39,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import os
-import re
 import shutil
 import time
 from collections.abc import Callable, Mapping
@@ -53,13 +53,19 @@ from kappaflow.api.errors import StreamsError
 from kappaflow.clients.admin import InternalTopicManager
 from kappaflow.clients.kafka import client_configs, new_consumer
 from kappaflow.clients.rdkafka_log import serve_consumer_logs
-from kappaflow.dsl.stream_processors import CallableProcessorAdapter, FixedKeyProcessorAdapter
 from kappaflow.runner.topics import output_topics, prepare_topics
 from kappaflow.spark.executor import InputRow, OutputRow, RecordRow, StageJob, load_app, run_partitions
 from kappaflow.spark.progress import DEFAULT_INTERVAL_S as DEFAULT_PROGRESS_INTERVAL_S
 from kappaflow.spark.progress import StageProgress
 from kappaflow.spark.session import spark_kafka_options
-from kappaflow.topology.nodes import ProcessorSpec, SubTopology
+from kappaflow.spark.splits import (
+    key_splittable,
+    offset_chunks,
+    split_count,
+    splittable,
+    task_slots,
+)
+from kappaflow.topology.nodes import SubTopology
 from kappaflow.topology.topology import Topology
 from kappaflow_contract.topics import changelog_topic
 
@@ -229,8 +235,8 @@ class Reprocessor:
     reference and called there). `config` is the *new* application's StreamsConfig. `start`/`end` are
     `earliest`/`latest` or per-partition offsets. `write_state=None` writes RocksDB state only when Spark
     runs locally. `output_map` renames output topics; `skip_outputs` rebuilds state only. `splits` is how
-    many offset ranges each input partition of a splittable stage is cut into (None: enough for twice
-    Spark's default parallelism; 1: never split). `progress` gets a line per step, and every
+    many offset ranges or key slots each input partition of a splittable stage is cut into (None: enough
+    for twice Spark's task slots; 1: never split). `progress` gets a line per step, and every
     `progress_interval_s` (0: never) the running stage's Spark tasks done so far.
     """
 
@@ -350,6 +356,32 @@ class Reprocessor:
             consumer.close()
         self.admin.set_group_offsets(self.app_id, tps)
 
+    def key_splits(
+        self,
+        stages: list[SubTopology],
+        counts: Mapping[str, int],
+        repartition: list[str],
+        parallelism: int,
+        records: int,
+    ) -> dict[str, int]:
+        """Key slots per partition of each repartition topic whose reading stage splits by key (splits.py).
+
+        Fixed before the first stage runs, since the stages writing a topic place records in its slots.
+        Automatic splits judge size by the input's records per partition of the topic (a repartition
+        carries at least that many in most topologies, several times that after a flat_map).
+        """
+        result: dict[str, int] = {}
+        for sub in stages:
+            sources = [self.topology.resolve_topic(t, self.app_id) for t in sub.source_topics]
+            sinks = [self.topology.resolve_topic(t, self.app_id) for t in sub.sink_topics]
+            if not key_splittable(sub, sources, sinks, repartition, self.topology.stores):
+                continue
+            partitions = counts[sources[0]]
+            splits = split_count(self.splits, parallelism, partitions, records // max(1, partitions))
+            if splits > 1:
+                result[sources[0]] = splits
+        return result
+
     # ----------------------------------------------------------------- the run
     def run(self, spark: Any) -> ReprocessResult:
         from pyspark import StorageLevel
@@ -387,6 +419,8 @@ class Reprocessor:
         shuffled: dict[str, Any] = {}
         persisted: list[Any] = []
         stages = stage_order(self.topology)
+        parallelism = task_slots(str(spark.sparkContext.master), spark.sparkContext.defaultParallelism)
+        key_splits = self.key_splits(stages, counts, repartition, parallelism, result.records_read)
         for index, sub in enumerate(stages, 1):
             stage_started = time.monotonic()
             sources = [self.topology.resolve_topic(t, self.app_id) for t in sub.source_topics]
@@ -404,15 +438,17 @@ class Reprocessor:
                 self.output_map,
                 self.skip_outputs,
                 consumer,
+                key_splits,
             )
+            if len(sources) == 1 and key_splits.get(sources[0], 1) > 1:
+                job.input_key_splits = key_splits[sources[0]]
+                # Slots of one task must not share its directory: the runtime restores the changelogs.
+                job.state_root = None
             parts: list[Any] = []
             resolved_sinks = [self.topology.resolve_topic(t, self.app_id) for t in sub.sink_topics]
             chunks = 1
             if splittable(sub, sources, user_topics, resolved_sinks, repartition):
                 largest = max(ends[sources[0]][p] - o for p, o in starts[sources[0]].items())
-                parallelism = task_slots(
-                    str(spark.sparkContext.master), spark.sparkContext.defaultParallelism
-                )
                 chunks = split_count(self.splits, parallelism, counts[sources[0]], largest)
                 job.state_root = None  # no stores; chunks of one task must not share its directory
             if user_topics and self.reader == "kafka-client":
@@ -456,7 +492,8 @@ class Reprocessor:
                 rows = parts[0]
             else:
                 union = parts[0] if len(parts) == 1 else spark.sparkContext.union(parts)
-                rows = union.map(_task_partition).partitionBy(tasks, _identity).map(_second)
+                slots = tasks * job.input_key_splits  # a task's key slots, one Spark partition each
+                rows = union.map(_task_partition).partitionBy(slots, _identity).map(_second)
             out = rows.mapPartitions(functools.partial(run_partitions, job)).persist(
                 StorageLevel.MEMORY_AND_DISK
             )
@@ -486,74 +523,6 @@ class Reprocessor:
         result.seconds = time.monotonic() - started
         self.progress(result.summary())
         return result
-
-
-def splittable(
-    sub: SubTopology, sources: list[str], user_topics: list[str], sinks: list[str], repartition: list[str]
-) -> bool:
-    """Whether a stage's partitions may be cut into offset ranges run by separate tasks.
-
-    Only a stage with no state reading one user topic and writing only repartition topics: each chunk then
-    emits exactly what the unsplit task would for those offsets, and the next stage restores their order
-    (executor.SEQUENCE_SHIFT). Stores would need the whole history; output topics would interleave chunks
-    within a partition; several inputs are interleaved by timestamp across the whole range.
-    """
-    return (
-        not sub.stores
-        and all(_is_builtin_stateless(spec) for spec in sub.nodes)
-        and len(sources) == 1
-        and sources == user_topics
-        and bool(sinks)
-        and all(t in repartition for t in sinks)
-    )
-
-
-def _is_builtin_stateless(spec: object) -> bool:
-    """A node whose processor is one of the DSL's own: user processors (process(), process_values())
-    may keep state in memory or punctuate on stream time, which each chunk would start afresh."""
-    if not isinstance(spec, ProcessorSpec):
-        return True  # sources and sinks
-    processor = spec.supplier()
-    return type(processor).__module__.startswith("kappaflow.dsl.") and not isinstance(
-        processor, FixedKeyProcessorAdapter | CallableProcessorAdapter
-    )
-
-
-# Below this many records per chunk, a task's fixed cost (producer, StreamTask, reader) outweighs the split.
-MIN_CHUNK_RECORDS = 20_000
-
-
-def task_slots(master: str, default: int) -> int:
-    """How many Spark tasks run at once: N of local[N] (cores for local[*]), else the default parallelism.
-
-    The session pins spark.default.parallelism for its own shuffles, so in local mode the master says more.
-    """
-    match = re.fullmatch(r"local\[(\d+|\*)(?:,\s*\d+)?\]", master.strip())
-    if match:
-        return (os.cpu_count() or 1) if match.group(1) == "*" else int(match.group(1))
-    return 1 if master.strip() == "local" else max(1, default)
-
-
-def split_count(splits: int | None, parallelism: int, partitions: int, largest: int) -> int:
-    """Chunks per partition: the explicit `splits`, or enough that tasks outnumber cores twice over.
-
-    Automatic splits keep chunks of at least MIN_CHUNK_RECORDS of the `largest` partition's range.
-    """
-    if splits is not None:
-        return splits
-    wanted = -(-2 * parallelism // max(1, partitions))
-    return max(1, min(wanted, largest // MIN_CHUNK_RECORDS))
-
-
-def offset_chunks(start: int, end: int, chunks: int) -> list[tuple[int, int]]:
-    """[start, end) cut into up to `chunks` contiguous, non-empty ranges of near-equal size, in offset order.
-
-    An empty range stays one (empty) range so that its task still runs and reports.
-    """
-    size = end - start
-    chunks = max(1, min(chunks, size))
-    bounds = [start + size * i // chunks for i in range(chunks + 1)]
-    return [(bounds[i], bounds[i + 1]) for i in range(chunks)]
 
 
 def _check_picklable(topology: Topology) -> None:
