@@ -21,6 +21,7 @@ so neither recovery waits out a session timeout: what is compared is restoration
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import shutil
@@ -56,6 +57,7 @@ class Recovery:
     launch_to_running: float
     restored: int
     full_restore_s: float  # the first start's start() to RUNNING, on the empty state directory
+    timeline: str  # kappaflow's start-up timeline of the recovery (restore_phases), "" for Java
 
 
 def child_command(side: str, classpath: str, bootstrap: str, app_id: str, state_dir: str) -> list[str]:
@@ -66,10 +68,27 @@ def child_command(side: str, classpath: str, bootstrap: str, app_id: str, state_
         if java is None:
             raise kafka_streams_peer.PeerError("java (17+) is required to run the Kafka Streams peer")
         return [
-            java, "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", classpath, RESTORE_PEER_SOURCE.stem,
-            bootstrap, app_id, f"{app_id}-source", state_dir, "0", "serve",
-        ]  # fmt: skip
-    return [sys.executable, str(Path(__file__).resolve()), "--child", bootstrap, app_id, state_dir]
+            java,
+            "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+            "-cp",
+            classpath,
+            RESTORE_PEER_SOURCE.stem,
+            bootstrap,
+            app_id,
+            f"{app_id}-source",
+            state_dir,
+            "0",
+            "serve",
+        ]
+    return [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--child",
+        bootstrap,
+        app_id,
+        state_dir,
+        f"{state_dir}.timeline",
+    ]
 
 
 def start_until_running(command: list[str]) -> tuple[subprocess.Popen[str], dict[str, str], float]:
@@ -134,22 +153,29 @@ def crash_round(args: argparse.Namespace, bootstrap: str, classpath: str, side: 
         process.wait()
         stop.set()
         feeder.join()
-        print(f"    full restore {first['RESTORED']} records, {float(first['START_TO_RUNNING_S']):.2f} s to "
-              f"RUNNING; killed -9 {args.kill_after:.1f} s into a stream of {fed[0]:,} updates", flush=True)  # fmt: skip
+        full_s = float(first["START_TO_RUNNING_S"])
+        print(
+            f"    full restore {first['RESTORED']} records, {full_s:.2f} s to RUNNING; killed -9 "
+            f"{args.kill_after:.1f} s into a stream of {fed[0]:,} updates",
+            flush=True,
+        )
         process, again, launch = start_until_running(command)
         process.kill()
         process.wait()
+        timeline_file = Path(f"{state_dir}.timeline")
+        timeline = timeline_file.read_text() if timeline_file.exists() else ""
     finally:
         shutil.rmtree(state_dir, ignore_errors=True)
-    return Recovery(
-        float(again["START_TO_RUNNING_S"]), launch, int(again["RESTORED"]), float(first["START_TO_RUNNING_S"])
-    )
+        Path(f"{state_dir}.timeline").unlink(missing_ok=True)
+    return Recovery(float(again["START_TO_RUNNING_S"]), launch, int(again["RESTORED"]), full_s, timeline)
 
 
 def print_results(results: dict[str, list[Recovery]]) -> None:
     """Each side's best (fastest) recovery and median, then kappaflow's recovery time over Java's."""
-    print(f"\n{'recovery after kill -9':<44}{'start->RUNNING s':>18}{'median':>8}{'launch->RUNNING s':>19}"
-          f"{'restored':>11}{'full restore s':>16}{'runs':>6}")  # fmt: skip
+    print(
+        f"\n{'recovery after kill -9':<44}{'start->RUNNING s':>18}{'median':>8}{'launch->RUNNING s':>19}"
+        f"{'restored':>11}{'full restore s':>16}{'runs':>6}"
+    )
     for side, label in SIDES.items():
         runs = results.get(side, [])
         if not runs:
@@ -157,14 +183,21 @@ def print_results(results: dict[str, list[Recovery]]) -> None:
             continue
         best = min(runs, key=lambda r: r.to_running)
         median = statistics.median(r.to_running for r in runs)
-        print(f"{label:<44}{best.to_running:>18.2f}{median:>8.2f}{best.launch_to_running:>19.2f}"
-              f"{best.restored:>11,}{best.full_restore_s:>16.2f}{len(runs):>6}")  # fmt: skip
+        print(
+            f"{label:<44}{best.to_running:>18.2f}{median:>8.2f}{best.launch_to_running:>19.2f}"
+            f"{best.restored:>11,}{best.full_restore_s:>16.2f}{len(runs):>6}"
+        )
     kf, java = results.get("kappaflow"), results.get("java")
+    if kf:
+        fastest = min(kf, key=lambda r: r.to_running).timeline
+        print(fastest.replace("kappaflow,", "kappaflow's fastest recovery,"))
     if kf and java:
         ratio = min(r.to_running for r in java) / min(r.to_running for r in kf)
         launch = min(r.launch_to_running for r in java) / min(r.launch_to_running for r in kf)
-        print(f"\nJava recovery time / kappaflow recovery time: {ratio:.1f}x start()->RUNNING, "
-              f"{launch:.1f}x launch->RUNNING (best of each)")  # fmt: skip
+        print(
+            f"\nJava recovery time / kappaflow recovery time: {ratio:.1f}x start()->RUNNING, "
+            f"{launch:.1f}x launch->RUNNING (best of each)"
+        )
 
 
 def main(args: argparse.Namespace, bootstrap: str, classpath: str) -> int:
@@ -179,17 +212,23 @@ def main(args: argparse.Namespace, bootstrap: str, classpath: str) -> int:
             except kafka_streams_peer.PeerError as err:
                 print(f"    failed: {err}", flush=True)
                 continue
-            print(f"    recovered in {recovery.to_running:.2f} s (launch {recovery.launch_to_running:.2f} s), "
-                  f"{recovery.restored:,} records restored", flush=True)  # fmt: skip
+            took, launch = recovery.to_running, recovery.launch_to_running
+            print(
+                f"    recovered in {took:.2f} s (launch {launch:.2f} s), {recovery.restored:,} restored",
+                flush=True,
+            )
             results[side].append(recovery)
     print_results(results)
     return 0
 
 
-def child(bootstrap: str, app_id: str, state_dir: str) -> None:
+def child(bootstrap: str, app_id: str, state_dir: str, timeline_file: str) -> None:
     """kappaflow's side: the bench's table as the static member "<app id>-0", exactly_once_v2; prints its
-    figures once RUNNING, then processes until it is killed."""
+    figures once RUNNING (and writes its start-up timeline to `timeline_file`), then processes until it
+    is killed."""
     from bench.restore import table_topology
+    from bench.restore_phases import Timeline, print_timeline, recorded
+
     from kappaflow.runner import KafkaStreams, State
 
     config: dict[str, Any] = {
@@ -203,18 +242,22 @@ def child(bootstrap: str, app_id: str, state_dir: str) -> None:
     app = KafkaStreams(table_topology(f"{app_id}-source"), config)
     running = threading.Event()
     app.set_state_listener(lambda new, _old: running.set() if new is State.RUNNING else None)
-    started = time.perf_counter()
-    app.start()
-    if not running.wait(READY_TIMEOUT_S):
-        sys.exit(2)
-    to_running = time.perf_counter() - started
-    print(f"START_TO_RUNNING_S {to_running}", flush=True)
-    print(f"RESTORED {app.metrics.counter('restored-records-total'):.0f}", flush=True)
+    with recorded(Timeline()) as timeline:
+        timeline.started = time.perf_counter()
+        app.start()
+        if not running.wait(READY_TIMEOUT_S):
+            sys.exit(2)
+        timeline.running = time.perf_counter() - timeline.started
+    restored = app.metrics.counter("restored-records-total")
+    with open(timeline_file, "w") as out, contextlib.redirect_stdout(out):
+        print_timeline(f"kappaflow, {restored:,.0f} records restored", timeline)
+    print(f"START_TO_RUNNING_S {timeline.running}", flush=True)
+    print(f"RESTORED {restored:.0f}", flush=True)
     threading.Event().wait()  # processing, until the bench kills the process
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 5 and sys.argv[1] == "--child":
-        child(*sys.argv[2:5])
+    if len(sys.argv) == 6 and sys.argv[1] == "--child":
+        child(*sys.argv[2:6])
     else:
         sys.exit("run through bench/restore.py --crash")
