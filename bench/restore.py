@@ -71,6 +71,8 @@ RUNS = {
     "exactly_once_v2": "kappaflow exactly_once_v2",
     "java": "Java Kafka Streams 4.3.1",
 }
+GUARANTEES = ("at_least_once", "exactly_once_v2")
+BEFORE = ":before"  # a kappaflow row run with --before's settings, to compare a change in the same run
 # (numerator, denominator, the ratio the issue asks for, or None: printed only)
 TARGETS = (
     ("at_least_once", "java", 1.0),
@@ -184,10 +186,17 @@ def table_topology(source: str) -> Any:
 
 
 def kappaflow_run(
-    bootstrap: str, app_id: str, source: str, records: int, guarantee: str, timeline: Timeline | None = None
+    bootstrap: str,
+    app_id: str,
+    source: str,
+    records: int,
+    guarantee: str,
+    timeline: Timeline | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> Run:
     """Start on an empty state directory; time the restore on the `restored-records-total` counter and
-    start() to RUNNING by a state listener. `timeline`: record where the start-up went (restore_phases)."""
+    start() to RUNNING by a state listener. `timeline`: record where the start-up went (restore_phases).
+    `extra`: settings over the defaults (the `--before` rows)."""
     state_dir = tempfile.mkdtemp(prefix="kappaflow-restore-")
     config: dict[str, Any] = {
         "application.id": app_id,
@@ -195,6 +204,7 @@ def kappaflow_run(
         "state.dir": state_dir,
         "processing.guarantee": guarantee,
         "metrics.port": -1,
+        **(extra or {}),
     }
     app = KafkaStreams(table_topology(source), config)
     running = threading.Event()
@@ -297,7 +307,8 @@ def print_table(results: dict[str, list[Run]]) -> None:
         f"\n{'run':<36}{'best rec/s':>12}{'median':>12}{'start->RUNNING s':>18}{'median':>8}{'runs':>6}"
         f"{'best / raw':>12}"
     )
-    for name, label in RUNS.items():
+    for name in results:
+        label = row_label(name)
         if name not in best:
             print(f"{label:<36}{'n/a':>12}{'n/a':>12}{'n/a':>18}{'n/a':>8}{0:>6}{'n/a':>12}")
             continue
@@ -324,6 +335,11 @@ def print_table(results: dict[str, list[Run]]) -> None:
         slower = fastest[name] / fastest["java"]
         verdict = f"<= 1.0: {'met' if slower <= 1.0 else 'NOT met'}"
         print(f"{label:<76}{slower:>7.2f}{typical[name] / typical['java']:>8.2f}  {verdict}")
+    for name in ("at_least_once", "exactly_once_v2"):
+        before = f"{name}{BEFORE}"
+        if name in best and before in best:
+            label = f"{RUNS[name]}: now / before, records/s and start->RUNNING s (paired rounds)"
+            print(f"{label:<76}{best[name] / best[before]:>7.2f}{fastest[name] / fastest[before]:>8.2f}")
 
 
 def restore_round(
@@ -336,10 +352,27 @@ def restore_round(
     if name == "java":
         return java_run(classpath, bootstrap, app_id, source, args.records), None
     timeline = Timeline()
+    guarantee, before, _ = name.partition(BEFORE)
+    extra = parse_settings(args.before) if before else None
     if args.profile and round_number == 1:
         with profiled_restore_steps(f"{args.profile}.{name}"):
-            return kappaflow_run(bootstrap, app_id, source, args.records, name, timeline), timeline
-    return kappaflow_run(bootstrap, app_id, source, args.records, name, timeline), timeline
+            run = kappaflow_run(bootstrap, app_id, source, args.records, guarantee, timeline, extra)
+            return run, timeline
+    return kappaflow_run(bootstrap, app_id, source, args.records, guarantee, timeline, extra), timeline
+
+
+def parse_settings(text: str) -> dict[str, Any]:
+    """`key=value,key=value` as kappaflow settings (integers as such)."""
+    settings: dict[str, Any] = {}
+    for pair in filter(None, text.split(",")):
+        key, _, value = pair.partition("=")
+        settings[key.strip()] = int(value) if value.strip().lstrip("-").isdigit() else value.strip()
+    return settings
+
+
+def row_label(name: str) -> str:
+    base, before, _ = name.partition(BEFORE)
+    return f"{RUNS[base]} (before)" if before else RUNS[base]
 
 
 def main() -> int:
@@ -351,11 +384,20 @@ def main() -> int:
     parser.add_argument("--rows", default=",".join(RUNS), help=f"comma-separated rows: {','.join(RUNS)}")
     parser.add_argument("--repeat", type=int, default=3, help="rounds of every row, interleaved")
     parser.add_argument("--profile", default="", help="cProfile kappaflow's restore steps into this file")
+    parser.add_argument(
+        "--before",
+        default="",
+        help="key=value,...: also run every kappaflow row with these settings (the defaults before a change)",
+    )
     parser.add_argument("--crash", action="store_true", help="the crash bench instead (restore_crash.py)")
     parser.add_argument("--feed-rate", type=float, default=20000, help="--crash: updates/s while running")
     parser.add_argument("--kill-after", type=float, default=3.0, help="--crash: seconds, then kill -9")
     args = parser.parse_args()
     runs = [name for name in RUNS if name in args.rows.split(",")]
+    if args.before:  # each kappaflow row twice, interleaved: with today's defaults and with the old ones
+        runs = [
+            row for name in runs for row in ((name, f"{name}{BEFORE}") if name in GUARANTEES else (name,))
+        ]
     classpath = ""
     if "java" in runs or args.crash:
         try:
@@ -383,7 +425,7 @@ def main() -> int:
         for round_number in range(1, max(args.repeat, 1) + 1):
             print(f"==> round {round_number} of {args.repeat}", flush=True)
             for name in runs:
-                print(f"==> {RUNS[name]} ...", flush=True)
+                print(f"==> {row_label(name)} ...", flush=True)
                 try:
                     run, timeline = restore_round(args, bootstrap, app_id, classpath, name, round_number)
                 except kafka_streams_peer.PeerError as err:
@@ -400,7 +442,7 @@ def main() -> int:
         print_table(results)
         for name, measured in timelines.items():
             run, timeline = min(measured, key=lambda pair: pair[0].to_running)
-            print_timeline(f"{RUNS[name]}, its fastest start ({run.to_running:.2f} s)", timeline)
+            print_timeline(f"{row_label(name)}, its fastest start ({run.to_running:.2f} s)", timeline)
     return 0
 
 

@@ -44,7 +44,11 @@ from confluent_kafka import Producer  # noqa: E402
 
 from bench import kafka_streams_peer  # noqa: E402
 
-SIDES = {"kappaflow": "kappaflow exactly_once_v2", "java": "Java Kafka Streams 4.3.1 exactly_once_v2"}
+SIDES = {
+    "kappaflow": "kappaflow exactly_once_v2",
+    "kappaflow:before": "kappaflow exactly_once_v2 (before)",
+    "java": "Java Kafka Streams 4.3.1 exactly_once_v2",
+}
 READY_TIMEOUT_S = 300.0
 
 
@@ -60,7 +64,10 @@ class Recovery:
     timeline: str  # kappaflow's start-up timeline of the recovery (restore_phases), "" for Java
 
 
-def child_command(side: str, classpath: str, bootstrap: str, app_id: str, state_dir: str) -> list[str]:
+def child_command(
+    side: str, classpath: str, bootstrap: str, app_id: str, state_dir: str, before: str
+) -> list[str]:
+    """The side's process; "kappaflow:before" runs kappaflow with `before` (--before) over its defaults."""
     from bench.restore import RESTORE_PEER_SOURCE
 
     if side == "java":
@@ -133,11 +140,11 @@ def crash_round(args: argparse.Namespace, bootstrap: str, classpath: str, side: 
     """Fill a new application's changelog, start (full restore), stream, kill -9, recover."""
     from bench.restore import STORE, create_topics, fill
 
-    app_id = f"crash-{side}-{uuid.uuid4().hex[:6]}"
+    app_id = f"crash-{side.replace(':', '-')}-{uuid.uuid4().hex[:6]}"
     create_topics(bootstrap, app_id, args.partitions)
     fill(bootstrap, f"{app_id}-{STORE}-changelog", args.records, args.value_bytes)
-    state_dir = tempfile.mkdtemp(prefix=f"crash-{side}-")
-    command = child_command(side, classpath, bootstrap, app_id, state_dir)
+    state_dir = tempfile.mkdtemp(prefix="crash-")
+    command = child_command(side, classpath, bootstrap, app_id, state_dir, args.before)
     try:
         process, first, _launch = start_until_running(command)
         stop = threading.Event()
@@ -187,7 +194,10 @@ def print_results(results: dict[str, list[Recovery]]) -> None:
             f"{label:<44}{best.to_running:>18.2f}{median:>8.2f}{best.launch_to_running:>19.2f}"
             f"{best.restored:>11,}{best.full_restore_s:>16.2f}{len(runs):>6}"
         )
-    kf, java = results.get("kappaflow"), results.get("java")
+    kf, java, before = results.get("kappaflow"), results.get("java"), results.get("kappaflow:before")
+    if kf and before:
+        now_s, before_s = min(r.to_running for r in kf), min(r.to_running for r in before)
+        print(f"\nkappaflow recovery now / before (paired rounds): {now_s / before_s:.2f}")
     if kf:
         fastest = min(kf, key=lambda r: r.to_running).timeline
         print(fastest.replace("kappaflow,", "kappaflow's fastest recovery,"))
@@ -201,7 +211,9 @@ def print_results(results: dict[str, list[Recovery]]) -> None:
 
 
 def main(args: argparse.Namespace, bootstrap: str, classpath: str) -> int:
-    sides = ["kappaflow", "java"] if classpath else ["kappaflow"]
+    sides = ["kappaflow", "kappaflow:before", "java"] if args.before else ["kappaflow", "java"]
+    if not classpath:
+        sides.remove("java")
     results: dict[str, list[Recovery]] = {side: [] for side in sides}
     for round_number in range(1, max(args.repeat, 1) + 1):
         print(f"==> crash round {round_number} of {args.repeat}", flush=True)
@@ -222,11 +234,11 @@ def main(args: argparse.Namespace, bootstrap: str, classpath: str) -> int:
     return 0
 
 
-def child(bootstrap: str, app_id: str, state_dir: str, timeline_file: str) -> None:
+def child(bootstrap: str, app_id: str, state_dir: str, timeline_file: str, settings: str) -> None:
     """kappaflow's side: the bench's table as the static member "<app id>-0", exactly_once_v2; prints its
     figures once RUNNING (and writes its start-up timeline to `timeline_file`), then processes until it
     is killed."""
-    from bench.restore import table_topology
+    from bench.restore import parse_settings, table_topology
     from bench.restore_phases import Timeline, print_timeline, recorded
 
     from kappaflow.runner import KafkaStreams, State
@@ -238,6 +250,7 @@ def child(bootstrap: str, app_id: str, state_dir: str, timeline_file: str) -> No
         "processing.guarantee": "exactly_once_v2",
         "group.instance.id": f"{app_id}-0",
         "metrics.port": -1,
+        **parse_settings(settings),
     }
     app = KafkaStreams(table_topology(f"{app_id}-source"), config)
     running = threading.Event()
@@ -257,7 +270,7 @@ def child(bootstrap: str, app_id: str, state_dir: str, timeline_file: str) -> No
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 6 and sys.argv[1] == "--child":
-        child(*sys.argv[2:6])
+    if len(sys.argv) == 7 and sys.argv[1] == "--child":
+        child(*sys.argv[2:7])
     else:
         sys.exit("run through bench/restore.py --crash")
