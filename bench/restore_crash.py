@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import os
 import random
 import shutil
@@ -95,13 +96,18 @@ def child_command(
         app_id,
         state_dir,
         f"{state_dir}.timeline",
+        before if side.endswith(":before") else "",
     ]
 
 
-def start_until_running(command: list[str]) -> tuple[subprocess.Popen[str], dict[str, str], float]:
-    """Launch a side's process and read its lines until it reports RUNNING (its figures)."""
+def start_until_running(
+    command: list[str], log_file: Path
+) -> tuple[subprocess.Popen[str], dict[str, str], float]:
+    """Launch a side's process (its stderr into `log_file`) and read its lines until it reports RUNNING
+    (its figures)."""
     launched = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    errors = log_file.open("w+")
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=errors, text=True)
     values: dict[str, str] = {}
     stdout: IO[str] | None = process.stdout
     assert stdout is not None
@@ -116,7 +122,9 @@ def start_until_running(command: list[str]) -> tuple[subprocess.Popen[str], dict
     finally:
         timer.cancel()
     process.kill()
-    raise kafka_streams_peer.PeerError(f"{command[0]} exited {process.wait()} before RUNNING")
+    errors.seek(0)
+    tail = "\n".join(errors.read().splitlines()[-15:])
+    raise kafka_streams_peer.PeerError(f"{command[0]} exited {process.wait()} before RUNNING:\n{tail}")
 
 
 def feed(bootstrap: str, topic: str, keys: int, value_bytes: int, rate: float, stop: threading.Event) -> int:
@@ -146,7 +154,7 @@ def crash_round(args: argparse.Namespace, bootstrap: str, classpath: str, side: 
     state_dir = tempfile.mkdtemp(prefix="crash-")
     command = child_command(side, classpath, bootstrap, app_id, state_dir, args.before)
     try:
-        process, first, _launch = start_until_running(command)
+        process, first, _launch = start_until_running(command, Path(f"{state_dir}.first.log"))
         stop = threading.Event()
         fed: list[int] = []
         feeder = threading.Thread(
@@ -166,7 +174,7 @@ def crash_round(args: argparse.Namespace, bootstrap: str, classpath: str, side: 
             f"{args.kill_after:.1f} s into a stream of {fed[0]:,} updates",
             flush=True,
         )
-        process, again, launch = start_until_running(command)
+        process, again, launch = start_until_running(command, Path(f"{state_dir}.recovery.log"))
         process.kill()
         process.wait()
         timeline_file = Path(f"{state_dir}.timeline")
@@ -243,6 +251,9 @@ def child(bootstrap: str, app_id: str, state_dir: str, timeline_file: str, setti
 
     from kappaflow.runner import KafkaStreams, State
 
+    # the runtime's log lines, timed, into the side's log file (start_until_running): what the timeline
+    # does not show (waits inside the loop) is there
+    logging.basicConfig(level=logging.INFO, format="%(relativeCreated)8.0f ms %(name)s %(message)s")
     config: dict[str, Any] = {
         "application.id": app_id,
         "bootstrap.servers": bootstrap,
