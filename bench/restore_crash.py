@@ -181,7 +181,8 @@ def crash_round(args: argparse.Namespace, bootstrap: str, classpath: str, side: 
         timeline = timeline_file.read_text() if timeline_file.exists() else ""
     finally:
         shutil.rmtree(state_dir, ignore_errors=True)
-        Path(f"{state_dir}.timeline").unlink(missing_ok=True)
+        for leftover in ("timeline", "first.log", "recovery.log"):  # a failure printed its log's tail
+            Path(f"{state_dir}.{leftover}").unlink(missing_ok=True)
     return Recovery(float(again["START_TO_RUNNING_S"]), launch, int(again["RESTORED"]), full_s, timeline)
 
 
