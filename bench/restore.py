@@ -31,8 +31,7 @@ and the changelog lookups, the restore steps, each task's end).
 
 ``--repeat N`` runs every row N times, interleaved, and reports each row's best and median. ``--before``
 runs every kappaflow row a second time in each round with these settings over the defaults (the
-defaults a change replaced; ``bench.synchronous.restore.checkpoint=1`` brings back the checkpoint a
-restored task used to wait for), and prints now / before. ``--profile`` runs kappaflow's restore steps
+defaults a change replaced), and prints now / before. ``--profile`` runs kappaflow's restore steps
 under cProfile (slower; the rate printed is then not comparable) and prints the top functions.
 ``--crash`` runs the recovery-after-kill-9 bench instead (bench/restore_crash.py). Without --bootstrap
 it starts the project's broker on a free port, as bench/throughput.py does, and first has it create its
@@ -72,7 +71,6 @@ from kappaflow import Materialized, StreamsBuilder, serdes  # noqa: E402
 from kappaflow.clients.kafka import RESTORE_FETCH_TUNING  # noqa: E402
 from kappaflow.runner import KafkaStreams, State, tune_gc_for_streaming  # noqa: E402
 from kappaflow.runner.changelog_reader import ChangelogReader  # noqa: E402
-from kappaflow.tasks.state_manager import ProcessorStateManager  # noqa: E402
 
 STORE = "store"
 RESTORE_PEER_SOURCE = Path(__file__).resolve().parent / "peers" / "RestorePeer.java"
@@ -84,8 +82,6 @@ RUNS = {
 }
 GUARANTEES = ("at_least_once", "exactly_once_v2")
 BEFORE = ":before"  # a kappaflow row run with --before's settings, to compare a change in the same run
-# a --before pseudo-setting (not kappaflow's): restored tasks checkpoint synchronously, as they used to
-SYNCHRONOUS_CHECKPOINT = "bench.synchronous.restore.checkpoint"
 # (numerator, denominator, the ratio the issue asks for, or None: printed only)
 TARGETS = (
     ("at_least_once", "java", 1.0),
@@ -219,14 +215,10 @@ def kappaflow_run(
         "metrics.port": -1,
         **(extra or {}),
     }
-    synchronous = bool(config.pop(SYNCHRONOUS_CHECKPOINT, 0))
     app = KafkaStreams(table_topology(source), config)
     running = threading.Event()
     app.set_state_listener(lambda new, _old: running.set() if new is State.RUNNING else None)
-    with (
-        recorded(timeline if timeline is not None else Timeline()) as clock,
-        synchronous_restore_checkpoint(synchronous),
-    ):
+    with recorded(timeline if timeline is not None else Timeline()) as clock:
         clock.started = launched = time.perf_counter()
         app.start()
         try:
@@ -376,20 +368,6 @@ def restore_round(
             run = kappaflow_run(bootstrap, app_id, source, args.records, guarantee, timeline, extra)
             return run, timeline
     return kappaflow_run(bootstrap, app_id, source, args.records, guarantee, timeline, extra), timeline
-
-
-@contextmanager
-def synchronous_restore_checkpoint(enabled: bool) -> Iterator[None]:
-    """With `enabled`, a restored task checkpoints before it runs, waiting for its memtables' flush, as
-    before the deferred restore checkpoint (runner/changelog_reader.py `_finish`): the `--before` rows'
-    pseudo-setting SYNCHRONOUS_CHECKPOINT, so that change is compared in the same run."""
-    original = ProcessorStateManager.defer_restored_checkpoint
-    if enabled:
-        ProcessorStateManager.defer_restored_checkpoint = lambda self: None  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        ProcessorStateManager.defer_restored_checkpoint = original  # type: ignore[method-assign]
 
 
 def parse_settings(text: str) -> dict[str, Any]:

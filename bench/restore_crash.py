@@ -247,12 +247,7 @@ def child(bootstrap: str, app_id: str, state_dir: str, timeline_file: str, setti
     """kappaflow's side: the bench's table as the static member "<app id>-0", exactly_once_v2; prints its
     figures once RUNNING (and writes its start-up timeline to `timeline_file`), then processes until it
     is killed."""
-    from bench.restore import (
-        SYNCHRONOUS_CHECKPOINT,
-        parse_settings,
-        synchronous_restore_checkpoint,
-        table_topology,
-    )
+    from bench.restore import parse_settings, table_topology
     from bench.restore_phases import Timeline, print_timeline, recorded
 
     from kappaflow.runner import KafkaStreams, State
@@ -269,11 +264,10 @@ def child(bootstrap: str, app_id: str, state_dir: str, timeline_file: str, setti
         "metrics.port": -1,
         **parse_settings(settings),
     }
-    synchronous = bool(config.pop(SYNCHRONOUS_CHECKPOINT, 0))
     app = KafkaStreams(table_topology(f"{app_id}-source"), config)
     running = threading.Event()
     app.set_state_listener(lambda new, _old: running.set() if new is State.RUNNING else None)
-    with recorded(Timeline()) as timeline, synchronous_restore_checkpoint(synchronous):
+    with recorded(Timeline()) as timeline:
         timeline.started = time.perf_counter()
         app.start()
         if not running.wait(READY_TIMEOUT_S):

@@ -438,12 +438,6 @@ class FakeStateManager:
     def checkpoint_offsets(self) -> None:
         self.checkpoints.append(self.offset_now)
 
-    def defer_restored_checkpoint(self) -> dict[str, int] | None:
-        return {} if self.offset_now is None else {"counts": self.offset_now}
-
-    def checkpoint_restored(self, offsets: dict[str, int]) -> None:
-        self.checkpoints.append(offsets.get("counts"))
-
 
 class RestoringTask:
     def __init__(self, manager: FakeStateManager) -> None:
@@ -497,21 +491,7 @@ def test_restoration_waits_past_an_open_transaction_up_to_the_high_watermark():
     assert reader.step() == [] and reader.step() == [] and not task.restored  # stopped at the LSO: not done
     assert reader.step() == [managed] and task.restored
     assert task.state_manager.applied == [b"k", b"k", b"k", b"a", b"b", b"c"]
-    # it runs at once; the offset follows its stores' background flush, on the next step
-    assert task.state_manager.checkpoints == [] and consumer.assigned == [] and not reader.has_work()
-    assert reader.step() == [] and task.state_manager.checkpoints == [8]
-    assert reader.step() == [] and task.state_manager.checkpoints == [8]  # recorded once
-
-
-def test_a_restored_task_closed_before_its_offset_was_recorded_records_it_first():
-    tp = FakeStateManager.TP
-    reader, _consumer, managed, task = _reader_with(
-        [[FakeMessage(tp, 0), FakeMessage(tp, 1, eof=True)]], (0, 1)
-    )
-    assert reader.step() == [managed] and task.state_manager.checkpoints == []
-    reader.unregister(managed)  # the task manager closes it (a rebalance) before the next step
-    assert task.state_manager.checkpoints == [1]
-    assert reader.step() == [] and task.state_manager.checkpoints == [1]
+    assert task.state_manager.checkpoints == [8] and consumer.assigned == [] and not reader.has_work()
 
 
 def test_a_store_already_at_the_end_restores_nothing_and_a_truncated_log_is_read_from_its_start():

@@ -115,9 +115,6 @@ class ChangelogReader:
         # from the start, at 0 (and always 0 at at_least_once, which reads uncommitted): plotted, alertable
         metrics.set_gauge("hanging-transaction-partitions", 0, reader="restore")
         self._last_hanging_log = 0.0
-        # Restored tasks whose offsets wait for their stores' background flushes (`_finish`): recorded
-        # once no active task is restoring any more, or when the task is unregistered (closed).
-        self._settling: dict[ManagedTask, dict[str, int]] = {}
 
     def register(self, managed: ManagedTask) -> None:
         """Start reading the task's changelogs from where its stores' state ends; an active task that is
@@ -196,9 +193,6 @@ class ChangelogReader:
         if live:
             self._consumer.incremental_unassign([TopicPartition(t, p) for t, p in live])
         self._started.pop(managed, None)
-        offsets = self._settling.pop(managed, None)
-        if offsets is not None:  # closing before it settled: record what was restored, stores still open
-            managed.state_manager.checkpoint_restored(offsets)
 
     def has_work(self) -> bool:
         return bool(self._index)
@@ -213,8 +207,6 @@ class ChangelogReader:
 
     def step(self, max_records: int = RESTORE_BATCH, timeout: float = 0.0) -> list[ManagedTask]:
         """Apply a batch of changelog records; return the active tasks that finished restoring now."""
-        if self._settling and not any(not entry.managed.standby for entry in self._index.values()):
-            self._settle()
         if not self._index:
             return []
         messages: list[Any] = self._consumer.consume(max_records, timeout)
@@ -348,19 +340,10 @@ class ChangelogReader:
             self._metrics.set_gauge("hanging-transaction-partitions", len(watch.hanging()), reader="restore")
 
     def _finish(self, managed: ManagedTask) -> None:
-        """The task runs; its restored offsets are recorded once its stores' memtables are flushed, which
-        RocksDB does in the background meanwhile. Waiting for that flush here held every task's start by
-        ~0.1 s per 250k restored records, on the stream thread, before RUNNING (docs/performance-history.md).
-        A crash before the offset is recorded restores the same records again: the offset is the only
-        claim on what the database holds, and it comes after the flush."""
         seconds = time.monotonic() - self._started.get(managed, time.monotonic())
         self.unregister(managed)
         manager = managed.state_manager
-        offsets = manager.defer_restored_checkpoint()
-        if offsets is None:
-            manager.checkpoint_offsets()
-        else:
-            self._settling[managed] = offsets
+        manager.checkpoint_offsets()
         managed.task.complete_restoration()
         self._metrics.set_gauge("restore-remaining-records", 0, task=str(managed.task.id))
         restored = sum(m.restored_records for m in manager.stores.values())
@@ -371,12 +354,6 @@ class ChangelogReader:
             seconds,
             f"{restored / seconds:,.0f}" if seconds > 0 else "-",
         )
-
-    def _settle(self) -> None:
-        """Record the offsets of the tasks restored since the last restoration ended (see `_finish`)."""
-        settling, self._settling = self._settling, {}
-        for managed, offsets in settling.items():
-            managed.state_manager.checkpoint_restored(offsets)
 
     def remaining(self, managed: ManagedTask) -> int:
         manager = managed.state_manager

@@ -149,12 +149,6 @@ class InMemoryKeyValueBytesStore:
     def checkpoint(self, changelog_offset: int) -> None:
         return None
 
-    def flush_in_background(self) -> None:
-        return None  # in memory: nothing to flush, and a restart restores the whole changelog
-
-    def checkpoint_restored(self, changelog_offset: int) -> None:
-        return None
-
 
 class RocksDBKeyValueBytesStore:
     """RocksDB through rocksdict in raw (bytes) mode; one database per store per task directory.
@@ -307,28 +301,6 @@ class RocksDBKeyValueBytesStore:
             batch.put(_OFFSET_KEY, str(changelog_offset).encode(), self._meta_handle)
         if batch.len():
             db.write(batch)
-
-    def flush_in_background(self) -> None:
-        """Start writing the memtables to SST files without waiting: the end of a restoration, whose
-        records skipped the write-ahead log. The offset counting them is written later by
-        `checkpoint_restored` (or a commit), whose flush then finds the work done or waits for its rest;
-        meanwhile the stream thread restores other tasks or runs this one."""
-        if self._db is not None and self._unflushed:
-            self._db.flush(False)
-
-    def checkpoint_restored(self, changelog_offset: int) -> None:
-        """Record the offset a restoration reached, once its records are in SST files. Unlike `commit`,
-        an open transaction's writes stay where they are (they are not the restoration's, and only the
-        Kafka commit may apply them), and the stored offset never moves back (a commit since the
-        restoration stored a later one)."""
-        db = self._require()
-        stored = self.committed_changelog_offset()
-        if stored is not None and stored >= changelog_offset:
-            return
-        if self._unflushed:
-            db.flush()
-            self._unflushed = False
-        self._meta[_OFFSET_KEY] = str(changelog_offset).encode()
 
     def uncommitted_count(self) -> int:
         return 0 if self._uncommitted is None else len(self._uncommitted)

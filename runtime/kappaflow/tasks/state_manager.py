@@ -265,24 +265,6 @@ class ProcessorStateManager:
         for meta in self.stores.values():
             meta.store.flush()
 
-    def defer_restored_checkpoint(self) -> dict[str, int] | None:
-        """The end of a restoration: start the persistent stores' flushes in the background and return
-        the offsets to record later (`checkpoint_restored`), so the task runs without waiting for its
-        memtables to reach disk. None when a logged store cannot (then `checkpoint_offsets` now)."""
-        logged = self.logged_stores()
-        bottoms = [innermost(meta.store) for meta in logged]
-        if not all(hasattr(bottom, "checkpoint_restored") for bottom in bottoms):
-            return None
-        for bottom in bottoms:
-            bottom.flush_in_background()
-        return {meta.name: meta.offset for meta in logged if meta.offset is not None}
-
-    def checkpoint_restored(self, offsets: Mapping[str, int]) -> None:
-        """Record the offsets `defer_restored_checkpoint` returned, once the stores' flushes are done;
-        writes a running transaction holds are left to its commit."""
-        for name, offset in offsets.items():
-            innermost(self.stores[name].store).checkpoint_restored(offset)
-
     def checkpoint(self, offsets: dict[str, int]) -> None:
         """Record, per store, the next changelog offset its contents include; transactional stores
         apply their uncommitted writes with it, atomically (all of them, offset or not).
