@@ -52,6 +52,10 @@ bench-ttl: setup
 bench-restore: setup kafka-download
 	$(PY) bench/restore.py
 
+# recovery from kill -9 under exactly_once_v2, kappaflow vs Java Kafka Streams (bench/restore_crash.py)
+bench-restore-crash: setup kafka-download
+	$(PY) bench/restore.py --crash
+
 # pip's output goes to .run/logs/pip-install.log; the console gets one line (and the log's tail on failure).
 $(VENV)/.installed: pyproject.toml
 	@mkdir -p .run/logs

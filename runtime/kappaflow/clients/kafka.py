@@ -47,7 +47,17 @@ EOS_LINGER_MS = 20
 # stops prefetching a partition once its local queue holds queued.min.messages (100k by default) and
 # then backs off fetch.queue.backoff.ms (1 s), so a restore stalled every 100k records. Prefetching up to
 # a million (bounded by queued.max.messages.kbytes, 64 MiB) keeps the fetcher ahead of the store.
-RESTORE_FETCH_TUNING: dict[str, Any] = {"queued.min.messages": 1_000_000, "fetch.queue.backoff.ms": 20}
+# fetch.wait.max.ms: under exactly_once_v2 every changelog ends with a transaction marker, which is no
+# record: a restoration learns it has passed it only from librdkafka's end-of-partition event, which
+# comes with the next, empty, fetch, and the broker holds an empty fetch for fetch.wait.max.ms (500 ms by
+# default). Each restored task waited that long after its last record; a recovery with nothing to
+# restore but the markers took ~1 s (bench/restore.py --crash). 50 ms, as the group consumer, keeps an
+# idle restore consumer (standbys kept current) at 20 fetches a second.
+RESTORE_FETCH_TUNING: dict[str, Any] = {
+    "queued.min.messages": 1_000_000,
+    "fetch.queue.backoff.ms": 20,
+    "fetch.wait.max.ms": 50,
+}
 
 
 def _base(config: StreamsConfig) -> dict[str, Any]:
