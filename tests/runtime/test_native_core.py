@@ -554,3 +554,23 @@ def test_a_confluent_kafka_whose_layout_the_core_does_not_know_is_read_through_t
     monkeypatch.setattr(confluent_kafka, "version", lambda: "9.9.9")
     assert routing.router(core) is routing.raw_records_by_partition
     assert "read through their accessors: confluent-kafka 9.9.9" in caplog.text
+
+
+def test_headers_of_a_type_with_its_own_init_are_made_by_calling_it(core: NativeCore) -> None:
+    """The empty headers of most records are allocated without a call only while the headers type's
+    `__new__` and `__init__` are list's; one with an `__init__` of its own is called for each record."""
+    from kappaflow.runner.routing import consumer_error
+
+    made: list[object] = []
+
+    class Traced(Headers):
+        __slots__ = ()
+
+        def __init__(self, pairs: Any = ()) -> None:
+            super().__init__(pairs)
+            made.append(pairs)
+
+    runs = core.MessageRuns(confluent_kafka.Message, confluent_kafka.version(), Traced, consumer_error)
+    found, error = runs([message(value=b"a"), message(offset=1, headers=[("h", b"1")])])
+    assert error is None and [type(r[4]) for r in found[0][1]] == [Traced, Traced]
+    assert made == [(), [("h", b"1")]] and found[0][1][1][4] == [("h", b"1")]
