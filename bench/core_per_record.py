@@ -2,10 +2,13 @@
 
 ARCHITECTURE.md says the cost that matters is the Python work per record. This isolates it: the same
 generated lines go through the real word count sub-topologies (source, flat_map_values, re-key,
-repartition sink; then repartition source, cached RocksDB count, sink) with an in-memory collector, and
+repartition sink; then repartition source, cached RocksDB count, sink) with an in-memory collector, each
+input a confluent-kafka `Message` read into the tasks' queues by the stream thread's routing (natively
+from the messages' structs, or through their accessors with `--python-routing`), and
 through a plain-Python split-and-count loop that serializes like a sink would. Prints µs per line and the
 ratio kappaflow/hand-written, and each sub-topology's CPU time per line with operator fusion on and
-off (`kappaflow.fusion.enabled`). Run: `.venv/bin/python bench/core_per_record.py [lines]`.
+off (`kappaflow.fusion.enabled`). Run: `.venv/bin/python bench/core_per_record.py [lines]
+[--python-routing]`.
 """
 
 from __future__ import annotations
@@ -19,14 +22,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from confluent_kafka import TIMESTAMP_CREATE_TIME, Message
 from examples.wordcount import INPUT_TOPIC, build_topology, split_words
 
 from kappaflow.api.config import StreamsConfig
 from kappaflow.api.metrics import Metrics
 from kappaflow.api.processor import TaskId
-from kappaflow.api.record import Headers
+from kappaflow.runner.routing import Router, raw_records_by_partition, router
 from kappaflow.state.cache import ThreadCache
-from kappaflow.tasks.drain import RawRecord
+from kappaflow.tasks.native import installed_core
 from kappaflow.tasks.task import StreamTask
 
 COMMIT_EVERY = 10_000
@@ -52,9 +56,25 @@ def make_lines(count: int) -> list[bytes]:
     return [" ".join(rng.choice(words) for _ in range(3)).encode() for _ in range(count)]
 
 
-def run_kappaflow(lines: list[bytes], fused: bool = True) -> tuple[float, float, float]:
+def messages(topic: str, records: list[tuple[bytes | None, bytes | None, int]]) -> list[Message]:
+    """`(key, value, timestamp)`s as the consumer hands them over: one partition's `Message`s."""
+    return [
+        Message(topic=topic, partition=0, offset=i, key=k, value=v, timestamp=(TIMESTAMP_CREATE_TIME, ts))
+        for i, (k, v, ts) in enumerate(records)
+    ]
+
+
+def add(task: StreamTask, route: Router, batch: list[Message]) -> None:
+    """`batch` into `task`'s queue as the stream thread puts it there."""
+    for (topic, partition), records in route(batch):
+        task.add_records(topic, partition, records)
+
+
+def run_kappaflow(
+    lines: list[bytes], fused: bool = True, route: Router = raw_records_by_partition
+) -> tuple[float, float, float]:
     """Seconds for both sub-topologies, then each one's process CPU seconds (the first: lines to the
-    repartition sink; the second: the cached count, with its commits)."""
+    repartition sink; the second: the cached count, with its commits), each with its input's routing."""
     topology = build_topology()
     state_dir = tempfile.mkdtemp(prefix="kappaflow-bench-")
     config = StreamsConfig(
@@ -68,15 +88,16 @@ def run_kappaflow(lines: list[bytes], fused: bool = True) -> tuple[float, float,
     for task in tasks:
         task.initialize()
         task.complete_restoration()
+    consumed = messages(INPUT_TOPIC, [(None, v, i) for i, v in enumerate(lines)])
     start = time.perf_counter()
-    tasks[0].add_records(INPUT_TOPIC, 0, [RawRecord(i, i, None, v, Headers()) for i, v in enumerate(lines)])
     cpu = time.process_time()  # each sub-topology's own work: not the building of its input here
+    add(tasks[0], route, consumed)
     tasks[0].process_buffered()
     first = time.process_time() - cpu
-    repartitioned = [RawRecord(i, ts, k, v, Headers()) for i, (_, k, v, ts) in enumerate(collector.records)]
+    consumed = messages("bench-counts-repartition", [(k, v, ts) for _, k, v, ts in collector.records])
     collector.records.clear()
-    tasks[1].add_records("bench-counts-repartition", 0, repartitioned)
     cpu = time.process_time()
+    add(tasks[1], route, consumed)
     while tasks[1].process_buffered(COMMIT_EVERY):
         tasks[1].prepare_commit()
         tasks[1].post_commit()
@@ -100,13 +121,17 @@ def run_hand_written(lines: list[bytes]) -> float:
 
 
 def main() -> None:
-    count = int(sys.argv[1]) if len(sys.argv) > 1 else 30_000
+    args = [arg for arg in sys.argv[1:] if not arg.startswith("--")]
+    count = int(args[0]) if args else 30_000
+    core = None if "--python-routing" in sys.argv else installed_core()
+    route = router(core)
     lines = make_lines(count)
-    fused = [run_kappaflow(lines) for _ in range(3)]
-    generic = [run_kappaflow(lines, fused=False) for _ in range(3)]
+    fused = [run_kappaflow(lines, route=route) for _ in range(3)]
+    generic = [run_kappaflow(lines, fused=False, route=route) for _ in range(3)]
     kappa = min(run[0] for run in fused)
     hand = min(run_hand_written(lines) for _ in range(3))
-    print(f"lines: {count}, 3 words each (best of 3 runs)")
+    reading = "accessors" if route is raw_records_by_partition else "native, from the structs"
+    print(f"lines: {count}, 3 words each (best of 3 runs); consumed messages read: {reading}")
     print(f"  hand-written loop : {hand / count * 1e6:7.2f} us/line  {count / hand:10.0f} lines/s")
     print(f"  kappaflow tasks   : {kappa / count * 1e6:7.2f} us/line  {count / kappa:10.0f} lines/s")
     for name, runs in (("fused", fused), ("generic", generic)):  # kappaflow.fusion.enabled on / off

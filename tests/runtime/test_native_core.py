@@ -14,7 +14,9 @@ import weakref
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import confluent_kafka
 import pytest
+from confluent_kafka import KafkaError
 
 from kappaflow import HandlerResponse, Materialized, StreamsBuilder, serdes
 from kappaflow.api.config import StreamsConfig
@@ -390,6 +392,8 @@ NATIVE_SOURCES = Path(__file__).resolve().parents[2] / "runtime" / "native" / "s
 # names the Rust sources intern that are not attributes of a kappaflow class: builtins' methods and
 # attributes (deque, OrderedDict, bytes, type, object) and the operation names `pair` is told
 NOT_KAPPAFLOW_ATTRIBUTES = {"popleft", "move_to_end", "decode", "__slots__", "__dict__", "map", "flat_map"}
+# confluent-kafka Message's accessors (messages.rs calls them for a subclass or librdkafka-held headers)
+NOT_KAPPAFLOW_ATTRIBUTES |= {"error", "headers", "offset", "timestamp", "key", "value"}
 
 
 def touched_classes() -> list[tuple[type, tuple[str, ...]]]:
@@ -447,3 +451,126 @@ def test_the_rust_sources_touch_no_attribute_outside_the_table() -> None:
         named |= set(re.findall(r'context_slot\("(\w+)"\)', text))
     assert {"failed_node", "hits", "gets", "popleft"} <= named  # the patterns still find the names
     assert named - NOT_KAPPAFLOW_ATTRIBUTES - declared == set()
+
+
+# --- consumed messages read from confluent-kafka's struct (MessageRuns) vs through their accessors ---
+
+
+class SubMessage(confluent_kafka.Message):
+    """A subclass may override an accessor: it is read through the accessors, never the struct."""
+
+    def value(self) -> bytes:
+        return b"overridden"
+
+
+def message(
+    topic: str | None = "in", partition: int = 0, offset: int = 0, key: bytes | None = b"k", **fields: Any
+) -> confluent_kafka.Message:
+    return confluent_kafka.Message(topic=topic, partition=partition, offset=offset, key=key, **fields)
+
+
+def edge_messages() -> list[confluent_kafka.Message]:
+    """Runs of partitions and topics (one topic coming back), None keys, values and topics, headers
+    (empty, set after construction), each timestamp type, offsets up to 2**63 - 1 and none (-1), no
+    partition, values set to None, a subclass, and a message carrying a non-fatal error mid-run."""
+    late_headers, cleared = message(offset=9, value=b"v"), message(offset=10, value=b"v")
+    late_headers.set_headers([("h", b"late")])
+    cleared.set_value(None)
+    return [
+        message(value=b"a", timestamp=(confluent_kafka.TIMESTAMP_CREATE_TIME, 1_700_000_000_000)),
+        message(offset=1, key=None, value=None, headers=[("h", b"1"), ("h", None), ("g", b"2")]),
+        message(offset=2, value=b"c", headers=[], timestamp=(confluent_kafka.TIMESTAMP_LOG_APPEND_TIME, 5)),
+        message(error=KafkaError(KafkaError._TRANSPORT)),
+        message(offset=3, value=b"d", timestamp=(confluent_kafka.TIMESTAMP_NOT_AVAILABLE, -1)),
+        message(partition=1, offset=2**63 - 1, value=b"e"),
+        message(topic="other", partition=1, offset=2**40, value=b"f"),
+        message(topic="in", partition=1, offset=7),
+        message(topic=None, partition=-1, offset=-1, value=b"g"),
+        SubMessage(topic="in", partition=0, offset=8, key=b"k", value=b"h"),
+        late_headers,
+        cleared,
+    ]
+
+
+def both_ways(core: NativeCore, messages: list[Any]) -> tuple[Any, Any]:
+    """(Python runs or error, native runs or error), each run's records as plain lists."""
+    from kappaflow.runner.routing import raw_records_by_partition, router
+
+    def collect(route: Any) -> Any:
+        runs: list[Any] = []
+        try:
+            for tp, records in route(messages):
+                runs.append((tp, [(*r[:4], type(r[4]), list(r[4])) for r in records]))
+        except Exception as exc:  # the error is part of what both must agree on
+            return runs, type(exc), str(exc)
+        return runs
+
+    native = router(core)
+    assert native is not raw_records_by_partition
+    return collect(raw_records_by_partition), collect(native)
+
+
+def test_native_message_read_matches_the_accessors(
+    core: NativeCore, caplog: pytest.LogCaptureFixture
+) -> None:
+    messages = edge_messages()
+    python, native = both_ways(core, messages)
+    assert native == python
+    assert [(tp, len(records)) for tp, records in python] == [
+        (("in", 0), 4),
+        (("in", 1), 1),
+        (("other", 1), 1),
+        (("in", 1), 1),
+        ((None, None), 1),
+        (("in", 0), 3),
+    ]
+    records = [record for _, run in python for record in run]
+    assert records[0][:4] == (0, 1_700_000_000_000, b"k", b"a") and records[0][4] is Headers
+    assert records[1][2:4] == (None, None) and records[1][5] == [("h", b"1"), ("h", None), ("g", b"2")]
+    assert records[3][1] == -1 and records[4][0] == 2**63 - 1 and records[7][0] is None
+    assert [r[3] for r in records[-3:]] == [b"overridden", b"v", None] and records[-2][5] == [("h", b"late")]
+    assert sum("consumer error" in r.message for r in caplog.records) == 2  # once each way
+
+
+def test_native_message_read_stops_where_python_does_on_a_fatal_error(core: NativeCore) -> None:
+    fatal = message(error=KafkaError(KafkaError._FATAL, fatal=True))
+    messages = [message(value=b"a"), message(partition=1, offset=1), fatal, message(partition=1, offset=2)]
+    python, native = both_ways(core, messages)
+    assert native == python
+    runs, error, _ = python
+    assert [tp for tp, _ in runs] == [("in", 0)] and error.__name__ == "ConsumerFailedError"
+
+
+def test_a_confluent_kafka_whose_layout_the_core_does_not_know_is_read_through_the_accessors(
+    core: NativeCore, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from kappaflow.runner import routing
+
+    assert confluent_kafka.version() in core.MESSAGE_LAYOUTS  # the pinned version is known
+    with pytest.raises(ValueError, match="knows the Message layout of"):
+        core.MessageRuns(confluent_kafka.Message, "9.9.9", Headers, routing.consumer_error)
+    with pytest.raises(ValueError, match="is not the confluent-kafka"):  # the version alone is not trusted
+        core.MessageRuns(SubMessage, confluent_kafka.version(), Headers, routing.consumer_error)
+    monkeypatch.setattr(confluent_kafka, "version", lambda: "9.9.9")
+    assert routing.router(core) is routing.raw_records_by_partition
+    assert "read through their accessors: confluent-kafka 9.9.9" in caplog.text
+
+
+def test_headers_of_a_type_with_its_own_init_are_made_by_calling_it(core: NativeCore) -> None:
+    """The empty headers of most records are allocated without a call only while the headers type's
+    `__new__` and `__init__` are list's; one with an `__init__` of its own is called for each record."""
+    from kappaflow.runner.routing import consumer_error
+
+    made: list[object] = []
+
+    class Traced(Headers):
+        __slots__ = ()
+
+        def __init__(self, pairs: Any = ()) -> None:
+            super().__init__(pairs)
+            made.append(pairs)
+
+    runs = core.MessageRuns(confluent_kafka.Message, confluent_kafka.version(), Traced, consumer_error)
+    found, error = runs([message(value=b"a"), message(offset=1, headers=[("h", b"1")])])
+    assert error is None and [type(r[4]) for r in found[0][1]] == [Traced, Traced]
+    assert made == [(), [("h", b"1")]] and found[0][1][1][4] == [("h", b"1")]

@@ -1,16 +1,24 @@
-"""From consumed messages to task input: confluent-kafka `Message`s become queued tuples per partition."""
+"""From consumed messages to task input: confluent-kafka `Message`s become queued tuples per partition.
+
+Two implementations with the same runs, records and errors: `raw_records_by_partition`, the reference,
+which reads each message through its accessors, and the native core's `MessageRuns`, which reads the
+fields from confluent-kafka's C struct (runtime/native/src/messages.rs says why that is sound) and is
+used only where the core knows the installed confluent-kafka's layout (`message_reader`)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+import confluent_kafka
 from confluent_kafka import KafkaError
 
 from kappaflow.api.errors import StreamsError
 from kappaflow.api.record import Headers
 from kappaflow.tasks.drain import RawTuple
+from kappaflow.tasks.native import MessageRuns, NativeCore
 
 log = logging.getLogger(__name__)
 
@@ -53,3 +61,41 @@ def consumer_error(err: KafkaError) -> None:
     if err.fatal() or err.code() == KafkaError._FATAL:
         raise ConsumerFailedError(f"the consumer failed fatally: {err}")
     log.warning("consumer error: %s", err)
+
+
+Runs = Iterable[tuple[tuple[str, int], list[RawTuple]]]
+Router = Callable[[list[Any]], Runs]
+
+
+def router(core: NativeCore | None) -> Router:
+    """`raw_records_by_partition`, or its native twin when `core` is given and knows the installed
+    confluent-kafka's `Message` layout."""
+    reader = message_reader(core) if core is not None else None
+    if reader is None:
+        return raw_records_by_partition
+
+    def native_runs(messages: list[Any]) -> Iterator[tuple[tuple[str, int], list[RawTuple]]]:
+        runs, error = reader(messages)
+        yield from runs  # the runs the generator would have yielded before raising
+        if error is not None:
+            raise error
+
+    return native_runs
+
+
+def message_reader(core: NativeCore) -> MessageRuns | None:
+    """The core's reader of consumed batches (built once per stream thread), or None, logged: when the
+    core does not know this confluent-kafka's `Message` layout (its version, name, size, or a probe
+    message reading back otherwise), or the interpreter runs without the GIL (confluent-kafka then
+    guards each field with a per-object lock the struct read would bypass)."""
+    gil_enabled: Callable[[], bool] = getattr(sys, "_is_gil_enabled", lambda: True)
+    if not gil_enabled():
+        log.warning("consumed messages read through their accessors: the interpreter runs without the GIL")
+        return None
+    found = confluent_kafka.version()  # "2.16.1" in 2.16; older releases returned (version, int)
+    version = str(found[0] if isinstance(found, tuple) else found)
+    try:
+        return core.MessageRuns(confluent_kafka.Message, version, Headers, consumer_error)
+    except ValueError as exc:
+        log.warning("consumed messages read through their accessors: %s", exc)
+        return None

@@ -40,7 +40,7 @@ from kappaflow.runner.global_state import GlobalStateUpdater
 from kappaflow.runner.loop_ratios import LoopRatios
 from kappaflow.runner.metadata import consumer_client_id
 from kappaflow.runner.retry import StoppedWhileWaitingError
-from kappaflow.runner.routing import ConsumerFailedError, raw_records_by_partition
+from kappaflow.runner.routing import ConsumerFailedError, router
 from kappaflow.runner.samples import SAMPLE_INTERVAL_S, sample_process, sample_rocksdb_sizes
 from kappaflow.runner.tasks import TaskManager
 from kappaflow.runner.warmup import JoinWarmup
@@ -104,6 +104,8 @@ class StreamThread:
         self._sent = 0  # the collector's count of records sent, as last published
         self._async_paused: set[TaskId] = set()  # tasks paused at their asynchronous max_in_flight
         log.info("drain loop: %s", native.describe(config.get_bool("kappaflow.native.enabled")))
+        # consumed batches into runs of records: natively from the messages' structs where it can
+        self._route = router(native.core(config.get_bool("kappaflow.native.enabled")))
         # Counters a dashboard plots exist from the start, at 0, so rate() and increase() see their
         # first increments (a series born at 1 has no increase to show).
         recovery = "transaction-aborts-total" if config.exactly_once else "task-rewinds-total"
@@ -185,7 +187,7 @@ class StreamThread:
         with self.state_lock:
             if self.global_state is not None:
                 self.global_state.poll()
-            for tp, records in raw_records_by_partition(messages):
+            for tp, records in self._route(messages):
                 tm.add_records(tp, records)
             restoring = time.perf_counter()
             for managed in tm.restore_step(timeout=0.02 if busy else 0.0):

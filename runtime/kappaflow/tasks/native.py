@@ -26,7 +26,7 @@ from kappaflow.tasks.drain import Drained, DrainPlan, RawTuple
 
 log = logging.getLogger(__name__)
 
-PROTOCOL = 5
+PROTOCOL = 6
 """The version of the calls below; a core built from other sources says another and is not used."""
 
 TOUCHES: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -196,9 +196,30 @@ class AggregateStage(Protocol):
     def __call__(self, key: Any, value: Any, timestamp: int, headers: Headers, /) -> None: ...
 
 
+class MessageRuns(Protocol):
+    """The native twin of `kappaflow.runner.routing.raw_records_by_partition` (messages.rs)."""
+
+    def __init__(
+        self,
+        message_type: type,
+        version: str,
+        headers_type: type[Headers],
+        on_error: Callable[[Any], None],
+        /,
+    ) -> None: ...
+
+    def __call__(
+        self, messages: list[Any], /
+    ) -> tuple[list[tuple[tuple[str, int], list[RawTuple]]], BaseException | None]:
+        """The runs `raw_records_by_partition` yields and the error it then raises, or None."""
+        ...
+
+
 class NativeCore(Protocol):
     PROTOCOL: int
     TOUCHES: list[tuple[str, list[str]]]
+    MESSAGE_LAYOUTS: list[str]  # the confluent-kafka versions whose Message struct the core reads
+    MessageRuns: type[MessageRuns]
     AggregateStage: type[AggregateStage]
     StatelessStage: type[StatelessStage]
     SinkStage: type[SinkStage]

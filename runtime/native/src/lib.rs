@@ -1,9 +1,10 @@
-//! kappaflow's per-record machinery in Rust: a task's loop over one input partition's queue (`drain`)
-//! and the stages of the processors it feeds: the built-in stateless ones and fixed-topic sinks
-//! (`StatelessStage`, `SinkStage`) and cached stream aggregations (`AggregateStage`).
+//! kappaflow's per-record machinery in Rust: a consumed batch read into per-partition runs of records
+//! (`MessageRuns`), a task's loop over one input partition's queue (`drain`) and the stages of the
+//! processors it feeds: the built-in stateless ones and fixed-topic sinks (`StatelessStage`,
+//! `SinkStage`) and cached stream aggregations (`AggregateStage`).
 //!
-//! Each mirrors its Python reference step for step (`kappaflow.tasks.drain.drain_python`, the processors'
-//! generic `process`), which stays the fallback: user callbacks, serdes, handlers and the record cache's
+//! Each mirrors its Python reference step for step (`kappaflow.runner.routing.raw_records_by_partition`,
+//! `kappaflow.tasks.drain.drain_python`, the processors' generic `process`), which stays the fallback: user callbacks, serdes, handlers and the record cache's
 //! structures are the Python objects, called and updated from here in the same order. What moves to Rust
 //! is only the interpreter's own work per record. Every Python class and attribute it touches is declared
 //! in `touches.rs`.
@@ -11,6 +12,7 @@
 mod aggregate;
 mod drain;
 mod failure;
+mod messages;
 mod slots;
 mod stages;
 mod touches;
@@ -19,13 +21,15 @@ use pyo3::prelude::*;
 
 #[pymodule]
 fn kappaflow_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add("PROTOCOL", 5)?;
+    m.add("PROTOCOL", 6)?;
     let touches: Vec<(&str, Vec<&str>)> = touches::TOUCHES
         .iter()
         .map(|(class, attributes)| (*class, attributes.to_vec()))
         .collect();
     m.add("TOUCHES", touches)?;
     m.add_function(wrap_pyfunction!(drain::drain, m)?)?;
+    m.add("MESSAGE_LAYOUTS", messages::KNOWN_VERSIONS.to_vec())?;
+    m.add_class::<messages::MessageRuns>()?;
     m.add_class::<aggregate::AggregateStage>()?;
     m.add_class::<stages::StatelessStage>()?;
     m.add_class::<stages::SinkStage>()?;
