@@ -324,7 +324,9 @@ fn list_new(cls: &Bound<'_, PyAny>) -> Option<ffi::newfunc> {
     let ptr = cls.as_type_ptr();
     // SAFETY: live type objects; their slots are read, not called.
     unsafe {
-        let same = (*ptr).tp_new == (*list).tp_new && (*ptr).tp_init == (*list).tp_init;
+        // the slots hold CPython's own C functions: the same function is the same address
+        let same = (*ptr).tp_new.map(|f| f as usize) == (*list).tp_new.map(|f| f as usize)
+            && (*ptr).tp_init.map(|f| f as usize) == (*list).tp_init.map(|f| f as usize);
         if ffi::PyType_IsSubtype(ptr, list) != 0 && same {
             (*ptr).tp_new
         } else {
