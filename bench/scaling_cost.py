@@ -18,13 +18,13 @@ issue's two verdicts per cell (met / NOT met):
   structure that kept something per key, per record or per partition beyond these caches breaks it.
 
 Workload (each cell on fresh topics, application id and state directory): a topic of P partitions holds
-`max(--records, keys)` records whose value names a key, `key-<i mod keys>` in order, so every key is
-touched and, past the caches, every lookup misses them; kappaflow re-keys each record by its value
-(`group_by`, so through a repartition topic of P partitions) and counts per key into a changelogged
-RocksDB store (the default `Materialized`: cached, logged), the counts going to an output topic. State
-at 1M keys is larger than the record cache and than RocksDB's cache; at 10M, many times both. RocksDB is
-bounded with `BoundedMemoryConfigSetter` (one block cache for every store of the process, memtables
-charged into it), at_least_once, every other setting at its default.
+`max(--records, keys)` records whose value names a key (`key_name(i mod keys)`: scattered, hardly
+compressible hex), so every key is touched and, past the caches, every lookup misses them; kappaflow
+re-keys each record by its value (`group_by`, so through a repartition topic of P partitions) and counts
+per key into a changelogged RocksDB store (the default `Materialized`: cached, logged), the counts going
+to an output topic. State at 1M keys (~40 MiB) is larger than the record cache and than RocksDB's cache;
+at 10M, many times both. RocksDB is bounded with `BoundedMemoryConfigSetter` (one block cache for every
+store of the process, memtables charged into it), at_least_once, every other setting at its default.
 
 The kappaflow process is a child of this one (`--child`); this process samples the child's VmRSS and the
 kernel's high-water mark (VmHWM) every 100 ms from /proc; the peak printed is the high-water mark, which
@@ -65,6 +65,8 @@ from confluent_kafka.admin import AdminClient  # noqa: E402
 MIB = 1 << 20
 THROUGHPUT_WITHIN = 0.8  # each cell >= 0.8x the best cell: "within 20%"
 IDLE_SETTLE_S = 5.0
+# --set KEY=VALUE: application settings over the bench's, for before/after runs of one setting.
+OVERRIDES: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
@@ -111,7 +113,9 @@ def topology(source: str, sink: str) -> Any:
     return builder.build()
 
 
-def app_config(bootstrap: str, app_id: str, state_dir: str, limits: Limits) -> dict[str, Any]:
+def app_config(
+    bootstrap: str, app_id: str, state_dir: str, limits: Limits, overrides: dict[str, str]
+) -> dict[str, Any]:
     from kappaflow.state.rocksdb_config import BoundedMemoryConfigSetter
 
     return {
@@ -122,6 +126,7 @@ def app_config(bootstrap: str, app_id: str, state_dir: str, limits: Limits) -> d
         "statestore.cache.max.bytes": limits.record_cache,
         "rocksdb.config.setter": BoundedMemoryConfigSetter(limits.rocksdb, limits.write_buffers),
         "consumer.queued.max.messages.kbytes": max(limits.fetch_queue // 1024, 1),
+        **overrides,
     }
 
 
@@ -131,7 +136,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
 
     tune_gc_for_streaming()  # as `kappaflow run` does
     limits = Limits(**spec["limits"])
-    config = app_config(spec["bootstrap"], spec["app_id"], spec["state_dir"], limits)
+    config = app_config(spec["bootstrap"], spec["app_id"], spec["state_dir"], limits, spec["overrides"])
     app = KafkaStreams(topology(spec["source"], spec["sink"]), config)
     app.start()
     result: dict[str, Any] = {}
@@ -153,13 +158,20 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def key_name(i: int) -> bytes:
+    """The i-th distinct key: 16 hex digits of i times an odd constant mod 2**64 (a bijection, so distinct
+    keys stay distinct). Scattered and hardly compressible, unlike `key-<i>`, whose 1M keys RocksDB
+    compressed to 7 MiB, inside its cache: this way 1M keys are ~40 MiB on disk, 10M ~400 MiB."""
+    return b"%016x" % ((i * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF)
+
+
 def fill(bootstrap: str, topic: str, records: int, keys: int) -> None:
-    """`records` values naming keys in order (`key-<i mod keys>`), no record key: spread by the client."""
+    """`records` values naming keys in turn (key i mod keys), no record key: spread by the client."""
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1 << 20})
     for i in range(records):
         while True:
             try:
-                producer.produce(topic, value=b"key-%010d" % (i % keys))
+                producer.produce(topic, value=key_name(i % keys))
                 break
             except BufferError:
                 producer.poll(0.05)
@@ -216,6 +228,7 @@ def idle_baseline(bootstrap: str, admin: AdminClient, partitions: int, limits: L
 def new_spec(
     bootstrap: str, admin: AdminClient, partitions: int, records: int, limits: Limits
 ) -> tuple[dict[str, Any], list[str], str]:
+    """A cell's fresh topics, state directory and application id, as the child's JSON argument."""
     tag = uuid.uuid4().hex[:6]
     source, sink = f"scaling-in-{tag}", f"scaling-out-{tag}"
     for topic in (source, sink):
@@ -229,6 +242,7 @@ def new_spec(
         "sink": sink,
         "records": records,
         "limits": limits.__dict__,
+        "overrides": OVERRIDES,
     }
     return spec, [source, sink], state_dir
 
@@ -332,8 +346,12 @@ def main() -> int:
     parser.add_argument("--slack-mib", type=int, default=32)
     parser.add_argument("--repeat", type=int, default=1, help="rounds, interleaved; best rate, worst peak")
     parser.add_argument("--bootstrap", default="")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="an application setting to override"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    OVERRIDES.update(item.split("=", 1) for item in args.set)
     if args.child:
         print(json.dumps(child(json.loads(args.child))), flush=True)
         return 0
@@ -360,6 +378,7 @@ def main() -> int:
                     flush=True,
                 )
                 run_cell(bootstrap, admin, cell, limits)
+        del admin  # its connections go before the broker does
     met = print_table(cells, baselines, limits)
     return 0 if met else 1
 
