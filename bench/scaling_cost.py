@@ -9,10 +9,11 @@ issue's two verdicts per cell (met / NOT met):
   stop being cache hits, compactions) shows as a slow cell.
 - **memory bounded by the configured caches**: each cell's peak RSS <= the bound
   `idle baseline + record cache (statestore.cache.max.bytes) + RocksDB (block cache, the write buffers
-  charged into it) + the consumer's prefetch queue (queued.max.messages.kbytes) + slack`. The idle
+  charged into it) + the consumer's prefetch + slack`. The idle
   baseline is measured, not guessed: the same topology on the same number of empty partitions, RUNNING
-  with every task and store open, in a process of its own. The prefetch queue is in the bound because it
-  is a configured cache too (librdkafka's, 64 MiB by default; the bench sets it with --fetch-queue-mib).
+  with every task and store open, in a process of its own. The consumer's prefetch is in the bound because it
+  is a configured buffer too: queued.min.messages records plus one fetch response (kappaflow caps it,
+  clients/kafka.py CONSUMER_MEMORY_BOUNDS), at librdkafka's ~350 bytes a message (`prefetch_bound`).
   The slack (--slack-mib, 32 MiB) is for what no setting bounds but nothing here should grow past:
   allocator fragmentation, librdkafka's per-message overhead on top of the payload it counts. A
   structure that kept something per key, per record or per partition beyond these caches breaks it.
@@ -33,7 +34,7 @@ last one counted (both sub-topologies process each record once, so 2x as many pr
 
     python bench/scaling_cost.py [--partitions 4,16,64] [--keys 1000,1000000,10000000]
         [--records 1000000] [--cache-mib 10] [--rocksdb-mib 32] [--write-buffer-mib 16]
-        [--fetch-queue-mib 64] [--slack-mib 32] [--repeat 1] [--bootstrap host:port]
+        [--slack-mib 32] [--repeat 1] [--bootstrap host:port]
 
 A short run: `--keys 1000,100000,1000000` (~15 min on the 2-core build box). The full table processes
 10M records in each of the three 10M-key cells, ~40 min more (README "Performance").
@@ -65,6 +66,11 @@ from confluent_kafka.admin import AdminClient  # noqa: E402
 MIB = 1 << 20
 THROUGHPUT_WITHIN = 0.8  # each cell >= 0.8x the best cell: "within 20%"
 IDLE_SETTLE_S = 5.0
+# What librdkafka holds per prefetched message beyond its payload (~346 B measured: 1M prefetched 16-byte
+# records took 330 MiB), and the bytes one of this bench's records takes in a fetch response.
+LIBRDKAFKA_MESSAGE_BYTES = 384
+WIRE_RECORD_BYTES = 24
+RDKAFKA_QUEUED_MIN_MESSAGES = 100_000  # librdkafka's default, which kappaflow keeps
 # --set KEY=VALUE: application settings over the bench's, for before/after runs of one setting.
 OVERRIDES: dict[str, str] = {}
 
@@ -76,13 +82,13 @@ class Limits:
     record_cache: int
     rocksdb: int
     write_buffers: int
-    fetch_queue: int
+    prefetch: int
     slack: int
 
     def bound(self, baseline: int) -> int:
         """Peak RSS allowed over an idle process with `baseline` RSS. The write buffers are charged into
         the RocksDB cache by its write buffer manager, so they are inside `rocksdb`, not added to it."""
-        return baseline + self.record_cache + self.rocksdb + self.fetch_queue + self.slack
+        return baseline + self.record_cache + self.rocksdb + self.prefetch + self.slack
 
 
 @dataclass
@@ -97,6 +103,15 @@ class Cell:
     final_rss: int = 0
     disk: int = 0
     rounds: list[float] = field(default_factory=list)
+
+
+def prefetch_bound() -> int:
+    """The stream consumer's prefetch at most: queued.min.messages records, then one more fetch response
+    of fetch.max.bytes (kappaflow's CONSUMER_MEMORY_BOUNDS), each record at librdkafka's cost."""
+    from kappaflow.clients.kafka import CONSUMER_MEMORY_BOUNDS
+
+    records = RDKAFKA_QUEUED_MIN_MESSAGES + CONSUMER_MEMORY_BOUNDS["fetch.max.bytes"] // WIRE_RECORD_BYTES
+    return int(records * LIBRDKAFKA_MESSAGE_BYTES)
 
 
 def topology(source: str, sink: str) -> Any:
@@ -125,7 +140,6 @@ def app_config(
         "metrics.port": -1,
         "statestore.cache.max.bytes": limits.record_cache,
         "rocksdb.config.setter": BoundedMemoryConfigSetter(limits.rocksdb, limits.write_buffers),
-        "consumer.queued.max.messages.kbytes": max(limits.fetch_queue // 1024, 1),
         **overrides,
     }
 
@@ -311,7 +325,7 @@ def print_table(cells: list[Cell], baselines: dict[int, int], limits: Limits) ->
     print(
         f"\nbound = idle baseline + record cache {limits.record_cache / MIB:.0f} MiB + RocksDB "
         f"{limits.rocksdb / MIB:.0f} MiB (write buffers {limits.write_buffers / MIB:.0f} MiB charged into "
-        f"it) + consumer prefetch {limits.fetch_queue / MIB:.0f} MiB + slack {limits.slack / MIB:.0f} MiB"
+        f"it) + consumer prefetch {limits.prefetch / MIB:.0f} MiB + slack {limits.slack / MIB:.0f} MiB"
     )
     print(
         f"{'partitions':>10}{'keys':>12}{'records':>12}{'records/s':>11}{'/ best':>8}  {'verdict':<8}"
@@ -342,7 +356,6 @@ def main() -> int:
     parser.add_argument("--cache-mib", type=int, default=10, help="statestore.cache.max.bytes")
     parser.add_argument("--rocksdb-mib", type=int, default=32, help="RocksDB's shared cache, memtables in")
     parser.add_argument("--write-buffer-mib", type=int, default=16, help="memtables' share of it")
-    parser.add_argument("--fetch-queue-mib", type=int, default=64, help="queued.max.messages.kbytes")
     parser.add_argument("--slack-mib", type=int, default=32)
     parser.add_argument("--repeat", type=int, default=1, help="rounds, interleaved; best rate, worst peak")
     parser.add_argument("--bootstrap", default="")
@@ -357,7 +370,7 @@ def main() -> int:
         return 0
     limits = Limits(
         args.cache_mib * MIB, args.rocksdb_mib * MIB, args.write_buffer_mib * MIB,
-        args.fetch_queue_mib * MIB, args.slack_mib * MIB,
+        prefetch_bound(), args.slack_mib * MIB,
     )  # fmt: skip
     cells = [Cell(p, k, max(args.records, k)) for k in args.keys for p in args.partitions]
     with bench_broker(args.bootstrap) as (bootstrap, _broker):
