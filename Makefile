@@ -22,7 +22,7 @@ PYTHON_DRAIN_TESTS ?= tests/runtime --ignore=tests/runtime/test_native_core.py \
 	tests/kafka/test_dead_letter.py tests/kafka/test_runner_recovery.py tests/kafka/test_task_idling.py \
 	tests/kafka/test_wordcount_e2e.py
 
-.PHONY: config-docs docs docs-serve prometheus conformance-golden conformance-jars run bench bench-latency bench-ttl bench-reprocess spark-jars test-spark setup test test-unit test-kafka chaos test-kube lint typecheck crds crds-check chart-lint describe \
+.PHONY: config-docs docs docs-serve prometheus conformance-golden conformance-jars run bench bench-latency bench-scaling bench-ttl bench-reprocess spark-jars test-spark setup test test-unit test-kafka chaos test-kube lint typecheck crds crds-check chart-lint describe \
 	kafka-up kafka-down kafka-status kafka-download images test-images kube-build flux-build test-gitops kube-up kube-down kube-status operator-run test-operator kind-up kind-down clean \
 	cluster-build cluster-up cluster-down cluster-status cluster-selftest test-real e2e-real
 
@@ -47,6 +47,11 @@ bench-latency: setup kafka-download
 # Store size with a TTL against none: 10M distinct keys through a count (KEYS=... to change the count).
 bench-ttl: setup
 	$(PY) bench/ttl_store.py --keys $(or $(KEYS),10000000)
+
+# Throughput and peak RSS over 4/16/64 partitions x 1k/1M/10M keys, with the within-20% and memory-bound
+# verdicts (~1 h on the 2-core build box; KEYS=1000,100000,1000000 for a ~15 min run).
+bench-scaling: setup kafka-download
+	$(PY) bench/scaling_cost.py $(if $(KEYS),--keys $(KEYS))
 
 # State restoration alone: kappaflow vs a raw consume-into-rocksdict loop vs Java Kafka Streams.
 bench-restore: setup kafka-download

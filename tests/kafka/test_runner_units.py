@@ -86,6 +86,22 @@ def test_client_configs_follow_the_guarantee_and_pass_security_through():
     assert alo["consumer"]["isolation.level"] == "read_uncommitted"
 
 
+def test_stream_consumer_prefetch_is_bounded_whatever_the_partition_count():
+    """librdkafka's defaults let one fetch response carry 1 MiB per partition up to 50 MiB, each small
+    record kept at ~20x its size: memory grew with partitions (bench/scaling_cost.py). The stream
+    thread's consumer caps a response and its queue; a user's `consumer.` setting still wins."""
+    base = {"application.id": "a", "bootstrap.servers": "b"}
+    consumer = client_configs(StreamsConfig(base), "c")["consumer"]
+    assert consumer["fetch.max.bytes"] <= 2 << 20
+    assert consumer["queued.max.messages.kbytes"] <= 4096
+    # librdkafka refuses a fetch.max.bytes below message.max.bytes (1,000,000 by default)
+    assert consumer["fetch.max.bytes"] >= 1_000_000
+    tuned = client_configs(StreamsConfig({**base, "consumer.fetch.max.bytes": 8 << 20}), "c")["consumer"]
+    assert tuned["fetch.max.bytes"] == 8 << 20
+    # the restore consumer reads changelogs as fast as it can: not bounded this way
+    assert "fetch.max.bytes" not in client_configs(StreamsConfig(base), "c")["restore"]
+
+
 def test_copartitioning_errors_name_the_topics():
     InternalTopicManager.check_copartitioned([["a", "b"]], {"a": 3, "b": 3})
     try:

@@ -58,6 +58,17 @@ RESTORE_FETCH_TUNING: dict[str, Any] = {
     "fetch.queue.backoff.ms": 20,
     "fetch.wait.max.ms": 50,
 }
+# What the stream thread's consumer may prefetch, bounded independently of the partition count.
+# librdkafka answers each fetch with up to max.partition.fetch.bytes (1 MiB) per assigned partition, up to
+# fetch.max.bytes (50 MiB by default) per response, and keeps every fetched message as an op of its own:
+# ~350 bytes beyond the payload, which is all queued.max.messages.kbytes counts. So with librdkafka's
+# defaults a response grew with the partitions, and small records cost ~20x their size: counting 1M
+# 16-byte records from 64 partitions, the process peaked at 474 MiB (RSS, 91 MiB idle), 207 MiB from 4
+# (bench/scaling_cost.py). Capping a response at 2 MiB and the queue at 4 MiB of payload keeps the
+# prefetch at queued.min.messages plus one response whatever the partition count (184 MiB at 64
+# partitions, no slower). The Java consumer keeps fetched batches as their wire bytes, so Kafka Streams
+# does not need this. `consumer.fetch.max.bytes` / `consumer.queued.max.messages.kbytes` override.
+CONSUMER_MEMORY_BOUNDS: dict[str, Any] = {"fetch.max.bytes": 2 << 20, "queued.max.messages.kbytes": 4096}
 
 
 def _base(config: StreamsConfig) -> dict[str, Any]:
@@ -101,6 +112,7 @@ def client_configs(
         # records a task just wrote then come back a second late. A hand-written word count through a
         # repartition topic ran 2.4x faster with 0 on the bench broker; 20 ms keeps most of that.
         "fetch.queue.backoff.ms": 20,
+        **CONSUMER_MEMORY_BOUNDS,
     }
     consumer.update({key: config.get(key) for key in GROUP_CONSUMER_ONLY if key in config})
     instance = config.get_str("group.instance.id")

@@ -60,19 +60,23 @@ class CloseOptions:
 
     @staticmethod
     def timeout(duration: timedelta | int) -> CloseOptions:
+        """Options with this close timeout (a timedelta, or milliseconds) and the config's membership."""
         return CloseOptions().with_timeout(duration)
 
     @staticmethod
     def group_membership_operation(operation: GroupMembershipOperation) -> CloseOptions:
+        """Options with this membership operation and the default timeout (60 s)."""
         return CloseOptions().with_group_membership_operation(operation)
 
     def with_timeout(self, duration: timedelta | int) -> CloseOptions:
+        """A copy with this timeout: how long close() waits for the threads; StreamsError if negative."""
         millis = to_millis(duration, "close timeout")
         if millis < 0:
             raise StreamsError(f"close timeout must not be negative, got {millis} ms")
         return replace(self, timeout_s=millis / 1000.0)
 
     def with_group_membership_operation(self, operation: GroupMembershipOperation) -> CloseOptions:
+        """A copy with this membership operation (what happens to the group membership on close)."""
         if not isinstance(operation, GroupMembershipOperation):
             raise TypeError(f"expected a GroupMembershipOperation, got {operation!r}")
         return replace(self, membership=operation)

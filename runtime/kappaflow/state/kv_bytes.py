@@ -30,7 +30,12 @@ from kappaflow.state.api import (
     StoreContext,
     prefix_upper_bound,
 )
-from kappaflow.state.rocksdb_config import CONFIG_KEY, RocksDBConfigSetter, resolve_config_setter
+from kappaflow.state.rocksdb_config import (
+    CONFIG_KEY,
+    RocksDBConfigSetter,
+    bloom_filtered_table,
+    resolve_config_setter,
+)
 from kappaflow.state.uncommitted import Entry, UncommittedWrites, overlay
 
 _META_CF = "kappaflow_meta"
@@ -181,6 +186,7 @@ class RocksDBKeyValueBytesStore:
 
     def _options(self) -> Any:
         options = rocksdict.Options(raw_mode=True)
+        options.set_block_based_table_factory(bloom_filtered_table())  # a setter may replace it
         if self._config_setter is not None:
             self._config_setter(self._name, options, self._app_config)
         options.create_if_missing(True)

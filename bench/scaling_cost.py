@@ -1,0 +1,400 @@
+"""Cost that grows linearly: throughput and resident memory over partitions x distinct keys.
+
+Not a test: it prints a table of throughput and peak resident memory of one kappaflow process for every
+(input partitions, distinct keys) cell, by default 4 / 16 / 64 partitions x 1k / 1M / 10M keys, and the
+issue's two verdicts per cell (met / NOT met):
+
+- **throughput within 20%**: each cell's records/s >= 0.8x the best cell's. A per-record cost that grew
+  with partitions (per-task work per record, per-partition bookkeeping) or with keys (state lookups that
+  stop being cache hits, compactions) shows as a slow cell.
+- **memory bounded by the configured caches**: each cell's peak RSS <= the bound
+  `idle baseline + record cache (statestore.cache.max.bytes) + RocksDB (block cache, the write buffers
+  charged into it) + the consumer's prefetch + slack`. The idle
+  baseline is measured, not guessed: the same topology on the same number of empty partitions, RUNNING
+  with every task and store open, in a process of its own. The consumer's prefetch is in the bound because it
+  is a configured buffer too: queued.min.messages records plus one fetch response (kappaflow caps it,
+  clients/kafka.py CONSUMER_MEMORY_BOUNDS), at librdkafka's ~350 bytes a message (`prefetch_bound`).
+  The slack (--slack-mib, 32 MiB) is for what no setting bounds but nothing here should grow past:
+  allocator fragmentation, librdkafka's per-message overhead on top of the payload it counts. A
+  structure that kept something per key, per record or per partition beyond these caches breaks it.
+
+Workload (each cell on fresh topics, application id and state directory): a topic of P partitions holds
+`max(--records, keys)` records whose value names a key (`key_name(i mod keys)`: scattered, hardly
+compressible hex), so every key is touched and, past the caches, every lookup misses them; kappaflow
+re-keys each record by its value (`group_by`, so through a repartition topic of P partitions) and counts
+per key into a changelogged RocksDB store (the default `Materialized`: cached, logged), the counts going
+to an output topic. State at 1M keys (~40 MiB) is larger than the record cache and than RocksDB's cache;
+at 10M, many times both. RocksDB is bounded with `BoundedMemoryConfigSetter` (one block cache for every
+store of the process, memtables charged into it), at_least_once, every other setting at its default.
+
+The kappaflow process is a child of this one (`--child`); this process samples the child's VmRSS and the
+kernel's high-water mark (VmHWM) every 100 ms from /proc; the peak printed is the high-water mark, which
+sampling can only under-read. records/s counts input records from the first record processed to the
+last one counted (both sub-topologies process each record once, so 2x as many processed records).
+
+    python bench/scaling_cost.py [--partitions 4,16,64] [--keys 1000,1000000,10000000]
+        [--records 1000000] [--cache-mib 10] [--rocksdb-mib 32] [--write-buffer-mib 16]
+        [--slack-mib 32] [--repeat 1] [--bootstrap host:port]
+
+A short run: `--keys 1000,100000,1000000` (~15 min on the 2-core build box). The full table processes
+10M records in each of the three 10M-key cells, ~40 min more (README "Performance").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.local_broker import bench_broker  # noqa: E402
+from bench.throughput import create_topic, wait_processed  # noqa: E402
+from confluent_kafka import Producer  # noqa: E402
+from confluent_kafka.admin import AdminClient  # noqa: E402
+
+MIB = 1 << 20
+THROUGHPUT_WITHIN = 0.8  # each cell >= 0.8x the best cell: "within 20%"
+IDLE_SETTLE_S = 5.0
+# What librdkafka holds per prefetched message beyond its payload (~346 B measured: 1M prefetched 16-byte
+# records took 330 MiB), and the bytes one of this bench's records takes in a fetch response.
+LIBRDKAFKA_MESSAGE_BYTES = 384
+WIRE_RECORD_BYTES = 24
+RDKAFKA_QUEUED_MIN_MESSAGES = 100_000  # librdkafka's default, which kappaflow keeps
+# --set KEY=VALUE: application settings over the bench's, for before/after runs of one setting.
+OVERRIDES: dict[str, str] = {}
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The configured caches a cell runs with, in bytes: what its memory must stay within."""
+
+    record_cache: int
+    rocksdb: int
+    write_buffers: int
+    prefetch: int
+    slack: int
+
+    def bound(self, baseline: int) -> int:
+        """Peak RSS allowed over an idle process with `baseline` RSS. The write buffers are charged into
+        the RocksDB cache by its write buffer manager, so they are inside `rocksdb`, not added to it."""
+        return baseline + self.record_cache + self.rocksdb + self.prefetch + self.slack
+
+
+@dataclass
+class Cell:
+    """One (partitions, keys) cell: best throughput and worst peak over the rounds."""
+
+    partitions: int
+    keys: int
+    records: int
+    records_per_s: float = 0.0
+    peak: int = 0
+    final_rss: int = 0
+    disk: int = 0
+    rounds: list[float] = field(default_factory=list)
+
+
+def prefetch_bound() -> int:
+    """The stream consumer's prefetch at most: queued.min.messages records, then one more fetch response
+    of fetch.max.bytes (kappaflow's CONSUMER_MEMORY_BOUNDS), each record at librdkafka's cost."""
+    from kappaflow.clients.kafka import CONSUMER_MEMORY_BOUNDS
+
+    records = RDKAFKA_QUEUED_MIN_MESSAGES + CONSUMER_MEMORY_BOUNDS["fetch.max.bytes"] // WIRE_RECORD_BYTES
+    return int(records * LIBRDKAFKA_MESSAGE_BYTES)
+
+
+def topology(source: str, sink: str) -> Any:
+    """value -> key through a repartition topic, counted per key in a changelogged RocksDB store."""
+    from kappaflow import Materialized, StreamsBuilder, serdes
+
+    builder = StreamsBuilder()
+    records = builder.stream(source, key_serde=serdes.String(), value_serde=serdes.String())
+    grouped = records.group_by(
+        lambda _key, value: value, key_serde=serdes.String(), value_serde=serdes.String()
+    )
+    counts = grouped.count(Materialized.as_("counts").with_value_serde(serdes.Long()))
+    counts.to_stream().to(sink, key_serde=serdes.String(), value_serde=serdes.Long())
+    return builder.build()
+
+
+def app_config(
+    bootstrap: str, app_id: str, state_dir: str, limits: Limits, overrides: dict[str, str]
+) -> dict[str, Any]:
+    from kappaflow.state.rocksdb_config import BoundedMemoryConfigSetter
+
+    return {
+        "application.id": app_id,
+        "bootstrap.servers": bootstrap,
+        "state.dir": state_dir,
+        "metrics.port": -1,
+        "statestore.cache.max.bytes": limits.record_cache,
+        "rocksdb.config.setter": BoundedMemoryConfigSetter(limits.rocksdb, limits.write_buffers),
+        **overrides,
+    }
+
+
+def child(spec: dict[str, Any]) -> dict[str, Any]:
+    """The kappaflow process of one cell (or of the idle baseline when spec["records"] == 0)."""
+    from kappaflow.runner import KafkaStreams, State, tune_gc_for_streaming
+
+    tune_gc_for_streaming()  # as `kappaflow run` does
+    limits = Limits(**spec["limits"])
+    config = app_config(spec["bootstrap"], spec["app_id"], spec["state_dir"], limits, spec["overrides"])
+    app = KafkaStreams(topology(spec["source"], spec["sink"]), config)
+    app.start()
+    result: dict[str, Any] = {}
+    try:
+        if spec["records"] == 0:
+            deadline = time.monotonic() + 120
+            while app.state is not State.RUNNING and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if app.state is not State.RUNNING:
+                raise RuntimeError(f"idle app never reached RUNNING: {app.state}")
+            time.sleep(IDLE_SETTLE_S)
+            print("IDLE", flush=True)  # the parent reads the idle RSS now
+            sys.stdin.readline()
+        else:
+            elapsed = wait_processed(app, 2 * spec["records"], timeout_s=3600.0)
+            result["records_per_s"] = spec["records"] / elapsed
+    finally:
+        app.close(60)
+    return result
+
+
+def key_name(i: int) -> bytes:
+    """The i-th distinct key: 16 hex digits of i times an odd constant mod 2**64 (a bijection, so distinct
+    keys stay distinct). Scattered and hardly compressible, unlike `key-<i>`, whose 1M keys RocksDB
+    compressed to 7 MiB, inside its cache: this way 1M keys are ~40 MiB on disk, 10M ~400 MiB."""
+    return b"%016x" % ((i * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF)
+
+
+def fill(bootstrap: str, topic: str, records: int, keys: int) -> None:
+    """`records` values naming keys in turn (key i mod keys), no record key: spread by the client."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1 << 20})
+    for i in range(records):
+        while True:
+            try:
+                producer.produce(topic, value=key_name(i % keys))
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if i % 10000 == 0:
+            producer.poll(0)
+    producer.flush(120)
+
+
+def read_status(pid: int) -> dict[str, int]:
+    """VmRSS and VmHWM (the kernel's peak RSS) of `pid`, in bytes; empty once it has exited."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            lines = status.read().splitlines()
+    except OSError:
+        return {}
+    found = {}
+    for line in lines:
+        name, _, rest = line.partition(":")
+        if name in ("VmRSS", "VmHWM"):
+            found[name] = int(rest.split()[0]) * 1024
+    return found
+
+
+def spawn(spec: dict[str, Any]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, __file__, "--child", json.dumps(spec)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+
+
+def idle_baseline(bootstrap: str, admin: AdminClient, partitions: int, limits: Limits) -> int:
+    """VmRSS of a kappaflow process RUNNING the cell's topology on `partitions` empty partitions."""
+    spec, topics, state_dir = new_spec(bootstrap, admin, partitions, 0, limits)
+    proc = spawn(spec)
+    assert proc.stdout is not None and proc.stdin is not None
+    try:
+        line = proc.stdout.readline()
+        if line.strip() != "IDLE":
+            raise RuntimeError(f"idle child failed (exit {proc.wait()})")
+        rss = read_status(proc.pid)["VmRSS"]
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        proc.wait(120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        cleanup(admin, topics, spec["app_id"], state_dir)
+    return rss
+
+
+def new_spec(
+    bootstrap: str, admin: AdminClient, partitions: int, records: int, limits: Limits
+) -> tuple[dict[str, Any], list[str], str]:
+    """A cell's fresh topics, state directory and application id, as the child's JSON argument."""
+    tag = uuid.uuid4().hex[:6]
+    source, sink = f"scaling-in-{tag}", f"scaling-out-{tag}"
+    for topic in (source, sink):
+        create_topic(admin, topic, partitions)
+    state_dir = tempfile.mkdtemp(prefix="kappaflow-scaling-")
+    spec = {
+        "bootstrap": bootstrap,
+        "app_id": f"scaling-{tag}",
+        "state_dir": state_dir,
+        "source": source,
+        "sink": sink,
+        "records": records,
+        "limits": limits.__dict__,
+        "overrides": OVERRIDES,
+    }
+    return spec, [source, sink], state_dir
+
+
+def cleanup(admin: AdminClient, topics: list[str], app_id: str, state_dir: str) -> None:
+    """Topics (the app's internal ones too) and state go after each cell: 10M-record cells are GBs."""
+    internal = [name for name in admin.list_topics(timeout=30).topics if name.startswith(f"{app_id}-")]
+    for future in admin.delete_topics(topics + internal).values():
+        try:
+            future.result(30)
+        except Exception as err:
+            print(f"    could not delete a topic: {err}", flush=True)
+    shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def dir_bytes(path: str) -> int:
+    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
+
+
+def run_cell(bootstrap: str, admin: AdminClient, cell: Cell, limits: Limits) -> None:
+    """Fill fresh input, run the kappaflow child on it while sampling its memory; fold into `cell`."""
+    spec, topics, state_dir = new_spec(bootstrap, admin, cell.partitions, cell.records, limits)
+    try:
+        print(f"    writing {cell.records:,} records over {cell.keys:,} keys ...", flush=True)
+        fill(bootstrap, spec["source"], cell.records, cell.keys)
+        proc = spawn(spec)
+        assert proc.stdout is not None
+        peak = last = 0
+        disk = 0
+        while proc.poll() is None:
+            status = read_status(proc.pid)
+            peak = max(peak, status.get("VmHWM", 0))
+            last = status.get("VmRSS", last)
+            time.sleep(0.1)
+        output = proc.stdout.read().strip().splitlines()
+        if proc.returncode != 0 or not output:
+            raise RuntimeError(f"kappaflow child failed (exit {proc.returncode})")
+        disk = dir_bytes(state_dir)
+        rate = float(json.loads(output[-1])["records_per_s"])
+    finally:
+        cleanup(admin, topics, spec["app_id"], state_dir)
+    cell.rounds.append(rate)
+    cell.records_per_s = max(cell.records_per_s, rate)
+    cell.peak = max(cell.peak, peak)
+    cell.final_rss = max(cell.final_rss, last)
+    cell.disk = max(cell.disk, disk)
+    print(
+        f"    {rate:,.0f} records/s, peak RSS {peak / MIB:,.0f} MiB, state {disk / MIB:,.0f} MiB", flush=True
+    )
+
+
+def verdicts(cells: list[Cell], baselines: dict[int, int], limits: Limits) -> list[tuple[bool, bool]]:
+    """(throughput within 20% of the best cell, peak within the memory bound) per cell."""
+    best = max((cell.records_per_s for cell in cells), default=0.0)
+    return [
+        (
+            cell.records_per_s >= THROUGHPUT_WITHIN * best,
+            cell.peak <= limits.bound(baselines[cell.partitions]),
+        )
+        for cell in cells
+    ]
+
+
+def print_table(cells: list[Cell], baselines: dict[int, int], limits: Limits) -> bool:
+    best = max((cell.records_per_s for cell in cells), default=0.0)
+    print(
+        f"\nbound = idle baseline + record cache {limits.record_cache / MIB:.0f} MiB + RocksDB "
+        f"{limits.rocksdb / MIB:.0f} MiB (write buffers {limits.write_buffers / MIB:.0f} MiB charged into "
+        f"it) + consumer prefetch {limits.prefetch / MIB:.0f} MiB + slack {limits.slack / MIB:.0f} MiB"
+    )
+    print(
+        f"{'partitions':>10}{'keys':>12}{'records':>12}{'records/s':>11}{'/ best':>8}  {'verdict':<8}"
+        f"{'idle MiB':>9}{'peak MiB':>9}{'bound MiB':>10}  {'verdict':<8}{'state MiB':>10}"
+    )
+    all_met = True
+    for cell, (fast, bounded) in zip(cells, verdicts(cells, baselines, limits), strict=True):
+        all_met = all_met and fast and bounded
+        baseline = baselines[cell.partitions]
+        print(
+            f"{cell.partitions:>10}{cell.keys:>12,}{cell.records:>12,}{cell.records_per_s:>11,.0f}"
+            f"{cell.records_per_s / best if best else 0:>8.2f}  {'met' if fast else 'NOT met':<8}"
+            f"{baseline / MIB:>9.0f}{cell.peak / MIB:>9.0f}{limits.bound(baseline) / MIB:>10.0f}  "
+            f"{'met' if bounded else 'NOT met':<8}{cell.disk / MIB:>10.0f}"
+        )
+    return all_met
+
+
+def csv_ints(text: str) -> list[int]:
+    return [int(part) for part in text.split(",") if part]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--partitions", type=csv_ints, default=[4, 16, 64])
+    parser.add_argument("--keys", type=csv_ints, default=[1_000, 1_000_000, 10_000_000])
+    parser.add_argument("--records", type=int, default=1_000_000, help="per cell; at least the cell's keys")
+    parser.add_argument("--cache-mib", type=int, default=10, help="statestore.cache.max.bytes")
+    parser.add_argument("--rocksdb-mib", type=int, default=32, help="RocksDB's shared cache, memtables in")
+    parser.add_argument("--write-buffer-mib", type=int, default=16, help="memtables' share of it")
+    parser.add_argument("--slack-mib", type=int, default=32)
+    parser.add_argument("--repeat", type=int, default=1, help="rounds, interleaved; best rate, worst peak")
+    parser.add_argument("--bootstrap", default="")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="an application setting to override"
+    )
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    OVERRIDES.update(item.split("=", 1) for item in args.set)
+    if args.child:
+        print(json.dumps(child(json.loads(args.child))), flush=True)
+        return 0
+    limits = Limits(
+        args.cache_mib * MIB, args.rocksdb_mib * MIB, args.write_buffer_mib * MIB,
+        prefetch_bound(), args.slack_mib * MIB,
+    )  # fmt: skip
+    cells = [Cell(p, k, max(args.records, k)) for k in args.keys for p in args.partitions]
+    with bench_broker(args.bootstrap) as (bootstrap, _broker):
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        baselines: dict[int, int] = {}
+        for partitions in args.partitions:
+            baselines[partitions] = idle_baseline(bootstrap, admin, partitions, limits)
+            print(
+                f"==> idle baseline, {partitions} partitions: {baselines[partitions] / MIB:.0f} MiB",
+                flush=True,
+            )
+        for round_number in range(1, max(args.repeat, 1) + 1):
+            for cell in cells:
+                load = os.getloadavg()[0]
+                print(
+                    f"==> round {round_number}: {cell.partitions} partitions, {cell.keys:,} keys "
+                    f"(load {load:.1f})",
+                    flush=True,
+                )
+                run_cell(bootstrap, admin, cell, limits)
+        del admin  # its connections go before the broker does
+    met = print_table(cells, baselines, limits)
+    return 0 if met else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
