@@ -8,14 +8,14 @@ line counted exactly once (the final counts equal the input topic's words), no c
 
 The rest of the tier runs on the single broker of kafka.yaml: replication is what this test is about, and
 three brokers for every test would triple Kafka's memory and CPU on the 2-core machine for nothing the
-other tests look at. This one brings its cluster up in a namespace of its own and deletes it at the end.
+other tests look at. Its cluster runs in a namespace of the session's own, started with the single broker
+when the session starts (tests/realnode/conftest.py), so the test itself waits for none of it.
 """
 
 from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -37,7 +37,7 @@ from tests.realnode.cluster import (
     produce_lines,
     wait_for,
 )
-from tests.realnode.kafka3 import busiest_leader, deploy_kafka3, partition_replicas, wait_all_in_sync
+from tests.realnode.kafka3 import busiest_leader, partition_replicas, wait_all_in_sync
 
 pytestmark = [pytest.mark.realnode, pytest.mark.timeout(600)]
 
@@ -75,22 +75,19 @@ def _app_ready(node: RealNode, namespace: str) -> bool:
 
 
 @pytest.fixture
-def deployed(real_node: RealNode, operator_release: str) -> Iterator[Deployed]:
-    namespace = f"kafka3-{uuid.uuid4().hex[:6]}"
+def deployed(real_node: RealNode, kafka3: ClusterKafka, operator_release: str) -> Iterator[Deployed]:
+    namespace = kafka3.pod_bootstrap.split(".")[1]  # kafka.<namespace>.svc:9092
     timings: dict[str, float] = {}
     try:
         started = time.monotonic()
-        kafka = deploy_kafka3(real_node, namespace)
-        timings["three brokers Ready, topics created"] = time.monotonic() - started
-        started = time.monotonic()
-        real_node.kubectl("apply", "-f", "-", input=json.dumps(_streamapp(namespace, kafka.pod_bootstrap)))
+        real_node.kubectl("apply", "-f", "-", input=json.dumps(_streamapp(namespace, kafka3.pod_bootstrap)))
         wait_for("the StreamApp Ready", lambda: _app_ready(real_node, namespace), 300, interval=1)
         timings["StreamApp Ready"] = time.monotonic() - started
-        yield Deployed(real_node, namespace, kafka, timings)
+        yield Deployed(real_node, namespace, kafka3, timings)
     finally:
         started = time.monotonic()
-        # the StreamApp first, while the operator and the brokers are there for its cleanup; the rest
-        # (brokers, volumes) goes with the namespace in the background
+        # while the operator and the brokers are there for its cleanup (the brokers go with their
+        # namespace at the session's end)
         real_node.kubectl(
             "-n",
             namespace,
@@ -102,7 +99,6 @@ def deployed(real_node: RealNode, operator_release: str) -> Iterator[Deployed]:
             check=False,
             timeout=100,
         )
-        real_node.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
         timings["StreamApp deleted"] = time.monotonic() - started
         print("timings:", ", ".join(f"{k} {v:.1f}s" for k, v in timings.items()))
 
