@@ -138,7 +138,15 @@ def install_operator(node: RealNode, replicas: int = 2, *extra: str) -> None:
 def produce_lines(bootstrap: str, topic: str, lines: list[str], expected: Counter[str]) -> None:
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random", "linger.ms": 5})
+    # idempotent: a retry after a broker's failure writes a line once, so `expected` is what the input holds
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "partitioner": "murmur2_random",
+            "linger.ms": 5,
+            "enable.idempotence": True,
+        }
+    )
     for i, line in enumerate(lines):
         producer.produce(topic, key=f"{uuid.uuid4().hex[:6]}-{i}", value=line)
         expected.update(line.split())

@@ -30,7 +30,13 @@ def _produce_backlog(bootstrap: str) -> None:
     rng = random.Random(7)
     for i in range(BACKLOG):
         card = f"card-{rng.randrange(5000)}"
-        producer.produce("payments", key=card, value=json.dumps({"amount": rng.randrange(1, 400)}))
+        value = json.dumps({"amount": rng.randrange(1, 400)})
+        while True:
+            try:
+                producer.produce("payments", key=card, value=value)
+                break
+            except BufferError:  # the local queue (100k records) is full while a loaded broker catches up
+                producer.poll(0.5)
         if i % 10_000 == 9_999:
             producer.poll(0)
     assert producer.flush(120) == 0
