@@ -86,6 +86,25 @@ def import_images(wanted: list[str], log: Callable[[str], None]) -> None:
     for image, did in todo:
         ctr("images", "label", full_name(image), f"{DOCKER_ID_LABEL}={did}")
     log(f"imported {len(todo)} images in {time.monotonic() - started:.1f}s")
+    if dropped := drop_replaced_ids():
+        log(f"dropped {len(dropped)} replaced images from the node's store")
+
+
+def drop_replaced_ids() -> list[str]:
+    """Delete the `sha256:<id>` records of images no name points at any more; the record names.
+
+    The kubelet's CRI plugin records every image it sees under its ID as well as its name. A name
+    imported again moves to the new image, but the old ID record keeps the old layers, so the store grew
+    by every rebuild (33 GB after a few weeks). The docker ID label of each named image is that ID, so
+    the records to keep are known; when a named image has no label nothing is dropped. `--sync`: the
+    content goes now, not at containerd's next collection."""
+    named = {name: did for name, did in store_images().items() if not name.startswith("sha256:")}
+    if not named or "" in named.values():
+        return []
+    stale = [name for name in store_images() if name.startswith("sha256:") and name not in named.values()]
+    if stale:
+        ctr("images", "rm", "--sync", *stale)
+    return stale
 
 
 def purge_containers() -> list[str]:
