@@ -5,6 +5,8 @@ it; reconcile.py's one catch ladder turns that into a status problem. Two failur
 reported instead of raised: a claim the API server refuses to grow (a VolumeExpansionFailed problem
 returned for the pass's status; the app runs on the volume it has) and a topic that refuses creation
 while the reset's deletion of it completes (`CreateTopics.tolerate_errors`: the next pass tries again).
+A static member that cannot be removed from the group is reported too (an event): it still leaves when
+its session times out, and the next pass tries again.
 """
 
 from __future__ import annotations
@@ -14,7 +16,17 @@ from typing import Any
 
 from . import status
 from .context import Context
-from .effects import Apply, CreateTopics, Delete, DeleteTopics, Effect, Event, ExpandClaim, Patch
+from .effects import (
+    Apply,
+    CreateTopics,
+    Delete,
+    DeleteTopics,
+    Effect,
+    Event,
+    ExpandClaim,
+    Patch,
+    RemoveGroupMembers,
+)
 from .k8s import KubeError
 from .kafka import KafkaAdmin, KafkaError
 
@@ -79,6 +91,20 @@ def act(
                 event(
                     "Normal", "TopicsDeleted", "deleted " + (", ".join(deleted_topics) or "no topics"), False
                 )
+        elif isinstance(effect, RemoveGroupMembers):
+            ids = list(effect.instance_ids)
+            try:
+                kafka().remove_static_members(effect.group, ids)
+            except KafkaError as err:
+                event("Warning", "MemberRemovalFailed", f"{err}; they leave when their session times out")
+                continue
+            event(
+                "Normal",
+                "MembersRemoved",
+                f"removed static member(s) {', '.join(ids)} of pods the scale-in stopped from consumer group "
+                f"'{effect.group}': their tasks move now, not after session.timeout.ms",
+                False,
+            )
         elif isinstance(effect, Event):
             event(effect.type, effect.reason, effect.message, effect.dedupe)
     if grown:

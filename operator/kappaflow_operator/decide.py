@@ -34,7 +34,7 @@ from pydantic import ValidationError
 
 from kappaflow_contract.keys import key_problem
 
-from . import desired, movement, reprocess, reset, scaling, status, volumes
+from . import departed, desired, movement, reprocess, reset, scaling, status, volumes
 from .decision import Decision as Decision
 from .decision import Draft
 from .decision import state_claims as state_claims
@@ -234,7 +234,23 @@ def decide(snap: Snapshot, *, now: datetime, tick: bool = False) -> Decision:
         ),
         **common,
     )
-    return d.done(prev, obs, Wait(moves.step.message, moves.step.retry_s) if moves.step.held else None)
+    if moves.step.held:
+        return d.done(prev, obs, Wait(moves.step.message, moves.step.retry_s))
+    return d.done(prev, obs, _departures(d, ref.name, app_id, cap.replicas))
+
+
+def _departures(d: Draft, name: str, group: str, replicas: int) -> Wait | None:
+    """Take the static members of pods a scale-in removed out of the group (departed.py says why); wait
+    for removed pods that are still stopping. `replicas` is what this pass applies, so the pass that
+    scales in already waits for the pods it stops."""
+    if d.snap.static_members_error is not None:
+        d.event("Warning", "GroupUnavailable", d.snap.static_members_error)
+    if d.snap.static_members is None:
+        return None
+    pods = {str(p["metadata"]["name"]) for p in d.snap.pods}
+    found = departed.departures(name, replicas, pods, d.snap.static_members)
+    d.effects += found.effects(group)
+    return found.wait(group)
 
 
 def config_problem(spec: StreamAppSpec) -> status.Problem | None:

@@ -79,7 +79,16 @@ class Event:
     dedupe: bool = True
 
 
-Effect = Apply | Delete | Patch | ExpandClaim | CreateTopics | DeleteTopics | Event
+@dataclass(frozen=True)
+class RemoveGroupMembers:
+    """Take static members out of a consumer group (departed.py says which and why). A failure is
+    reported (`MemberRemovalFailed`), not raised: the members still go when their session times out."""
+
+    group: str
+    instance_ids: Sequence[str]
+
+
+Effect = Apply | Delete | Patch | ExpandClaim | CreateTopics | DeleteTopics | Event | RemoveGroupMembers
 
 
 #: How soon a pass that waits for something outside our control (a Job, a topic, a Spark run, a

@@ -1,4 +1,4 @@
-"""The operator's Kafka I/O: internal topics (list, create, delete) and consumer-group lag.
+"""The operator's Kafka I/O: internal topics (list, create, delete), consumer-group lag and static members.
 
 Uses confluent_kafka's AdminClient, the same librdkafka the runtime uses, so security settings mean the
 same thing in the operator and in the pods. Every call has a timeout: a reconcile pass must not hang on
@@ -168,6 +168,27 @@ class KafkaAdmin:
             return len(result.result(timeout=TIMEOUT_S * 2).members or [])
         except KafkaException as err:
             raise KafkaError(f"cannot describe group {group}: {err}") from err
+
+    def static_members(self, group: str) -> list[str]:
+        """The `group.instance.id`s of the group's static members (none for an empty or unknown group)."""
+        try:
+            result = self.admin.describe_consumer_groups([group], request_timeout=TIMEOUT_S)[group]
+            members = result.result(timeout=TIMEOUT_S * 2).members or []
+        except KafkaException as err:
+            raise KafkaError(f"cannot describe group {group}: {err}") from err
+        return sorted(m.group_instance_id for m in members if m.group_instance_id)
+
+    def remove_static_members(self, group: str, instance_ids: list[str]) -> None:
+        """Admin's `removeMembersFromConsumerGroup`: LeaveGroup by `group.instance.id` (members already
+        gone count as removed). librdkafka's admin API has no such call, so this goes through the
+        runtime's wire client, which `KafkaStreams.close(LEAVE_GROUP)` uses for the same request; it is
+        imported here, on first use, because the runtime's package is heavy for the operator's start."""
+        from kappaflow.clients.group_leave import GroupLeaveError, remove_static_members
+
+        try:
+            remove_static_members(self.conf, group, instance_ids, TIMEOUT_S)
+        except GroupLeaveError as err:
+            raise KafkaError(f"cannot remove {', '.join(instance_ids)} from group {group}: {err}") from err
 
     def _offsets(self, partitions: list[TopicPartition], spec: Any) -> dict[tuple[str, int], int]:
         futures = self.admin.list_offsets({tp: spec for tp in partitions}, request_timeout=TIMEOUT_S)

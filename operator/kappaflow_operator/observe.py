@@ -10,7 +10,8 @@ pass start from the newest state, whichever handler runs it.
 
 Why everything is read here, Kafka's side included: `decide` is then a pure function of the snapshot.
 What is read depends on the spec (the describe Job only while no topology is published for it, the
-reset Job only in reset mode, the group's members only once a reset stopped every pod, the lag only on
+reset Job only in reset mode, the group's member count only once a reset stopped every pod, its static
+members whenever the StatefulSet exists (departed.py), the lag only on
 timer passes, the pods' own tasks on timer passes and while a scale-in is pending), decided by small
 pure predicates the decision modules own.
 """
@@ -123,6 +124,11 @@ def observe(
 
     prev = snap.status
     app_id = application_id(spec, prev, snap)
+    if sts is not None:
+        try:
+            snap = replace(snap, static_members=admin.static_members(app_id))
+        except KafkaError as err:
+            snap = replace(snap, static_members_error=str(err))
     if movement.read_due(spec, prev, statefulset_replicas(snap), tick):
         snap = replace(snap, pod_tasks=ctx.read_pod_tasks(pods, spec.metrics.port))
     if tick and description is not None:

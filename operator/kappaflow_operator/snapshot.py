@@ -115,6 +115,9 @@ class Snapshot:
     group_members: int | None = None
     """Members the broker still counts in the group; read only once a reset stopped every pod."""
     group_error: str | None = None
+    static_members: Sequence[str] | None = None
+    """The group's static members (`group.instance.id`s), read while the StatefulSet exists."""
+    static_members_error: str | None = None
     claims: Sequence[Mapping[str, Any]] = ()
     """The app's PersistentVolumeClaims (state volumes)."""
     storage_classes: Mapping[str, Mapping[str, Any] | None] = field(default_factory=dict)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from kappaflow_operator.kafka import KafkaAdmin, client_config
 from tests.harness.realnode import node
 from tests.harness.realnode.images_store import ctr, import_images
 from tests.harness.realnode_fixtures import RealNode
@@ -157,6 +158,17 @@ def test_scaling_under_steady_input_keeps_counts_exact(app: App) -> None:
             app.wait_ready(f"scale to {replicas}")
             app.timings[f"scale to {replicas}"] = time.monotonic() - started
             time.sleep(3)
+    # the operator took the stopped pods' static members out of the group once they were gone, so their
+    # tasks moved at once rather than after session.timeout.ms (departed.py)
+    group = KafkaAdmin(client_config(app.kafka.host_bootstrap))
+    wait_for("only wordcount-0 in the group", lambda: group.static_members(APP) == [f"{APP}-0"], 60)
+    removed = app.node.kubectl(
+        "-n", NAMESPACE, "get", "events", "--field-selector", "reason=MembersRemoved", "-o", "json"
+    )
+    messages = [e["message"] for e in json.loads(removed)["items"]]
+    assert any(f"{APP}-1" in m and f"{APP}-2" in m for m in messages) or (
+        any(f"{APP}-1" in m for m in messages) and any(f"{APP}-2" in m for m in messages)
+    ), messages
     app.audit.wait_exact(app.expected)
     # the scale subresource asks for more than the topology's 4 partitions: capped, with the reason
     app.node.kubectl("-n", NAMESPACE, "scale", "streamapp", APP, "--replicas=6")
