@@ -188,6 +188,10 @@ class RocksDBKeyValueBytesStore:
     def _options(self) -> Any:
         options = rocksdict.Options(raw_mode=True)
         options.set_block_based_table_factory(bloom_filtered_table())  # a setter may replace it
+        # No compression, as Kafka Streams' stores: Snappy made each flush of restored records (the one
+        # a restored task waits for before it runs) ~1.7x slower (0.19-0.25 s vs 0.11-0.13 s for 250k
+        # records), for state that a changelog backs anyway. A setter may compress.
+        options.set_compression_type(rocksdict.DBCompressionType.none())
         if self._config_setter is not None:
             self._config_setter(self._name, options, self._app_config)
         options.create_if_missing(True)
