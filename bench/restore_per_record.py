@@ -26,12 +26,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from confluent_kafka import TIMESTAMP_CREATE_TIME, Message
+from tests.runtime.test_stores import FakeStoreContext
 
 from kappaflow.runner.changelog_reader import RESTORE_BATCH, ChangelogReader
 from kappaflow.runner.routing import changelog_messages
 from kappaflow.state.kv_bytes import RocksDBKeyValueBytesStore
 from kappaflow.tasks.native import installed_core
-from tests.runtime.test_stores import FakeStoreContext
 
 PARTITIONS = 4
 RUN = 500  # records of one partition in a row, as librdkafka hands a fetch over
