@@ -25,6 +25,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import rocksdict
 from confluent_kafka import TIMESTAMP_CREATE_TIME, Message
 from tests.runtime.test_stores import FakeStoreContext
 
@@ -81,6 +82,13 @@ def main() -> None:
         finally:
             store.close()
     print(f"{mode}: {records} records, {seconds * 1e6 / records:.3f} µs per record")
+
+
+def snappy(_store_name: str, options: rocksdict.Options, _config: Any) -> None:
+    """A `rocksdb.config.setter` compressing with Snappy, RocksDB's default and kappaflow's until its
+    stores went uncompressed: `bench/restore.py --before
+    rocksdb.config.setter=bench.restore_per_record:snappy` compares the two."""
+    options.set_compression_type(rocksdict.DBCompressionType.snappy())
 
 
 if __name__ == "__main__":
