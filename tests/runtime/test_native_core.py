@@ -392,8 +392,10 @@ NATIVE_SOURCES = Path(__file__).resolve().parents[2] / "runtime" / "native" / "s
 # names the Rust sources intern that are not attributes of a kappaflow class: builtins' methods and
 # attributes (deque, OrderedDict, bytes, type, object) and the operation names `pair` is told
 NOT_KAPPAFLOW_ATTRIBUTES = {"popleft", "move_to_end", "decode", "__slots__", "__dict__", "map", "flat_map"}
-# confluent-kafka Message's accessors (messages.rs calls them for a subclass or librdkafka-held headers)
-NOT_KAPPAFLOW_ATTRIBUTES |= {"error", "headers", "offset", "timestamp", "key", "value"}
+# confluent-kafka Message's accessors (messages.rs and restore.rs call them for a subclass or
+# librdkafka-held headers) and rocksdict WriteBatch's methods (restore.rs)
+NOT_KAPPAFLOW_ATTRIBUTES |= {"error", "headers", "offset", "timestamp", "key", "value", "topic", "partition"}
+NOT_KAPPAFLOW_ATTRIBUTES |= {"put", "delete"}
 
 
 def touched_classes() -> list[tuple[type, tuple[str, ...]]]:

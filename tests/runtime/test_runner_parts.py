@@ -431,7 +431,9 @@ class FakeStateManager:
     def advance(self, _store: str, offset: int) -> None:
         self.offset_now = max(self.offset_now or 0, offset)
 
-    def restore_messages(self, _store: str, messages: list[FakeMessage], next_offset: int) -> None:
+    def restore_messages(
+        self, _store: str, messages: list[FakeMessage], next_offset: int, _writer: object = None
+    ) -> None:
         self.applied += [m.key() for m in messages]
         self.offset_now = next_offset
 

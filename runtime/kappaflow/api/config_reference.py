@@ -221,8 +221,8 @@ KEY_DOCS: dict[str, tuple[str, str, str]] = {
     "kappaflow.native.enabled": (
         "",
         "",
-        "Run the drain loop and compiled stages in the native core when it is installed; false runs their "
-        "Python twins.",
+        "Run the drain loop, compiled stages and restoring's per-record loops in the native core when it is "
+        "installed; false runs their Python twins.",
     ),
     "topology.optimization": (
         "list",

@@ -31,11 +31,13 @@ from kappaflow.runner.open_transactions import hanging_after_s
 from kappaflow.runner.producer import StreamsProducer, production_handler
 from kappaflow.runner.rebalance import RebalanceHandler
 from kappaflow.runner.retry import retry_unreachable
+from kappaflow.runner.routing import changelog_messages
 from kappaflow.runner.standbys import StandbyPlacer
 from kappaflow.runner.tasks import TaskManager
 from kappaflow.runner.topics import PreparedTopics, RepartitionPurger, prepare_topics
 from kappaflow.runner.warmup import JoinWarmup
 from kappaflow.state.cache import ThreadCache
+from kappaflow.tasks import native
 from kappaflow.topology.topology import Topology
 
 
@@ -128,6 +130,7 @@ def assemble(
         new_consumer(settings["restore"]), metrics, bounds, api_timeout_s, admin.topic_ids,
         hanging_s if config.exactly_once else None, committed,
         state_bootstrapper(topology, config, settings, metrics, admin, bool(instance_id)),
+        changelog_messages(native.core(config.get_bool("kappaflow.native.enabled"))),
     )  # fmt: skip
     cache = ThreadCache(config.get_int("statestore.cache.max.bytes"))
     tasks = TaskManager(

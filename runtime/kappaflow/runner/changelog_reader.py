@@ -31,6 +31,7 @@ from kappaflow.api.processor import TaskId
 from kappaflow.runner.managed_task import ManagedTask
 from kappaflow.runner.open_transactions import OpenTransactionWatch, remedy
 from kappaflow.runner.retry import retry_unreachable
+from kappaflow.tasks.native import ChangelogMessages
 from kappaflow.tasks.state_manager import ProcessorStateManager
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,7 @@ class ChangelogReader:
         hanging_after_s: float | None = None,
         committed_offsets: CommittedOffsets | None = None,
         bootstrap: Bootstrap | None = None,
+        native: ChangelogMessages | None = None,
     ) -> None:
         """`offset_bounds`: the (log start, high watermark) of changelog partitions, read_uncommitted
         (a consumer reading read_committed reports the last stable offset instead). Asking is retried
@@ -95,7 +97,10 @@ class ChangelogReader:
         published (runner/open_transactions.py). `committed_offsets`: the group's committed offsets of
         input partitions, where restoring a source topic that is a store's changelog stops.
         `bootstrap`: called as a task opens, before its restoration starts, to install stores that
-        have no local state from a peer's snapshot (runner/bootstrap.py); True when it installed one."""
+        have no local state from a peer's snapshot (runner/bootstrap.py); True when it installed one.
+        `native`: the native core's splitter and writer of consumed batches (`routing.changelog_messages`),
+        or None for `_by_partition` and the stores' Python loops."""
+        self._native = native
         self._committed_offsets = committed_offsets
         self._bootstrap = bootstrap
         self._api_timeout_s = api_timeout_s
@@ -210,7 +215,11 @@ class ChangelogReader:
         if not self._index:
             return []
         messages: list[Any] = self._consumer.consume(max_records, timeout)
-        batches, ends = self._by_partition(messages)
+        native = self._native
+        if native is None:
+            batches, ends = self._by_partition(messages)
+        else:
+            batches, ends = self._split_natively(native, messages)
         for tp, records in batches.items():
             entry = self._index.get(tp)
             if entry is None:
@@ -221,7 +230,7 @@ class ChangelogReader:
                 next_offset = min(next_offset, entry.limit)
                 records = [m for m in records if m.offset() < entry.limit and m.key() is not None]
             if records:
-                entry.manager.restore_messages(store, records, next_offset)
+                entry.manager.restore_messages(store, records, next_offset, native)
             else:
                 entry.manager.advance(store, next_offset)
             labels = {"task": str(managed.task.id), "store": store}
@@ -258,13 +267,7 @@ class ChangelogReader:
         for msg in messages:
             err = msg.error()
             if err is not None:
-                tp = (msg.topic(), msg.partition())
-                if err.code() != KafkaError._PARTITION_EOF:
-                    if err.fatal():
-                        raise StreamsError(f"restoring from {tp[0]}-{tp[1]} failed: {err}")
-                    log.warning("restore consumer: %s", err)  # librdkafka retries (e.g. broker down)
-                    continue
-                ends[tp] = msg.offset()
+                ChangelogReader._on_error(msg, err, ends)
                 topic = None
                 continue
             if msg.partition() != partition or msg.topic() != topic:
@@ -272,6 +275,31 @@ class ChangelogReader:
                 run = batches.setdefault((topic, partition), [])
             run.append(msg)
         return batches, ends
+
+    @staticmethod
+    def _split_natively(
+        native: ChangelogMessages, messages: list[Any]
+    ) -> tuple[dict[tuple[str, int], list[Any]], dict[tuple[str, int], int]]:
+        """`_by_partition` with the records split by the native core: the same batches and ends (the
+        messages carrying an error are handled here, in order, after the split, which changes nothing
+        before a fatal one raises)."""
+        batches, failed = native.split(messages)
+        ends: dict[tuple[str, int], int] = {}
+        for msg in failed:
+            ChangelogReader._on_error(msg, msg.error(), ends)
+        return batches, ends
+
+    @staticmethod
+    def _on_error(msg: Any, err: KafkaError, ends: dict[tuple[str, int], int]) -> None:
+        """A consumed message carrying `err`: an end of partition is recorded in `ends`; a fatal error
+        raises, naming the partition; any other is logged (librdkafka retries, e.g. a broker down)."""
+        tp = (msg.topic(), msg.partition())
+        if err.code() != KafkaError._PARTITION_EOF:
+            if err.fatal():
+                raise StreamsError(f"restoring from {tp[0]}-{tp[1]} failed: {err}")
+            log.warning("restore consumer: %s", err)
+            return
+        ends[tp] = msg.offset()
 
     def _caught_up(self, touched: set[tuple[str, int]], at_end: set[tuple[str, int]]) -> list[ManagedTask]:
         finished: list[ManagedTask] = []

@@ -3,7 +3,8 @@
 Two implementations with the same runs, records and errors: `raw_records_by_partition`, the reference,
 which reads each message through its accessors, and the native core's `MessageRuns`, which reads the
 fields from confluent-kafka's C struct (runtime/native/src/messages.rs says why that is sound) and is
-used only where the core knows the installed confluent-kafka's layout (`message_reader`)."""
+used only where the core knows the installed confluent-kafka's layout (`message_reader`). Restoring reads
+changelog batches the same way (`changelog_messages`)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from confluent_kafka import KafkaError
 from kappaflow.api.errors import StreamsError
 from kappaflow.api.record import Headers
 from kappaflow.tasks.drain import RawTuple
-from kappaflow.tasks.native import MessageRuns, NativeCore
+from kappaflow.tasks.native import ChangelogMessages, MessageRuns, NativeCore
 
 log = logging.getLogger(__name__)
 
@@ -88,14 +89,37 @@ def message_reader(core: NativeCore) -> MessageRuns | None:
     core does not know this confluent-kafka's `Message` layout (its version, name, size, or a probe
     message reading back otherwise), or the interpreter runs without the GIL (confluent-kafka then
     guards each field with a per-object lock the struct read would bypass)."""
-    gil_enabled: Callable[[], bool] = getattr(sys, "_is_gil_enabled", lambda: True)
-    if not gil_enabled():
-        log.warning("consumed messages read through their accessors: the interpreter runs without the GIL")
+    version = _struct_readable("consumed messages")
+    if version is None:
         return None
-    found = confluent_kafka.version()  # "2.16.1" in 2.16; older releases returned (version, int)
-    version = str(found[0] if isinstance(found, tuple) else found)
     try:
         return core.MessageRuns(confluent_kafka.Message, version, Headers, consumer_error)
     except ValueError as exc:
         log.warning("consumed messages read through their accessors: %s", exc)
         return None
+
+
+def changelog_messages(core: NativeCore | None) -> ChangelogMessages | None:
+    """The core's splitter and writer of consumed changelog batches (one per restore consumer), or None
+    (the changelog reader's and the store's Python loops), on the same conditions as `message_reader`."""
+    if core is None:
+        return None
+    version = _struct_readable("restored changelog records")
+    if version is None:
+        return None
+    try:
+        return core.ChangelogMessages(confluent_kafka.Message, version)
+    except ValueError as exc:
+        log.warning("restored changelog records read through their accessors: %s", exc)
+        return None
+
+
+def _struct_readable(what: str) -> str | None:
+    """The installed confluent-kafka's version, or None (logged) when the interpreter runs without the
+    GIL and no message may be read from its struct."""
+    gil_enabled: Callable[[], bool] = getattr(sys, "_is_gil_enabled", lambda: True)
+    if not gil_enabled():
+        log.warning("%s read through their accessors: the interpreter runs without the GIL", what)
+        return None
+    found = confluent_kafka.version()  # "2.16.1" in 2.16; older releases returned (version, int)
+    return str(found[0] if isinstance(found, tuple) else found)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from kappaflow.api.config import StreamsConfig
 from kappaflow.api.metrics import Metrics
@@ -42,8 +42,18 @@ class ChangelogMessage(Protocol):
     def timestamp(self) -> tuple[int, int]: ...  # (timestamp type, timestamp)
 
 
-# The bulk restore path: one changelog partition's consumed records, in offset order, none an error.
-MessagesRestoreCallback = Callable[[list[ChangelogMessage]], None]
+class MessagesWriter(Protocol):
+    """Writes consumed changelog records into a RocksDB write batch, as a store's Python loop would:
+    the native core's (`kappaflow_native.ChangelogMessages`), handed to the bulk restore path."""
+
+    def write(self, batch: Any, messages: list[ChangelogMessage], timestamped: bool, /) -> None: ...
+
+
+class MessagesRestoreCallback(Protocol):
+    """The bulk restore path: one changelog partition's consumed records, in offset order, none an
+    error; with the native writer when the runtime has one (the store may ignore it)."""
+
+    def __call__(self, messages: list[ChangelogMessage], writer: MessagesWriter | None = None, /) -> None: ...
 
 
 @dataclass(slots=True)

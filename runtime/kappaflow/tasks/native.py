@@ -26,7 +26,7 @@ from kappaflow.tasks.drain import Drained, DrainPlan, RawTuple
 
 log = logging.getLogger(__name__)
 
-PROTOCOL = 6
+PROTOCOL = 7
 """The version of the calls below; a core built from other sources says another and is not used."""
 
 TOUCHES: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -215,11 +215,27 @@ class MessageRuns(Protocol):
         ...
 
 
+class ChangelogMessages(Protocol):
+    """The native twin of the restore path's per-record loops (restore.rs): the changelog reader's
+    `_by_partition` and the RocksDB store's `restore_messages`."""
+
+    def __init__(self, message_type: type, version: str, /) -> None: ...
+
+    def split(self, messages: list[Any], /) -> tuple[dict[tuple[str, int], list[Any]], list[Any]]:
+        """The records by partition, in order, and the messages carrying an error (left to the caller)."""
+        ...
+
+    def write(self, batch: Any, messages: list[Any], timestamped: bool, /) -> None:
+        """One partition's records into a rocksdict `WriteBatch`, as `restore_messages` puts them."""
+        ...
+
+
 class NativeCore(Protocol):
     PROTOCOL: int
     TOUCHES: list[tuple[str, list[str]]]
     MESSAGE_LAYOUTS: list[str]  # the confluent-kafka versions whose Message struct the core reads
     MessageRuns: type[MessageRuns]
+    ChangelogMessages: type[ChangelogMessages]
     AggregateStage: type[AggregateStage]
     StatelessStage: type[StatelessStage]
     SinkStage: type[SinkStage]

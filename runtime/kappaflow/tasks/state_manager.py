@@ -27,6 +27,7 @@ from kappaflow.state.api import (
     ChangelogMessage,
     ChangelogRecord,
     MessagesRestoreCallback,
+    MessagesWriter,
     RestoreCallback,
     StateStore,
     TransactionalStore,
@@ -218,12 +219,19 @@ class ProcessorStateManager:
         meta.restored_records += len(records)
         meta.offset = next_offset
 
-    def restore_messages(self, store_name: str, messages: list[ChangelogMessage], next_offset: int) -> None:
+    def restore_messages(
+        self,
+        store_name: str,
+        messages: list[ChangelogMessage],
+        next_offset: int,
+        writer: MessagesWriter | None = None,
+    ) -> None:
         """`restore` for records as the client consumed them: the store's bulk path when it has one (no
-        per-record tuple), else its `restore` callback with the records converted."""
+        per-record tuple; with the native `writer`, when given), else its `restore` callback with the
+        records converted."""
         meta = self.stores[store_name]
         if meta.restore_messages is not None:
-            meta.restore_messages(messages)
+            meta.restore_messages(messages, writer)
         else:
             meta.restore([(m.key() or b"", m.value(), m.timestamp()[1]) for m in messages])
         meta.restored_records += len(messages)

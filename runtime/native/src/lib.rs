@@ -3,9 +3,14 @@
 //! processors it feeds: the built-in stateless ones and fixed-topic sinks (`StatelessStage`,
 //! `SinkStage`) and cached stream aggregations (`AggregateStage`).
 //!
+//! Restoring has its own: `ChangelogMessages` splits a consumed changelog batch by partition and writes a
+//! partition's records into a RocksDB write batch.
+//!
 //! Each mirrors its Python reference step for step (`kappaflow.runner.routing.raw_records_by_partition`,
-//! `kappaflow.tasks.drain.drain_python`, the processors' generic `process`), which stays the fallback: user callbacks, serdes, handlers and the record cache's
-//! structures are the Python objects, called and updated from here in the same order. What moves to Rust
+//! `kappaflow.tasks.drain.drain_python`, the processors' generic `process`, the changelog reader's
+//! `_by_partition` and the RocksDB store's `restore_messages`), which stays the fallback: user callbacks,
+//! serdes, handlers and the record cache's structures are the Python objects, called and updated from
+//! here in the same order. What moves to Rust
 //! is only the interpreter's own work per record. Every Python class and attribute it touches is declared
 //! in `touches.rs`.
 
@@ -13,6 +18,7 @@ mod aggregate;
 mod drain;
 mod failure;
 mod messages;
+mod restore;
 mod slots;
 mod stages;
 mod touches;
@@ -21,7 +27,7 @@ use pyo3::prelude::*;
 
 #[pymodule]
 fn kappaflow_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add("PROTOCOL", 6)?;
+    m.add("PROTOCOL", 7)?;
     let touches: Vec<(&str, Vec<&str>)> = touches::TOUCHES
         .iter()
         .map(|(class, attributes)| (*class, attributes.to_vec()))
@@ -30,6 +36,7 @@ fn kappaflow_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(drain::drain, m)?)?;
     m.add("MESSAGE_LAYOUTS", messages::KNOWN_VERSIONS.to_vec())?;
     m.add_class::<messages::MessageRuns>()?;
+    m.add_class::<restore::ChangelogMessages>()?;
     m.add_class::<aggregate::AggregateStage>()?;
     m.add_class::<stages::StatelessStage>()?;
     m.add_class::<stages::SinkStage>()?;

@@ -39,23 +39,23 @@ pub const KNOWN_VERSIONS: &[&str] = &["2.16.1"];
 const MESSAGE_TYPE_NAME: &CStr = c"confluent_kafka.cimpl.Message";
 
 /// `RD_KAFKA_PARTITION_UA`: a message without a partition, whose `partition()` is None.
-const PARTITION_UA: i32 = -1;
+pub(crate) const PARTITION_UA: i32 = -1;
 
 /// confluent-kafka's `Message` (confluent_kafka.h), field for field, with librdkafka's headers
 /// (`RD_KAFKA_V_HEADERS`, which every librdkafka it builds with defines).
 #[repr(C)]
-struct CflMessage {
+pub(crate) struct CflMessage {
     ob_base: ffi::PyObject,
-    topic: *mut ffi::PyObject,
-    value: *mut ffi::PyObject,
-    key: *mut ffi::PyObject,
+    pub(crate) topic: *mut ffi::PyObject,
+    pub(crate) value: *mut ffi::PyObject,
+    pub(crate) key: *mut ffi::PyObject,
     headers: *mut ffi::PyObject,
     c_headers: *mut c_void,
-    error: *mut ffi::PyObject,
-    partition: i32,
+    pub(crate) error: *mut ffi::PyObject,
+    pub(crate) partition: i32,
     offset: i64,
     leader_epoch: i32,
-    timestamp: i64,
+    pub(crate) timestamp: i64,
     tstype: c_int,
     latency: i64,
     delivery_count: i16,
@@ -82,7 +82,7 @@ enum Read<'py> {
 /// A field that confluent-kafka leaves NULL when unset, as its accessor returns it (None for NULL).
 ///
 /// SAFETY: `ptr` is NULL or a live object owned by a message the caller holds.
-unsafe fn field<'py>(py: Python<'py>, ptr: *mut ffi::PyObject) -> Bound<'py, PyAny> {
+pub(crate) unsafe fn field<'py>(py: Python<'py>, ptr: *mut ffi::PyObject) -> Bound<'py, PyAny> {
     if ptr.is_null() {
         py.None().into_bound(py)
     } else {
@@ -181,32 +181,7 @@ impl MessageRuns {
         headers_type: &Bound<'_, PyAny>,
         on_error: &Bound<'_, PyAny>,
     ) -> PyResult<Self> {
-        if !KNOWN_VERSIONS.contains(&version) {
-            return Err(PyValueError::new_err(format!(
-                "confluent-kafka {version}: kappaflow_native knows the Message layout of {}",
-                KNOWN_VERSIONS.join(", ")
-            )));
-        }
-        let type_ptr = message_type.as_type_ptr();
-        // SAFETY: a live type object; tp_name is a NUL-terminated C string.
-        let (name, basic_size, item_size) = unsafe {
-            (
-                CStr::from_ptr((*type_ptr).tp_name),
-                (*type_ptr).tp_basicsize,
-                (*type_ptr).tp_itemsize,
-            )
-        };
-        if name != MESSAGE_TYPE_NAME
-            || basic_size != size_of::<CflMessage>() as ffi::Py_ssize_t
-            || item_size != 0
-        {
-            return Err(PyValueError::new_err(format!(
-                "{name:?} of {basic_size} bytes is not the confluent-kafka {version} Message \
-                 kappaflow_native knows ({} bytes)",
-                size_of::<CflMessage>()
-            )));
-        }
-        probe(message_type)?;
+        check_layout(message_type, version)?;
         Ok(MessageRuns {
             message_type: message_type.clone().unbind(),
             headers_type: headers_type.clone().unbind(),
@@ -314,6 +289,39 @@ impl MessageRuns {
     }
 }
 
+/// Whether `message_type` (`confluent_kafka.Message`, of confluent-kafka `version`) is the struct
+/// `CflMessage` describes: a known version, the type's name and size, and a probe message reading back
+/// through the struct as through its accessors. Every reader of the struct is built only after this.
+pub(crate) fn check_layout(message_type: &Bound<'_, PyType>, version: &str) -> PyResult<()> {
+    if !KNOWN_VERSIONS.contains(&version) {
+        return Err(PyValueError::new_err(format!(
+            "confluent-kafka {version}: kappaflow_native knows the Message layout of {}",
+            KNOWN_VERSIONS.join(", ")
+        )));
+    }
+    let type_ptr = message_type.as_type_ptr();
+    // SAFETY: a live type object; tp_name is a NUL-terminated C string.
+    let (name, basic_size, item_size) = unsafe {
+        (
+            CStr::from_ptr((*type_ptr).tp_name),
+            (*type_ptr).tp_basicsize,
+            (*type_ptr).tp_itemsize,
+        )
+    };
+    if name != MESSAGE_TYPE_NAME
+        || basic_size != size_of::<CflMessage>() as ffi::Py_ssize_t
+        || item_size != 0
+    {
+        return Err(PyValueError::new_err(format!(
+            "{name:?} of {basic_size} bytes is not the confluent-kafka {version} Message \
+             kappaflow_native knows ({} bytes)",
+            size_of::<CflMessage>()
+        )));
+    }
+    probe(message_type)?;
+    Ok(())
+}
+
 /// `cls`'s `tp_new` when `cls(())` is that alone: a subclass of list whose `__new__` and `__init__` are
 /// list's own (neither it nor a base between overrides them), else None (it is called as a type).
 fn list_new(cls: &Bound<'_, PyAny>) -> Option<ffi::newfunc> {
@@ -359,7 +367,7 @@ fn probe(message_type: &Bound<'_, PyType>) -> PyResult<()> {
             "confluent_kafka.Message does not read back through the layout kappaflow_native knows",
         )
     };
-    // SAFETY: `new` checked the type's name and size before calling this, and both are its instances.
+    // SAFETY: `check_layout` checked the type's name and size before calling this; both are its instances.
     let (by_struct, failed_by_struct) = unsafe { (read_struct(&record)?, read_struct(&failed)?) };
     match (by_struct, read_by_accessors(&record)?, failed_by_struct) {
         (Read::Record(s), Read::Record(a), Read::Error(e))
