@@ -394,6 +394,9 @@ NATIVE_SOURCES = Path(__file__).resolve().parents[2] / "runtime" / "native" / "s
 NOT_KAPPAFLOW_ATTRIBUTES = {"popleft", "move_to_end", "decode", "__slots__", "__dict__", "map", "flat_map"}
 # confluent-kafka Message's accessors (messages.rs calls them for a subclass or librdkafka-held headers)
 NOT_KAPPAFLOW_ATTRIBUTES |= {"error", "headers", "offset", "timestamp", "key", "value"}
+# the collector's producer clients (the ProducerClients protocol, not a slotted record): produce.rs reads
+# the current producer per record, as the collector does, and serves reports every 1024 records
+NOT_KAPPAFLOW_ATTRIBUTES |= {"producer", "serve_reports"}
 
 
 def touched_classes() -> list[tuple[type, tuple[str, ...]]]:

@@ -13,6 +13,7 @@ mod aggregate;
 mod drain;
 mod failure;
 mod messages;
+mod produce;
 mod slots;
 mod stages;
 mod touches;
@@ -21,7 +22,7 @@ use pyo3::prelude::*;
 
 #[pymodule]
 fn kappaflow_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add("PROTOCOL", 6)?;
+    m.add("PROTOCOL", 7)?;
     let touches: Vec<(&str, Vec<&str>)> = touches::TOUCHES
         .iter()
         .map(|(class, attributes)| (*class, attributes.to_vec()))
@@ -30,6 +31,8 @@ fn kappaflow_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(drain::drain, m)?)?;
     m.add("MESSAGE_LAYOUTS", messages::KNOWN_VERSIONS.to_vec())?;
     m.add_class::<messages::MessageRuns>()?;
+    m.add("PRODUCER_LAYOUTS", produce::KNOWN_VERSIONS.to_vec())?;
+    m.add_class::<produce::ProduceSend>()?;
     m.add_class::<aggregate::AggregateStage>()?;
     m.add_class::<stages::StatelessStage>()?;
     m.add_class::<stages::SinkStage>()?;
