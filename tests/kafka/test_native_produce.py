@@ -56,9 +56,7 @@ def collector(
 
 def landed(bootstrap: str, topic: str) -> list[tuple[Any, ...]]:
     found = read_topic(bootstrap, topic, expected=len(RECORDS), timeout=20, committed_only=True)
-    return sorted(
-        (m.partition(), m.offset(), m.key(), m.value(), m.timestamp(), m.headers()) for m in found
-    )
+    return sorted((m.partition(), m.offset(), m.key(), m.value(), m.timestamp(), m.headers()) for m in found)
 
 
 @pytest.mark.parametrize("exactly_once", [False, True], ids=["at_least_once", "exactly_once_v2"])

@@ -101,7 +101,9 @@ def test_a_rejected_sink_record_in_a_transaction_fails_the_commit_and_nothing_of
 ):
     changelog = kafka_topics("changelog", partitions=2)
     sink = kafka_topics("sink", config={"max.message.bytes": "1024"})
-    producer, collector = _producer(kafka_bootstrap, exactly_once=True, txn=f"collector-{sink}", native=native)
+    producer, collector = _producer(
+        kafka_bootstrap, exactly_once=True, txn=f"collector-{sink}", native=native
+    )
     producer.begin()
     for i in range(3):
         collector.send_changelog(changelog, b"k%d" % i, b"v", 1000 + i, 1)

@@ -137,8 +137,12 @@ impl ProduceSend {
         }
         let type_ptr = producer_type.as_type_ptr();
         // SAFETY: a live type object; tp_name is a NUL-terminated C string.
-        let (name, basic_size) =
-            unsafe { (CStr::from_ptr((*type_ptr).tp_name), (*type_ptr).tp_basicsize) };
+        let (name, basic_size) = unsafe {
+            (
+                CStr::from_ptr((*type_ptr).tp_name),
+                (*type_ptr).tp_basicsize,
+            )
+        };
         if name != PRODUCER_TYPE_NAME || basic_size != size_of::<CflHandle>() as ffi::Py_ssize_t {
             return Err(PyValueError::new_err(format!(
                 "{name:?} of {basic_size} bytes is not the confluent-kafka {version} Producer \
@@ -178,6 +182,7 @@ impl ProduceSend {
         })
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn __call__(
         &self,
         py: Python<'_>,
@@ -265,7 +270,7 @@ impl ProduceSend {
                 .map(drop);
         }
         let sent = self.sent.fetch_add(1, Ordering::Relaxed) + 1;
-        if sent % SERVE_EVERY == 0 {
+        if sent.is_multiple_of(SERVE_EVERY) {
             self.clients
                 .bind(py)
                 .call_method0(intern!(py, "serve_reports"))?;
@@ -294,7 +299,8 @@ impl ProduceSend {
                 .cast::<PyList>()
                 .map(|list| list.is_empty())
                 .unwrap_or(false);
-        let (Some((key_ptr, key_len)), Some((value_ptr, value_len))) = (payload(key), payload(value))
+        let (Some((key_ptr, key_len)), Some((value_ptr, value_len))) =
+            (payload(key), payload(value))
         else {
             return Ok(false);
         };
