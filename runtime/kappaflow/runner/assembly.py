@@ -114,7 +114,9 @@ def assemble(
     handler = production_handler(config.get("production.exception.handler"))
     producer = StreamsProducer(settings["producer"], config.exactly_once, handler, api_timeout_s)
     collector = KafkaRecordCollector(producer, admin)
-    core = native.core(config.get_bool("kappaflow.native.enabled"))
+    core = native.core(
+        config.get_bool("kappaflow.native.enabled") and config.get_bool("kappaflow.native.produce.enabled")
+    )
     sender = None if core is None else native_send(core, producer, collector.send, collector.report_error)
     if sender is not None:
         collector.use_native(sender)
