@@ -72,10 +72,12 @@ def native_send(
     version = confluent_version()
     try:
         probe_send(core, version, library)
-        return core.ProduceSend(clients, fallback, on_delivery, Producer, version, library)
-    except (ValueError, AssertionError) as exc:
+        sender = core.ProduceSend(clients, fallback, on_delivery, Producer, version, library)
+    except ValueError as exc:
         log.warning("records produced through confluent-kafka: %s", exc)
         return None
+    log.info("sink and repartition records produced natively (rd_kafka_producev in %s)", library)
+    return sender
 
 
 def probe_send(core: NativeCore, version: str, library: str) -> None:
