@@ -106,3 +106,26 @@ def test_a_record_over_the_producer_limit_raises_the_same_error(kafka_bootstrap,
     if sender is not None:
         assert sender.sent == 1
     producer.close()
+
+
+@pytest.mark.parametrize("native", [False, True], ids=["python", "native"])
+def test_an_unknown_topic_fails_as_the_python_path_does(kafka_bootstrap, kafka_topics, native):
+    """The broker creates no topic: the first record fails in its delivery report, which reaches the
+    collector's error callback (through the core's per-message state on the native path); once
+    librdkafka knows the topic is missing, the next produce fails at once, raised by the Python send."""
+    missing = f"{kafka_topics('present')}-missing"
+    producer, sink, sender = collector(
+        kafka_bootstrap,
+        False,
+        native,
+        **{"topic.metadata.propagation.max.ms": 10, "message.timeout.ms": 5000},
+    )
+    sink.send(missing, b"k", b"v", None, 1_000, None)
+    with pytest.raises(ProductionError, match=f"producing to '{missing}' failed"):
+        producer.flush()
+    with pytest.raises(ProductionError, match=f"'{missing}'"):
+        sink.send(missing, b"k", b"v", None, 1_000, None)
+        producer.flush()
+    if sender is not None:
+        assert sender.sent == 1  # the first went natively; the second was refused and raised in Python
+    producer.close()
