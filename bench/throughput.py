@@ -232,8 +232,17 @@ def repartition_wordcount(
     return lines / (finished - started)
 
 
-def kappaflow_run(bootstrap: str, source: str, sink: str, lines: int, words: int, guarantee: str) -> float:
-    """kappaflow's word count, timed on its own processed-records counter like the Java peer times itself."""
+def kappaflow_run(
+    bootstrap: str,
+    source: str,
+    sink: str,
+    lines: int,
+    words: int,
+    guarantee: str,
+    extra: dict[str, str] | None = None,
+) -> float:
+    """kappaflow's word count, timed on its own processed-records counter like the Java peer times itself;
+    `extra`: settings over the defaults (the `--before` rows)."""
     expected = lines + lines * words  # both sub-topologies process: lines, then words
     state_dir = tempfile.mkdtemp(prefix="kappaflow-bench-")
     config: dict[str, Any] = {
@@ -242,6 +251,7 @@ def kappaflow_run(bootstrap: str, source: str, sink: str, lines: int, words: int
         "state.dir": state_dir,
         "processing.guarantee": guarantee,
         "metrics.port": -1,
+        **(extra or {}),
     }
     app = KafkaStreams(wordcount_topology(source, sink), config)
     app.start()
@@ -338,7 +348,7 @@ def run_one(name: str, args: argparse.Namespace, bootstrap: str, source: str, cl
         return python_peers.run_faust(
             bootstrap, source, sink, words_topic, faust_lines, args.words, args.partitions
         )
-    return kappaflow_run(bootstrap, source, sink, args.lines, args.words, name)
+    return kappaflow_run(bootstrap, source, sink, args.lines, args.words, name, {})
 
 
 def print_table(results: dict[str, float | None]) -> None:
@@ -387,6 +397,12 @@ def main() -> int:
     parser.add_argument(
         "--repeat", type=int, default=1, help="run every row N times, interleaved, and keep each row's best"
     )
+    parser.add_argument(
+        "--before",
+        default="",
+        help="key=value,...: run each kappaflow row a second time with these settings (the code a change "
+        "replaced), interleaved in every round, and print now / before",
+    )
     args = parser.parse_args()
     runs = [
         name
@@ -410,6 +426,9 @@ def main() -> int:
         print(f"==> writing {args.lines} lines of {args.words} words to {source}", flush=True)
         fill(bootstrap, source, args.lines, args.words)
         results: dict[str, float | None] = {}
+        before = dict(item.split("=", 1) for item in args.before.split(",") if item)
+        befores: dict[str, list[float]] = {}
+        nows: dict[str, list[float]] = {}
         # Rounds interleave the rows, so a slow spell of the shared machine does not hit one row only; the
         # best of the rounds is each row's number (the raw loop alone swings 2-3x between runs here).
         for round_number in range(1, max(args.repeat, 1) + 1):
@@ -424,7 +443,24 @@ def main() -> int:
                     continue
                 print(f"    {value:,.0f} lines/s", flush=True)
                 results[name] = max(value, results.get(name) or 0.0)
+                if before and name in ("at_least_once", "exactly_once_v2"):
+                    nows.setdefault(name, []).append(value)
+                    print(f"==> {RUNS[name]} with {args.before} ...", flush=True)
+                    guarantee, sink = name, f"bench-out-before-{uuid.uuid4().hex[:6]}"
+                    create_topic(AdminClient({"bootstrap.servers": bootstrap}), sink, args.partitions)
+                    old = kappaflow_run(bootstrap, source, sink, args.lines, args.words, guarantee, before)
+                    print(f"    {old:,.0f} lines/s", flush=True)
+                    befores.setdefault(name, []).append(old)
         print_table(results)
+        for name, values in nows.items():
+            old_values = befores[name]
+            rounds = " ".join(
+                f"{n / 1000:.1f}/{o / 1000:.1f}k" for n, o in zip(values, old_values, strict=True)
+            )
+            print(
+                f"{RUNS[name]}: now / before ({args.before}), paired rounds {rounds}; best now / best before "
+                f"{max(values) / max(old_values):.2f}"
+            )
     return 0
 
 

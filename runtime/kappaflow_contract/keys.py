@@ -81,6 +81,9 @@ DEFAULTS: dict[str, Any] = {
     # is installed (kappaflow_native, Rust); false, or the core absent, runs the Python references
     # (drain_python, the generic processors): same results, slower
     "kappaflow.native.enabled": True,
+    # with the native core on, produce sink and repartition records through librdkafka's C API from the
+    # core (kappaflow.runner.native_produce); false produces them through confluent-kafka's Python produce
+    "kappaflow.native.produce.enabled": True,
     "topology.optimization": "none",
     # KIP-1111: StreamsBuilder.build(props) refuses generated internal topic and store names
     "ensure.explicit.internal.resource.naming": False,

@@ -17,29 +17,44 @@ from kappaflow.api.errors import HandlerResponse, TransactionAbortedError
 from kappaflow.api.record import Headers
 from kappaflow.clients.admin import InternalTopicManager
 from kappaflow.clients.kafka import KafkaRecordCollector, ProductionError
+from kappaflow.runner.native_produce import native_send
 from kappaflow.runner.producer import StreamsProducer
+from kappaflow.tasks.native import installed_core
 from tests.kafka.streams_support import read_topic
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
 
 
 def _producer(
-    bootstrap: str, exactly_once: bool, handler: Any = None, txn: str = ""
+    bootstrap: str, exactly_once: bool, handler: Any = None, txn: str = "", native: bool = False
 ) -> tuple[StreamsProducer, KafkaRecordCollector]:
+    """`native`: sink records through the native core's send (produce.rs), the rest as before."""
     settings: dict[str, Any] = {"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"}
     if exactly_once:
         settings["transactional.id"] = txn
     admin = InternalTopicManager({"bootstrap.servers": bootstrap})
     producer = StreamsProducer(settings, exactly_once, handler, api_timeout_s=30)
-    return producer, KafkaRecordCollector(producer, admin)
+    collector = KafkaRecordCollector(producer, admin)
+    if native:
+        core = installed_core()
+        if core is None:
+            pytest.skip("the native core is not installed")
+        sender = native_send(core, producer, collector.send, collector.report_error)
+        assert sender is not None
+        collector.use_native(sender)
+    return producer, collector
 
 
+both_paths = pytest.mark.parametrize("native", [False, True], ids=["python", "native"])
+
+
+@both_paths
 def test_at_least_once_tracks_changelog_offsets_only_and_a_rejected_record_fails_the_flush(
-    kafka_bootstrap, kafka_topics
+    kafka_bootstrap, kafka_topics, native
 ):
     changelog = kafka_topics("changelog", partitions=2)
     sink = kafka_topics("sink", partitions=2, config={"max.message.bytes": "1024"})
-    producer, collector = _producer(kafka_bootstrap, exactly_once=False)
+    producer, collector = _producer(kafka_bootstrap, exactly_once=False, native=native)
     for i in range(3):
         collector.send_changelog(changelog, b"k%d" % i, b"v", 1000 + i, 1)
     collector.send(sink, b"small", b"v", None, 1000, None)
@@ -59,7 +74,10 @@ def test_at_least_once_tracks_changelog_offsets_only_and_a_rejected_record_fails
     producer.close()
 
 
-def test_at_least_once_hands_a_rejected_record_to_the_production_handler(kafka_bootstrap, kafka_topics):
+@both_paths
+def test_at_least_once_hands_a_rejected_record_to_the_production_handler(
+    kafka_bootstrap, kafka_topics, native
+):
     sink = kafka_topics("sink", config={"max.message.bytes": "1024"})
     handled: list[tuple[str, bytes]] = []
 
@@ -67,7 +85,7 @@ def test_at_least_once_hands_a_rejected_record_to_the_production_handler(kafka_b
         handled.append((msg.topic(), msg.key()))
         return HandlerResponse.CONTINUE  # the record is dropped, the flush succeeds
 
-    producer, collector = _producer(kafka_bootstrap, exactly_once=False, handler=drop)
+    producer, collector = _producer(kafka_bootstrap, exactly_once=False, handler=drop, native=native)
     collector.send(sink, b"big", b"x" * 4096, None, 1000, None)
     producer.flush()  # (flushed alone: the broker rejects a whole batch holding it)
     collector.send(sink, b"small", b"v", None, 1000, None)
@@ -77,12 +95,15 @@ def test_at_least_once_hands_a_rejected_record_to_the_production_handler(kafka_b
     producer.close()
 
 
+@both_paths
 def test_a_rejected_sink_record_in_a_transaction_fails_the_commit_and_nothing_of_it_is_read(
-    kafka_bootstrap, kafka_topics
+    kafka_bootstrap, kafka_topics, native
 ):
     changelog = kafka_topics("changelog", partitions=2)
     sink = kafka_topics("sink", config={"max.message.bytes": "1024"})
-    producer, collector = _producer(kafka_bootstrap, exactly_once=True, txn=f"collector-{sink}")
+    producer, collector = _producer(
+        kafka_bootstrap, exactly_once=True, txn=f"collector-{sink}", native=native
+    )
     producer.begin()
     for i in range(3):
         collector.send_changelog(changelog, b"k%d" % i, b"v", 1000 + i, 1)

@@ -396,6 +396,9 @@ NOT_KAPPAFLOW_ATTRIBUTES = {"popleft", "move_to_end", "decode", "__slots__", "__
 # librdkafka-held headers) and rocksdict WriteBatch's methods (restore.rs)
 NOT_KAPPAFLOW_ATTRIBUTES |= {"error", "headers", "offset", "timestamp", "key", "value", "topic", "partition"}
 NOT_KAPPAFLOW_ATTRIBUTES |= {"put", "delete"}
+# the collector's producer clients (the ProducerClients protocol, not a slotted record): produce.rs reads
+# the current producer per record, as the collector does, and serves reports every 1024 records
+NOT_KAPPAFLOW_ATTRIBUTES |= {"producer", "serve_reports"}
 
 
 def touched_classes() -> list[tuple[type, tuple[str, ...]]]:

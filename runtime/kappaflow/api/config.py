@@ -75,6 +75,7 @@ BOOL_KEYS = {
     "kappaflow.internal.topics.create",
     "kappaflow.fusion.enabled",
     "kappaflow.native.enabled",
+    "kappaflow.native.produce.enabled",
     "ensure.explicit.internal.resource.naming",
 }
 

@@ -224,6 +224,13 @@ KEY_DOCS: dict[str, tuple[str, str, str]] = {
         "Run the drain loop, compiled stages and restoring's per-record loops in the native core when it is "
         "installed; false runs their Python twins.",
     ),
+    "kappaflow.native.produce.enabled": (
+        "",
+        "",
+        "With the native core on, produce sink and repartition records through librdkafka's C API from "
+        "the core (confluent-kafka's own rd_kafka_t); false produces them through confluent-kafka's Python "
+        "produce. Same records, same delivery reports and transactions.",
+    ),
     "topology.optimization": (
         "list",
         SC + "TOPOLOGY_OPTIMIZATION_CONFIG",

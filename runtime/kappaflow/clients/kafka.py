@@ -340,10 +340,28 @@ class KafkaRecordCollector:
         self._clients = clients
         self._metadata_source = metadata_source
         self._partition_counts: dict[str, int] = {}
-        self.sent = 0
+        self._sent = 0  # through `send` here; `sent` adds the native send's
+        self._native: Any = None
         # the delivery callbacks, bound once, not per record (the reports object outlives producers)
         self._report_offset = clients.deliveries.on_delivery
         self._report_error = clients.deliveries.on_error_only
+
+    @property
+    def sent(self) -> int:
+        """Records sent, by this collector and by the native send it was given."""
+        return self._sent + (self._native.sent if self._native is not None else 0)
+
+    @property
+    def report_error(self) -> Any:
+        """The delivery callback of sink and repartition records (None: the producer's default)."""
+        return self._report_error
+
+    def use_native(self, native_send: Any) -> None:
+        """Send sink and repartition records through `native_send` (kappaflow.runner.native_produce),
+        which falls back to this collector's `send` for what it does not produce itself. The method
+        stays the reference; the instance attribute shadows it for the sinks that read `send`."""
+        self._native = native_send
+        self.send = native_send  # type: ignore[method-assign]
 
     def send(
         self,
@@ -364,8 +382,8 @@ class KafkaRecordCollector:
                 raise production_failure(exc, f"cannot produce to '{topic}'") from exc
         else:
             produce_record(producer, topic, key, value, headers, timestamp, partition, self._report_error)
-        self.sent += 1  # counted inline: this runs for every record
-        if self.sent & 0x3FF == 0:  # every 1024 records: neither producer's queue of reports grows
+        self._sent += 1  # counted inline: this runs for every record
+        if self._sent & 0x3FF == 0:  # every 1024 records: neither producer's queue of reports grows
             self._clients.serve_reports()
 
     def send_dead_letter(
@@ -388,7 +406,7 @@ class KafkaRecordCollector:
                 self._report_error(err, msg)
 
         produce_record(self._clients.changelog_producer, topic, key, value, headers, timestamp, None, report)
-        self.sent += 1
+        self._sent += 1
 
     def send_changelog(
         self, topic: str, key: bytes, value: bytes | None, timestamp: int, partition: int
@@ -403,8 +421,8 @@ class KafkaRecordCollector:
             partition,
             self._report_offset,
         )
-        self.sent += 1
-        if self.sent & 0x3FF == 0:
+        self._sent += 1
+        if self._sent & 0x3FF == 0:
             self._clients.serve_reports()
 
     def partition_count(self, topic: str) -> int | None:

@@ -27,6 +27,7 @@ from kappaflow.runner.commit import Committer
 from kappaflow.runner.global_state import GlobalStateUpdater
 from kappaflow.runner.held_inputs import HeldInputs
 from kappaflow.runner.metadata import TopologyIndex, endpoint_of
+from kappaflow.runner.native_produce import native_send
 from kappaflow.runner.open_transactions import hanging_after_s
 from kappaflow.runner.producer import StreamsProducer, production_handler
 from kappaflow.runner.rebalance import RebalanceHandler
@@ -114,6 +115,12 @@ def assemble(
     handler = production_handler(config.get("production.exception.handler"))
     producer = StreamsProducer(settings["producer"], config.exactly_once, handler, api_timeout_s)
     collector = KafkaRecordCollector(producer, admin)
+    core = native.core(
+        config.get_bool("kappaflow.native.enabled") and config.get_bool("kappaflow.native.produce.enabled")
+    )
+    sender = None if core is None else native_send(core, producer, collector.send, collector.report_error)
+    if sender is not None:
+        collector.use_native(sender)
     global_state = None
     if topology.global_stores:
         global_state = GlobalStateUpdater(topology, config, collector, metrics, settings["restore"], now_ms)

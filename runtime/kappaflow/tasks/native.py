@@ -26,7 +26,7 @@ from kappaflow.tasks.drain import Drained, DrainPlan, RawTuple
 
 log = logging.getLogger(__name__)
 
-PROTOCOL = 7
+PROTOCOL = 8
 """The version of the calls below; a core built from other sources says another and is not used."""
 
 TOUCHES: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -230,12 +230,34 @@ class ChangelogMessages(Protocol):
         ...
 
 
+class ProduceSend(Protocol):
+    """The native twin of `KafkaRecordCollector.send` (produce.rs)."""
+
+    sent: int  # records produced natively
+
+    def __init__(
+        self, clients: Any, fallback: Callable[..., None], on_delivery: Any, producer_type: type,
+        version: str, library: str, /,
+    ) -> None: ...  # fmt: skip
+
+    def __call__(
+        self, topic: str, key: bytes | None, value: bytes | None, headers: Headers | None, timestamp: int,
+        partition: int | None, /,
+    ) -> None: ...  # fmt: skip
+
+    def inspect(self, producer: Any, /) -> tuple[str, Any, bool]:
+        """(rd_kafka_name, default delivery callback, delivery.report.only.error) from the struct."""
+        ...
+
+
 class NativeCore(Protocol):
     PROTOCOL: int
     TOUCHES: list[tuple[str, list[str]]]
     MESSAGE_LAYOUTS: list[str]  # the confluent-kafka versions whose Message struct the core reads
     MessageRuns: type[MessageRuns]
     ChangelogMessages: type[ChangelogMessages]
+    PRODUCER_LAYOUTS: list[str]  # the confluent-kafka versions whose Producer struct the core uses
+    ProduceSend: type[ProduceSend]
     AggregateStage: type[AggregateStage]
     StatelessStage: type[StatelessStage]
     SinkStage: type[SinkStage]

@@ -19,6 +19,7 @@ mod drain;
 mod failure;
 mod messages;
 mod restore;
+mod produce;
 mod slots;
 mod stages;
 mod touches;
@@ -27,7 +28,7 @@ use pyo3::prelude::*;
 
 #[pymodule]
 fn kappaflow_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add("PROTOCOL", 7)?;
+    m.add("PROTOCOL", 8)?;
     let touches: Vec<(&str, Vec<&str>)> = touches::TOUCHES
         .iter()
         .map(|(class, attributes)| (*class, attributes.to_vec()))
@@ -37,6 +38,8 @@ fn kappaflow_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MESSAGE_LAYOUTS", messages::KNOWN_VERSIONS.to_vec())?;
     m.add_class::<messages::MessageRuns>()?;
     m.add_class::<restore::ChangelogMessages>()?;
+    m.add("PRODUCER_LAYOUTS", produce::KNOWN_VERSIONS.to_vec())?;
+    m.add_class::<produce::ProduceSend>()?;
     m.add_class::<aggregate::AggregateStage>()?;
     m.add_class::<stages::StatelessStage>()?;
     m.add_class::<stages::SinkStage>()?;

@@ -14,6 +14,7 @@ use pyo3::{PyTraverseError, PyVisit};
 
 use crate::aggregate::AggregateStage;
 use crate::failure::FailureMark;
+use crate::produce::ProduceSend;
 use crate::slots::encode_utf8;
 
 /// A stage's downstream: a native stage called in Rust, or any Python stage.
@@ -258,6 +259,8 @@ pub struct SinkStage {
     topic: Py<PyAny>,
     name: String,
     send: Py<PyAny>,
+    /// `send` when it is the native producer's: called without the interpreter.
+    native_send: Option<Py<ProduceSend>>,
     key_utf8: bool,
     value_utf8: bool,
     key_serializer: Py<PyAny>,
@@ -272,10 +275,12 @@ impl SinkStage {
     #[new]
     fn new<'py>(py: Python<'py>, plan: &Bound<'py, PyAny>) -> PyResult<Self> {
         let get = |name: &Bound<'py, PyString>| plan.getattr(name);
+        let send = get(intern!(py, "send"))?;
         Ok(SinkStage {
             topic: get(intern!(py, "topic"))?.unbind(),
             name: get(intern!(py, "node"))?.extract()?,
-            send: get(intern!(py, "send"))?.unbind(),
+            send: send.clone().unbind(),
+            native_send: send.cast::<ProduceSend>().ok().map(|s| s.clone().unbind()),
             key_utf8: get(intern!(py, "key_utf8"))?.is_truthy()?,
             value_utf8: get(intern!(py, "value_utf8"))?.is_truthy()?,
             key_serializer: get(intern!(py, "key_serializer"))?.unbind(),
@@ -300,6 +305,9 @@ impl SinkStage {
     /// See `StatelessStage::__traverse__`.
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
         visit.call(&self.send)?;
+        if let Some(native) = &self.native_send {
+            visit.call(native)?;
+        }
         visit.call(&self.key_serializer)?;
         visit.call(&self.value_serializer)?;
         self.failure.traverse(&visit)
@@ -371,6 +379,18 @@ impl SinkStage {
                 return Err(PyErr::from_value(
                     self.streams_error.bind(py).call1((message,))?,
                 ));
+            }
+            if let Some(native) = &self.native_send {
+                native.get().send(
+                    py,
+                    self.topic.bind(py),
+                    &raw_key,
+                    &raw_value,
+                    headers,
+                    timestamp,
+                    &py.None().into_bound(py),
+                )?;
+                return Ok(());
             }
             self.send.bind(py).call1((
                 self.topic.bind(py),

@@ -1,0 +1,112 @@
+"""Whether the stream thread's sink and repartition records are produced by the native core
+(`ProduceSend`, runtime/native/src/produce.rs) or through confluent-kafka's `Producer.produce`.
+
+The native send calls `rd_kafka_producev` with the `rd_kafka_t` inside confluent-kafka's Producer, so it
+is only used where the core knows the installed confluent-kafka's structs (`PRODUCER_LAYOUTS`), the one
+librdkafka in the process is found (the library confluent-kafka's `cimpl` loaded), the interpreter runs
+with the GIL, and a probe passes: a producer with no broker gets one record natively with an error
+callback and one without, their queued messages are purged, and the purge's delivery reports must reach
+the callback exactly as for a record produced through `Producer.produce` (the `Producer_msgstate` the
+core builds is the one confluent-kafka frees), while the one without a callback reaches nothing.
+
+Changelog records stay on the Python path: their delivery reports carry the offsets the checkpoints
+need, through a callback per record; the native send would carry that callback the same way, but the
+changelog producer sends a small share of the records (one per dirty cache entry per commit)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka
+from confluent_kafka import KafkaError, Producer
+
+from kappaflow.tasks.native import NativeCore, ProduceSend
+
+log = logging.getLogger(__name__)
+
+PROBE_CLIENT_ID = "kappaflow-native-produce-probe"
+
+
+def mapped_librdkafka(maps: str = "/proc/self/maps") -> str | None:
+    """The path of the one librdkafka mapped in this process, or None (none, several, or no /proc)."""
+    try:
+        text = Path(maps).read_text()
+    except OSError:
+        return None
+    found = {line.split(maxsplit=5)[5] for line in text.splitlines() if "/librdkafka" in line}
+    return found.pop() if len(found) == 1 else None
+
+
+def confluent_version() -> str:
+    found = confluent_kafka.version()  # "2.16.1" in 2.16; older releases returned (version, int)
+    return str(found[0] if isinstance(found, tuple) else found)
+
+
+class _ProbeClients:
+    """The collector's producer clients, for the probe: one producer with no broker."""
+
+    def __init__(self, producer: Producer) -> None:
+        self.producer = producer
+
+    def serve_reports(self) -> None:
+        self.producer.poll(0)
+
+
+def native_send(
+    core: NativeCore, clients: Any, fallback: Callable[..., None], on_delivery: Any
+) -> ProduceSend | None:
+    """The core's send for `clients`' producer (`fallback` is the collector's Python send, `on_delivery`
+    the callback it passes), or None, logged, when it cannot be used (module docstring)."""
+    gil_enabled: Callable[[], bool] = getattr(sys, "_is_gil_enabled", lambda: True)
+    if not gil_enabled():
+        log.warning("records produced through confluent-kafka: the interpreter runs without the GIL")
+        return None
+    library = mapped_librdkafka()
+    if library is None:
+        log.warning("records produced through confluent-kafka: librdkafka not found mapped once")
+        return None
+    version = confluent_version()
+    try:
+        probe_send(core, version, library)
+        sender = core.ProduceSend(clients, fallback, on_delivery, Producer, version, library)
+    except ValueError as exc:
+        log.warning("records produced through confluent-kafka: %s", exc)
+        return None
+    log.info("sink and repartition records produced natively (rd_kafka_producev in %s)", library)
+    return sender
+
+
+def probe_send(core: NativeCore, version: str, library: str) -> None:
+    """Produce through the core and through confluent-kafka to a producer with no broker, purge, and
+    compare the delivery reports (ValueError when they differ)."""
+    reports: list[tuple[int, str, int | None, bytes | None, bytes | None]] = []
+
+    def report(err: KafkaError | None, msg: Any) -> None:
+        reports.append((err.code() if err else 0, msg.topic(), msg.partition(), msg.key(), msg.value()))
+
+    producer = Producer({"client.id": PROBE_CLIENT_ID, "bootstrap.servers": "127.0.0.1:1", "log_level": 0})
+    clients = _ProbeClients(producer)
+
+    def refuse(*_: Any) -> None:
+        raise ValueError("the probe record went through the Python send")
+
+    try:
+        with_report = core.ProduceSend(clients, refuse, report, Producer, version, library)
+        without = core.ProduceSend(clients, refuse, None, Producer, version, library)
+        name, default_cb, only_error = with_report.inspect(producer)
+        if not name.startswith(f"{PROBE_CLIENT_ID}#producer-") or default_cb is not None or only_error:
+            raise ValueError(f"the Producer's struct reads back otherwise ({name!r}, {only_error})")
+        with_report("probe", b"k", b"v", None, 5, 0)
+        without("probe", None, b"w", None, 6, None)
+        producer.produce("probe", b"v", b"k", partition=0, timestamp=5, on_delivery=report)
+        producer.purge(in_queue=True, in_flight=True)
+        producer.flush(5)
+        purged = (KafkaError._PURGE_QUEUE, "probe", 0, b"k", b"v")
+        if reports != [purged, purged]:
+            raise ValueError(f"the probe's delivery reports differ: {reports}")
+    finally:
+        producer.purge()
