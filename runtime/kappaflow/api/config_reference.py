@@ -105,8 +105,9 @@ KEY_DOCS: dict[str, tuple[str, str, str]] = {
     "commit.interval.ms": (
         "",
         SC + "COMMIT_INTERVAL_MS_CONFIG",
-        "How often offsets, stores and changelogs are committed. Unset: 30000, or 100 under "
-        "`exactly_once_v2`.",
+        "How often offsets, stores and changelogs are committed, counted from each commit's start (a "
+        "commit longer than half the interval is followed by at least half an interval of processing). "
+        "Unset: 30000, or 100 under `exactly_once_v2`.",
     ),
     "processing.guarantee": (
         "`at_least_once` \\| `exactly_once_v2`",
@@ -183,7 +184,11 @@ KEY_DOCS: dict[str, tuple[str, str, str]] = {
         "Static group membership: a restart within the session timeout is no rebalance (the operator sets "
         "the pod name).",
     ),
-    "poll.ms": ("", SC + "POLL_MS_CONFIG", "How long a poll waits for records when none are fetched."),
+    "poll.ms": (
+        "",
+        SC + "POLL_MS_CONFIG",
+        "How long a poll waits for records when none are fetched (never past the next commit's due time).",
+    ),
     "max.task.idle.ms": (
         "",
         SC + "MAX_TASK_IDLE_MS_CONFIG",
