@@ -89,8 +89,9 @@ class StreamThread:
         self.poll_timeout = config.get_int("poll.ms") / 1000.0
         self._consumer_failure: KafkaError | None = None  # set by librdkafka's error callback
         self._last_lag = self._last_served = time.monotonic()
-        # counted from each commit's start (runner/commit_timing.py)
+        # counted from each commit's start while the thread keeps up (runner/commit_timing.py)
         self._commit_due = self._last_lag + self.commit_interval
+        self._caught_up = False  # found nothing left to process since the last commit
         self._last_sample = 0.0  # the first iteration samples
         self.loop_ratios = LoopRatios(metrics)  # the thread's poll/restore/process/punctuate/commit ratios
         self._with_async: list[StreamTask] = []  # the last iteration's running tasks with asynchronous nodes
@@ -177,6 +178,7 @@ class StreamThread:
         started = time.perf_counter()  # the iteration's start and the poll's
         messages = consumer.consume(BATCH, 0)
         if not messages and not busy:
+            self._caught_up = True
             # calls are pending only in tasks that had asynchronous nodes when they last processed
             if self._with_async and tm.async_pending():  # wake for a completed call, or soon for records
                 tm.async_executor.wait_for_completion(min(self.poll_timeout, ASYNC_WAIT_S))
@@ -304,7 +306,8 @@ class StreamThread:
         if self.global_state is not None:
             self.global_state.checkpoint()
         self.purger.committed(offsets)
-        self._commit_due = next_commit_due(started, time.monotonic(), self.commit_interval)
+        self._commit_due = next_commit_due(started, time.monotonic(), self.commit_interval, self._caught_up)
+        self._caught_up = False
         self._publish_sent()
 
     def _publish_sent(self) -> None:
