@@ -105,9 +105,9 @@ KEY_DOCS: dict[str, tuple[str, str, str]] = {
     "commit.interval.ms": (
         "",
         SC + "COMMIT_INTERVAL_MS_CONFIG",
-        "How often offsets, stores and changelogs are committed, counted from each commit's start (a "
-        "commit longer than half the interval is followed by at least half an interval of processing). "
-        "Unset: 30000, or 100 under `exactly_once_v2`.",
+        "How often offsets, stores and changelogs are committed: counted from each commit's start while "
+        "the thread keeps up with its input, else from its end (as Kafka Streams), and at least half an "
+        "interval after a commit ends. Unset: 30000, or 100 under `exactly_once_v2`.",
     ),
     "processing.guarantee": (
         "`at_least_once` \\| `exactly_once_v2`",
