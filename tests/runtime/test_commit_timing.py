@@ -33,13 +33,20 @@ def test_a_thread_that_does_not_keep_up_counts_from_the_commits_end_as_kafka_str
 
 
 def test_a_poll_waits_poll_ms_when_the_commit_is_further_away() -> None:
-    assert poll_wait(0.1, now=5.0, commit_due=5.5) == pytest.approx(0.1)
+    assert poll_wait(0.1, now=5.0, commit_due=5.5, pending=True) == pytest.approx(0.1)
 
 
 def test_a_poll_stops_waiting_at_the_commits_due_time() -> None:
-    assert poll_wait(0.1, now=5.0, commit_due=5.03) == pytest.approx(0.03)
+    assert poll_wait(0.1, now=5.0, commit_due=5.03, pending=True) == pytest.approx(0.03)
 
 
 def test_a_poll_does_not_wait_once_the_commit_is_due() -> None:
-    assert poll_wait(0.1, now=5.2, commit_due=5.1) == 0.0
-    assert poll_wait(0.1, now=5.1, commit_due=5.1) == 0.0
+    assert poll_wait(0.1, now=5.2, commit_due=5.1, pending=True) == 0.0
+    assert poll_wait(0.1, now=5.1, commit_due=5.1, pending=True) == 0.0
+
+
+def test_an_idle_thread_with_nothing_to_commit_waits_the_whole_poll() -> None:
+    # nothing processed since the last commit: waking for the due time would commit nothing, and with
+    # commit.interval.ms=0 the loop would spin
+    assert poll_wait(0.1, now=5.0, commit_due=5.03, pending=False) == pytest.approx(0.1)
+    assert poll_wait(0.1, now=5.2, commit_due=5.2, pending=False) == pytest.approx(0.1)

@@ -15,9 +15,9 @@ time out of processing, at 20-40 ms a commit 15-40% more of it, and cost through
 what is short. Either way at least `MIN_PROCESSING_SHARE` of an interval passes between the end of one
 commit and the start of the next, so a slow broker cannot turn the loop into back-to-back commits.
 
-And a poll that waits for records (none fetched) waits no longer than until the next commit is due:
-with records trickling in, a `poll.ms` wait (100 ms) that starts just before the due time postponed
-the commit by up to that much.
+And a poll that waits for records (none fetched) waits no longer than until the next commit is due,
+when there is something to commit: with records trickling in, a `poll.ms` wait (100 ms) that starts just
+before the due time postponed the commit by up to that much.
 """
 
 from __future__ import annotations
@@ -37,7 +37,11 @@ def next_commit_due(started: float, finished: float, interval: float, caught_up:
     return max(started + interval, finished + interval * MIN_PROCESSING_SHARE)
 
 
-def poll_wait(poll_timeout: float, now: float, commit_due: float) -> float:
+def poll_wait(poll_timeout: float, now: float, commit_due: float, pending: bool) -> float:
     """How long a poll for records may block: `poll.ms`, cut short at the next commit's due time (0 when
-    it is due already: the loop then commits without waiting)."""
+    it is due already: the loop then commits without waiting) when a commit has something to do
+    (`pending`: a task processed, punctuated or asked for a commit since the last one). An idle thread
+    with nothing to commit waits the whole `poll.ms`: with `commit.interval.ms=0` it would spin."""
+    if not pending:
+        return poll_timeout
     return max(0.0, min(poll_timeout, commit_due - now))

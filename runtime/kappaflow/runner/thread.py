@@ -183,7 +183,8 @@ class StreamThread:
             if self._with_async and tm.async_pending():  # wake for a completed call, or soon for records
                 tm.async_executor.wait_for_completion(min(self.poll_timeout, ASYNC_WAIT_S))
             else:  # up to poll.ms, but not past the next commit's due time
-                wait = poll_wait(self.poll_timeout, time.monotonic(), self._commit_due)
+                pending = any(t.commit_needed() for t in tm.running())
+                wait = poll_wait(self.poll_timeout, time.monotonic(), self._commit_due, pending)
                 messages = consumer.consume(1, wait)
         poll_seconds = time.perf_counter() - started
         self.metrics.increment("poll-seconds-total", poll_seconds)
