@@ -187,7 +187,8 @@ KEY_DOCS: dict[str, tuple[str, str, str]] = {
     "poll.ms": (
         "",
         SC + "POLL_MS_CONFIG",
-        "How long a poll waits for records when none are fetched (never past the next commit's due time).",
+        "How long a poll waits for records when none are fetched (never past the due time of a commit "
+        "with something to commit).",
     ),
     "max.task.idle.ms": (
         "",
