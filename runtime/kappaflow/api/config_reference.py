@@ -105,8 +105,9 @@ KEY_DOCS: dict[str, tuple[str, str, str]] = {
     "commit.interval.ms": (
         "",
         SC + "COMMIT_INTERVAL_MS_CONFIG",
-        "How often offsets, stores and changelogs are committed. Unset: 30000, or 100 under "
-        "`exactly_once_v2`.",
+        "How often offsets, stores and changelogs are committed: counted from each commit's start while "
+        "the thread keeps up with its input, else from its end (as Kafka Streams), and at least half an "
+        "interval after a commit ends. Unset: 30000, or 100 under `exactly_once_v2`.",
     ),
     "processing.guarantee": (
         "`at_least_once` \\| `exactly_once_v2`",
@@ -183,7 +184,12 @@ KEY_DOCS: dict[str, tuple[str, str, str]] = {
         "Static group membership: a restart within the session timeout is no rebalance (the operator sets "
         "the pod name).",
     ),
-    "poll.ms": ("", SC + "POLL_MS_CONFIG", "How long a poll waits for records when none are fetched."),
+    "poll.ms": (
+        "",
+        SC + "POLL_MS_CONFIG",
+        "How long a poll waits for records when none are fetched (never past the due time of a commit "
+        "with something to commit).",
+    ),
     "max.task.idle.ms": (
         "",
         SC + "MAX_TASK_IDLE_MS_CONFIG",

@@ -35,6 +35,7 @@ from kappaflow.clients.admin import InternalTopicManager
 from kappaflow.clients.kafka import client_configs, new_consumer
 from kappaflow.runner.assembly import assemble, now_ms, wait_for_topics
 from kappaflow.runner.backpressure import input_paused
+from kappaflow.runner.commit_timing import next_commit_due, poll_wait
 from kappaflow.runner.fetch_lag import LAG_INTERVAL_S, FetchedLag, report_consumer_lag
 from kappaflow.runner.global_state import GlobalStateUpdater
 from kappaflow.runner.loop_ratios import LoopRatios
@@ -87,7 +88,10 @@ class StreamThread:
         self.commit_interval = config.get_int("commit.interval.ms") / 1000.0
         self.poll_timeout = config.get_int("poll.ms") / 1000.0
         self._consumer_failure: KafkaError | None = None  # set by librdkafka's error callback
-        self._last_commit = self._last_lag = self._last_served = time.monotonic()
+        self._last_lag = self._last_served = time.monotonic()
+        # counted from each commit's start while the thread keeps up (runner/commit_timing.py)
+        self._commit_due = self._last_lag + self.commit_interval
+        self._caught_up = False  # found nothing left to process since the last commit
         self._last_sample = 0.0  # the first iteration samples
         self.loop_ratios = LoopRatios(metrics)  # the thread's poll/restore/process/punctuate/commit ratios
         self._with_async: list[StreamTask] = []  # the last iteration's running tasks with asynchronous nodes
@@ -174,11 +178,14 @@ class StreamThread:
         started = time.perf_counter()  # the iteration's start and the poll's
         messages = consumer.consume(BATCH, 0)
         if not messages and not busy:
+            self._caught_up = True
             # calls are pending only in tasks that had asynchronous nodes when they last processed
             if self._with_async and tm.async_pending():  # wake for a completed call, or soon for records
                 tm.async_executor.wait_for_completion(min(self.poll_timeout, ASYNC_WAIT_S))
-            else:
-                messages = consumer.consume(1, self.poll_timeout)
+            else:  # up to poll.ms, but not past the next commit's due time
+                pending = any(t.commit_needed() for t in tm.running())
+                wait = poll_wait(self.poll_timeout, time.monotonic(), self._commit_due, pending)
+                messages = consumer.consume(1, wait)
         poll_seconds = time.perf_counter() - started
         self.metrics.increment("poll-seconds-total", poll_seconds)
         self.rebalance.raise_error()
@@ -204,9 +211,7 @@ class StreamThread:
             if messages:
                 self._sample_e2e_latency(messages[-1].timestamp())
             commit_seconds = 0.0
-            if time.monotonic() - self._last_commit >= self.commit_interval or any(
-                t.context.commit_requested for t in running
-            ):
+            if time.monotonic() >= self._commit_due or any(t.context.commit_requested for t in running):
                 committing = time.perf_counter()
                 self.commit()
                 commit_seconds = time.perf_counter() - committing
@@ -293,6 +298,7 @@ class StreamThread:
         """Commit every running task with something to commit (runner/commit.py has the protocol)."""
         tm = self.tm
         assert tm is not None
+        started = time.monotonic()
         if self.producer.exactly_once:
             self._complete_async_calls(tm)
         tasks = [t for t in tm.running() if t.commit_needed()]
@@ -301,7 +307,8 @@ class StreamThread:
         if self.global_state is not None:
             self.global_state.checkpoint()
         self.purger.committed(offsets)
-        self._last_commit = time.monotonic()
+        self._commit_due = next_commit_due(started, time.monotonic(), self.commit_interval, self._caught_up)
+        self._caught_up = False
         self._publish_sent()
 
     def _publish_sent(self) -> None:
