@@ -108,7 +108,9 @@ def test_a_transaction_whose_offsets_call_failed_is_aborted_under_a_new_epoch(ka
 
         producer.begin()
         collector.send(topic, b"k", b"aborted-by-new-epoch", None, -1, None)
-        with pytest.raises(TransactionAbortedError, match="adding the offsets timed out"):
+        # the injected timeout, or, when the last resumed attempt had only milliseconds of the budget left,
+        # librdkafka's own: either way the call timed out with its outcome unknown
+        with pytest.raises(TransactionAbortedError, match="adding offsets to the transaction: .*_TIMED_OUT"):
             producer.commit([TopicPartition(topic, 0, 5)], consumer.consumer_group_metadata())
         producer.abort()
         assert producer.producer is not healthy  # re-initialized: the coordinator aborted it
