@@ -31,17 +31,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.core_per_record import ListCollector, add, messages  # noqa: E402
-from bench.scaling_cost import key_name, topology  # noqa: E402
+from bench.core_per_record import ListCollector, add, messages
+from bench.scaling_cost import key_name, topology
 
-from kappaflow.api.config import StreamsConfig  # noqa: E402
-from kappaflow.api.metrics import Metrics  # noqa: E402
-from kappaflow.api.processor import TaskId  # noqa: E402
-from kappaflow.runner.routing import router  # noqa: E402
-from kappaflow.state.cache import ThreadCache  # noqa: E402
-from kappaflow.state.rocksdb_config import BoundedMemoryConfigSetter  # noqa: E402
-from kappaflow.tasks.native import installed_core  # noqa: E402
-from kappaflow.tasks.task import StreamTask  # noqa: E402
+from kappaflow.api.config import StreamsConfig
+from kappaflow.api.metrics import Metrics
+from kappaflow.api.processor import TaskId
+from kappaflow.runner import tune_gc_for_streaming
+from kappaflow.runner.routing import router
+from kappaflow.state.cache import ThreadCache
+from kappaflow.state.rocksdb_config import BoundedMemoryConfigSetter
+from kappaflow.tasks.native import installed_core
+from kappaflow.tasks.task import StreamTask
 
 MIB = 1 << 20
 REPARTITION = "bench-counts-repartition"
@@ -91,6 +92,7 @@ def run(records: int, keys: int, commit_every: int, cache_mib: float, profile: b
 
 
 def main() -> None:
+    tune_gc_for_streaming()  # as `kappaflow run` and scaling_cost's child do
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--keys", type=int, default=1_000)
