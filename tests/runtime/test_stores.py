@@ -372,3 +372,57 @@ def test_a_clean_close_keeps_writes_made_after_the_last_flush(tmp_path: Path) ->
         assert reopened.get(b"k") == b"v"
     finally:
         reopened.close()
+
+
+few_keys = st.sampled_from([b"a", b"b", b"c", b"d", b"e"])  # updates and deletes of keys held before
+flush_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("put"), few_keys, st.binary(max_size=4), st.integers(0, 50)),
+        st.tuples(st.just("delete"), few_keys, st.none(), st.integers(0, 50)),
+        st.tuples(st.just("flush"), st.just(b""), st.none(), st.just(0)),
+    ),
+    max_size=60,
+)
+
+
+def _run_flushes(
+    batched: bool, operations: list[tuple[str, bytes, bytes | None, int]], send_old: bool, listening: bool,
+    timestamped: bool, cache_bytes: int, state_dir: Path,
+) -> tuple[list[Any], list[Any], list[Any]]:  # fmt: skip
+    """What a logged, cached store forwards, logs and holds after `operations`, flushed batched or not."""
+    context = FakeStoreContext(state_dir, cache_bytes=cache_bytes)
+    below = InMemoryKeyValueBytesStore("s")
+    store = CachingKeyValueStore(ChangeLoggingKeyValueBytesStore(below, timestamped=timestamped))
+    store.batched_flush = batched
+    store.init(context, store)  # type: ignore[arg-type]
+    forwarded: list[Any] = []
+    if listening:
+        store.set_flush_listener(
+            lambda k, new, old, rc: forwarded.append((k, new, old, rc.timestamp, context.current.offset)),
+            send_old,
+        )
+    for op, key, value, offset in operations:
+        context.current = RecordContext(offset * 3, "in", 0, offset, Headers())
+        if op == "flush":
+            store.flush()
+        elif op == "delete":
+            store.delete(key)
+        else:
+            store.put(key, (offset.to_bytes(8, "big") if timestamped else b"") + (value or b""))
+    store.flush()
+    assert context.current.offset == (operations[-1][3] if operations else 3)  # restored after a flush
+    return forwarded, context.logged, list(below.all())
+
+
+@settings(max_examples=60, deadline=None)
+@given(flush_ops, st.booleans(), st.booleans(), st.booleans(), st.sampled_from([0, 600, 1300, 2000, 1 << 20]))
+def test_a_batched_flush_forwards_logs_and_stores_what_the_per_entry_flush_does(
+    operations: list[tuple[str, bytes, bytes | None, int]], send_old: bool, listening: bool,
+    timestamped: bool, cache_bytes: int,
+) -> None:  # fmt: skip
+    """The record cache's flush of a logged store writes its entries in one batch (`_flush_batched`):
+    the downstream records (each with its entry's record context, set while it is forwarded), the
+    changelog records and the store's contents are the per-entry loop's, evictions and deletes included."""
+    with tempfile.TemporaryDirectory() as tmp:
+        args = (operations, send_old, listening, timestamped, cache_bytes, Path(tmp))
+        assert _run_flushes(True, *args) == _run_flushes(False, *args)

@@ -181,9 +181,19 @@ class ThreadCache:
         return NamedCacheBinding(self, self.named(namespace), CacheEntry, _ENTRY_OVERHEAD, NOT_DECODED)
 
     def evict_over_bound(self, cache: NamedCache) -> None:
-        """Evict `cache`'s least recently used entries while the thread's total is over the bound."""
-        while self.size_bytes > self.max_bytes and cache.entries:
-            self.size_bytes -= cache.evict_eldest()
+        """Evict `cache`'s least recently used entries while the thread's total is over the bound. Past
+        the cache (every update a new key) this runs once per update, and the eldest is mostly clean
+        (flushed with the last dirty eviction): a clean one leaves here, without `evict_eldest`'s frame."""
+        entries = cache.entries
+        while self.size_bytes > self.max_bytes and entries:
+            key, entry = next(iter(entries.items()))
+            if entry.dirty:
+                self.size_bytes -= cache.evict_eldest()
+            else:
+                del entries[key]
+                cache.dirty.pop(key, None)
+                cache.size -= entry.size
+                self.size_bytes -= entry.size
             self.evictions += 1
 
     def sorted_entries(

@@ -151,6 +151,23 @@ class ChangeLoggingKeyValueBytesStore(WrappedBytesStore):
         else:
             context.log_change(self._store_name, key, value, record_context.timestamp, record_context.headers)
 
+    def put_all_logged(self, entries: list[tuple[bytes, bytes | None, RecordContext]]) -> None:
+        """The record cache's flush: every write in one `put_all` (one RocksDB write batch), then each
+        one's changelog record with the record context it was written in, as `put` logs it under that
+        context. The same store contents and the same changelog records, in the same order, as a `put`
+        per entry; one batch instead of a write and three Python frames per entry."""
+        context = self._context
+        if context is None:
+            raise InvalidStateStoreError(f"store '{self.name}' is not initialized")
+        self.inner.put_all([(key, value) for key, value, _ in entries])
+        log_change, store, timestamped = context.log_change, self._store_name, self.timestamped
+        for key, value, record_context in entries:
+            if timestamped and value is not None:
+                timestamp = int.from_bytes(value[:8], "big", signed=True)
+                log_change(store, key, value[8:], timestamp, record_context.headers)
+            else:
+                log_change(store, key, value, record_context.timestamp, record_context.headers)
+
     def put(self, key: bytes, value: bytes | None) -> None:
         self.inner.put(key, value)
         self._log(key, value)
@@ -206,6 +223,9 @@ class CachingKeyValueStore(WritesThroughPutStore):
         # windowed stores say which keys their segmented store would still serve: an expired key's old
         # value reads as absent on flush, as Java's underlying window/session store returns null for it
         self.underlying_live: Callable[[bytes], bool] | None = None
+        # The flush of a logged store writes its entries in one batch (`_flush_batched`); False keeps
+        # the per-entry loop, the reference the tests compare it with.
+        self.batched_flush = True
 
     def init(self, context: StoreContext, root: StateStore) -> None:
         self.inner.init(context, root)
@@ -224,6 +244,9 @@ class CachingKeyValueStore(WritesThroughPutStore):
         return self._cache is not None
 
     def _flush_entries(self, entries: DirtyEntries) -> None:
+        if type(self.inner) is ChangeLoggingKeyValueBytesStore and self.batched_flush:
+            self._flush_batched(entries, self.inner)
+            return
         context = self._context
         assert context is not None
         previous = context.record_context()
@@ -242,6 +265,41 @@ class CachingKeyValueStore(WritesThroughPutStore):
                     continue
                 self.inner.put(key, entry.value)
                 self._listener(key, entry.value, old if self._send_old_values else None, entry.context)
+        finally:
+            context.set_record_context(previous)
+
+    def _flush_batched(self, entries: DirtyEntries, logged: ChangeLoggingKeyValueBytesStore) -> None:
+        """`_flush_entries` of a logged store with the writes batched: the old values read first (the
+        keys of a flush are distinct, so no write of this flush changes another's read), every write and
+        changelog record in one `put_all_logged`, then the records downstream, each under its entry's
+        record context. The same store contents, changelog records and downstream records, in the same
+        order per topic; a past-the-cache workload (every update a new key, so one flushed entry per
+        update) pays one RocksDB write batch per flush instead of a write per entry."""
+        context = self._context
+        assert context is not None
+        listener, inner, send_old = self._listener, self.inner, self._send_old_values
+        live = self.underlying_live
+        writes: list[tuple[bytes, bytes | None, RecordContext]] = []
+        olds: list[bytes | None] = []
+        for key, entry in entries:
+            value = entry.value
+            old = None
+            if listener is not None and (value is None or send_old) and (live is None or live(key)):
+                old = inner.get(key)
+            if listener is not None and value is None and old is None:
+                continue  # as `_flush_entries`: no write and no tombstone for a key never held
+            writes.append((key, value, entry.context))
+            olds.append(old if send_old else None)
+        if not writes:
+            return
+        logged.put_all_logged(writes)
+        if listener is None:
+            return
+        previous = context.record_context()
+        try:
+            for (key, value, record_context), old in zip(writes, olds, strict=True):
+                context.set_record_context(record_context)
+                listener(key, value, old, record_context)
         finally:
             context.set_record_context(previous)
 
