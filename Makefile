@@ -15,10 +15,10 @@ KUBE_DIR ?= .run/kube
 PYTEST_ARGS ?=
 # What `make test` runs a second time with --python-drain: the unit tier and the Kafka tests that run the
 # stream thread in-process (the drain, its failures), not the tests of other processes or control planes.
-# (the native core's own tests, its produce path's and the fused-vs-generic comparisons need the core this
-# tier turns off)
+# (the native core's own tests, its produce and restore paths' and the fused-vs-generic comparisons need the
+# core this tier turns off)
 PYTHON_DRAIN_TESTS ?= tests/runtime --ignore=tests/runtime/test_native_core.py \
-	--ignore=tests/runtime/test_native_produce.py \
+	--ignore=tests/runtime/test_native_produce.py --ignore=tests/runtime/test_native_restore.py \
 	--deselect tests/runtime/test_fusion.py::test_wordcount_is_identical_fused_and_not \
 	--deselect tests/runtime/test_fusion.py::test_every_fused_processor_is_identical_with_generic_nodes_between \
 	tests/kafka/test_dead_letter.py tests/kafka/test_runner_recovery.py tests/kafka/test_task_idling.py \
