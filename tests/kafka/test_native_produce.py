@@ -16,8 +16,9 @@ from kappaflow.clients.admin import InternalTopicManager
 from kappaflow.clients.kafka import KafkaRecordCollector, ProductionError
 from kappaflow.runner.native_produce import native_send
 from kappaflow.runner.producer import StreamsProducer
-from kappaflow.tasks.native import ProduceSend, installed_core
+from kappaflow.tasks.native import ProduceSend
 from tests.kafka.streams_support import read_topic
+from tests.native_support import require_native_core
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
 
@@ -45,10 +46,7 @@ def collector(
     sink = KafkaRecordCollector(producer, InternalTopicManager({"bootstrap.servers": bootstrap}))
     sender = None
     if native:
-        core = installed_core()
-        if core is None:
-            pytest.skip("the native core is not installed")
-        sender = native_send(core, producer, sink.send, sink.report_error)
+        sender = native_send(require_native_core(), producer, sink.send, sink.report_error)
         assert sender is not None, "the native produce path was refused (see the log)"
         sink.use_native(sender)
     return producer, sink, sender

@@ -19,8 +19,8 @@ from kappaflow.clients.admin import InternalTopicManager
 from kappaflow.clients.kafka import KafkaRecordCollector, ProductionError
 from kappaflow.runner.native_produce import native_send
 from kappaflow.runner.producer import StreamsProducer
-from kappaflow.tasks.native import installed_core
 from tests.kafka.streams_support import read_topic
+from tests.native_support import require_native_core
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
 
@@ -36,10 +36,7 @@ def _producer(
     producer = StreamsProducer(settings, exactly_once, handler, api_timeout_s=30)
     collector = KafkaRecordCollector(producer, admin)
     if native:
-        core = installed_core()
-        if core is None:
-            pytest.skip("the native core is not installed")
-        sender = native_send(core, producer, collector.send, collector.report_error)
+        sender = native_send(require_native_core(), producer, collector.send, collector.report_error)
         assert sender is not None
         collector.use_native(sender)
     return producer, collector

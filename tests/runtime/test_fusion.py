@@ -11,7 +11,6 @@ which builds the core, fails instead.
 
 from __future__ import annotations
 
-import os
 import re
 import tempfile
 from collections import deque
@@ -32,18 +31,14 @@ from kappaflow.tasks.drain import RawRecord
 from kappaflow.tasks.native import NativeCore, installed_core
 from kappaflow.tasks.task import StreamTask
 from kappaflow.testing import TopologyTestDriver
+from tests.native_support import require_native_core
 
 S, L = serdes.String(), serdes.Long()
 
 
 @pytest.fixture
 def core() -> NativeCore:
-    found = installed_core()
-    if found is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("the native core is not installed: `make setup` builds it (needs cargo)")
-        pytest.skip("the native core is not installed: nothing is fused without it")
-    return found
+    return require_native_core()
 
 
 class Collector:

@@ -7,7 +7,6 @@ edges."""
 from __future__ import annotations
 
 import gc
-import os
 import random
 import tempfile
 import weakref
@@ -26,10 +25,11 @@ from kappaflow.api.processor import BaseProcessor, ProcessorContext, Punctuation
 from kappaflow.api.record import Headers, Record
 from kappaflow.state.cache import ThreadCache
 from kappaflow.tasks.drain import RawRecord
-from kappaflow.tasks.native import NativeCore, installed_core
+from kappaflow.tasks.native import NativeCore
 from kappaflow.tasks.task import StreamTask
 from kappaflow.testing import TopologyTestDriver
 from kappaflow.topology.topology import Topology
+from tests.native_support import require_native_core
 from tests.runtime.test_fusion import run
 
 S, L = serdes.String(), serdes.Long()
@@ -37,12 +37,7 @@ S, L = serdes.String(), serdes.Long()
 
 @pytest.fixture
 def core() -> NativeCore:
-    found = installed_core()
-    if found is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("the native core is not installed: `make setup` builds it (needs cargo)")
-        pytest.skip("the native core is not installed (no cargo when `make setup` ran)")
-    return found
+    return require_native_core()
 
 
 class EveryTenthTicks(BaseProcessor):

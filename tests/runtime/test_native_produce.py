@@ -4,7 +4,6 @@ in Kafka both ways is compared in tests/kafka/test_native_produce.py."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -13,17 +12,13 @@ from confluent_kafka import Consumer, Producer
 
 from kappaflow.api.record import Headers
 from kappaflow.runner.native_produce import confluent_version, mapped_librdkafka, native_send, probe_send
-from kappaflow.tasks.native import NativeCore, installed_core
+from kappaflow.tasks.native import NativeCore
+from tests.native_support import require_native_core
 
 
 @pytest.fixture
 def core() -> NativeCore:
-    found = installed_core()
-    if found is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("the native core is not installed: `make setup` builds it (needs cargo)")
-        pytest.skip("the native core is not installed (no cargo when `make setup` ran)")
-    return found
+    return require_native_core()
 
 
 class Clients:

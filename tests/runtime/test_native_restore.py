@@ -7,7 +7,6 @@ accessors)."""
 
 from __future__ import annotations
 
-import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -23,17 +22,13 @@ from kappaflow.runner import routing
 from kappaflow.runner.changelog_reader import ChangelogReader
 from kappaflow.state.kv_bytes import InMemoryKeyValueBytesStore
 from kappaflow.tasks.native import ChangelogMessages, installed_core
+from tests.native_support import require_native_core
 from tests.runtime.test_bulk_restore import Consumed, open_rocksdb
 
 
 @pytest.fixture(scope="module")
 def native() -> ChangelogMessages:
-    core = installed_core()
-    if core is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("the native core is not installed: `make setup` builds it (needs cargo)")
-        pytest.skip("the native core is not installed (no cargo when `make setup` ran)")
-    found = routing.changelog_messages(core)
+    found = routing.changelog_messages(require_native_core())
     assert found is not None  # the pinned confluent-kafka's layout is known
     return found
 
