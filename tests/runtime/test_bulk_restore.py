@@ -133,7 +133,7 @@ def test_transactional_store_writes_restored_records_straight_to_its_database(tm
 def test_state_manager_converts_for_stores_without_a_bulk_path(tmp_path: Path) -> None:
     manager = ProcessorStateManager(tmp_path, 0, lambda s: f"app-{s}-changelog")
     store = InMemoryKeyValueBytesStore("mem", timestamped=True)
-    manager.register(store, store.restore_batch)  # type: ignore[arg-type]
+    manager.register(store, store.restore_batch)
     manager.restore_messages("mem", messages(), len(CHANGELOG))
     reference = InMemoryKeyValueBytesStore("ref", timestamped=True)
     reference.restore_batch(records())

@@ -144,7 +144,7 @@ def test_a_transfer_past_its_deadline_is_refused(tmp_path: Path) -> None:
 
 # ----------------------------------------------------------------- snapshots of real stores
 def _counts_task(task_dir: Path, exactly_once: bool = True) -> tuple[ProcessorStateManager, Any]:
-    return _task_store(task_dir, exactly_once, Stores.persistent_key_value_store("counts"))  # type: ignore[no-any-return]
+    return _task_store(task_dir, exactly_once, Stores.persistent_key_value_store("counts"))
 
 
 def _standby_with(tmp_path: Path, entries: int, offset: int) -> tuple[Any, ProcessorStateManager]:
