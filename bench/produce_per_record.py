@@ -10,7 +10,8 @@ record counts and difference the totals (start-up cancels out):
         --path native --records 20000
 
 `--changelog` sends changelog records instead (`send_changelog`, each with the offset report as its
-delivery callback). `make`-free on purpose: it measures one call, the README's table says what the figures were.
+delivery callback). `make`-free on purpose: it measures one call, the README's table says what the
+figures were.
 """
 
 from __future__ import annotations
@@ -62,7 +63,11 @@ def main() -> None:
     if args.path == "native":
         core = installed_core()
         if args.changelog:
-            fallback, callback, attribute = collector.send_changelog, collector.report_offset, "changelog_producer"
+            fallback, callback, attribute = (
+                collector.send_changelog,
+                collector.report_offset,
+                "changelog_producer",
+            )
         else:
             fallback, callback, attribute = collector.send, collector.report_error, "producer"
         sender = None if core is None else native_send(core, clients, fallback, callback, attribute)

@@ -101,7 +101,9 @@ def test_changelog_records_and_their_acknowledged_offsets_are_the_same_both_ways
         assert sink.sent == len(changelog)
         if sender is not None:
             assert sender.sent == len(changelog)
-        acknowledged = {partition: offset for (t, partition), offset in producer.acknowledged.items() if t == topic}
+        acknowledged = {
+            partition: offset for (t, partition), offset in producer.acknowledged.items() if t == topic
+        }
         results[native] = (landed(kafka_bootstrap, topic), acknowledged)
         producer.close()
     python, native_result = results[False], results[True]

@@ -41,7 +41,11 @@ def _producer(
         assert sender is not None
         collector.use_native(sender)
         changelog = native_send(
-            require_native_core(), producer, collector.send_changelog, collector.report_offset, "changelog_producer"
+            require_native_core(),
+            producer,
+            collector.send_changelog,
+            collector.report_offset,
+            "changelog_producer",
         )
         assert changelog is not None
         collector.use_native_changelog(changelog)
