@@ -349,11 +349,11 @@ class KafkaRecordCollector:
 
     @property
     def sent(self) -> int:
-        """Records sent, by this collector and by the native send it was given."""
-        return sum(
-            (sender.sent for sender in (self._native, self._native_changelog) if sender is not None),
-            self._sent,
+        """Records sent, by this collector and by the native sends it was given."""
+        native: int = sum(
+            sender.sent for sender in (self._native, self._native_changelog) if sender is not None
         )
+        return self._sent + native
 
     @property
     def report_offset(self) -> Any:

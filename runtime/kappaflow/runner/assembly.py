@@ -119,7 +119,7 @@ def assemble(
         config.get_bool("kappaflow.native.enabled") and config.get_bool("kappaflow.native.produce.enabled")
     )
     sender = None if core is None else native_send(core, producer, collector.send, collector.report_error)
-    if sender is not None:
+    if core is not None and sender is not None:
         collector.use_native(sender)
         if config.get_bool("kappaflow.native.changelog.enabled"):
             changelog = native_send(
