@@ -9,7 +9,9 @@ record counts and difference the totals (start-up cancels out):
     valgrind --tool=callgrind --callgrind-out-file=/dev/null .venv/bin/python bench/produce_per_record.py \
         --path native --records 20000
 
-`make`-free on purpose: it measures one call, the README's table says what the figures were.
+`--changelog` sends changelog records instead (`send_changelog`, each with the offset report as its
+delivery callback). `make`-free on purpose: it measures one call, the README's table says what the
+figures were.
 """
 
 from __future__ import annotations
@@ -52,20 +54,39 @@ def main() -> None:
     parser.add_argument("--path", choices=["python", "native"], default="native")
     parser.add_argument("--records", type=int, default=20_000)
     parser.add_argument("--exactly-once", action="store_true", help="no delivery callback (EOS's sinks)")
+    parser.add_argument(
+        "--changelog", action="store_true", help="changelog records (send_changelog, the offset report)"
+    )
     args = parser.parse_args()
     clients = Clients(args.exactly_once)
     collector = KafkaRecordCollector(clients, None)
     if args.path == "native":
         core = installed_core()
-        sender = None if core is None else native_send(core, clients, collector.send, collector.report_error)
+        if args.changelog:
+            fallback, callback, attribute = (
+                collector.send_changelog,
+                collector.report_offset,
+                "changelog_producer",
+            )
+        else:
+            fallback, callback, attribute = collector.send, collector.report_error, "producer"
+        sender = None if core is None else native_send(core, clients, fallback, callback, attribute)
         if sender is None:
             raise SystemExit("the native produce path is not available")
-        collector.use_native(sender)
-    send: Any = collector.send
+        if args.changelog:
+            collector.use_native_changelog(sender)
+        else:
+            collector.use_native(sender)
     keys = [b"word%d" % (i % 1000) for i in range(1000)]
     value = b"\x00" * 8
-    for i in range(args.records):
-        send("bench-counts-repartition", keys[i % 1000], value, None, 1_000 + i, None)
+    if args.changelog:
+        log: Any = collector.send_changelog
+        for i in range(args.records):
+            log("bench-counts-changelog", keys[i % 1000], value, 1_000 + i, 0)
+    else:
+        send: Any = collector.send
+        for i in range(args.records):
+            send("bench-counts-repartition", keys[i % 1000], value, None, 1_000 + i, None)
     assert collector.sent == args.records
     clients.producer.purge()
     print(f"{args.path}: {args.records} records sent")

@@ -84,6 +84,7 @@ DEFAULTS: dict[str, Any] = {
     # with the native core on, produce sink and repartition records through librdkafka's C API from the
     # core (kappaflow.runner.native_produce); false produces them through confluent-kafka's Python produce
     "kappaflow.native.produce.enabled": True,
+    "kappaflow.native.changelog.enabled": True,
     "topology.optimization": "none",
     # KIP-1111: StreamsBuilder.build(props) refuses generated internal topic and store names
     "ensure.explicit.internal.resource.naming": False,

@@ -1,4 +1,4 @@
-"""Sink and repartition records produced by the native core (`ProduceSend`, produce.rs) against the
+"""Sink, repartition and changelog records produced by the native core (`ProduceSend`, produce.rs) against the
 Python path (`KafkaRecordCollector.send` through confluent-kafka's `Producer.produce`): what lands in
 Kafka is the same record for record (partition, key, value, timestamp, headers), under both guarantees;
 a full local queue and a record over the producer's size limit end as on the Python path. The failure
@@ -74,6 +74,41 @@ def test_both_paths_land_the_same_records(kafka_bootstrap, kafka_topics, exactly
     python, native = landed(kafka_bootstrap, topics[False]), landed(kafka_bootstrap, topics[True])
     assert len(python) == len(RECORDS)
     assert native == python
+
+
+@pytest.mark.parametrize("exactly_once", [False, True], ids=["at_least_once", "exactly_once_v2"])
+def test_changelog_records_and_their_acknowledged_offsets_are_the_same_both_ways(
+    kafka_bootstrap, kafka_topics, exactly_once
+):
+    """`send_changelog` through the core's `changelog` on the changelog producer: the same records land,
+    and every delivery reaches the offset report, so the checkpoint's acknowledged offsets match."""
+    changelog = [(key, value, timestamp, partition or 0) for key, value, _, timestamp, partition in RECORDS]
+    results = {}
+    for native in (False, True):
+        topic = kafka_topics(f"changelog-{'native' if native else 'python'}", partitions=3)
+        producer, sink, _ = collector(kafka_bootstrap, exactly_once, False, txn=f"nc-{topic}")
+        sender = None
+        if native:
+            sender = native_send(
+                require_native_core(), producer, sink.send_changelog, sink.report_offset, "changelog_producer"
+            )
+            assert sender is not None, "the native changelog path was refused (see the log)"
+            sink.use_native_changelog(sender)
+        producer.begin()
+        for key, value, timestamp, partition in changelog:
+            sink.send_changelog(topic, key or b"", value, timestamp, partition)
+        producer.commit([], None)
+        assert sink.sent == len(changelog)
+        if sender is not None:
+            assert sender.sent == len(changelog)
+        acknowledged = {
+            partition: offset for (t, partition), offset in producer.acknowledged.items() if t == topic
+        }
+        results[native] = (landed(kafka_bootstrap, topic), acknowledged)
+        producer.close()
+    python, native_result = results[False], results[True]
+    assert len(python[0]) == len(RECORDS) and python[1]
+    assert native_result == python
 
 
 def test_a_full_queue_waits_and_keeps_the_order_as_the_python_path_does(kafka_bootstrap, kafka_topics):

@@ -28,7 +28,8 @@ pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
 def _producer(
     bootstrap: str, exactly_once: bool, handler: Any = None, txn: str = "", native: bool = False
 ) -> tuple[StreamsProducer, KafkaRecordCollector]:
-    """`native`: sink records through the native core's send (produce.rs), the rest as before."""
+    """`native`: sink, repartition and changelog records through the native core's sends (produce.rs),
+    dead letters as before."""
     settings: dict[str, Any] = {"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"}
     if exactly_once:
         settings["transactional.id"] = txn
@@ -39,6 +40,15 @@ def _producer(
         sender = native_send(require_native_core(), producer, collector.send, collector.report_error)
         assert sender is not None
         collector.use_native(sender)
+        changelog = native_send(
+            require_native_core(),
+            producer,
+            collector.send_changelog,
+            collector.report_offset,
+            "changelog_producer",
+        )
+        assert changelog is not None
+        collector.use_native_changelog(changelog)
     return producer, collector
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaError, Producer
 
 from kappaflow.api.record import Headers
 from kappaflow.runner.native_produce import confluent_version, mapped_librdkafka, native_send, probe_send
@@ -116,3 +116,32 @@ def test_reports_are_served_every_1024_records(core: NativeCore) -> None:
         send("t", None, b"v", None, 1, None)
     assert send.sent == 2100 and clients.served == 2
     producer.purge()
+
+
+def test_changelog_records_go_through_the_changelog_producer(core: NativeCore) -> None:
+    """`changelog` reads the producer named by `attribute` and falls back with send_changelog's shape."""
+    clients = Clients(SubProducer({"bootstrap.servers": "127.0.0.1:1", "log_level": 0}))
+    clients.changelog_producer = no_broker()  # type: ignore[attr-defined]
+    fallback: list[tuple[Any, ...]] = []
+    reports: list[tuple[Any, ...]] = []
+    library = mapped_librdkafka()
+    assert library is not None
+    send = core.ProduceSend(
+        clients,
+        lambda *a: fallback.append(a),
+        lambda err, msg: reports.append((err.code(), msg.topic(), msg.partition(), msg.key(), msg.value())),
+        Producer,
+        confluent_version(),
+        library,
+        "changelog_producer",
+    )
+    send.changelog("t-changelog", b"k", b"v", 1, 0)  # native: the changelog producer is a Producer
+    send.changelog("t-changelog", b"k", None, 2, 1)  # native: a tombstone
+    send.changelog("t-changelog", "text", b"v", 3, 0)  # a str key: the Python send_changelog
+    assert fallback == [("t-changelog", "text", b"v", 3, 0)]
+    assert send.sent == 2
+    changelog_producer = clients.changelog_producer  # type: ignore[attr-defined]
+    changelog_producer.purge()
+    changelog_producer.flush(5)  # the purged records' reports reach the callback, from that producer
+    purged = KafkaError._PURGE_QUEUE
+    assert sorted(reports) == [(purged, "t-changelog", 0, b"k", b"v"), (purged, "t-changelog", 1, b"k", None)]

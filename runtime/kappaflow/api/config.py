@@ -76,6 +76,7 @@ BOOL_KEYS = {
     "kappaflow.fusion.enabled",
     "kappaflow.native.enabled",
     "kappaflow.native.produce.enabled",
+    "kappaflow.native.changelog.enabled",
     "ensure.explicit.internal.resource.naming",
 }
 

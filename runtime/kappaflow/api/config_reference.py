@@ -237,6 +237,13 @@ KEY_DOCS: dict[str, tuple[str, str, str]] = {
         "the core (confluent-kafka's own rd_kafka_t); false produces them through confluent-kafka's Python "
         "produce. Same records, same delivery reports and transactions.",
     ),
+    "kappaflow.native.changelog.enabled": (
+        "",
+        "",
+        "With native produce on, produce the stores' changelog records through it too (the changelog "
+        "producer, each record's delivery report handing its offset to the checkpoint as before); false "
+        "produces them through confluent-kafka's Python produce.",
+    ),
     "topology.optimization": (
         "list",
         SC + "TOPOLOGY_OPTIMIZATION_CONFIG",

@@ -342,14 +342,23 @@ class KafkaRecordCollector:
         self._partition_counts: dict[str, int] = {}
         self._sent = 0  # through `send` here; `sent` adds the native send's
         self._native: Any = None
+        self._native_changelog: Any = None
         # the delivery callbacks, bound once, not per record (the reports object outlives producers)
         self._report_offset = clients.deliveries.on_delivery
         self._report_error = clients.deliveries.on_error_only
 
     @property
     def sent(self) -> int:
-        """Records sent, by this collector and by the native send it was given."""
-        return self._sent + (self._native.sent if self._native is not None else 0)
+        """Records sent, by this collector and by the native sends it was given."""
+        native: int = sum(
+            sender.sent for sender in (self._native, self._native_changelog) if sender is not None
+        )
+        return self._sent + native
+
+    @property
+    def report_offset(self) -> Any:
+        """The delivery callback of changelog records: their offsets are what the checkpoints keep."""
+        return self._report_offset
 
     @property
     def report_error(self) -> Any:
@@ -362,6 +371,13 @@ class KafkaRecordCollector:
         stays the reference; the instance attribute shadows it for the sinks that read `send`."""
         self._native = native_send
         self.send = native_send  # type: ignore[method-assign]
+
+    def use_native_changelog(self, native_send: Any) -> None:
+        """Send changelog records through `native_send.changelog` (a `ProduceSend` on the clients'
+        `changelog_producer` with `report_offset` as its callback), which falls back to this collector's
+        `send_changelog`; the method stays the reference, shadowed as `use_native` shadows `send`."""
+        self._native_changelog = native_send
+        self.send_changelog = native_send.changelog  # type: ignore[method-assign]
 
     def send(
         self,

@@ -119,8 +119,14 @@ def assemble(
         config.get_bool("kappaflow.native.enabled") and config.get_bool("kappaflow.native.produce.enabled")
     )
     sender = None if core is None else native_send(core, producer, collector.send, collector.report_error)
-    if sender is not None:
+    if core is not None and sender is not None:
         collector.use_native(sender)
+        if config.get_bool("kappaflow.native.changelog.enabled"):
+            changelog = native_send(
+                core, producer, collector.send_changelog, collector.report_offset, "changelog_producer"
+            )
+            if changelog is not None:
+                collector.use_native_changelog(changelog)
     global_state = None
     if topology.global_stores:
         global_state = GlobalStateUpdater(topology, config, collector, metrics, settings["restore"], now_ms)

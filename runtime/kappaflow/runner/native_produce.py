@@ -9,9 +9,10 @@ callback and one without, their queued messages are purged, and the purge's deli
 the callback exactly as for a record produced through `Producer.produce` (the `Producer_msgstate` the
 core builds is the one confluent-kafka frees), while the one without a callback reaches nothing.
 
-Changelog records stay on the Python path: their delivery reports carry the offsets the checkpoints
-need, through a callback per record; the native send would carry that callback the same way, but the
-changelog producer sends a small share of the records (one per dirty cache entry per commit)."""
+Changelog records go the same way through a second sender on the clients' `changelog_producer`
+(`kappaflow.native.changelog.enabled`): their delivery reports carry the offsets the checkpoints need,
+through the collector's offset report as each record's callback, which confluent-kafka's own delivery
+callback calls with the delivered `Message` as it does for `Producer.produce(on_delivery=...)`."""
 
 from __future__ import annotations
 
@@ -57,10 +58,16 @@ class _ProbeClients:
 
 
 def native_send(
-    core: NativeCore, clients: Any, fallback: Callable[..., None], on_delivery: Any
+    core: NativeCore,
+    clients: Any,
+    fallback: Callable[..., None],
+    on_delivery: Any,
+    attribute: str = "producer",
 ) -> ProduceSend | None:
     """The core's send for `clients`' producer (`fallback` is the collector's Python send, `on_delivery`
-    the callback it passes), or None, logged, when it cannot be used (module docstring)."""
+    the callback it passes), or None, logged, when it cannot be used (module docstring). With
+    `attribute="changelog_producer"` it sends changelog records (`ProduceSend.changelog`) through that
+    producer, `fallback` being the collector's `send_changelog`."""
     gil_enabled: Callable[[], bool] = getattr(sys, "_is_gil_enabled", lambda: True)
     if not gil_enabled():
         log.warning("records produced through confluent-kafka: the interpreter runs without the GIL")
@@ -72,11 +79,12 @@ def native_send(
     version = confluent_version()
     try:
         probe_send(core, version, library)
-        sender = core.ProduceSend(clients, fallback, on_delivery, Producer, version, library)
+        sender = core.ProduceSend(clients, fallback, on_delivery, Producer, version, library, attribute)
     except ValueError as exc:
         log.warning("records produced through confluent-kafka: %s", exc)
         return None
-    log.info("sink and repartition records produced natively (rd_kafka_producev in %s)", library)
+    records = "changelog" if attribute == "changelog_producer" else "sink and repartition"
+    log.info("%s records produced natively (rd_kafka_producev in %s)", records, library)
     return sender
 
 

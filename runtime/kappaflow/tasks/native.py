@@ -26,7 +26,7 @@ from kappaflow.tasks.drain import Drained, DrainPlan, RawTuple
 
 log = logging.getLogger(__name__)
 
-PROTOCOL = 8
+PROTOCOL = 9
 """The version of the calls below; a core built from other sources says another and is not used."""
 
 TOUCHES: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -237,13 +237,19 @@ class ProduceSend(Protocol):
 
     def __init__(
         self, clients: Any, fallback: Callable[..., None], on_delivery: Any, producer_type: type,
-        version: str, library: str, /,
+        version: str, library: str, attribute: str = "producer",
     ) -> None: ...  # fmt: skip
 
     def __call__(
         self, topic: str, key: bytes | None, value: bytes | None, headers: Headers | None, timestamp: int,
         partition: int | None, /,
     ) -> None: ...  # fmt: skip
+
+    def changelog(
+        self, topic: str, key: bytes, value: bytes | None, timestamp: int, partition: int, /
+    ) -> None:
+        """The native twin of `KafkaRecordCollector.send_changelog` (`attribute="changelog_producer"`)."""
+        ...
 
     def inspect(self, producer: Any, /) -> tuple[str, Any, bool]:
         """(rd_kafka_name, default delivery callback, delivery.report.only.error) from the struct."""

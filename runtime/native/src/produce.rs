@@ -1,4 +1,4 @@
-//! Sink and repartition records produced straight into librdkafka (`rd_kafka_producev`) with the
+//! Sink, repartition and changelog records produced straight into librdkafka (`rd_kafka_producev`) with the
 //! `rd_kafka_t` of the stream thread's confluent-kafka `Producer`, instead of through its Python
 //! `produce(...)` (keyword parsing and a call through the interpreter per record).
 //!
@@ -26,6 +26,10 @@
 //! So does any error librdkafka answers: nothing was enqueued, and the Python `send` produces the
 //! record again with its own handling (a full queue: serve delivery reports and retry; anything else:
 //! the typed error), so the outcome is the Python path's.
+//!
+//! Changelog records (`changelog`) go the same way through the clients' `changelog_producer` with the
+//! collector's offset report as the callback: confluent-kafka's `dr_msg_cb` hands it the delivered
+//! `Message` (its offset the checkpoint needs) exactly as for a Python `produce(on_delivery=...)`.
 
 use std::ffi::{c_char, c_int, c_uint, c_ulong, c_void, CStr, CString};
 use std::mem::size_of;
@@ -110,6 +114,8 @@ pub struct ProduceSend {
     fallback: Py<PyAny>,
     on_delivery: Py<PyAny>,
     producer_type: Py<PyType>,
+    /// The `clients` attribute naming the producer (`producer`; `changelog_producer` for changelogs).
+    attribute: Py<PyString>,
     producev: Producev,
     rk_name: RkName,
     sent: AtomicU64,
@@ -119,15 +125,21 @@ pub struct ProduceSend {
 impl ProduceSend {
     /// `clients` has the current `producer` and `serve_reports()`; `fallback` is the collector's Python
     /// `send`, `on_delivery` the callback it passes to each produce (None: the producer's default);
-    /// `library` the path of the librdkafka mapped in the process.
+    /// `library` the path of the librdkafka mapped in the process; `attribute` the `clients` attribute
+    /// holding the producer it sends through (`changelog_producer` for `send_changelog`'s records,
+    /// whose `fallback` is then the collector's Python `send_changelog`).
     #[new]
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (clients, fallback, on_delivery, producer_type, version, library, attribute = "producer"))]
     fn new(
+        py: Python<'_>,
         clients: &Bound<'_, PyAny>,
         fallback: &Bound<'_, PyAny>,
         on_delivery: &Bound<'_, PyAny>,
         producer_type: &Bound<'_, PyType>,
         version: &str,
         library: &str,
+        attribute: &str,
     ) -> PyResult<Self> {
         if !KNOWN_VERSIONS.contains(&version) {
             return Err(PyValueError::new_err(format!(
@@ -176,6 +188,7 @@ impl ProduceSend {
             fallback: fallback.clone().unbind(),
             on_delivery: on_delivery.clone().unbind(),
             producer_type: producer_type.clone().unbind(),
+            attribute: PyString::intern(py, attribute).unbind(),
             producev,
             rk_name,
             sent: AtomicU64::new(0),
@@ -194,6 +207,30 @@ impl ProduceSend {
         partition: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
         self.send(py, topic, key, value, headers, timestamp, partition)
+    }
+
+    /// `KafkaRecordCollector.send_changelog` (same arguments): a changelog record, natively when it can,
+    /// else through the Python `send_changelog` this sender was given as `fallback`. Its delivery report
+    /// reaches `on_delivery` (the collector's offset report) through confluent-kafka's own callback, as
+    /// for a record produced through `Producer.produce`.
+    fn changelog(
+        &self,
+        py: Python<'_>,
+        topic: &Bound<'_, PyAny>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+        timestamp: i64,
+        partition: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let none = py.None().into_bound(py);
+        if !self.try_native(py, topic, key, value, &none, timestamp, partition)? {
+            return self
+                .fallback
+                .bind(py)
+                .call1((topic, key, value, timestamp, partition))
+                .map(drop);
+        }
+        self.count_and_serve(py)
     }
 
     /// Records sent natively (the collector adds its own count).
@@ -234,7 +271,8 @@ impl ProduceSend {
         visit.call(&self.clients)?;
         visit.call(&self.fallback)?;
         visit.call(&self.on_delivery)?;
-        visit.call(&self.producer_type)
+        visit.call(&self.producer_type)?;
+        visit.call(&self.attribute)
     }
 }
 
@@ -269,6 +307,11 @@ impl ProduceSend {
                 .call1((topic, key, value, headers, timestamp, partition))
                 .map(drop);
         }
+        self.count_and_serve(py)
+    }
+
+    /// Count a record sent natively; every `SERVE_EVERY`, serve the producers' reports.
+    fn count_and_serve(&self, py: Python<'_>) -> PyResult<()> {
         let sent = self.sent.fetch_add(1, Ordering::Relaxed) + 1;
         if sent.is_multiple_of(SERVE_EVERY) {
             self.clients
@@ -328,7 +371,7 @@ impl ProduceSend {
         if topic_c.is_null() {
             return Err(PyErr::fetch(py));
         }
-        let producer = self.clients.bind(py).getattr(intern!(py, "producer"))?;
+        let producer = self.clients.bind(py).getattr(self.attribute.bind(py))?;
         if !producer.get_type().is(self.producer_type.bind(py)) {
             return Ok(false);
         }
