@@ -13,6 +13,7 @@ SIGTERM commits and closes the worker (the parent sends it on close()); SIGINT i
 
 from __future__ import annotations
 
+import faulthandler
 import importlib
 import logging
 import os
@@ -119,6 +120,9 @@ def worker_main(spec: WorkerSpec, status: Connection, queries: Connection) -> No
     # here: destroying a handle whose threads stayed in the parent would wait for them forever. The
     # freeze that keeps them out of every collection also sets the collector for stream work.
     tune_gc_for_streaming()
+    # A worker still running past close()'s timeout is ended with SIGABRT: its threads' stacks go to
+    # stderr first, so the log says where it was stuck (runner/workers.py, `stop`).
+    faulthandler.enable(all_threads=True)
     stop = StopRequest()
     parent = os.getppid()
     stop_on_sigterm(stop)
