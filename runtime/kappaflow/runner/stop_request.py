@@ -8,7 +8,7 @@ good: the instance was never closed, SIGTERM had no further effect, and a worker
 `num.stream.threads` > 1 was killed by its parent once close()'s timeout had passed (bench/reprocess.py:
 a replay took 69 s instead of 13). Python's `signal` documentation warns against locks in handlers.
 
-`StopRequest.set()` takes no lock: it stores a flag and writes a byte to a pipe, which `wait()` selects on,
+`StopRequest.set()` takes no lock: it stores a flag and writes a byte to a pipe, which `wait()` polls,
 so a wait ends as soon as a stop is asked, from a handler or from any thread.
 """
 
@@ -25,6 +25,10 @@ class StopRequest:
     def __init__(self) -> None:
         self._read_fd, self._write_fd = os.pipe()
         os.set_blocking(self._write_fd, False)  # the handler must never block on a full pipe
+        # poll, not select: a process with many files open (stores, sockets) may number the pipe past
+        # select's 1024 descriptors
+        self._poller = select.poll()
+        self._poller.register(self._read_fd, select.POLLIN)
         self._set = False
 
     def set(self) -> None:
@@ -42,7 +46,7 @@ class StopRequest:
     def wait(self, timeout: float) -> bool:
         """True as soon as a stop is asked (at once if it was), False after `timeout` seconds without."""
         if not self._set:
-            select.select([self._read_fd], [], [], timeout)  # a signal's handler runs, then it resumes
+            self._poller.poll(max(0, round(timeout * 1000)))  # a signal's handler runs, then it resumes
         return self._set
 
     def close(self) -> None:
