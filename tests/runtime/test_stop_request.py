@@ -63,10 +63,10 @@ SIGTERM_AT_EVERY_LINE_OF_WAIT = textwrap.dedent(
 
 def test_sigterm_at_any_point_of_the_workers_wait_stops_it():
     """A worker's main thread waits on its stop flag between status reports; SIGTERM's handler sets the
-    flag on that same thread, wherever it is. With a threading.Event the handler waited for the lock
-    Event.wait() held at some of those points: the worker never stopped and its parent killed it after
-    close()'s 60 s (the 69 s replay of bench/reprocess.py). The child delivers SIGTERM at each line the
-    wait executes, in turn; a deadlock would leave it running until the (generous) timeout."""
+    flag on that same thread, wherever it is. With a threading.Event the handler waits for the lock
+    Event.wait() holds at some of those points: the worker never stops and its parent kills it after
+    close()'s 60 s (the symptom of a 69 s replay of bench/reprocess.py). The child delivers SIGTERM at
+    each line the wait executes, in turn; a deadlock would leave it running until the (generous) timeout."""
     result = subprocess.run(
         [sys.executable, "-c", SIGTERM_AT_EVERY_LINE_OF_WAIT],
         capture_output=True,

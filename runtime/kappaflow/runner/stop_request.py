@@ -3,10 +3,11 @@
 Python runs a signal handler on the main thread between two bytecodes, wherever that thread is, also
 inside a section it holds a lock for. `threading.Event.set()` takes the event's internal lock, and
 `Event.wait()` holds that lock around its bookkeeping before and after it sleeps; a SIGTERM handled at one
-of those bytecodes made the handler wait for a lock its own thread held. The main thread then blocked for
-good: the instance was never closed, SIGTERM had no further effect, and a worker of
-`num.stream.threads` > 1 was killed by its parent once close()'s timeout had passed (bench/reprocess.py:
-a replay took 69 s instead of 13). Python's `signal` documentation warns against locks in handlers.
+of those bytecodes makes the handler wait for a lock its own thread holds. The main thread then blocks for
+good: the instance is never closed, SIGTERM has no further effect, and a worker of `num.stream.threads` > 1
+is killed by its parent once close()'s timeout has passed, the symptom of a 69 s replay in
+bench/reprocess.py (13 s with one thread). The window is narrow, so it is rare, but nothing bounds it.
+Python's `signal` documentation warns against locks in handlers.
 
 `StopRequest.set()` takes no lock: it stores a flag and writes a byte to a pipe, which `wait()` polls,
 so a wait ends as soon as a stop is asked, from a handler or from any thread.
