@@ -23,12 +23,15 @@ import time
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kappaflow.api.errors import StreamsError
 from kappaflow.cli_status import DEFAULT_SUMMARY_INTERVAL_S, Snapshot, banner_lines, snapshot, summary_line
 from kappaflow.cli_tools import add_commands as add_toolbox_commands
 from kappaflow.topology.topology import Topology
+
+if TYPE_CHECKING:
+    from kappaflow.runner.stop_request import StopRequest
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")  # kappaflow.runner.logs.LEVELS (not imported here: slow)
 # Beyond --close-timeout (which bounds the commit and close), the seconds left to stop the HTTP servers
@@ -96,7 +99,7 @@ def _config(args: argparse.Namespace) -> Any:
     return StreamsConfig.load(file=args.config)
 
 
-def stop_on_signals(stop: threading.Event) -> list[int]:
+def stop_on_signals(stop: StopRequest) -> list[int]:
     """Make SIGTERM and SIGINT set `stop`; the list returned collects the signals that arrived.
 
     The handler only notes the signal: Python runs it between two bytecodes of the main thread, which
@@ -104,7 +107,8 @@ def stop_on_signals(stop: threading.Event) -> list[int]:
     ("reentrant call" inside the buffered writer), logging's report of that failure writes to stderr and
     fails too, and the exception leaves the handler before it set `stop`: the process ignored the
     signal and ran on (a chaos test's instance did not stop on SIGTERM). The caller logs the signal once
-    its wait returns."""
+    its wait returns. `stop` is a StopRequest, not a threading.Event, for the same reason: setting an
+    Event takes a lock the main thread may hold at that bytecode (runner/stop_request.py)."""
     received: list[int] = []
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -122,6 +126,7 @@ def _run(args: argparse.Namespace) -> int:
     from kappaflow.runner import KafkaStreams, State, tune_gc_for_streaming
     from kappaflow.runner.logs import LogSettingError, configure_logging
     from kappaflow.runner.retry import StoppedWhileWaitingError
+    from kappaflow.runner.stop_request import StopRequest
 
     try:  # text on a terminal, JSON lines otherwise (a pod's log), unless asked
         configure_logging(args.log_level, args.log_format, default_format="auto")
@@ -138,7 +143,7 @@ def _run(args: argparse.Namespace) -> int:
         membership = {"close.group.membership.operation": args.close_membership}
         config = StreamsConfig({**config.as_dict(), **membership})
     streams = KafkaStreams(topology, config)
-    stop = threading.Event()
+    stop = StopRequest()
     received = stop_on_signals(stop)
     summary_every = _summary_interval(args.summary_interval)
     queries = _start_query_server(streams)  # before start(): a bad setting fails before joining the group

@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import pytest
 from examples.wordcount import build_topology
 
 from kappaflow.cli import load_topology, main, stop_on_signals
+from kappaflow.runner.stop_request import StopRequest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -158,7 +158,7 @@ def test_a_signal_during_a_log_write_stops_the_run(monkeypatch: pytest.MonkeyPat
     previous = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
     root.addHandler(handler)
     try:
-        stop = threading.Event()
+        stop = StopRequest()
         received = stop_on_signals(stop)
         logging.getLogger("kappaflow.test").warning("a line being written when the signal arrives")
         assert stop.is_set() and received == [signal.SIGTERM]

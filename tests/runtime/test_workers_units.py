@@ -5,6 +5,9 @@ refuses to fork workers from a process running RocksDB's threads."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -163,3 +166,51 @@ def test_instances_are_told_apart_by_host_and_endpoint_not_only_client_id():
         _worker("app", 2, "127.0.0.1", [1], "127.0.0.1:7002"),  # same host, two instances (local runs)
     ]
     assert standby_tasks_for("app-m2@127.0.0.1", endpoints, _tasks_of, 1) == {TaskId(0, 0)}
+
+
+# Runs in a child: forking workers needs a process without RocksDB threads (fork_hazards).
+STUCK_WORKER = textwrap.dedent(
+    """
+    import os
+    import threading
+
+    from kappaflow.api.metrics import Metrics
+    from kappaflow.runner.worker_process import WorkerSpec
+    from kappaflow.runner.workers import WorkerPool
+
+    started_r, started_w = os.pipe()
+
+
+    def hang_here():
+        threading.Event().wait()
+
+
+    class StuckInstance:
+        metrics = Metrics()
+        final_commit_error = None
+        error = None
+
+        def set_state_listener(self, listener):
+            pass
+
+        def start(self):
+            os.write(started_w, b"!")
+            hang_here()
+
+
+    pool = WorkerPool([WorkerSpec(1, "stuck-worker", StuckInstance, 1.0)], Metrics(), lambda state: None)
+    pool.start()
+    os.read(started_r, 1)  # the worker is inside hang_here() now
+    print("stopped cleanly:", pool.stop(0.5))
+    """
+)
+
+
+def test_a_worker_that_does_not_stop_prints_where_it_is_stuck_before_it_is_ended():
+    """A worker still running past close()'s timeout is aborted, not killed outright: faulthandler prints
+    every thread's stack on SIGABRT, so the log names the call the worker hung in (issue 31's replay lost
+    60 s to a worker that did not stop, and nothing said where it was)."""
+    result = subprocess.run([sys.executable, "-c", STUCK_WORKER], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "stopped cleanly: False" in result.stdout
+    assert "in hang_here" in result.stderr and "in start" in result.stderr

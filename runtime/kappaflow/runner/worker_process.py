@@ -13,6 +13,7 @@ SIGTERM commits and closes the worker (the parent sends it on close()); SIGINT i
 
 from __future__ import annotations
 
+import faulthandler
 import importlib
 import logging
 import os
@@ -26,6 +27,7 @@ from typing import Any, Protocol
 
 from kappaflow.api.metrics import Metrics
 from kappaflow.runner.gc_tuning import tune_gc_for_streaming
+from kappaflow.runner.stop_request import StopRequest
 
 log = logging.getLogger(__name__)
 
@@ -118,10 +120,12 @@ def worker_main(spec: WorkerSpec, status: Connection, queries: Connection) -> No
     # here: destroying a handle whose threads stayed in the parent would wait for them forever. The
     # freeze that keeps them out of every collection also sets the collector for stream work.
     tune_gc_for_streaming()
-    stop = threading.Event()
+    # A worker still running past close()'s timeout is ended with SIGABRT: its threads' stacks go to
+    # stderr first, so the log says where it was stuck (runner/workers.py, `stop`).
+    faulthandler.enable(all_threads=True)
+    stop = StopRequest()
     parent = os.getppid()
-    signal.signal(signal.SIGTERM, lambda _signum, _frame: stop.set())
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    stop_on_sigterm(stop)
     send_lock = threading.Lock()
 
     def send(message: tuple[Any, ...]) -> None:
@@ -159,6 +163,12 @@ def worker_main(spec: WorkerSpec, status: Connection, queries: Connection) -> No
         logging.shutdown()
         # librdkafka handles left to the interpreter's finalizers could hold the exit (see cli.py)
         os._exit(code)
+
+
+def stop_on_sigterm(stop: StopRequest) -> None:
+    """SIGTERM asks `stop` (runner/stop_request.py says why not a threading.Event); SIGINT is the parent's."""
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: stop.set())
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _serve_queries(instance: LocalInstance, queries: Connection) -> None:

@@ -17,6 +17,7 @@ takes the others down with it, as a client shuts down all its threads.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import os
@@ -43,6 +44,8 @@ from kappaflow.runner.worker_process import (
 log = logging.getLogger(__name__)
 
 QUERY_TIMEOUT_S = 30.0
+# How long a worker that did not stop in time gets to print its stacks and abort before it is killed.
+ABORT_GRACE_S = 10.0
 # A worker that keeps dying (OOM-killed at every start, a native crash) is replaced ever more slowly.
 CRASH_WINDOW_S = 60.0
 MAX_REPLACEMENT_DELAY_S = 30.0
@@ -289,9 +292,12 @@ class WorkerPool:
                 continue
             process.join(max(0.0, deadline - time.monotonic()))
             if process.is_alive():
-                log.error("worker %s did not stop within %.0fs: killing it", worker.spec.name, timeout)
-                process.kill()
-                process.join(5.0)
+                log.error(
+                    "worker %s did not stop within %.0fs: aborting it (its threads' stacks follow on stderr)",
+                    worker.spec.name,
+                    timeout,
+                )
+                abort(process)
                 clean = False
             else:
                 self._drain(worker)
@@ -301,6 +307,19 @@ class WorkerPool:
             worker.process = None
             worker.active, worker.standby = [], []
         return clean
+
+
+def abort(process: BaseProcess) -> None:
+    """End a worker that did not stop: SIGABRT first, on which faulthandler (enabled in every worker)
+    prints each thread's stack before the process dies, so a hang names the call it was stuck in; SIGKILL
+    if even that does not end it."""
+    if process.pid is not None:
+        with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+            os.kill(process.pid, signal.SIGABRT)
+        process.join(ABORT_GRACE_S)
+    if process.is_alive():
+        process.kill()
+        process.join(5.0)
 
 
 class ForwardedStore:
