@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -89,3 +90,22 @@ def test_a_stop_asked_from_another_thread_ends_the_wait():
         assert stop.wait(0)
     finally:
         stop.close()
+
+
+def test_a_stop_asked_after_close_writes_to_no_descriptor():
+    """A signal handled after close() must not write its byte to whatever file reuses the pipe's number."""
+    stop = StopRequest()
+    stop.close()
+    read_fd, write_fd = os.pipe()  # likely takes the numbers the request just released
+    try:
+        os.set_blocking(read_fd, False)
+        stop.set()
+        assert stop.is_set()
+        try:
+            leaked = os.read(read_fd, 1)
+        except BlockingIOError:
+            leaked = b""
+        assert leaked == b""
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)

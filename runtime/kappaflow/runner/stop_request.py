@@ -34,12 +34,13 @@ class StopRequest:
 
     def set(self) -> None:
         self._set = True
+        write_fd = self._write_fd
+        if write_fd < 0:
+            return  # closed: nobody waits any more, and the number may name another file by now
         try:
-            os.write(self._write_fd, b"\0")
+            os.write(write_fd, b"\0")
         except BlockingIOError:
             pass  # the pipe is full of earlier requests: a wait wakes up all the same
-        except OSError:
-            pass  # closed: nobody waits any more
 
     def is_set(self) -> bool:
         return self._set
@@ -51,6 +52,9 @@ class StopRequest:
         return self._set
 
     def close(self) -> None:
-        """Release the pipe (a process-long request needs not: its exit does)."""
+        """Release the pipe (a process-long request needs not: its exit does). A later `set()` only sets
+        the flag: it never writes to a descriptor number that another file may have taken."""
+        write_fd, self._write_fd = self._write_fd, -1
+        self._poller.unregister(self._read_fd)
         os.close(self._read_fd)
-        os.close(self._write_fd)
+        os.close(write_fd)
