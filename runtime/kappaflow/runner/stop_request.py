@@ -15,6 +15,7 @@ so a wait ends as soon as a stop is asked, from a handler or from any thread.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 
@@ -37,10 +38,9 @@ class StopRequest:
         write_fd = self._write_fd
         if write_fd < 0:
             return  # closed: nobody waits any more, and the number may name another file by now
-        try:
+        # a full pipe holds earlier requests: a wait wakes up all the same
+        with contextlib.suppress(BlockingIOError):
             os.write(write_fd, b"\0")
-        except BlockingIOError:
-            pass  # the pipe is full of earlier requests: a wait wakes up all the same
 
     def is_set(self) -> bool:
         return self._set
