@@ -440,6 +440,16 @@ class FakeStateManager:
     def checkpoint_offsets(self) -> None:
         self.checkpoints.append(self.offset_now)
 
+    # a background flush: started once the task is caught up; `flush_running` says it has not ended yet
+    background_flushes = 0
+    flush_running = False
+
+    def flush_in_background(self) -> None:
+        self.background_flushes += 1
+
+    def flushing(self) -> bool:
+        return self.flush_running
+
 
 class RestoringTask:
     def __init__(self, manager: FakeStateManager) -> None:
@@ -494,6 +504,42 @@ def test_restoration_waits_past_an_open_transaction_up_to_the_high_watermark():
     assert reader.step() == [managed] and task.restored
     assert task.state_manager.applied == [b"k", b"k", b"k", b"a", b"b", b"c"]
     assert task.state_manager.checkpoints == [8] and consumer.assigned == [] and not reader.has_work()
+
+
+class SecondPartitionManager(FakeStateManager):
+    TP = ("app-counts-changelog", 1)
+
+
+def test_a_caught_up_task_runs_once_its_background_flush_ends_and_is_checkpointed_only_then():
+    """A restored task's stores flush in the background while the other tasks go on restoring; it is
+    checkpointed and runs once that flush is done, or at once (the checkpoint waiting for the flush) when
+    nothing is left to read."""
+    from kappaflow.runner.changelog_reader import ChangelogReader
+    from kappaflow.runner.managed_task import ManagedTask
+
+    first, second = FakeStateManager.TP, SecondPartitionManager.TP
+    batches = [
+        [FakeMessage(first, 0), FakeMessage(first, 1), FakeMessage(second, 0)],
+        [],
+        [],
+        [FakeMessage(second, 1)],
+    ]
+    consumer = FakeRestoreConsumer(batches)
+    reader = ChangelogReader(consumer, Metrics(), FixedBounds((0, 2)))  # type: ignore[arg-type]
+    managers = [FakeStateManager(None), SecondPartitionManager(None)]
+    tasks = [RestoringTask(m) for m in managers]
+    managed = [ManagedTask(t, lock=None, standby=False) for t in tasks]  # type: ignore[arg-type]
+    for m in managed:
+        reader.register(m)
+    managers[0].flush_running = managers[1].flush_running = True
+    assert reader.step() == []  # the first task is caught up: its flush started, no longer read
+    assert managers[0].background_flushes == 1 and managers[0].checkpoints == [] and not tasks[0].restored
+    assert consumer.assigned == [(second[0], second[1], -2)] and reader.has_work()
+    assert reader.step() == [] and managers[0].checkpoints == []  # still flushing
+    managers[0].flush_running = False
+    assert reader.step() == [managed[0]] and tasks[0].restored and managers[0].checkpoints == [2]
+    assert reader.step() == [managed[1]] and tasks[1].restored  # the last one: no need to wait apart
+    assert managers[1].background_flushes == 1 and managers[1].checkpoints == [2] and not reader.has_work()
 
 
 def test_a_store_already_at_the_end_restores_nothing_and_a_truncated_log_is_read_from_its_start():
