@@ -393,6 +393,10 @@ class FakeRestoreConsumer:
     def __init__(self, batches: list[list[FakeMessage]]) -> None:
         self.batches = batches
         self.assigned: list[tuple[str, int, int]] = []
+        self.looked_up: list[tuple[str, int]] = []  # topics asked for, with the assignments at that time
+
+    def list_topics(self, topic: str, timeout: float) -> None:
+        self.looked_up.append((topic, len(self.assigned)))
 
     def incremental_assign(self, partitions: list[TopicPartition]) -> None:
         self.assigned += [(tp.topic, tp.partition, tp.offset) for tp in partitions]
@@ -535,11 +539,31 @@ def test_a_caught_up_task_runs_once_its_background_flush_ends_and_is_checkpointe
     assert reader.step() == []  # the first task is caught up: its flush started, no longer read
     assert managers[0].background_flushes == 1 and managers[0].checkpoints == [] and not tasks[0].restored
     assert consumer.assigned == [(second[0], second[1], -2)] and reader.has_work()
+    assert consumer.looked_up == [(first[0], 0)]  # once, before its first assignment
     assert reader.step() == [] and managers[0].checkpoints == []  # still flushing
     managers[0].flush_running = False
     assert reader.step() == [managed[0]] and tasks[0].restored and managers[0].checkpoints == [2]
     assert reader.step() == [managed[1]] and tasks[1].restored  # the last one: no need to wait apart
     assert managers[1].background_flushes == 1 and managers[1].checkpoints == [2] and not reader.has_work()
+
+
+class NoMetadataConsumer(FakeRestoreConsumer):
+    def list_topics(self, topic: str, timeout: float) -> None:
+        super().list_topics(topic, timeout)
+        raise KafkaException(KafkaError(KafkaError._TRANSPORT))
+
+
+def test_a_changelog_whose_metadata_lookup_fails_is_assigned_anyway_and_looked_up_again_later():
+    from kappaflow.runner.changelog_reader import ChangelogReader
+    from kappaflow.runner.managed_task import ManagedTask
+
+    consumer = NoMetadataConsumer([])
+    reader = ChangelogReader(consumer, Metrics(), FixedBounds((0, 2)))  # type: ignore[arg-type]
+    for manager in (FakeStateManager(None), SecondPartitionManager(None)):
+        reader.register(ManagedTask(RestoringTask(manager), lock=None, standby=False))  # type: ignore[arg-type]
+    topic = FakeStateManager.TP[0]
+    assert consumer.assigned == [(topic, 0, -2), (topic, 1, -2)]
+    assert consumer.looked_up == [(topic, 0), (topic, 1)]
 
 
 def test_a_store_already_at_the_end_restores_nothing_and_a_truncated_log_is_read_from_its_start():
