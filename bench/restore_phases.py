@@ -117,9 +117,9 @@ def print_timeline(title: str, timeline: Timeline) -> None:
     if joined is not None and assigned is not None and joined.calls and assigned.calls:
         print(f"{'group join wait (subscribed -> assigned)':<44}{joined.last:>8.3f}{assigned.first:>8.3f}"
               f"{assigned.first - joined.last:>9.3f}")  # fmt: skip
-    if timeline.first_record >= 0 and timeline.last_record >= 0:
-        print(f"{'first restored record seen -> last one':<44}{timeline.first_record:>8.3f}"
-              f"{timeline.last_record:>8.3f}{timeline.last_record - timeline.first_record:>9.3f}")  # fmt: skip
-        print(f"{'last record -> RUNNING (tasks end)':<44}{timeline.last_record:>8.3f}"
-              f"{timeline.running:>8.3f}{timeline.running - timeline.last_record:>9.3f}")  # fmt: skip
+    first, last = timeline.first_record, timeline.last_record
+    if first >= 0 and last >= 0:
+        print(f"{'first restored record seen -> last one':<44}{first:>8.3f}{last:>8.3f}{last - first:>9.3f}")
+        print(f"{'last record -> RUNNING (tasks end)':<44}{last:>8.3f}{timeline.running:>8.3f}"
+              f"{timeline.running - last:>9.3f}")  # fmt: skip
     print(f"{'RUNNING':<44}{timeline.running:>8.3f}")

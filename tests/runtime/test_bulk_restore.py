@@ -228,9 +228,8 @@ def test_a_crash_after_a_bulk_restore_keeps_every_record_its_offset_counts(
     records a crash can lose (killed right after, the database still holds all of them), also when the
     flush was started in the background first (`flush_in_background`, the changelog reader's way)."""
     root = Path(__file__).resolve().parents[2]
-    subprocess.run(
-        [sys.executable, "-c", CRASHING_RESTORE, str(tmp_path), guarantee, flush], cwd=root, check=True, timeout=60
-    )
+    command = [sys.executable, "-c", CRASHING_RESTORE, str(tmp_path), guarantee, flush]
+    subprocess.run(command, cwd=root, check=True, timeout=60)
     store = open_rocksdb(tmp_path, "s", timestamped=True)
     try:
         offset = store.committed_changelog_offset()
