@@ -444,16 +444,6 @@ class FakeStateManager:
     def checkpoint_offsets(self) -> None:
         self.checkpoints.append(self.offset_now)
 
-    # a background flush: started once the task is caught up; `flush_running` says it has not ended yet
-    background_flushes = 0
-    flush_running = False
-
-    def flush_in_background(self) -> None:
-        self.background_flushes += 1
-
-    def flushing(self) -> bool:
-        return self.flush_running
-
 
 class RestoringTask:
     def __init__(self, manager: FakeStateManager) -> None:
@@ -504,6 +494,7 @@ def test_restoration_waits_past_an_open_transaction_up_to_the_high_watermark():
     ]
     reader, consumer, managed, task = _reader_with(batches, (0, 8))
     assert consumer.assigned == [(tp[0], tp[1], -2)]  # from the beginning: nothing committed locally
+    assert consumer.looked_up == [(tp[0], 0)]  # its metadata asked for first, before the assignment
     assert reader.step() == [] and reader.step() == [] and not task.restored  # stopped at the LSO: not done
     assert reader.step() == [managed] and task.restored
     assert task.state_manager.applied == [b"k", b"k", b"k", b"a", b"b", b"c"]
@@ -514,56 +505,28 @@ class SecondPartitionManager(FakeStateManager):
     TP = ("app-counts-changelog", 1)
 
 
-def test_a_caught_up_task_runs_once_its_background_flush_ends_and_is_checkpointed_only_then():
-    """A restored task's stores flush in the background while the other tasks go on restoring; it is
-    checkpointed and runs once that flush is done, or at once (the checkpoint waiting for the flush) when
-    nothing is left to read."""
-    from kappaflow.runner.changelog_reader import ChangelogReader
-    from kappaflow.runner.managed_task import ManagedTask
-
-    first, second = FakeStateManager.TP, SecondPartitionManager.TP
-    batches = [
-        [FakeMessage(first, 0), FakeMessage(first, 1), FakeMessage(second, 0)],
-        [],
-        [],
-        [FakeMessage(second, 1)],
-    ]
-    consumer = FakeRestoreConsumer(batches)
-    reader = ChangelogReader(consumer, Metrics(), FixedBounds((0, 2)))  # type: ignore[arg-type]
-    managers = [FakeStateManager(None), SecondPartitionManager(None)]
-    tasks = [RestoringTask(m) for m in managers]
-    managed = [ManagedTask(t, lock=None, standby=False) for t in tasks]  # type: ignore[arg-type]
-    for m in managed:
-        reader.register(m)
-    managers[0].flush_running = managers[1].flush_running = True
-    assert reader.step() == []  # the first task is caught up: its flush started, no longer read
-    assert managers[0].background_flushes == 1 and managers[0].checkpoints == [] and not tasks[0].restored
-    assert consumer.assigned == [(second[0], second[1], -2)] and reader.has_work()
-    assert consumer.looked_up == [(first[0], 0)]  # once, before its first assignment
-    assert reader.step() == [] and managers[0].checkpoints == []  # still flushing
-    managers[0].flush_running = False
-    assert reader.step() == [managed[0]] and tasks[0].restored and managers[0].checkpoints == [2]
-    assert reader.step() == [managed[1]] and tasks[1].restored  # the last one: no need to wait apart
-    assert managers[1].background_flushes == 1 and managers[1].checkpoints == [2] and not reader.has_work()
-
-
 class NoMetadataConsumer(FakeRestoreConsumer):
     def list_topics(self, topic: str, timeout: float) -> None:
         super().list_topics(topic, timeout)
         raise KafkaException(KafkaError(KafkaError._TRANSPORT))
 
 
-def test_a_changelog_whose_metadata_lookup_fails_is_assigned_anyway_and_looked_up_again_later():
+@pytest.mark.parametrize("lookup_fails", [False, True])
+def test_a_changelog_topic_is_looked_up_once_before_its_first_assignment_and_again_only_if_that_failed(
+    lookup_fails: bool,
+) -> None:
+    """The restore consumer's metadata head start (`_know_topics`): one lookup per topic; a failed one
+    stops no assignment and is tried again at the topic's next one."""
     from kappaflow.runner.changelog_reader import ChangelogReader
     from kappaflow.runner.managed_task import ManagedTask
 
-    consumer = NoMetadataConsumer([])
+    consumer = NoMetadataConsumer([]) if lookup_fails else FakeRestoreConsumer([])
     reader = ChangelogReader(consumer, Metrics(), FixedBounds((0, 2)))  # type: ignore[arg-type]
     for manager in (FakeStateManager(None), SecondPartitionManager(None)):
         reader.register(ManagedTask(RestoringTask(manager), lock=None, standby=False))  # type: ignore[arg-type]
     topic = FakeStateManager.TP[0]
     assert consumer.assigned == [(topic, 0, -2), (topic, 1, -2)]
-    assert consumer.looked_up == [(topic, 0), (topic, 1)]
+    assert consumer.looked_up == ([(topic, 0), (topic, 1)] if lookup_fails else [(topic, 0)])
 
 
 def test_a_store_already_at_the_end_restores_nothing_and_a_truncated_log_is_read_from_its_start():

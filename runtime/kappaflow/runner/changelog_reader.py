@@ -118,9 +118,6 @@ class ChangelogReader:
         self._restored = 0
         self._restored_at_log = 0
         self._started: dict[ManagedTask, float] = {}
-        # Active tasks caught up with their changelogs whose stores are flushing in the background; each
-        # ends (checkpoint, RUNNING) once its flushes are done, and all of them once nothing is left to read.
-        self._flushing: list[ManagedTask] = []
         # changelog topics whose metadata the restore consumer was given (`_know_topics`)
         self._known_topics: set[str] = set()
         self._watch = OpenTransactionWatch(hanging_after_s) if hanging_after_s else None
@@ -213,21 +210,16 @@ class ChangelogReader:
         return {tp: found.get(tp) or 0 for tp in tps}
 
     def unregister(self, managed: ManagedTask) -> None:
-        self._stop_reading(managed)
-        if managed in self._flushing:
-            self._flushing.remove(managed)
-        self._started.pop(managed, None)
-
-    def _stop_reading(self, managed: ManagedTask) -> None:
         live = [tp for tp, entry in self._index.items() if entry.managed is managed]
         for tp in live:
             del self._index[tp]
             self._release(tp)
         if live:
             self._consumer.incremental_unassign([TopicPartition(t, p) for t, p in live])
+        self._started.pop(managed, None)
 
     def has_work(self) -> bool:
-        return bool(self._index) or bool(self._flushing)
+        return bool(self._index)
 
     def cached_end(self, tp: tuple[str, int], default: int) -> int:
         """The changelog's end as the last fetch saw it (no request), or `default`."""
@@ -240,7 +232,7 @@ class ChangelogReader:
     def step(self, max_records: int = RESTORE_BATCH, timeout: float = 0.0) -> list[ManagedTask]:
         """Apply a batch of changelog records; return the active tasks that finished restoring now."""
         if not self._index:
-            return self._flushed(wait=True)
+            return []
         messages: list[Any] = self._consumer.consume(max_records, timeout)
         native = self._native
         if native is None:
@@ -272,9 +264,9 @@ class ChangelogReader:
             if entry is not None:
                 limited = end if entry.limit is None else min(end, entry.limit)
                 entry.manager.advance(entry.store, limited)
-        self._caught_up({*ends, *batches}, set(ends))
+        finished = self._caught_up({*ends, *batches}, set(ends))
         self._report()
-        return self._flushed(wait=not self._index)
+        return finished
 
     @staticmethod
     def _by_partition(
@@ -328,9 +320,8 @@ class ChangelogReader:
             return
         ends[tp] = msg.offset()
 
-    def _caught_up(self, touched: set[tuple[str, int]], at_end: set[tuple[str, int]]) -> None:
-        """Active tasks whose every changelog partition reached its end stop being read and start their
-        stores' flushes in the background (`_flushed` ends them)."""
+    def _caught_up(self, touched: set[tuple[str, int]], at_end: set[tuple[str, int]]) -> list[ManagedTask]:
+        finished: list[ManagedTask] = []
         for tp in touched:
             entry = self._index.get(tp)
             if entry is None or entry.managed.standby or tp not in entry.managed.pending:
@@ -343,9 +334,9 @@ class ChangelogReader:
                 continue
             managed.pending.discard(tp)
             if not managed.pending:
-                self._stop_reading(managed)
-                managed.state_manager.flush_in_background()
-                self._flushing.append(managed)
+                self._finish(managed)
+                finished.append(managed)
+        return finished
 
     def _log_open_transaction(self, managed: ManagedTask, tp: tuple[str, int], position: int) -> None:
         """End of partition below the high watermark: a transaction is open there; wait for it to end,
@@ -395,18 +386,9 @@ class ChangelogReader:
             log.warning("%s-%d: no longer held by a hanging transaction", *tp)
             self._metrics.set_gauge("hanging-transaction-partitions", len(watch.hanging()), reader="restore")
 
-    def _flushed(self, wait: bool) -> list[ManagedTask]:
-        """End the caught-up tasks whose background flushes are done, or all of them with `wait` (nothing
-        else is left to read meanwhile): each is checkpointed, whose flush waits for the one running,
-        so no offset is stored before the records it counts are in SST files. Returns them."""
-        done = [m for m in self._flushing if wait or not m.state_manager.flushing()]
-        for managed in done:
-            self._flushing.remove(managed)
-            self._finish(managed)
-        return done
-
     def _finish(self, managed: ManagedTask) -> None:
-        seconds = time.monotonic() - self._started.pop(managed, time.monotonic())
+        seconds = time.monotonic() - self._started.get(managed, time.monotonic())
+        self.unregister(managed)
         manager = managed.state_manager
         manager.checkpoint_offsets()
         managed.task.complete_restoration()
@@ -455,7 +437,6 @@ class ChangelogReader:
 
     def close(self) -> None:
         self._index.clear()
-        self._flushing.clear()
         self._consumer.close()
         self._offset_bounds.close()
         close = getattr(self._committed_offsets, "close", None)

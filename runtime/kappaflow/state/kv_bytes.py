@@ -240,20 +240,6 @@ class RocksDBKeyValueBytesStore:
             self._db.flush()
             self._unflushed = False
 
-    def flush_in_background(self) -> None:
-        """Start writing the unlogged (restored) records to SST files, without waiting: RocksDB switches
-        the memtable at once and flushes it on its own thread, so the stream thread goes on restoring the
-        other tasks meanwhile instead of waiting for each restored task's flush in turn (~0.1-0.2 s per
-        250k records). `commit` still flushes (waiting for this one) before it stores an offset."""
-        if self._db is not None and self._unflushed:
-            self._db.flush(False)
-
-    def flushing(self) -> bool:
-        """Whether a memtable is still waiting to be written to SST files (a background flush running)."""
-        if self._db is None:
-            return False
-        return bool(self._db.property_int_value("rocksdb.num-immutable-mem-table"))
-
     def close(self) -> None:
         if self._uncommitted is not None:
             self._uncommitted.clear()  # never committed: discarded, as a crash would

@@ -265,22 +265,6 @@ class ProcessorStateManager:
         committed input offset)."""
         return {(m.changelog_topic, m.partition) for m in self.stores.values() if m.source_topic}
 
-    def flush_in_background(self) -> None:
-        """Start the flushes a checkpoint needs without waiting for them, where a store can (RocksDB,
-        `flush_in_background`); others flush when checkpointed, as before."""
-        for meta in self.stores.values():
-            start = getattr(innermost(meta.store), "flush_in_background", None)
-            if start is not None:
-                start()
-
-    def flushing(self) -> bool:
-        """Whether a flush started by `flush_in_background` is still running in some store."""
-        for meta in self.stores.values():
-            check = getattr(innermost(meta.store), "flushing", None)
-            if check is not None and check():
-                return True
-        return False
-
     def checkpoint_offsets(self) -> None:
         """Checkpoint every store at the changelog offset this manager holds for it."""
         self.checkpoint({m.name: m.offset for m in self.logged_stores() if m.offset is not None})
