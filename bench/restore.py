@@ -243,6 +243,7 @@ def kappaflow_run(
             clock.running = time.perf_counter() - launched
             done = app.metrics.counter("restored-records-total")
             finished = finished or time.perf_counter()
+            clock.first_record, clock.last_record = started - launched, finished - launched
             if done != records:
                 raise RuntimeError(f"kappaflow restored {done:.0f} records, the changelog has {records}")
         finally:

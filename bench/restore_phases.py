@@ -66,6 +66,10 @@ class Timeline:
 
     started: float = 0.0
     running: float = -1.0
+    # seconds after start() at which the bench first saw a restored record and saw the last one (-1: not
+    # seen): they split the restore steps into the wait for the first fetch, the body and the tasks' ends
+    first_record: float = -1.0
+    last_record: float = -1.0
     spans: dict[str, Span] = field(default_factory=dict)
 
     def at(self) -> float:
@@ -113,4 +117,9 @@ def print_timeline(title: str, timeline: Timeline) -> None:
     if joined is not None and assigned is not None and joined.calls and assigned.calls:
         print(f"{'group join wait (subscribed -> assigned)':<44}{joined.last:>8.3f}{assigned.first:>8.3f}"
               f"{assigned.first - joined.last:>9.3f}")  # fmt: skip
+    first, last = timeline.first_record, timeline.last_record
+    if first >= 0 and last >= 0:
+        print(f"{'first restored record seen -> last one':<44}{first:>8.3f}{last:>8.3f}{last - first:>9.3f}")
+        print(f"{'last record -> RUNNING (tasks end)':<44}{last:>8.3f}{timeline.running:>8.3f}"
+              f"{timeline.running - last:>9.3f}")  # fmt: skip
     print(f"{'RUNNING':<44}{timeline.running:>8.3f}")

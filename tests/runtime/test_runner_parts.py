@@ -393,6 +393,10 @@ class FakeRestoreConsumer:
     def __init__(self, batches: list[list[FakeMessage]]) -> None:
         self.batches = batches
         self.assigned: list[tuple[str, int, int]] = []
+        self.looked_up: list[tuple[str, int]] = []  # topics asked for, with the assignments at that time
+
+    def list_topics(self, topic: str, timeout: float) -> None:
+        self.looked_up.append((topic, len(self.assigned)))
 
     def incremental_assign(self, partitions: list[TopicPartition]) -> None:
         self.assigned += [(tp.topic, tp.partition, tp.offset) for tp in partitions]
@@ -490,10 +494,39 @@ def test_restoration_waits_past_an_open_transaction_up_to_the_high_watermark():
     ]
     reader, consumer, managed, task = _reader_with(batches, (0, 8))
     assert consumer.assigned == [(tp[0], tp[1], -2)]  # from the beginning: nothing committed locally
+    assert consumer.looked_up == [(tp[0], 0)]  # its metadata asked for first, before the assignment
     assert reader.step() == [] and reader.step() == [] and not task.restored  # stopped at the LSO: not done
     assert reader.step() == [managed] and task.restored
     assert task.state_manager.applied == [b"k", b"k", b"k", b"a", b"b", b"c"]
     assert task.state_manager.checkpoints == [8] and consumer.assigned == [] and not reader.has_work()
+
+
+class SecondPartitionManager(FakeStateManager):
+    TP = ("app-counts-changelog", 1)
+
+
+class NoMetadataConsumer(FakeRestoreConsumer):
+    def list_topics(self, topic: str, timeout: float) -> None:
+        super().list_topics(topic, timeout)
+        raise KafkaException(KafkaError(KafkaError._TRANSPORT))
+
+
+@pytest.mark.parametrize("lookup_fails", [False, True])
+def test_a_changelog_topic_is_looked_up_once_before_its_first_assignment_and_again_only_if_that_failed(
+    lookup_fails: bool,
+) -> None:
+    """The restore consumer's metadata head start (`_know_topics`): one lookup per topic; a failed one
+    stops no assignment and is tried again at the topic's next one."""
+    from kappaflow.runner.changelog_reader import ChangelogReader
+    from kappaflow.runner.managed_task import ManagedTask
+
+    consumer = NoMetadataConsumer([]) if lookup_fails else FakeRestoreConsumer([])
+    reader = ChangelogReader(consumer, Metrics(), FixedBounds((0, 2)))  # type: ignore[arg-type]
+    for manager in (FakeStateManager(None), SecondPartitionManager(None)):
+        reader.register(ManagedTask(RestoringTask(manager), lock=None, standby=False))  # type: ignore[arg-type]
+    topic = FakeStateManager.TP[0]
+    assert consumer.assigned == [(topic, 0, -2), (topic, 1, -2)]
+    assert consumer.looked_up == ([(topic, 0), (topic, 1)] if lookup_fails else [(topic, 0)])
 
 
 def test_a_store_already_at_the_end_restores_nothing_and_a_truncated_log_is_read_from_its_start():
