@@ -33,12 +33,12 @@ PASSTHROUGH = tuple(key for key in CLIENT_PASSTHROUGH if key not in GROUP_CONSUM
 EOS_PRODUCER_DEFAULTS: dict[str, Any] = {"transaction.timeout.ms": 10000}
 # How long the producer batches records. Kafka Streams gives its producers linger.ms=100 (the client's is
 # 5), but the Java producer also sends a batch as soon as it holds batch.size (16 KB) of encoded records,
-# framing included: the word count's repartition records (~18 bytes each on the wire) leave every ~900
-# records, every ~33 ms at 27k records/s. librdkafka counts only keys and values against batch.size, so
-# with 100 ms it held them the whole 100 ms, and at at_least_once that hop is end-to-end latency: a
-# cached count is emitted at the 30 s commit only if its repartition record was processed before it
-# (bench/latency.py at 25% of the maximum: the hop was 74 ms on average, Java's 42, kappaflow's p50 73 ms
-# and p99 42 ms above Java's). 20 ms keeps the requests large: at exactly_once_v2 each 100 ms commit
+# framing included, so small records (the word count's repartition records) leave well before 100 ms.
+# librdkafka counts only keys and values against batch.size, so it held them the whole 100 ms, and at
+# at_least_once that hop is end-to-end latency: a cached count is emitted at the 30 s commit only if its
+# repartition record was processed before it (bench/latency.py at 25% of the maximum: the hop from the
+# input's append to the repartition record's took 74 ms on average, Java's 42, and kappaflow's p50 was
+# 73 ms above Java's). 20 ms keeps the requests large: at exactly_once_v2 each 100 ms commit
 # flushes the producer and waits for it anyway, and there the word count ran 43.0/44.7k lines/s at 5 ms,
 # 47.5k at 10, 49.4/50.9/50.7k at 20, 50.3k at 50 and 49.8/49.5k at 100 ms, the commits growing from ~21
 # to ~37 ms; at at_least_once 20 ms against 100 is in docs/performance-history.md.
