@@ -16,6 +16,7 @@ record cache off and a 100 ms commit interval under at_least_once, the usual lat
 
     python bench/latency.py [--max-rate 20000] [--seconds 60] [--fractions 0.25,0.5,0.8]
         [--guarantees at_least_once,exactly_once_v2] [--no-java] [--bootstrap host:port]
+        [--before key=value,...]   # also kappaflow with these settings, in the same rounds
 
 Without --max-rate, kappaflow's at_least_once throughput is measured first (bench/throughput.py's run on
 30k lines). The last block checks the target: kappaflow's p99 <= Java's at every rate and guarantee.
@@ -362,6 +363,17 @@ def max_rate_of_kappaflow(bootstrap: str) -> int:
     return int(kappaflow_run(bootstrap, source, sink, 30000, 3, "at_least_once"))
 
 
+def parse_settings(text: str) -> dict[str, Any]:
+    """`key=value,...` (--before) into kappaflow settings."""
+    settings: dict[str, Any] = {}
+    for item in filter(None, text.split(",")):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--before wants key=value pairs, got {item!r}")
+        settings[key.strip()] = value.strip()
+    return settings
+
+
 def print_rows(rows: list[Row], max_rate: int) -> bool:
     """The table, then the target per (guarantee, rate): kappaflow's p99 <= Java's. True when all met."""
     print(
@@ -402,12 +414,19 @@ def main() -> int:
     parser.add_argument("--drain", type=float, default=45.0, help="max seconds to wait for the last answers")
     parser.add_argument("--partitions", type=int, default=1, help="input partitions (1: exact attribution)")
     parser.add_argument("--tuned", action="store_true", help="also kappaflow with no cache, 100 ms commits")
+    parser.add_argument(
+        "--before",
+        default="",
+        help="key=value,...: also a kappaflow row with these settings (what a change replaced), run right "
+        "after the others at each rate",
+    )
     parser.add_argument("--no-java", action="store_true")
     parser.add_argument("--bootstrap", default="")
     args = parser.parse_args()
     classpath = ""
     if not args.no_java:
         classpath = kafka_streams_peer.prepare(LATENCY_PEER)
+    before = parse_settings(args.before)
     rows: list[Row] = []
     with bench_broker(args.bootstrap) as (bootstrap, _broker):
         max_rate = args.max_rate or max_rate_of_kappaflow(bootstrap)
@@ -420,6 +439,8 @@ def main() -> int:
                     engines.append(("java", {}))
                 if args.tuned and guarantee == "at_least_once":
                     engines.append(("kappaflow (tuned)", TUNED))
+                if before:
+                    engines.append(("kappaflow (before)", before))
                 for name, extra in engines:
                     print(f"==> {name} {guarantee} at {rate} lines/s ...", flush=True)
                     engine = "java" if name == "java" else "kappaflow"

@@ -90,7 +90,9 @@ class ProcessorContext(Protocol):
         """The wall-clock time (the driver's in the TopologyTestDriver)."""
 
     def commit(self) -> None:
-        """Ask for a commit soon after this record, before `commit.interval.ms` elapses."""
+        """Ask for a commit soon after this record, before `commit.interval.ms` elapses. The scheduled
+        commits keep their pace (as in Kafka Streams): the next is still due an interval after the last
+        scheduled one, not after this request's."""
 
 
 @runtime_checkable

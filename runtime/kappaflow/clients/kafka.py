@@ -31,17 +31,19 @@ PASSTHROUGH = tuple(key for key in CLIENT_PASSTHROUGH if key not in GROUP_CONSUM
 # Kafka Streams' exactly-once producer defaults. A 10 s transaction timeout (not the 60 s client default)
 # bounds how long a transaction a crashed instance left open can hold back read_committed readers.
 EOS_PRODUCER_DEFAULTS: dict[str, Any] = {"transaction.timeout.ms": 10000}
-# How long the producer batches records. At at_least_once, Kafka Streams' own default (its producers get
-# linger.ms=100, not the client's 5): commits are 30 s apart, so records leave in big batches and the
-# broker and both clients handle a fraction of the requests (bench/throughput.py's word count: faster
-# than with 5 ms in 12 of 14 interleaved rounds, median +23%, README "Performance"). At
-# exactly_once_v2 each 100 ms commit flushes the producer and waits for it, so what linger still holds
-# is sent and acknowledged inside the commit while the thread waits; nothing a transaction writes is
-# visible before its commit anyway. 20 ms batches most of an interval's records without making the
-# commit wait for many of them: the word count ran 43.0/44.7k lines/s at 5 ms, 47.5k at 10, 49.4/50.9/50.7k
-# at 20, 50.3k at 50 and 49.8/49.5k at 100 ms, where the commits grew from ~21 to ~37 ms.
+# How long the producer batches records. Kafka Streams gives its producers linger.ms=100 (the client's is
+# 5), but the Java producer also sends a batch as soon as it holds batch.size (16 KB) of encoded records,
+# framing included, so small records (the word count's repartition records) leave well before 100 ms.
+# librdkafka counts only keys and values against batch.size, so it held them the whole 100 ms, and at
+# at_least_once that hop is end-to-end latency: a cached count is emitted at the 30 s commit only if its
+# repartition record was processed before it (bench/latency.py at 25% of the maximum: the hop from the
+# input's append to the repartition record's took 74 ms on average, Java's 42, and kappaflow's p50 was
+# 73 ms above Java's). 20 ms keeps the requests large: at exactly_once_v2 each 100 ms commit
+# flushes the producer and waits for it anyway, and there the word count ran 43.0/44.7k lines/s at 5 ms,
+# 47.5k at 10, 49.4/50.9/50.7k at 20, 50.3k at 50 and 49.8/49.5k at 100 ms, the commits growing from ~21
+# to ~37 ms; at at_least_once 20 ms against 100 is in docs/performance-history.md.
 # `producer.linger.ms` overrides both.
-AT_LEAST_ONCE_LINGER_MS = 100
+AT_LEAST_ONCE_LINGER_MS = 20
 EOS_LINGER_MS = 20
 # The restore consumer reads changelogs from their start as fast as the store can take them: librdkafka
 # stops prefetching a partition once its local queue holds queued.min.messages (100k by default) and

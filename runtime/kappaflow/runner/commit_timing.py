@@ -15,6 +15,11 @@ time out of processing, at 20-40 ms a commit 15-40% more of it, and cost through
 what is short. Either way at least `MIN_PROCESSING_SHARE` of an interval passes between the end of one
 commit and the start of the next, so a slow broker cannot turn the loop into back-to-back commits.
 
+A commit that was not due (a user's `context.commit()`, a revocation's) leaves the schedule alone, as
+in Kafka Streams (a requested commit does not move `lastCommitMs`): a Processor API user who asks for a
+commit after each of its own batches would otherwise postpone every scheduled commit, and with it the
+emission of everything the record caches hold, by as long as the requests keep coming.
+
 And a poll that waits for records (none fetched) waits no longer than until the next commit is due,
 when there is something to commit: with records trickling in, a `poll.ms` wait (100 ms) that starts just
 before the due time postponed the commit by up to that much.
@@ -26,12 +31,18 @@ from __future__ import annotations
 MIN_PROCESSING_SHARE = 0.5
 
 
-def next_commit_due(started: float, finished: float, interval: float, caught_up: bool) -> float:
+def next_commit_due(
+    due: float, started: float, finished: float, interval: float, caught_up: bool, scheduled: bool
+) -> float:
     """The (monotonic) time the next commit is due after one that ran from `started` to `finished`.
 
-    `caught_up`: the thread found nothing left to process at least once since the previous commit (it
-    had time to spare): an interval after the commit's start, but never sooner than
-    `MIN_PROCESSING_SHARE` of one after its end. Otherwise an interval after its end (Kafka Streams')."""
+    `due`: when this commit was due; `scheduled`: it ran because that time had come. A commit that ran
+    for another reason (requested by a task, or a revocation's) keeps `due`. `caught_up`: the thread
+    found nothing left to process at least once since the previous scheduled commit (it had time to
+    spare): an interval after the commit's start, but never sooner than `MIN_PROCESSING_SHARE` of one
+    after its end. Otherwise an interval after its end (Kafka Streams')."""
+    if not scheduled:
+        return due
     if not caught_up:
         return finished + interval
     return max(started + interval, finished + interval * MIN_PROCESSING_SHARE)

@@ -211,9 +211,10 @@ class StreamThread:
             if messages:
                 self._sample_e2e_latency(messages[-1].timestamp())
             commit_seconds = 0.0
-            if time.monotonic() >= self._commit_due or any(t.context.commit_requested for t in running):
+            scheduled = time.monotonic() >= self._commit_due
+            if scheduled or any(t.context.commit_requested for t in running):
                 committing = time.perf_counter()
-                self.commit()
+                self.commit(scheduled)
                 commit_seconds = time.perf_counter() - committing
         self.loop_ratios.record(
             started, poll_seconds, restore_seconds, process_seconds, punctuate_seconds, commit_seconds
@@ -294,8 +295,11 @@ class StreamThread:
                 self.consumer.resume(partitions)
                 self._async_paused.discard(task.id)
 
-    def commit(self) -> None:
-        """Commit every running task with something to commit (runner/commit.py has the protocol)."""
+    def commit(self, scheduled: bool = False) -> None:
+        """Commit every running task with something to commit (runner/commit.py has the protocol).
+
+        `scheduled`: the commit interval has passed. Any other commit (a task's request, a revocation's,
+        the final one) leaves the schedule as it was (runner/commit_timing.py)."""
         tm = self.tm
         assert tm is not None
         started = time.monotonic()
@@ -307,8 +311,11 @@ class StreamThread:
         if self.global_state is not None:
             self.global_state.checkpoint()
         self.purger.committed(offsets)
-        self._commit_due = next_commit_due(started, time.monotonic(), self.commit_interval, self._caught_up)
-        self._caught_up = False
+        self._commit_due = next_commit_due(
+            self._commit_due, started, time.monotonic(), self.commit_interval, self._caught_up, scheduled
+        )
+        if scheduled:
+            self._caught_up = False
         self._publish_sent()
 
     def _publish_sent(self) -> None:
