@@ -34,7 +34,7 @@ last one counted (both sub-topologies process each record once, so 2x as many pr
 
     python bench/scaling_cost.py [--partitions 4,16,64] [--keys 1000,1000000,10000000]
         [--records 1000000] [--cache-mib 10] [--rocksdb-mib 32] [--write-buffer-mib 16]
-        [--slack-mib 32] [--repeat 1] [--bootstrap host:port]
+        [--slack-mib 32] [--repeat 1] [--full-filters] [--bootstrap host:port]
 
 A short run: `--keys 1000,100000,1000000` (~15 min on the 2-core build box). The full table processes
 10M records in each of the three 10M-key cells, ~40 min more (README "Performance").
@@ -73,6 +73,8 @@ WIRE_RECORD_BYTES = 24
 RDKAFKA_QUEUED_MIN_MESSAGES = 100_000  # librdkafka's default, which kappaflow keeps
 # --set KEY=VALUE: application settings over the bench's, for before/after runs of one setting.
 OVERRIDES: dict[str, str] = {}
+# --full-filters: the bounded setter without partitioned index and filters (the "before" of that change).
+TABLE = {"partitioned_index_filters": True}
 
 
 @dataclass(frozen=True)
@@ -129,7 +131,12 @@ def topology(source: str, sink: str) -> Any:
 
 
 def app_config(
-    bootstrap: str, app_id: str, state_dir: str, limits: Limits, overrides: dict[str, str]
+    bootstrap: str,
+    app_id: str,
+    state_dir: str,
+    limits: Limits,
+    overrides: dict[str, str],
+    partitioned_index_filters: bool = True,
 ) -> dict[str, Any]:
     from kappaflow.state.rocksdb_config import BoundedMemoryConfigSetter
 
@@ -139,7 +146,9 @@ def app_config(
         "state.dir": state_dir,
         "metrics.port": -1,
         "statestore.cache.max.bytes": limits.record_cache,
-        "rocksdb.config.setter": BoundedMemoryConfigSetter(limits.rocksdb, limits.write_buffers),
+        "rocksdb.config.setter": BoundedMemoryConfigSetter(
+            limits.rocksdb, limits.write_buffers, partitioned_index_filters
+        ),
         **overrides,
     }
 
@@ -150,7 +159,9 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
 
     tune_gc_for_streaming()  # as `kappaflow run` does
     limits = Limits(**spec["limits"])
-    config = app_config(spec["bootstrap"], spec["app_id"], spec["state_dir"], limits, spec["overrides"])
+    config = app_config(
+        spec["bootstrap"], spec["app_id"], spec["state_dir"], limits, spec["overrides"], **spec["table"]
+    )
     app = KafkaStreams(topology(spec["source"], spec["sink"]), config)
     app.start()
     result: dict[str, Any] = {}
@@ -257,6 +268,7 @@ def new_spec(
         "records": records,
         "limits": limits.__dict__,
         "overrides": OVERRIDES,
+        "table": TABLE,
     }
     return spec, [source, sink], state_dir
 
@@ -362,9 +374,13 @@ def main() -> int:
     parser.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="an application setting to override"
     )
+    parser.add_argument(
+        "--full-filters", action="store_true", help="one index and filter block per SST file (before)"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     OVERRIDES.update(item.split("=", 1) for item in args.set)
+    TABLE["partitioned_index_filters"] = not args.full_filters
     if args.child:
         print(json.dumps(child(json.loads(args.child))), flush=True)
         return 0

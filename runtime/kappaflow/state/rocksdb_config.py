@@ -52,6 +52,7 @@ def resolve_config_setter(value: object) -> RocksDBConfigSetter | None:
 
 
 BLOOM_BITS_PER_KEY = 10
+METADATA_BLOCK_BYTES = 4096  # a partition of an index or filter, as RocksDB's default data block
 
 
 def bloom_filtered_table() -> rocksdict.BlockBasedOptions:
@@ -65,6 +66,21 @@ def bloom_filtered_table() -> rocksdict.BlockBasedOptions:
     return table
 
 
+def partition_index_and_filters(table: rocksdict.BlockBasedOptions) -> None:
+    """Index and bloom filter of each SST file cut into ~4 KiB partitions under a small top-level index,
+    the top level pinned in the block cache (RocksDB's "partitioned index/filters").
+
+    Why: once index and filter blocks are charged to a bounded cache, a whole-file filter is one block
+    of ~1.2 MiB per million keys. With state larger than the cache, data blocks evict it and the next
+    lookup of a new key (every aggregation reads before it writes) reads the whole filter back from the
+    file into the cache: counting 4M new keys over 4 stores sharing a 32 MiB cache, RocksDB alone took
+    39 us of CPU a key, against 7.6 us with partitions, which a lookup reads one of (a few KiB)."""
+    table.set_partition_filters(True)
+    table.set_index_type(rocksdict.BlockBasedIndexType.two_level_index_search())
+    table.set_metadata_block_size(METADATA_BLOCK_BYTES)
+    table.set_pin_top_level_index_and_filter(True)
+
+
 class BoundedMemoryConfigSetter:
     """Caps RocksDB's memory for every store of the process at `total_bytes`.
 
@@ -75,9 +91,15 @@ class BoundedMemoryConfigSetter:
 
         ROCKSDB_MEMORY = BoundedMemoryConfigSetter(total_bytes=64 << 20, write_buffer_bytes=16 << 20)
         config = {"rocksdb.config.setter": ROCKSDB_MEMORY}   # or "myapp.module:ROCKSDB_MEMORY"
+
+    Index and filters are partitioned (`partition_index_and_filters`), as Kafka Streams' memory guide
+    suggests for a bounded cache; `partitioned_index_filters=False` keeps one index and one filter block
+    per SST file (cheaper while every store's state fits in the cache, far dearer once it does not).
     """
 
-    def __init__(self, total_bytes: int, write_buffer_bytes: int) -> None:
+    def __init__(
+        self, total_bytes: int, write_buffer_bytes: int, partitioned_index_filters: bool = True
+    ) -> None:
         if total_bytes <= 0:
             raise ConfigError(f"BoundedMemoryConfigSetter: total_bytes must be > 0, got {total_bytes}")
         if not 0 < write_buffer_bytes <= total_bytes:
@@ -87,6 +109,7 @@ class BoundedMemoryConfigSetter:
             )
         self.total_bytes = total_bytes
         self.write_buffer_bytes = write_buffer_bytes
+        self.partitioned_index_filters = partitioned_index_filters
         self.cache = rocksdict.Cache(total_bytes)
         self.write_buffers = rocksdict.WriteBufferManager.new_write_buffer_manager_with_cache(
             write_buffer_bytes, False, self.cache
@@ -98,6 +121,8 @@ class BoundedMemoryConfigSetter:
         # index and filter blocks live in the bounded cache too, not on the heap beside it
         table.set_cache_index_and_filter_blocks(True)
         table.set_pin_l0_filter_and_index_blocks_in_cache(True)
+        if self.partitioned_index_filters:
+            partition_index_and_filters(table)
         options.set_block_based_table_factory(table)
         options.set_write_buffer_manager(self.write_buffers)
         options.set_write_buffer_size(max(self.write_buffer_bytes // 4, 1 << 20))
