@@ -315,7 +315,10 @@ def main() -> int:
                                 warmth = ", warm" if args.warm else ""
                                 record(f"{partitions}p Spark {master}, reader {reader}{warmth}", seconds)
                     finally:
-                        slots = spark.sparkContext.defaultParallelism
+                        from kappaflow.spark.reprocess import task_slots
+
+                        # the master's slots: the session pins spark.default.parallelism for its shuffles
+                        slots = task_slots(master, spark.sparkContext.defaultParallelism)
                         spark.stop()
                     if args.timeline:
                         print_timeline(event_logs, master, slots)
