@@ -223,7 +223,12 @@ def test_a_checkpoint_that_is_not_an_offset_of_the_changelog_wipes_the_store(
         starts = manager.restore_offsets({("app-counts-changelog", 0): bounds}, ids)
         assert starts == {"counts": 5 if kept else None}
         assert store.get("a") == (1 if kept else None)
-        warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        # the state manager's own: a client an earlier test left to the garbage collector may still log
+        warnings = [
+            r.getMessage()
+            for r in caplog.records
+            if r.levelname == "WARNING" and r.name == "kappaflow.tasks.state_manager"
+        ]
         if kept:
             assert warnings == []
         else:
