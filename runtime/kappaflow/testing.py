@@ -29,7 +29,7 @@ from kappaflow.api.processor import TaskId, to_millis
 from kappaflow.api.record import Headers, TestRecord, ensure_headers
 from kappaflow.api.serdes import Serde
 from kappaflow.state.builders import ReadOnlyKeyValueView
-from kappaflow.state.cache import ThreadCache
+from kappaflow.state.cache import new_thread_cache
 from kappaflow.state.session_store import ReadOnlySessionView
 from kappaflow.state.window_store import ReadOnlyWindowView
 from kappaflow.tasks.async_controlled import ControlledExecutor, PendingAsyncCall
@@ -156,7 +156,9 @@ class TopologyTestDriver:
         self._metrics = Metrics()
         initial = _millis(initial_wall_clock_time)
         self._wall_clock = initial if initial is not None else int(time.time() * 1000)
-        self._cache = ThreadCache(self.config.get_int("statestore.cache.max.bytes"))
+        self._cache = new_thread_cache(
+            self.config.get_int("statestore.cache.max.bytes"), self.config.get_bool("kappaflow.native.enabled")
+        )
         self._outputs: dict[str, deque[ProducedRecord]] = defaultdict(deque)
         self.produced: dict[str, list[ProducedRecord]] = defaultdict(list)
         self._pending: deque[tuple[str, ProducedRecord]] = deque()
