@@ -220,7 +220,10 @@ class ThreadCache:
         while self.size_bytes > self.max_bytes and entries:
             key, entry = next(iter(entries.items()))
             if entry.dirty:
-                self.size_bytes -= cache.evict_eldest()
+                # not `self.size_bytes -= ...`: that reads the total before the flush, whose listener may
+                # write through (and evict from) the cache, and would write back a stale total
+                freed = cache.evict_eldest()
+                self.size_bytes -= freed
             else:
                 del entries[key]
                 cache.dirty.pop(key, None)
