@@ -26,9 +26,8 @@ from kappaflow.api.errors import ProcessingError, SerializationError
 from kappaflow.api.metrics import Metrics
 from kappaflow.api.processor import TaskId
 from kappaflow.api.record import Headers, Record
-from kappaflow.state.cache import new_thread_cache
 from kappaflow.tasks.drain import RawRecord
-from kappaflow.tasks.native import NativeCore, installed_core
+from kappaflow.tasks.native import NativeCore, installed_core, new_thread_cache
 from kappaflow.tasks.task import StreamTask
 from kappaflow.testing import TopologyTestDriver
 from tests.native_support import require_native_core

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from kappaflow.api.record import Headers
 from kappaflow.state.api import RecordContext
-from kappaflow.state.cache import _ENTRY_OVERHEAD, NOT_DECODED, RecordCache, ThreadCache, new_thread_cache
+from kappaflow.state.cache import _ENTRY_OVERHEAD, NOT_DECODED, RecordCache, ThreadCache
+from kappaflow.tasks.native import new_thread_cache
 from tests.native_support import require_native_core
 
 NAMESPACES = ["0_0-a", "0_0-b"]
@@ -19,13 +20,22 @@ keys = st.sampled_from([b"k", b"kk", b"a", b"b", b"zzzz", b"m"])
 operations = st.lists(
     st.one_of(
         st.tuples(
-            st.just("put"), st.sampled_from(NAMESPACES), keys,
-            st.one_of(st.none(), st.binary(max_size=40)), st.booleans(), st.sampled_from(["in", "topic-x"]),
-        ),  # fmt: skip
+            st.just("put"),
+            st.sampled_from(NAMESPACES),
+            keys,
+            st.one_of(st.none(), st.binary(max_size=40)),
+            st.booleans(),
+            st.sampled_from(["in", "topic-x"]),
+        ),
         st.tuples(st.sampled_from(["get", "holds", "drop"]), st.sampled_from(NAMESPACES), keys),
         st.tuples(st.sampled_from(["flush", "close"]), st.sampled_from(NAMESPACES)),
-        st.tuples(st.just("range"), st.sampled_from(NAMESPACES), st.one_of(st.none(), keys), st.one_of(st.none(), keys)),
-    ),  # fmt: skip
+        st.tuples(
+            st.just("range"),
+            st.sampled_from(NAMESPACES),
+            st.one_of(st.none(), keys),
+            st.one_of(st.none(), keys),
+        ),
+    ),
     max_size=80,
 )
 
@@ -41,7 +51,6 @@ def run(cache: RecordCache, ops: list[tuple[Any, ...]], rewrite: bool, bound: in
     """Everything observable of `cache` under `ops`: each read's result, each flushed batch, the counters
     after each step. With `rewrite` a listener writes a flushed key back (clean) through the cache."""
     seen: list[Any] = []
-    offset = 0
 
     def listener(namespace: str) -> Any:
         def flushed(batch: list[tuple[bytes, Any]]) -> None:
@@ -53,8 +62,7 @@ def run(cache: RecordCache, ops: list[tuple[Any, ...]], rewrite: bool, bound: in
 
     for namespace in NAMESPACES:
         cache.add_dirty_entry_flush_listener(namespace, listener(namespace))
-    for op in ops:
-        offset += 1
+    for offset, op in enumerate(ops, 1):
         match op:
             case ("put", namespace, key, value, dirty, topic):
                 context = RecordContext(offset, topic, 0, offset, Headers())
@@ -83,7 +91,9 @@ def run(cache: RecordCache, ops: list[tuple[Any, ...]], rewrite: bool, bound: in
 
 @settings(max_examples=200, deadline=None)
 @given(operations, st.sampled_from([0, 1, 520, 1100, 2000, 1 << 20]), st.booleans())
-def test_the_native_cache_behaves_as_the_python_one(ops: list[tuple[Any, ...]], bound: int, rewrite: bool) -> None:
+def test_the_native_cache_behaves_as_the_python_one(
+    ops: list[tuple[Any, ...]], bound: int, rewrite: bool
+) -> None:
     core = require_native_core()
     native = core.ThreadCache(bound, NOT_DECODED, _ENTRY_OVERHEAD)
     assert run(native, ops, rewrite, bound) == run(ThreadCache(bound), ops, rewrite, bound)
@@ -93,7 +103,7 @@ def test_evicting_a_dirty_entry_flushes_its_whole_cache_in_last_written_order() 
     """Kafka Streams' eviction: the eldest entry is dirty, so every dirty entry of its named cache is
     flushed first (in the order last written, not LRU order), then the eldest leaves."""
     require_native_core()
-    cache = new_thread_cache(3 * (_ENTRY_OVERHEAD + 3), native=True)
+    cache = new_thread_cache(3 * (_ENTRY_OVERHEAD + 3), enabled=True)
     batches: list[list[bytes]] = []
     cache.add_dirty_entry_flush_listener("ns", lambda batch: batches.append([k for k, _ in batch]))
     context = RecordContext(0, "in", 0, 0, Headers())
@@ -117,4 +127,4 @@ def test_the_python_cache_keeps_its_total_when_a_flush_writes_through_it() -> No
 
 
 def test_the_factory_keeps_the_python_cache_when_the_core_is_off() -> None:
-    assert type(new_thread_cache(10, native=False)) is ThreadCache
+    assert type(new_thread_cache(10, enabled=False)) is ThreadCache

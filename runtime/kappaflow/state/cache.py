@@ -9,7 +9,8 @@ therefore forwards every update immediately: caching off.
 
 This module is the reference and the fallback: with the native core (`kappaflow_native.ThreadCache`,
 runtime/native/src/cache.rs) a thread's cache is its Rust twin, the same operations on Rust entries and
-integer counters (`new_thread_cache`), without it or with `kappaflow.native.enabled=false` this class.
+integer counters (`kappaflow.tasks.native.new_thread_cache`); without the core, or with
+`kappaflow.native.enabled=false`, this class.
 """
 
 from __future__ import annotations
@@ -112,21 +113,6 @@ class RecordCache(Protocol):
     def flush(self, namespace: str) -> None: ...
     def drop(self, namespace: str, key: bytes) -> None: ...
     def close(self, namespace: str) -> None: ...
-
-
-def new_thread_cache(max_bytes: int, native: bool = True) -> RecordCache:
-    """A stream thread's record cache: the native core's when it is installed and `native` (the
-    process's `kappaflow.native.enabled`), else the Python `ThreadCache`. The native one keeps the hot
-    path's entries and counters out of Python objects; both behave the same (tests/runtime/test_stores.py
-    runs its cache tests against each)."""
-    if native:
-        from kappaflow.tasks.native import installed_core
-
-        core = installed_core()
-        if core is not None:
-            cache: RecordCache = core.ThreadCache(max_bytes, NOT_DECODED, _ENTRY_OVERHEAD)
-            return cache
-    return ThreadCache(max_bytes)
 
 
 class ThreadCache:

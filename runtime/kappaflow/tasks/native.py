@@ -20,7 +20,7 @@ from typing import Any, Protocol, cast
 from kappaflow.api.processor import ProcessorContext
 from kappaflow.api.record import Headers
 from kappaflow.state.api import RecordContext
-from kappaflow.state.cache import RecordCache
+from kappaflow.state.cache import _ENTRY_OVERHEAD, NOT_DECODED, RecordCache, ThreadCache
 from kappaflow.state.kv_layers import CachedStoreBinding
 from kappaflow.state.timestamped import ValueAndTimestamp
 from kappaflow.tasks.drain import Drained, DrainPlan, RawTuple
@@ -298,6 +298,17 @@ def core_touches(module: object) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """The core's `TOUCHES` table in the shape of this module's (the core exports lists)."""
     exported: Any = getattr(module, "TOUCHES", ())
     return tuple((str(cls), tuple(str(a) for a in attributes)) for cls, attributes in exported)
+
+
+def new_thread_cache(max_bytes: int, enabled: bool = True) -> RecordCache:
+    """A stream thread's record cache: the native core's (`kappaflow_native.ThreadCache`) when it is
+    installed and `enabled` (the process's `kappaflow.native.enabled`), else the Python `ThreadCache`.
+    The native one keeps the hot path's entries and counters out of Python objects, and the native
+    aggregation requires it; both behave the same (tests/runtime/test_record_cache.py)."""
+    found = core(enabled)
+    if found is None:
+        return ThreadCache(max_bytes)
+    return found.ThreadCache(max_bytes, NOT_DECODED, _ENTRY_OVERHEAD)
 
 
 def core(enabled: bool) -> NativeCore | None:

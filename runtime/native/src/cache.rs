@@ -229,7 +229,8 @@ impl ThreadCache {
                 puts: 0,
             },
         )?;
-        self.caches.insert(namespace.to_owned(), cache.clone_ref(py));
+        self.caches
+            .insert(namespace.to_owned(), cache.clone_ref(py));
         Ok(cache)
     }
 
@@ -442,10 +443,12 @@ pub fn lookup(
 ) -> Option<(Py<PyAny>, Option<Py<PyAny>>)> {
     let found = {
         let mut named = cache.borrow_mut();
-        named
-            .entries
-            .to_back(key)
-            .map(|e| (e.value.clone_ref(py), e.decoded.as_ref().map(|d| d.clone_ref(py))))
+        named.entries.to_back(key).map(|e| {
+            (
+                e.value.clone_ref(py),
+                e.decoded.as_ref().map(|d| d.clone_ref(py)),
+            )
+        })
     };
     let mut thread = thread.borrow_mut();
     match found {
