@@ -29,8 +29,7 @@ from kappaflow.api.config import StreamsConfig
 from kappaflow.api.metrics import Metrics
 from kappaflow.api.processor import TaskId
 from kappaflow.runner.routing import Router, raw_records_by_partition, router
-from kappaflow.state.cache import ThreadCache
-from kappaflow.tasks.native import installed_core
+from kappaflow.tasks.native import installed_core, new_thread_cache
 from kappaflow.tasks.task import StreamTask
 
 COMMIT_EVERY = 10_000
@@ -80,7 +79,7 @@ def run_kappaflow(
     config = StreamsConfig(
         {"application.id": "bench", "state.dir": state_dir, "kappaflow.fusion.enabled": fused}
     )
-    collector, metrics, cache = ListCollector(), Metrics(), ThreadCache(10 * 1024 * 1024)
+    collector, metrics, cache = ListCollector(), Metrics(), new_thread_cache(10 * 1024 * 1024)
     tasks = [
         StreamTask(TaskId(i, 0), topology, config, collector, cache, metrics, Path(state_dir), lambda: 0)
         for i in (0, 1)

@@ -76,9 +76,9 @@ def child(name: str, keys: int) -> dict[str, float]:
     from kappaflow.api.metrics import Metrics
     from kappaflow.api.processor import TaskId
     from kappaflow.api.record import Headers
-    from kappaflow.state.cache import ThreadCache
     from kappaflow.state.rocksdb_config import BoundedMemoryConfigSetter
     from kappaflow.tasks.drain import RawRecord
+    from kappaflow.tasks.native import new_thread_cache
     from kappaflow.tasks.task import StreamTask
 
     cache_bytes, bounded = CONFIGS[name]
@@ -94,7 +94,7 @@ def child(name: str, keys: int) -> dict[str, float]:
     if setter is not None:
         values["rocksdb.config.setter"] = setter
     config = StreamsConfig(values)
-    cache = ThreadCache(cache_bytes)
+    cache = new_thread_cache(cache_bytes)
     task = StreamTask(
         TaskId(0, 0), builder.build(), config, DiscardingCollector(), cache, Metrics(), state_dir, lambda: 0
     )

@@ -39,9 +39,8 @@ from kappaflow.api.metrics import Metrics
 from kappaflow.api.processor import TaskId
 from kappaflow.runner import tune_gc_for_streaming
 from kappaflow.runner.routing import router
-from kappaflow.state.cache import ThreadCache
 from kappaflow.state.rocksdb_config import BoundedMemoryConfigSetter
-from kappaflow.tasks.native import installed_core
+from kappaflow.tasks.native import installed_core, new_thread_cache
 from kappaflow.tasks.task import StreamTask
 
 MIB = 1 << 20
@@ -58,7 +57,7 @@ def run(records: int, keys: int, commit_every: int, cache_mib: float, profile: b
             **({"kappaflow.native.enabled": False} if python else {}),
         }
     )
-    collector, metrics, cache = ListCollector(), Metrics(), ThreadCache(int(cache_mib * MIB))
+    collector, metrics, cache = ListCollector(), Metrics(), new_thread_cache(int(cache_mib * MIB))
     task = StreamTask(
         TaskId(1, 0), topology("bench-in", "bench-out"), config, collector, cache, metrics,
         Path(state_dir), lambda: 0,

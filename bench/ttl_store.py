@@ -27,9 +27,9 @@ from kappaflow.api.config import StreamsConfig
 from kappaflow.api.metrics import Metrics
 from kappaflow.api.processor import TaskId
 from kappaflow.api.record import Headers
-from kappaflow.state.cache import ThreadCache
 from kappaflow.state.ttl import EXPIRED_METRIC
 from kappaflow.tasks.drain import RawRecord
+from kappaflow.tasks.native import new_thread_cache
 from kappaflow.tasks.task import StreamTask
 
 S = serdes.String()
@@ -73,7 +73,7 @@ def run(keys: int, commit_every: int, ttl_ms: int | None) -> dict[str, float]:
         builder.build(),
         config,
         collector,
-        ThreadCache(10 * 1024 * 1024),
+        new_thread_cache(10 * 1024 * 1024),
         metrics,
         state_dir,
         lambda: 0,

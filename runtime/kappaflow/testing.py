@@ -29,13 +29,13 @@ from kappaflow.api.processor import TaskId, to_millis
 from kappaflow.api.record import Headers, TestRecord, ensure_headers
 from kappaflow.api.serdes import Serde
 from kappaflow.state.builders import ReadOnlyKeyValueView
-from kappaflow.state.cache import ThreadCache
 from kappaflow.state.session_store import ReadOnlySessionView
 from kappaflow.state.window_store import ReadOnlyWindowView
 from kappaflow.tasks.async_controlled import ControlledExecutor, PendingAsyncCall
 from kappaflow.tasks.drain import RawRecord
 from kappaflow.tasks.global_task import GlobalTask
 from kappaflow.tasks.java_heap import JavaPriorityQueue
+from kappaflow.tasks.native import new_thread_cache
 from kappaflow.tasks.task import StreamTask
 from kappaflow.topology.topology import Topology
 from kappaflow_contract.topics import is_changelog_topic
@@ -156,7 +156,10 @@ class TopologyTestDriver:
         self._metrics = Metrics()
         initial = _millis(initial_wall_clock_time)
         self._wall_clock = initial if initial is not None else int(time.time() * 1000)
-        self._cache = ThreadCache(self.config.get_int("statestore.cache.max.bytes"))
+        self._cache = new_thread_cache(
+            self.config.get_int("statestore.cache.max.bytes"),
+            self.config.get_bool("kappaflow.native.enabled"),
+        )
         self._outputs: dict[str, deque[ProducedRecord]] = defaultdict(deque)
         self.produced: dict[str, list[ProducedRecord]] = defaultdict(list)
         self._pending: deque[tuple[str, ProducedRecord]] = deque()

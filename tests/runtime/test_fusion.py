@@ -26,9 +26,8 @@ from kappaflow.api.errors import ProcessingError, SerializationError
 from kappaflow.api.metrics import Metrics
 from kappaflow.api.processor import TaskId
 from kappaflow.api.record import Headers, Record
-from kappaflow.state.cache import ThreadCache
 from kappaflow.tasks.drain import RawRecord
-from kappaflow.tasks.native import NativeCore, installed_core
+from kappaflow.tasks.native import NativeCore, installed_core, new_thread_cache
 from kappaflow.tasks.task import StreamTask
 from kappaflow.testing import TopologyTestDriver
 from tests.native_support import require_native_core
@@ -77,7 +76,7 @@ def run(
             "processing.guarantee": guarantee,  # exactly_once_v2: transactional stores under the cache
         }
     )
-    collector, metrics, cache = Collector(), Metrics(), ThreadCache(4000)
+    collector, metrics, cache = Collector(), Metrics(), new_thread_cache(4000, native)
     tasks = [
         StreamTask(TaskId(sub.id, 0), topology, config, collector, cache, metrics, Path(state_dir), lambda: 0)
         for sub in topology.sub_topologies()

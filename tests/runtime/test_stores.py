@@ -6,6 +6,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -14,20 +15,22 @@ from kappaflow.api.metrics import Metrics
 from kappaflow.api.processor import TaskId
 from kappaflow.api.record import Headers
 from kappaflow.state.api import RecordContext
-from kappaflow.state.cache import ThreadCache
+from kappaflow.state.cache import RecordCache, ThreadCache
 from kappaflow.state.kv_bytes import InMemoryKeyValueBytesStore, RocksDBKeyValueBytesStore
 from kappaflow.state.kv_layers import CachingKeyValueStore, ChangeLoggingKeyValueBytesStore
+from kappaflow.tasks.native import installed_core
+from tests.native_support import require_native_core
 
 
 class FakeStoreContext:
     """A minimal StoreContext: records changelog writes and restore registrations."""
 
-    def __init__(self, state_dir: Path, cache_bytes: int | None = None) -> None:
+    def __init__(self, state_dir: Path, cache_bytes: int | None = None, native: bool = False) -> None:
         self.application_id = "app"
         self.task_id = TaskId(0, 0)
         self.app_config = StreamsConfig({"application.id": "app"})
         self.metrics = Metrics()
-        self.cache = ThreadCache(cache_bytes) if cache_bytes is not None else None
+        self.cache = record_cache(cache_bytes, native) if cache_bytes is not None else None
         self._dir = state_dir
         self.logged: list[tuple[str, bytes, bytes | None, int]] = []
         self.registered: list[Any] = []
@@ -52,6 +55,19 @@ class FakeStoreContext:
 
     def register_store(self, store: Any, restore: Any, restore_messages: Any = None) -> None:
         self.registered.append((store, restore))
+
+
+def record_cache(max_bytes: int, native: bool) -> RecordCache:
+    """The Python `ThreadCache`, or its native twin (the test skipped without the core): the cache tests
+    below run against both."""
+    if native:
+        from kappaflow.state.cache import _ENTRY_OVERHEAD, NOT_DECODED
+
+        return require_native_core().ThreadCache(max_bytes, NOT_DECODED, _ENTRY_OVERHEAD)
+    return ThreadCache(max_bytes)
+
+
+BOTH_CACHES = pytest.mark.parametrize("native", [False, True], ids=["python-cache", "native-cache"])
 
 
 keys = st.binary(min_size=1, max_size=4)
@@ -117,15 +133,16 @@ def test_rocksdb_and_memory_stores_behave_the_same(
             rocks.close()
 
 
+@BOTH_CACHES
 @settings(max_examples=40, deadline=None)
 @given(ops, keys, keys, st.integers(min_value=0, max_value=400))
 def test_caching_layer_reads_like_the_store_under_it(
-    operations: list[tuple[str, bytes, bytes | None]], lo: bytes, hi: bytes, cache_bytes: int
+    native: bool, operations: list[tuple[str, bytes, bytes | None]], lo: bytes, hi: bytes, cache_bytes: int
 ) -> None:
     """Whatever the cache size (so whatever was evicted when), reads through the cache match a store
     written directly, before and after a flush."""
     with tempfile.TemporaryDirectory() as tmp:
-        context = FakeStoreContext(Path(tmp), cache_bytes=cache_bytes)
+        context = FakeStoreContext(Path(tmp), cache_bytes=cache_bytes, native=native)
         plain = InMemoryKeyValueBytesStore("p")
         plain.init(context, plain)  # type: ignore[arg-type]
         cached = CachingKeyValueStore(InMemoryKeyValueBytesStore("c"))
@@ -177,8 +194,9 @@ def test_timestamped_changelog_carries_plain_value_and_stored_timestamp(tmp_path
     assert restored.get(b"a") == (99).to_bytes(8, "big") + b"value"
 
 
-def test_cache_flushes_dirty_entries_in_write_order_with_their_context(tmp_path: Path) -> None:
-    context = FakeStoreContext(tmp_path, cache_bytes=10_000)
+@BOTH_CACHES
+def test_cache_flushes_dirty_entries_in_write_order_with_their_context(tmp_path: Path, native: bool) -> None:
+    context = FakeStoreContext(tmp_path, cache_bytes=10_000, native=native)
     store = CachingKeyValueStore(ChangeLoggingKeyValueBytesStore(InMemoryKeyValueBytesStore("s")))
     store.init(context, store)  # type: ignore[arg-type]
     flushed: list[tuple[bytes, bytes | None, bytes | None, int]] = []
@@ -196,8 +214,9 @@ def test_cache_flushes_dirty_entries_in_write_order_with_their_context(tmp_path:
     assert flushed[-1] == (b"a", b"3", b"1", 8)
 
 
-def test_cache_eviction_flushes_when_over_budget(tmp_path: Path) -> None:
-    context = FakeStoreContext(tmp_path, cache_bytes=200)
+@BOTH_CACHES
+def test_cache_eviction_flushes_when_over_budget(tmp_path: Path, native: bool) -> None:
+    context = FakeStoreContext(tmp_path, cache_bytes=200, native=native)
     store = CachingKeyValueStore(InMemoryKeyValueBytesStore("s"))
     store.init(context, store)  # type: ignore[arg-type]
     flushed: list[bytes] = []
@@ -253,10 +272,11 @@ typed_ops = st.lists(
 )
 
 
+@BOTH_CACHES
 @settings(max_examples=60, deadline=None)
 @given(typed_ops, st.integers(min_value=1, max_value=600))  # a 0-byte cache is no cache at all
 def test_typed_store_over_the_cache_reads_like_one_without(
-    operations: list[tuple[str, str, int]], cache_bytes: int
+    native: bool, operations: list[tuple[str, str, int]], cache_bytes: int
 ) -> None:
     """The typed layer keeps decoded values in cache entries (CacheEntry.decoded); whatever was evicted
     or flushed when, every read must equal a typed store with no cache at all."""
@@ -264,7 +284,7 @@ def test_typed_store_over_the_cache_reads_like_one_without(
     from kappaflow.state.kv_layers import MeteredKeyValueStore
 
     with tempfile.TemporaryDirectory() as tmp:
-        context = FakeStoreContext(Path(tmp), cache_bytes=cache_bytes)
+        context = FakeStoreContext(Path(tmp), cache_bytes=cache_bytes, native=native)
         plain: Any = MeteredKeyValueStore(InMemoryKeyValueBytesStore("p"), serdes.String(), serdes.Long())
         cached: Any = MeteredKeyValueStore(
             CachingKeyValueStore(InMemoryKeyValueBytesStore("c")), serdes.String(), serdes.Long()
@@ -291,7 +311,10 @@ def test_typed_store_over_the_cache_reads_like_one_without(
         assert list(cached.all()) == list(plain.all())
 
 
-def test_cached_store_returns_what_the_serde_decodes_not_the_object_written(tmp_path: Path) -> None:
+@BOTH_CACHES
+def test_cached_store_returns_what_the_serde_decodes_not_the_object_written(
+    tmp_path: Path, native: bool
+) -> None:
     """Only values a serde says decode to themselves are handed back as written: a serde that
     normalizes, or a mutable value, is read back from its bytes, as without a cache."""
     from kappaflow import serdes
@@ -304,7 +327,7 @@ def test_cached_store_returns_what_the_serde_decodes_not_the_object_written(tmp_
         def decodes_to_itself(self, data: Any) -> bool:
             return False
 
-    context = FakeStoreContext(tmp_path, cache_bytes=10_000)
+    context = FakeStoreContext(tmp_path, cache_bytes=10_000, native=native)
     upper: Any = MeteredKeyValueStore(
         CachingKeyValueStore(InMemoryKeyValueBytesStore("u")), serdes.String(), Upper()
     )
@@ -387,10 +410,10 @@ flush_ops = st.lists(
 
 def _run_flushes(
     batched: bool, operations: list[tuple[str, bytes, bytes | None, int]], send_old: bool, listening: bool,
-    timestamped: bool, cache_bytes: int, state_dir: Path,
+    timestamped: bool, cache_bytes: int, state_dir: Path, native: bool = False,
 ) -> tuple[list[Any], list[Any], list[Any]]:  # fmt: skip
     """What a logged, cached store forwards, logs and holds after `operations`, flushed batched or not."""
-    context = FakeStoreContext(state_dir, cache_bytes=cache_bytes)
+    context = FakeStoreContext(state_dir, cache_bytes=cache_bytes, native=native)
     below = InMemoryKeyValueBytesStore("s")
     store = CachingKeyValueStore(ChangeLoggingKeyValueBytesStore(below, timestamped=timestamped))
     store.batched_flush = batched
@@ -426,3 +449,5 @@ def test_a_batched_flush_forwards_logs_and_stores_what_the_per_entry_flush_does(
     with tempfile.TemporaryDirectory() as tmp:
         args = (operations, send_old, listening, timestamped, cache_bytes, Path(tmp))
         assert _run_flushes(True, *args) == _run_flushes(False, *args)
+        if installed_core() is not None:  # the native record cache: the same, evictions included
+            assert _run_flushes(True, *args, native=True) == _run_flushes(True, *args)

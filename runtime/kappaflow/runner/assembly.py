@@ -37,7 +37,6 @@ from kappaflow.runner.standbys import StandbyPlacer
 from kappaflow.runner.tasks import TaskManager
 from kappaflow.runner.topics import PreparedTopics, RepartitionPurger, prepare_topics
 from kappaflow.runner.warmup import JoinWarmup
-from kappaflow.state.cache import ThreadCache
 from kappaflow.tasks import native
 from kappaflow.topology.topology import Topology
 
@@ -145,7 +144,9 @@ def assemble(
         state_bootstrapper(topology, config, settings, metrics, admin, bool(instance_id)),
         changelog_messages(native.core(config.get_bool("kappaflow.native.enabled"))),
     )  # fmt: skip
-    cache = ThreadCache(config.get_int("statestore.cache.max.bytes"))
+    cache = native.new_thread_cache(
+        config.get_int("statestore.cache.max.bytes"), config.get_bool("kappaflow.native.enabled")
+    )
     tasks = TaskManager(
         topology, config, collector, cache, metrics, reader, now_ms,
         global_state.stores if global_state is not None else None,

@@ -18,7 +18,7 @@ from kappaflow.api.metrics import Metrics
 from kappaflow.api.processor import TaskId
 from kappaflow.runner.changelog_reader import RESTORE_BATCH, ChangelogReader
 from kappaflow.runner.managed_task import ManagedTask, TaskDirLock
-from kappaflow.state.cache import ThreadCache
+from kappaflow.state.cache import RecordCache
 from kappaflow.tasks.async_executor import AsyncExecutor, LoopThreadExecutor
 from kappaflow.tasks.drain import RawTuple
 from kappaflow.tasks.task import StreamTask, TaskState
@@ -78,7 +78,7 @@ class TaskManager(PartitionOwnership):
         topology: Topology,
         config: StreamsConfig,
         collector: Any,
-        cache: ThreadCache | None,
+        cache: RecordCache | None,
         metrics: Metrics,
         reader: ChangelogReader,
         clock: Callable[[], int],

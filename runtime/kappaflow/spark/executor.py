@@ -59,8 +59,8 @@ from kappaflow.clients.kafka import produce_record
 from kappaflow.clients.murmur2 import murmur2
 from kappaflow.clients.rdkafka_log import with_logger
 from kappaflow.spark.splits import key_slot
-from kappaflow.state.cache import ThreadCache
 from kappaflow.tasks.drain import RawTuple
+from kappaflow.tasks.native import new_thread_cache
 from kappaflow.tasks.task import StreamTask
 from kappaflow.topology.topology import Topology
 
@@ -436,7 +436,9 @@ def run_task(
         topology,
         config,
         collector,
-        ThreadCache(config.get_int("statestore.cache.max.bytes")),
+        new_thread_cache(
+            config.get_int("statestore.cache.max.bytes"), config.get_bool("kappaflow.native.enabled")
+        ),
         Metrics(),
         state_root,
         lambda: int(time.time() * 1000),

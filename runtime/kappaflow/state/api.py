@@ -20,7 +20,7 @@ from kappaflow.api.processor import TaskId
 from kappaflow.api.record import Headers
 
 if TYPE_CHECKING:
-    from kappaflow.state.cache import ThreadCache
+    from kappaflow.state.cache import RecordCache
 
 KeyValueBytes = tuple[bytes, bytes]
 BytesIterator = Iterator[KeyValueBytes]
@@ -83,7 +83,7 @@ class StoreContext(Protocol):
     def metrics(self) -> Metrics: ...
 
     @property
-    def cache(self) -> ThreadCache | None: ...
+    def cache(self) -> RecordCache | None: ...
 
     def state_dir(self) -> Path: ...
 

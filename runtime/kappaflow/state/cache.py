@@ -6,6 +6,11 @@ commit. Entries are grouped in named caches (one per task and store); the total 
 entries of the cache being written are evicted, and evicting a dirty entry first flushes every dirty
 entry of that cache, in the order they were last written, exactly as Kafka Streams does. A bound of 0
 therefore forwards every update immediately: caching off.
+
+This module is the reference and the fallback: with the native core (`kappaflow_native.ThreadCache`,
+runtime/native/src/cache.rs) a thread's cache is its Rust twin, the same operations on Rust entries and
+integer counters (`kappaflow.tasks.native.new_thread_cache`); without the core, or with
+`kappaflow.native.enabled=false`, this class.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from kappaflow.state.api import RecordContext
 
@@ -43,7 +49,7 @@ FlushListener = Callable[[DirtyEntries], None]
 
 class NamedCache:
     """One namespace (a task's store) of the record cache: its entries in LRU order and its dirty keys in
-    the order last written. Slotted: the native core updates `entries`, `dirty` and `size` in place."""
+    the order last written."""
 
     __slots__ = ("dirty", "entries", "listener", "name", "size")
 
@@ -79,24 +85,41 @@ class NamedCache:
         return removed.size
 
 
-@dataclass(frozen=True, slots=True)
-class NamedCacheBinding:
-    """What a compiled stage updates the record cache through: the thread's cache (hits, misses,
-    `size_bytes` against `max_bytes`, `evict_over_bound`), the namespace's `NamedCache` (its ordered
-    `entries` and `dirty` keys, its size) and how entries are made and sized."""
+class RecordCache(Protocol):
+    """What the stores and tasks use of a thread's record cache: `ThreadCache` below or its native twin
+    (`kappaflow_native.ThreadCache`), whose entries Python reads as copies with the same fields."""
 
-    thread: ThreadCache
-    cache: NamedCache
-    entry_type: type[CacheEntry]
-    entry_overhead: int
-    not_decoded: object
+    max_bytes: int
+
+    @property
+    def size_bytes(self) -> int: ...
+    @property
+    def hits(self) -> int: ...
+    @property
+    def misses(self) -> int: ...
+    @property
+    def evictions(self) -> int: ...
+
+    def add_dirty_entry_flush_listener(self, namespace: str, listener: FlushListener) -> None: ...
+    def get(self, namespace: str, key: bytes) -> CacheEntry | None: ...
+    def holds(self, namespace: str, key: bytes) -> bool: ...
+    def put(
+        self, namespace: str, key: bytes, value: bytes | None, dirty: bool, context: RecordContext,
+        decoded: object = NOT_DECODED,
+    ) -> None: ...  # fmt: skip
+    def sorted_entries(
+        self, namespace: str, from_key: bytes | None, to_key: bytes | None
+    ) -> list[tuple[bytes, CacheEntry]]: ...
+    def flush(self, namespace: str) -> None: ...
+    def drop(self, namespace: str, key: bytes) -> None: ...
+    def close(self, namespace: str) -> None: ...
 
 
 class ThreadCache:
     """Kafka Streams' ThreadCache: the record cache every task of one stream thread writes its cached
     stores through (see the module docstring). It owns the bound (`max_bytes`), the named caches and the
-    thread's hit, miss and eviction counts. Slotted: the native aggregation reads and updates `hits`,
-    `misses`, `size_bytes` and `max_bytes` through member descriptors (kappaflow.tasks.native.TOUCHES)."""
+    thread's hit, miss and eviction counts. The fallback of `kappaflow_native.ThreadCache` (see the module
+    docstring), which the native aggregation requires: with this one an aggregation runs in Python."""
 
     __slots__ = ("_caches", "evictions", "hits", "max_bytes", "misses", "size_bytes")
 
@@ -175,11 +198,6 @@ class ThreadCache:
         if self.size_bytes > self.max_bytes:
             self.evict_over_bound(cache)
 
-    def binding(self, namespace: str) -> NamedCacheBinding:
-        """One namespace's cache as a compiled stage updates it (kappaflow_native's AggregateStage): the
-        same operations as `get` and a dirty `put`, on these objects."""
-        return NamedCacheBinding(self, self.named(namespace), CacheEntry, _ENTRY_OVERHEAD, NOT_DECODED)
-
     def evict_over_bound(self, cache: NamedCache) -> None:
         """Evict `cache`'s least recently used entries while the thread's total is over the bound. Past
         the cache (every update a new key) this runs once per update, and the eldest is mostly clean
@@ -188,7 +206,10 @@ class ThreadCache:
         while self.size_bytes > self.max_bytes and entries:
             key, entry = next(iter(entries.items()))
             if entry.dirty:
-                self.size_bytes -= cache.evict_eldest()
+                # not `self.size_bytes -= ...`: that reads the total before the flush, whose listener may
+                # write through (and evict from) the cache, and would write back a stale total
+                freed = cache.evict_eldest()
+                self.size_bytes -= freed
             else:
                 del entries[key]
                 cache.dirty.pop(key, None)

@@ -23,7 +23,7 @@ from kappaflow.state.api import (
     StoreContext,
     prefix_upper_bound,
 )
-from kappaflow.state.cache import NOT_DECODED, DirtyEntries, NamedCacheBinding, ThreadCache
+from kappaflow.state.cache import NOT_DECODED, DirtyEntries, RecordCache, ThreadCache
 from kappaflow.state.metered import MeteredStoreBase
 from kappaflow.state.timestamped import ValueAndTimestampSerde
 from kappaflow.state.uncommitted import overlay
@@ -34,13 +34,14 @@ V = TypeVar("V")
 
 @dataclass(frozen=True, slots=True)
 class CachedStoreBinding:
-    """A cached typed key-value store as the native aggregation uses it (`cached_binding`): the store
-    (its `gets` and `puts` counters), the context whose record context writes carry, the record cache's
-    namespace, and the serdes and the store below the cache."""
+    """A cached typed key-value store as the native aggregation uses it (`cached_binding`): the context
+    whose record context writes carry, the native record cache and the store's namespace in it (whose
+    native `gets` and `puts` counters the store publishes with its own), and the serdes and the store
+    below the cache."""
 
-    store: MeteredKeyValueStore[Any, Any]
     context: StoreContext
-    cache: NamedCacheBinding
+    cache: Any  # kappaflow_native.ThreadCache
+    namespace: str
     topic: str  # the serdes' topic (the changelog's)
     utf8_keys: bool  # String keys: `str.encode()` instead of `serialize_key`
     serialize_key: Callable[[Any], bytes]
@@ -216,7 +217,7 @@ class CachingKeyValueStore(WritesThroughPutStore):
     def __init__(self, inner: KeyValueBytesStore) -> None:
         super().__init__(inner)
         self._context: StoreContext | None = None
-        self._cache: ThreadCache | None = None
+        self._cache: RecordCache | None = None
         self._namespace = ""
         self._listener: BytesFlushListener | None = None
         self._send_old_values = False
@@ -315,7 +316,7 @@ class CachingKeyValueStore(WritesThroughPutStore):
         """Whether the record cache holds a live entry for the key (windowed stores' expired reads)."""
         return self._cache is not None and self._cache.holds(self._namespace, key)
 
-    def cache_binding(self) -> tuple[ThreadCache, str]:
+    def cache_binding(self) -> tuple[RecordCache, str]:
         """The thread cache and this store's namespace in it (caching on only): the typed layer reads and
         writes decoded entries through it directly, two Python frames less per get and put."""
         assert self._cache is not None
@@ -403,6 +404,7 @@ class MeteredKeyValueStore(MeteredStoreBase, Generic[K, V]):
         "_labels",
         "_metrics",
         "_namespace",
+        "_native_named",
         "_thread_cache",
         "deletes",
         "gets",
@@ -424,8 +426,10 @@ class MeteredKeyValueStore(MeteredStoreBase, Generic[K, V]):
         # the caching layer right below, when there is one and the thread has a cache: get/put then
         # keep decoded immutable values in the cache entries (CacheEntry.decoded)
         self._caching: CachingKeyValueStore | None = None
-        self._thread_cache: ThreadCache | None = None
+        self._thread_cache: RecordCache | None = None
         self._namespace = ""
+        # the native cache's namespace: the native aggregation counts this store's gets and puts there
+        self._native_named: Any = None
         self._context: StoreContext | None = None
 
     def init(self, context: StoreContext, root: StateStore | None = None) -> None:
@@ -438,6 +442,8 @@ class MeteredKeyValueStore(MeteredStoreBase, Generic[K, V]):
         self._caching = inner if isinstance(inner, CachingKeyValueStore) and inner.caching else None
         if self._caching is not None:
             self._thread_cache, self._namespace = self._caching.cache_binding()
+            if not isinstance(self._thread_cache, ThreadCache):
+                self._native_named = self._thread_cache.named(self._namespace)  # type: ignore[attr-defined]
         self._context = context
 
     def flush(self) -> None:
@@ -447,9 +453,12 @@ class MeteredKeyValueStore(MeteredStoreBase, Generic[K, V]):
     def publish_metrics(self) -> None:
         if self._metrics is None:
             return
+        gets, puts, named = self.gets, self.puts, self._native_named
+        if named is not None:
+            gets, puts = gets + named.gets, puts + named.puts
         for name, value in (
-            ("state-store-get-total", self.gets),
-            ("state-store-put-total", self.puts),
+            ("state-store-get-total", gets),
+            ("state-store-put-total", puts),
             ("state-store-delete-total", self.deletes),
             ("state-store-scan-total", self.scans),
         ):
@@ -505,16 +514,17 @@ class MeteredKeyValueStore(MeteredStoreBase, Generic[K, V]):
             caching.put(raw_key, raw_value)
 
     def cached_binding(self) -> CachedStoreBinding | None:
-        """What the native aggregation reads and writes this store through, caching on only (None
-        without): the typed store's serdes, the store below the cache, and the cache's namespace."""
+        """What the native aggregation reads and writes this store through, caching on in the native
+        record cache only (None without, or with the Python `ThreadCache`): the typed store's serdes,
+        the store below the cache, and the cache's namespace."""
         caching, cache, context = self._caching, self._thread_cache, self._context
-        if caching is None or cache is None or context is None:
+        if caching is None or cache is None or context is None or self._native_named is None:
             return None
         value_serde: Any = self.value_serde
         return CachedStoreBinding(
-            store=self,
             context=context,
-            cache=cache.binding(self._namespace),
+            cache=cache,
+            namespace=self._namespace,
             topic=self._topic,
             utf8_keys=self._utf8_keys,
             serialize_key=self._k,

@@ -17,7 +17,7 @@ from kappaflow.api.metrics import Metrics
 from kappaflow.api.processor import PunctuationType, TaskId, to_millis
 from kappaflow.api.record import Headers, Record, RecordMetadata
 from kappaflow.state.api import MessagesRestoreCallback, RecordContext, RestoreCallback, StateStore
-from kappaflow.state.cache import ThreadCache
+from kappaflow.state.cache import RecordCache
 from kappaflow.tasks.async_calls import TaskAsyncCalls
 from kappaflow.tasks.collector import RecordCollector
 from kappaflow.tasks.punctuation import PunctuationQueue, PunctuationSchedule
@@ -67,7 +67,7 @@ class ProcessorContextImpl:
         task_id: TaskId,
         config: StreamsConfig,
         collector: RecordCollector,
-        cache: ThreadCache | None,
+        cache: RecordCache | None,
         metrics: Metrics,
         state_dir: Path,
         changelog_topic: Callable[[str], str],
@@ -117,7 +117,7 @@ class ProcessorContextImpl:
         return self._metrics
 
     @property
-    def cache(self) -> ThreadCache | None:
+    def cache(self) -> RecordCache | None:
         return self._cache
 
     def forward(self, record: Record[Any, Any], child: str | None = None) -> None:

@@ -20,13 +20,14 @@ from typing import Any, Protocol, cast
 from kappaflow.api.processor import ProcessorContext
 from kappaflow.api.record import Headers
 from kappaflow.state.api import RecordContext
+from kappaflow.state.cache import _ENTRY_OVERHEAD, NOT_DECODED, RecordCache, ThreadCache
 from kappaflow.state.kv_layers import CachedStoreBinding
 from kappaflow.state.timestamped import ValueAndTimestamp
 from kappaflow.tasks.drain import Drained, DrainPlan, RawTuple
 
 log = logging.getLogger(__name__)
 
-PROTOCOL = 9
+PROTOCOL = 10
 """The version of the calls below; a core built from other sources says another and is not used."""
 
 TOUCHES: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -97,9 +98,9 @@ TOUCHES: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "kappaflow.state.kv_layers.CachedStoreBinding",
         (
-            "store",
             "context",
             "cache",
+            "namespace",
             "topic",
             "utf8_keys",
             "serialize_key",
@@ -111,14 +112,6 @@ TOUCHES: tuple[tuple[str, tuple[str, ...]], ...] = (
             "caching_put",
         ),
     ),
-    ("kappaflow.state.kv_layers.MeteredKeyValueStore", ("gets", "puts")),
-    (
-        "kappaflow.state.cache.NamedCacheBinding",
-        ("thread", "cache", "entry_type", "entry_overhead", "not_decoded"),
-    ),
-    ("kappaflow.state.cache.ThreadCache", ("hits", "misses", "size_bytes", "max_bytes", "evict_over_bound")),
-    ("kappaflow.state.cache.NamedCache", ("entries", "dirty", "size")),
-    ("kappaflow.state.cache.CacheEntry", ("value", "dirty", "context", "size", "decoded")),
 )
 """Every Python class the native core reads or writes, with the attributes it touches: the table the core
 exports as `TOUCHES` (runtime/native/src/touches.rs), compared at import as `PROTOCOL` is. A rename here
@@ -265,6 +258,7 @@ class NativeCore(Protocol):
     PRODUCER_LAYOUTS: list[str]  # the confluent-kafka versions whose Producer struct the core uses
     ProduceSend: type[ProduceSend]
     AggregateStage: type[AggregateStage]
+    ThreadCache: Callable[[int, object, int], RecordCache]  # kappaflow.state.cache.ThreadCache's twin
     StatelessStage: type[StatelessStage]
     SinkStage: type[SinkStage]
 
@@ -304,6 +298,17 @@ def core_touches(module: object) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """The core's `TOUCHES` table in the shape of this module's (the core exports lists)."""
     exported: Any = getattr(module, "TOUCHES", ())
     return tuple((str(cls), tuple(str(a) for a in attributes)) for cls, attributes in exported)
+
+
+def new_thread_cache(max_bytes: int, enabled: bool = True) -> RecordCache:
+    """A stream thread's record cache: the native core's (`kappaflow_native.ThreadCache`) when it is
+    installed and `enabled` (the process's `kappaflow.native.enabled`), else the Python `ThreadCache`.
+    The native one keeps the hot path's entries and counters out of Python objects, and the native
+    aggregation requires it; both behave the same (tests/runtime/test_record_cache.py)."""
+    found = core(enabled)
+    if found is None:
+        return ThreadCache(max_bytes)
+    return found.ThreadCache(max_bytes, NOT_DECODED, _ENTRY_OVERHEAD)
 
 
 def core(enabled: bool) -> NativeCore | None:

@@ -30,7 +30,7 @@ from kappaflow.api.serdes import Serde, is_utf8
 from kappaflow.api.time import ConsumedRecord, TimestampExtractor, record_timestamp
 from kappaflow.api.wrapper import configured_wrapper, wrapped_supplier
 from kappaflow.state.api import RecordContext
-from kappaflow.state.cache import ThreadCache
+from kappaflow.state.cache import RecordCache
 from kappaflow.tasks import native
 from kappaflow.tasks.async_calls import TaskAsyncCalls
 from kappaflow.tasks.async_executor import AsyncExecutor, shared_executor
@@ -90,7 +90,7 @@ class StreamTask:
         topology: Topology,
         config: StreamsConfig,
         collector: RecordCollector,
-        cache: ThreadCache | None,
+        cache: RecordCache | None,
         metrics: Metrics,
         state_root: Path,
         clock: Callable[[], int],

@@ -9,12 +9,13 @@
 //! Each mirrors its Python reference step for step (`kappaflow.runner.routing.raw_records_by_partition`,
 //! `kappaflow.tasks.drain.drain_python`, the processors' generic `process`, the changelog reader's
 //! `_by_partition` and the RocksDB store's `restore_messages`), which stays the fallback: user callbacks,
-//! serdes, handlers and the record cache's structures are the Python objects, called and updated from
-//! here in the same order. What moves to Rust
+//! serdes and handlers are the Python objects, called from here in the same order. The record cache
+//! (`ThreadCache`) is native itself, the Python class its fallback twin. What moves to Rust
 //! is only the interpreter's own work per record. Every Python class and attribute it touches is declared
 //! in `touches.rs`.
 
 mod aggregate;
+mod cache;
 mod drain;
 mod failure;
 mod messages;
@@ -28,7 +29,7 @@ use pyo3::prelude::*;
 
 #[pymodule]
 fn kappaflow_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add("PROTOCOL", 9)?;
+    m.add("PROTOCOL", 10)?;
     let touches: Vec<(&str, Vec<&str>)> = touches::TOUCHES
         .iter()
         .map(|(class, attributes)| (*class, attributes.to_vec()))
@@ -41,6 +42,9 @@ fn kappaflow_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("PRODUCER_LAYOUTS", produce::KNOWN_VERSIONS.to_vec())?;
     m.add_class::<produce::ProduceSend>()?;
     m.add_class::<aggregate::AggregateStage>()?;
+    m.add_class::<cache::ThreadCache>()?;
+    m.add_class::<cache::NamedCache>()?;
+    m.add_class::<cache::CacheEntry>()?;
     m.add_class::<stages::StatelessStage>()?;
     m.add_class::<stages::SinkStage>()?;
     Ok(())

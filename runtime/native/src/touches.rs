@@ -87,9 +87,9 @@ pub const TOUCHES: &[(&str, &[&str])] = &[
     (
         "kappaflow.state.kv_layers.CachedStoreBinding",
         &[
-            "store",
             "context",
             "cache",
+            "namespace",
             "topic",
             "utf8_keys",
             "serialize_key",
@@ -101,41 +101,10 @@ pub const TOUCHES: &[(&str, &[&str])] = &[
             "caching_put",
         ],
     ),
-    (
-        "kappaflow.state.kv_layers.MeteredKeyValueStore",
-        &["gets", "puts"],
-    ),
-    (
-        "kappaflow.state.cache.NamedCacheBinding",
-        &[
-            "thread",
-            "cache",
-            "entry_type",
-            "entry_overhead",
-            "not_decoded",
-        ],
-    ),
-    (
-        "kappaflow.state.cache.ThreadCache",
-        &[
-            "hits",
-            "misses",
-            "size_bytes",
-            "max_bytes",
-            "evict_over_bound",
-        ],
-    ),
-    (
-        "kappaflow.state.cache.NamedCache",
-        &["entries", "dirty", "size"],
-    ),
-    ("kappaflow.state.cache.CacheEntry", CACHE_ENTRY_FIELDS),
 ];
 
 /// The fields of `kappaflow.state.api.RecordContext`, in the order the drain loop sets them.
 pub const RECORD_CONTEXT_FIELDS: &[&str] =
     &["timestamp", "topic", "partition", "offset", "headers"];
-/// The fields of `kappaflow.state.cache.CacheEntry`, in declaration order.
-pub const CACHE_ENTRY_FIELDS: &[&str] = &["value", "dirty", "context", "size", "decoded"];
 /// The fields of `kappaflow.state.timestamped.ValueAndTimestamp`.
 pub const VALUE_AND_TIMESTAMP_FIELDS: &[&str] = &["value", "timestamp"];
