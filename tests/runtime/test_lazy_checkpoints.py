@@ -11,7 +11,12 @@ from typing import Any
 
 from kappaflow.api.serdes import Long, String
 from kappaflow.state.builders import Stores
-from kappaflow.tasks.state_manager import CHECKPOINT_OFFSET_DELTA, ProcessorStateManager, checkpoint_due, innermost
+from kappaflow.tasks.state_manager import (
+    CHECKPOINT_OFFSET_DELTA,
+    ProcessorStateManager,
+    checkpoint_due,
+    innermost,
+)
 from tests.runtime.test_transactional_stores import ManagedContext
 
 CHANGELOG = ("app-counts-changelog", 0)
