@@ -256,6 +256,12 @@ def test_at_least_once_flushes_then_commits_offsets_then_checkpoints_at_what_kaf
     assert task.committed_with == [{("app-counts-changelog", 0): 41}]
 
 
+def test_at_least_once_commit_with_no_task_to_commit_waits_on_no_flush():
+    producer, consumer = FakeStreamsProducer(exactly_once=False), FakeConsumer()
+    assert Committer(producer, Metrics()).commit([], consumer) == {}  # type: ignore[arg-type]
+    assert producer.calls == [] and consumer.committed == []
+
+
 def test_exactly_once_commits_the_offsets_in_the_transaction_with_the_group_metadata():
     producer, consumer = FakeStreamsProducer(exactly_once=True), FakeConsumer()
     task = CommittingTask({("in", 1): 3}, flushed=producer.calls)

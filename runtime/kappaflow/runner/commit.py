@@ -73,7 +73,10 @@ class Committer:
             for task in tasks:
                 offsets.update(task.prepare_commit())
             tps = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
-            self._producer.flush()
+            # No task with something to commit produced nothing since the last commit, which flushed
+            # what came before: a due commit of an idle thread waits on no acknowledgement.
+            if tasks:
+                self._producer.flush()
             if tps:
                 self._commit_offsets(consumer, tps)
         written = self._producer.acknowledged

@@ -245,7 +245,7 @@ class TaskManager(PartitionOwnership):
     def checkpoint_standbys(self) -> None:
         for managed in self.standby.values():
             managed.state_manager.flush()
-            managed.state_manager.checkpoint_offsets()
+            managed.state_manager.checkpoint_offsets(enforce=False)
 
     def task_roles(self) -> dict[str, tuple[str, int]]:
         """task id -> (role, changelog records it lags) of every task held here: `active` (running,

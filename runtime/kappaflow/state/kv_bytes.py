@@ -175,6 +175,7 @@ class RocksDBKeyValueBytesStore:
         # Records written without the write-ahead log (restored, or written outside a transaction) and
         # not yet flushed to SST files.
         self._unflushed = False
+        self._flush_at_checkpoint = False  # see flush_memtables_at_checkpoint
         self._unlogged = rocksdict.WriteOptions()
         # A property at run time; rocksdict's type stub declares it as a method.
         self._unlogged.disable_wal = True  # type: ignore[method-assign, assignment]
@@ -233,10 +234,18 @@ class RocksDBKeyValueBytesStore:
     def is_open(self) -> bool:
         return self._db is not None
 
+    def flush_memtables_at_checkpoint(self) -> None:
+        """From now on `flush` leaves the memtables alone: a task's state manager under at_least_once
+        calls this, because it writes an offset only through `checkpoint`/`commit`, which flush the
+        memtables first, and only every so many records (tasks/state_manager.py's `checkpoint_due`), as
+        Kafka Streams flushes RocksDB only when it checkpoints. A store whose offsets another owner records
+        after `flush` (the global stores' checkpoint file) keeps flushing there."""
+        self._flush_at_checkpoint = True
+
     def flush(self) -> None:
         # A transactional store's commits are atomic write batches, durable through the write-ahead log
         # against a process crash: flushing memtables at every (100 ms) commit would only make SST files.
-        if self._db is not None and self._uncommitted is None:
+        if self._db is not None and self._uncommitted is None and not self._flush_at_checkpoint:
             self._db.flush()
             self._unflushed = False
 

@@ -115,6 +115,7 @@ class StreamTask:
             self.changelog_topic,
             transactional=config.exactly_once if transactional_state is None else transactional_state,
             source_changelogs=frozenset(topology.source_changelogs),
+            lazy_checkpoints=True,
         )
         self.context = ProcessorContextImpl(
             task_id,
@@ -526,8 +527,9 @@ class StreamTask:
         if written:
             self.state_manager.record_written(written)
         self.state_manager.record_consumed(self.committed_offsets)
-        # always: transactional stores (exactly_once_v2) apply the committed writes here, offsets or not
-        self.state_manager.checkpoint_offsets()
+        # always: transactional stores (exactly_once_v2) apply the committed writes here, offsets or not;
+        # at_least_once writes a checkpoint only once the offsets moved far enough (`checkpoint_due`)
+        self.state_manager.checkpoint_offsets(enforce=False)
 
     def publish_metrics(self) -> None:
         if self._processed:
