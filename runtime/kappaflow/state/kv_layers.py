@@ -22,7 +22,10 @@ from kappaflow.state.api import (
     prefix_upper_bound,
 )
 from kappaflow.state.cache import NOT_DECODED, DirtyEntries, NamedCacheBinding, ThreadCache
-from kappaflow.state.kv_wrapped import ChangeLoggingKeyValueBytesStore, WrappedBytesStore
+from kappaflow.state.kv_wrapped import (  # re-exported: the stores import them from here
+    ChangeLoggingKeyValueBytesStore as ChangeLoggingKeyValueBytesStore,
+)
+from kappaflow.state.kv_wrapped import WrappedBytesStore as WrappedBytesStore
 from kappaflow.state.metered import MeteredStoreBase
 from kappaflow.state.timestamped import ValueAndTimestampSerde
 from kappaflow.state.uncommitted import overlay
