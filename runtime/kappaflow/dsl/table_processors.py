@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
+from operator import attrgetter
 from typing import Any
 
 from kappaflow.api.errors import StreamsError
 from kappaflow.api.processor import ProcessorContext
 from kappaflow.api.record import Record
 from kappaflow.dsl.change import Change
-from kappaflow.dsl.stream_processors import drop_record
+from kappaflow.dsl.stream_processors import drop_record, native_stage
 from kappaflow.state.api import RecordContext
 from kappaflow.state.kv_layers import MeteredKeyValueStore
 from kappaflow.state.timestamped import ValueAndTimestamp
@@ -29,6 +30,7 @@ from kappaflow.tasks.fusion import Fusable, Stage
 from kappaflow.tasks.native import AggregatePlan, NativeCore
 
 log = logging.getLogger(__name__)
+_NEW_VALUE = attrgetter("new_value")  # KTableToStreamProcessor's stage: a Change to its new value
 AnyRecord = Record[Any, Any]
 
 
@@ -221,7 +223,7 @@ class KTableMapValuesProcessor(_Stateful):
         self._emit(record, new, old, record.timestamp, change.is_latest)
 
 
-class KTableToStreamProcessor:
+class KTableToStreamProcessor(Fusable):
     context: ProcessorContext
 
     def __init__(self, mapper: Callable[[Any, Any], Any] | None = None) -> None:
@@ -232,6 +234,14 @@ class KTableToStreamProcessor:
 
     def process(self, record: AnyRecord) -> None:
         self.context.forward(Record(record.key, record.value.new_value, record.timestamp, record.headers))
+
+    def fuse_native(self, downstream: Stage, node: str, core: NativeCore) -> Stage | None:
+        """`to_stream()` compiled as a native map_values of the change to its new value (a C
+        attrgetter, no Python frame): past the record cache every update is a flushed table record,
+        and this hop was a `Record` and a `forward()` per record. A mapper keeps it generic."""
+        if self.mapper is not None:
+            return None
+        return native_stage(core, "map_values", _NEW_VALUE, False, node, self.context, downstream)
 
     def close(self) -> None:
         return None

@@ -499,12 +499,17 @@ class MeteredKeyValueStore(MeteredStoreBase, Generic[K, V]):
         """A batched flush's entries typed as `on_flush` types them, each entry's record context made
         current before it is produced. A new value the cache kept decoded is that copy (it round-trips:
         Serde.decodes_to_itself), not the bytes decoded again; a missing old value is None, as Java's
-        MeteredKeyValueStore maps null bytes to null without the deserializer."""
-        dk, dv = self._dk, self._dv
+        MeteredKeyValueStore maps null bytes to null without the deserializer. `_dk` and `_dv` are
+        inlined (String keys decoded as `bytes.decode`, as `_k` encodes them)."""
+        topic, utf8_keys = self._topic, self._utf8_keys
+        key_serde: Any = self.key_serde
+        value_serde: Any = self.value_serde
+        dk, dv = key_serde.deserialize, value_serde.deserialize
         for (key, value, record_context), old, decoded in zip(writes, olds, decodeds, strict=True):
             set_record_context(record_context)
-            new = dv(value) if decoded is NOT_DECODED else decoded
-            yield dk(key), new, (None if old is None else dv(old)), record_context
+            new = dv(topic, value) if decoded is NOT_DECODED else decoded
+            typed_key = key.decode() if utf8_keys else dk(topic, key)
+            yield typed_key, new, (None if old is None else dv(topic, old)), record_context
 
 
 def _reading_layer(store: KeyValueBytesStore) -> KeyValueBytesStore:
