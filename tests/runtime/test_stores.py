@@ -50,6 +50,12 @@ class FakeStoreContext:
     ) -> None:
         self.logged.append((store_name, key, value, timestamp))
 
+    def changelog_target(self, store_name: str) -> tuple[Any, str, int]:
+        def send(topic: str, key: bytes, value: bytes | None, timestamp: int, partition: int) -> None:
+            self.logged.append((store_name, key, value, timestamp))
+
+        return send, self.changelog_topic(store_name), 0
+
     def record_context(self) -> RecordContext:
         return self.current
 

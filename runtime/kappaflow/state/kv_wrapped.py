@@ -121,13 +121,13 @@ class ChangeLoggingKeyValueBytesStore(WrappedBytesStore):
         if context is None:
             raise InvalidStateStoreError(f"store '{self.name}' is not initialized")
         self.inner.put_all([(key, value) for key, value, _ in entries])
-        log_change, store, timestamped = context.log_change, self._store_name, self.timestamped
+        send, topic, partition = context.changelog_target(self._store_name)  # `log_change`, resolved once
+        timestamped = self.timestamped
         for key, value, record_context in entries:
             if timestamped and value is not None:
-                timestamp = int.from_bytes(value[:8], "big", signed=True)
-                log_change(store, key, value[8:], timestamp, record_context.headers)
+                send(topic, key, value[8:], int.from_bytes(value[:8], "big", signed=True), partition)
             else:
-                log_change(store, key, value, record_context.timestamp, record_context.headers)
+                send(topic, key, value, record_context.timestamp, partition)
 
     def put(self, key: bytes, value: bytes | None) -> None:
         self.inner.put(key, value)
