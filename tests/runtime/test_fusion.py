@@ -145,10 +145,10 @@ def test_wordcount_is_identical_fused_and_not(core: NativeCore, guarantee: str) 
     unfused, unfused_nodes, _ = run(wordcount_topology(), lines(values), True, "counts", guarantee, False)
     generic, generic_nodes, _ = run(wordcount_topology(), lines(values), False, "counts", guarantee)
     assert generic_nodes == 0 and unfused_nodes == 0  # no core, no compiled stage
-    # flat_map_values, select_key, the repartition filter and sink; the count and the output sink (not
-    # to_stream: it runs when the cache flushes, generic)
-    assert fused_nodes == 6
-    assert native_stages == ["AggregateStage", *["SinkStage"] * 2, *["StatelessStage"] * 3]
+    # flat_map_values, select_key, the repartition filter and sink; the count, to_stream (reached from
+    # the cache's flush through its handle, a map_values of the change's new value) and the output sink
+    assert fused_nodes == 7
+    assert native_stages == ["AggregateStage", *["SinkStage"] * 2, *["StatelessStage"] * 4]
     assert fused == generic
     assert unfused == generic
     assert fused["cache"][2] > 0, "the cache must have evicted: the flush order is part of the comparison"

@@ -9,15 +9,17 @@ maximum timestamp of the aggregate and the record; null keys and null values are
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from operator import attrgetter
 from typing import Any
 
 from kappaflow.api.errors import StreamsError
 from kappaflow.api.processor import ProcessorContext
 from kappaflow.api.record import Record
 from kappaflow.dsl.change import Change
-from kappaflow.dsl.stream_processors import drop_record
+from kappaflow.dsl.stream_processors import drop_record, native_stage
 from kappaflow.state.api import RecordContext
+from kappaflow.state.kv_layers import MeteredKeyValueStore
 from kappaflow.state.timestamped import ValueAndTimestamp
 from kappaflow.state.versioned import (
     PUT_RETURN_CODE_NOT_PUT,
@@ -28,6 +30,7 @@ from kappaflow.tasks.fusion import Fusable, Stage
 from kappaflow.tasks.native import AggregatePlan, NativeCore
 
 log = logging.getLogger(__name__)
+_NEW_VALUE = attrgetter("new_value")  # KTableToStreamProcessor's stage: a Change to its new value
 AnyRecord = Record[Any, Any]
 
 
@@ -49,7 +52,10 @@ class TupleForwarder:
         self.node = getattr(context, "current_node", None)
         self.send_old_values = send_old_values
         self.stamp = stamp
-        self.cached = bool(store.set_flush_listener(self._on_flush, send_old_values))
+        if isinstance(store, MeteredKeyValueStore):  # a whole batched flush in one frame
+            self.cached = store.set_flush_listener(self._on_flush, send_old_values, self._on_flush_batch)
+        else:
+            self.cached = bool(store.set_flush_listener(self._on_flush, send_old_values))
 
     def maybe_forward(self, record: AnyRecord) -> None:
         if not self.cached:
@@ -75,6 +81,27 @@ class TupleForwarder:
             else:
                 timestamp = new.timestamp if new is not None else record_context.timestamp
             context.forward(Record(key, change, timestamp, record_context.headers))
+        finally:
+            context.current_node = previous
+
+    def _on_flush_batch(self, entries: Iterator[tuple[Any, Any, Any, RecordContext]]) -> None:
+        """`_on_flush` for each entry of a batched flush (the store makes each entry's record context
+        current as it yields it), the node made current once: the same records forwarded in the same
+        order, one frame per flush instead of one per entry."""
+        context: Any = self.context
+        forward, stamp, send_old = context.forward, self.stamp, self.send_old_values
+        previous = context.current_node
+        context.current_node = self.node
+        try:
+            for key, new, old, record_context in entries:
+                change = Change(
+                    None if new is None else new.value, None if (old is None or not send_old) else old.value
+                )
+                if stamp is not None:
+                    timestamp = stamp(key)
+                else:
+                    timestamp = new.timestamp if new is not None else record_context.timestamp
+                forward(Record(key, change, timestamp, record_context.headers))
         finally:
             context.current_node = previous
 
@@ -196,7 +223,7 @@ class KTableMapValuesProcessor(_Stateful):
         self._emit(record, new, old, record.timestamp, change.is_latest)
 
 
-class KTableToStreamProcessor:
+class KTableToStreamProcessor(Fusable):
     context: ProcessorContext
 
     def __init__(self, mapper: Callable[[Any, Any], Any] | None = None) -> None:
@@ -207,6 +234,14 @@ class KTableToStreamProcessor:
 
     def process(self, record: AnyRecord) -> None:
         self.context.forward(Record(record.key, record.value.new_value, record.timestamp, record.headers))
+
+    def fuse_native(self, downstream: Stage, node: str, core: NativeCore) -> Stage | None:
+        """`to_stream()` compiled as a native map_values of the change to its new value (a C
+        attrgetter, no Python frame): past the record cache every update is a flushed table record,
+        and this hop was a `Record` and a `forward()` per record. A mapper keeps it generic."""
+        if self.mapper is not None:
+            return None
+        return native_stage(core, "map_values", _NEW_VALUE, False, node, self.context, downstream)
 
     def close(self) -> None:
         return None

@@ -67,6 +67,10 @@ class RecordContext:
     headers: Headers
 
 
+ChangelogSend = Callable[[str, bytes, bytes | None, int, int], None]
+"""A record collector's `send_changelog(topic, key, value, timestamp, partition)`."""
+
+
 class StoreContext(Protocol):
     """What a store needs from its task: identity, directories, the changelog and the cache."""
 
@@ -92,6 +96,12 @@ class StoreContext(Protocol):
     def log_change(
         self, store_name: str, key: bytes, value: bytes | None, timestamp: int, headers: Headers | None = None
     ) -> None: ...
+
+    def changelog_target(self, store_name: str) -> tuple[ChangelogSend, str, int]:
+        """What `log_change` sends a store's changelog records through, resolved once: the send
+        (`send(topic, key, value, timestamp, partition)`), the topic and the partition. A flush of many
+        entries then pays one call per record instead of `log_change`'s frame and lookups too."""
+        ...
 
     def record_context(self) -> RecordContext: ...
 

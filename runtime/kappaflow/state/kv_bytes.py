@@ -331,7 +331,10 @@ class RocksDBKeyValueBytesStore:
             written, pending = self._uncommitted.lookup(key)
             if written:
                 return pending
-        value: bytes | None = self._require().get(key)
+        db = self._db  # `_require` inlined: a get of a new key (past the record cache) is per record
+        if db is None:
+            raise InvalidStateStoreError(f"store '{self._name}' is not open")
+        value: bytes | None = db.get(key)
         return value
 
     def put(self, key: bytes, value: bytes | None) -> None:

@@ -11,11 +11,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from kappaflow.api.errors import InvalidStateStoreError
 from kappaflow.api.serdes import Serde
 from kappaflow.state.api import (
     BytesIterator,
-    ChangelogRecord,
     ExpiryForwarding,
     KeyValueBytesStore,
     RecordContext,
@@ -24,6 +22,10 @@ from kappaflow.state.api import (
     prefix_upper_bound,
 )
 from kappaflow.state.cache import NOT_DECODED, DirtyEntries, RecordCache, ThreadCache
+from kappaflow.state.kv_wrapped import (  # re-exported: the stores import them from here
+    ChangeLoggingKeyValueBytesStore as ChangeLoggingKeyValueBytesStore,
+)
+from kappaflow.state.kv_wrapped import WrappedBytesStore as WrappedBytesStore
 from kappaflow.state.metered import MeteredStoreBase
 from kappaflow.state.timestamped import ValueAndTimestampSerde
 from kappaflow.state.uncommitted import overlay
@@ -55,139 +57,14 @@ class CachedStoreBinding:
 
 # (key bytes, new value bytes, old value bytes, the record context of the write)
 BytesFlushListener = Callable[[bytes, bytes | None, bytes | None, RecordContext], None]
-
-
-class WrappedBytesStore:
-    """Delegates everything to the inner bytes store; subclasses override the writes they observe."""
-
-    def __init__(self, inner: KeyValueBytesStore) -> None:
-        self.inner = inner
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    @property
-    def persistent(self) -> bool:
-        return self.inner.persistent
-
-    def init(self, context: StoreContext, root: StateStore) -> None:
-        self.inner.init(context, root)
-
-    def flush(self) -> None:
-        self.inner.flush()
-
-    def close(self) -> None:
-        self.inner.close()
-
-    def is_open(self) -> bool:
-        return self.inner.is_open()
-
-    def get(self, key: bytes) -> bytes | None:
-        return self.inner.get(key)
-
-    def put(self, key: bytes, value: bytes | None) -> None:
-        self.inner.put(key, value)
-
-    def put_if_absent(self, key: bytes, value: bytes | None) -> bytes | None:
-        return self.inner.put_if_absent(key, value)
-
-    def put_all(self, entries: list[tuple[bytes, bytes | None]]) -> None:
-        self.inner.put_all(entries)
-
-    def delete(self, key: bytes) -> bytes | None:
-        return self.inner.delete(key)
-
-    def range(self, from_key: bytes | None, to_key: bytes | None) -> BytesIterator:
-        return self.inner.range(from_key, to_key)
-
-    def reverse_range(self, from_key: bytes | None, to_key: bytes | None) -> BytesIterator:
-        return self.inner.reverse_range(from_key, to_key)
-
-    def all(self) -> BytesIterator:
-        return self.inner.all()
-
-    def reverse_all(self) -> BytesIterator:
-        return self.inner.reverse_all()
-
-    def prefix_scan(self, prefix: bytes) -> BytesIterator:
-        return self.inner.prefix_scan(prefix)
-
-    def approximate_num_entries(self) -> int:
-        return self.inner.approximate_num_entries()
-
-    def restore_batch(self, records: list[ChangelogRecord]) -> None:
-        self.inner.restore_batch(records)
-
-    def committed_changelog_offset(self) -> int | None:
-        return self.inner.committed_changelog_offset()
-
-    def checkpoint(self, changelog_offset: int) -> None:
-        self.inner.checkpoint(changelog_offset)
-
-
-class ChangeLoggingKeyValueBytesStore(WrappedBytesStore):
-    """Sends every write to the store's changelog topic. For timestamped stores the changelog record
-    carries the plain value with the stored timestamp as its record time (Java's format)."""
-
-    def __init__(self, inner: KeyValueBytesStore, timestamped: bool = False) -> None:
-        super().__init__(inner)
-        self.timestamped = timestamped
-        self._context: StoreContext | None = None
-        self._store_name = inner.name
-
-    def init(self, context: StoreContext, root: StateStore) -> None:
-        self._context = context
-        self._store_name = self.inner.name  # read once: `name` is a property chain through the layers
-        self.inner.init(context, root)
-
-    def _log(self, key: bytes, value: bytes | None) -> None:
-        context = self._context
-        if context is None:
-            raise InvalidStateStoreError(f"store '{self.name}' is not initialized")
-        record_context = context.record_context()
-        if self.timestamped and value is not None:  # split_timestamped, inlined
-            timestamp = int.from_bytes(value[:8], "big", signed=True)
-            context.log_change(self._store_name, key, value[8:], timestamp, record_context.headers)
-        else:
-            context.log_change(self._store_name, key, value, record_context.timestamp, record_context.headers)
-
-    def put_all_logged(self, entries: list[tuple[bytes, bytes | None, RecordContext]]) -> None:
-        """The record cache's flush: every write in one `put_all` (one RocksDB write batch), then each
-        one's changelog record with the record context it was written in, as `put` logs it under that
-        context. The same store contents and the same changelog records, in the same order, as a `put`
-        per entry; one batch instead of a write and three Python frames per entry."""
-        context = self._context
-        if context is None:
-            raise InvalidStateStoreError(f"store '{self.name}' is not initialized")
-        self.inner.put_all([(key, value) for key, value, _ in entries])
-        log_change, store, timestamped = context.log_change, self._store_name, self.timestamped
-        for key, value, record_context in entries:
-            if timestamped and value is not None:
-                timestamp = int.from_bytes(value[:8], "big", signed=True)
-                log_change(store, key, value[8:], timestamp, record_context.headers)
-            else:
-                log_change(store, key, value, record_context.timestamp, record_context.headers)
-
-    def put(self, key: bytes, value: bytes | None) -> None:
-        self.inner.put(key, value)
-        self._log(key, value)
-
-    def put_if_absent(self, key: bytes, value: bytes | None) -> bytes | None:
-        old = self.inner.put_if_absent(key, value)
-        if old is None:
-            self._log(key, value)
-        return old
-
-    def put_all(self, entries: list[tuple[bytes, bytes | None]]) -> None:
-        self.inner.put_all(entries)
-        for key, value in entries:
-            self._log(key, value)
-
-    def delete(self, key: bytes) -> bytes | None:
-        old = self.inner.delete(key)
-        self._log(key, None)
-        return old
+# A whole flush at once (`CachingKeyValueStore._flush_batched`): the writes (key, new value, record
+# context), the old values, and each new value's decoded copy (NOT_DECODED when the cache kept none).
+BytesFlushBatchListener = Callable[
+    [list[tuple[bytes, bytes | None, RecordContext]], list[bytes | None], list[object]], None
+]
+# What the typed store hands a batch listener: (key, new value, old value, record context) per entry,
+# each entry's record context made current as it is produced.
+FlushBatchListener = Callable[[Iterator[tuple[Any, Any, Any, RecordContext]]], None]
 
 
 class WritesThroughPutStore(WrappedBytesStore):
@@ -220,6 +97,7 @@ class CachingKeyValueStore(WritesThroughPutStore):
         self._cache: RecordCache | None = None
         self._namespace = ""
         self._listener: BytesFlushListener | None = None
+        self._batch_listener: BytesFlushBatchListener | None = None
         self._send_old_values = False
         # windowed stores say which keys their segmented store would still serve: an expired key's old
         # value reads as absent on flush, as Java's underlying window/session store returns null for it
@@ -239,8 +117,16 @@ class CachingKeyValueStore(WritesThroughPutStore):
         if self._cache is not None:
             self._cache.add_dirty_entry_flush_listener(self._namespace, self._flush_entries)
 
-    def set_flush_listener(self, listener: BytesFlushListener, send_old_values: bool) -> bool:
+    def set_flush_listener(
+        self,
+        listener: BytesFlushListener,
+        send_old_values: bool,
+        batch_listener: BytesFlushBatchListener | None = None,
+    ) -> bool:
+        """`batch_listener`, when given, receives a batched flush's entries in one call instead of
+        `listener` per entry (the same entries, in the same order, each under its record context)."""
         self._listener = listener
+        self._batch_listener = batch_listener
         self._send_old_values = send_old_values
         return self._cache is not None
 
@@ -282,6 +168,7 @@ class CachingKeyValueStore(WritesThroughPutStore):
         live = self.underlying_live
         writes: list[tuple[bytes, bytes | None, RecordContext]] = []
         olds: list[bytes | None] = []
+        decodeds: list[object] = []
         for key, entry in entries:
             value = entry.value
             old = None
@@ -291,6 +178,7 @@ class CachingKeyValueStore(WritesThroughPutStore):
                 continue  # as `_flush_entries`: no write and no tombstone for a key never held
             writes.append((key, value, entry.context))
             olds.append(old if send_old else None)
+            decodeds.append(entry.decoded)
         if not writes:
             return
         logged.put_all_logged(writes)
@@ -298,6 +186,9 @@ class CachingKeyValueStore(WritesThroughPutStore):
             return
         previous = context.record_context()
         try:
+            if self._batch_listener is not None:
+                self._batch_listener(writes, olds, decodeds)
+                return
             for (key, value, record_context), old in zip(writes, olds, strict=True):
                 context.set_record_context(record_context)
                 listener(key, value, old, record_context)
@@ -529,7 +420,7 @@ class MeteredKeyValueStore(MeteredStoreBase, Generic[K, V]):
             utf8_keys=self._utf8_keys,
             serialize_key=self._k,
             deserialize=value_serde.deserialize,
-            inner_get=caching.inner.get,
+            inner_get=_reading_layer(caching.inner).get,
             serialize=value_serde.serialize,
             decodes_to_itself=value_serde.decodes_to_itself,
             # timestamped Long values (counts): packed as ValueAndTimestampSerde would, without its calls
@@ -576,14 +467,27 @@ class MeteredKeyValueStore(MeteredStoreBase, Generic[K, V]):
         return self.inner.approximate_num_entries()
 
     def set_flush_listener(
-        self, listener: Callable[[K, V | None, V | None, RecordContext], None], send_old_values: bool
+        self,
+        listener: Callable[[K, V | None, V | None, RecordContext], None],
+        send_old_values: bool,
+        batch_listener: FlushBatchListener | None = None,
     ) -> bool:
         """Called by DSL processors: with caching, updates are forwarded when flushed, not when written.
-        Returns False when the store has no cache, so the processor must forward immediately."""
+        Returns False when the store has no cache, so the processor must forward immediately.
+        `batch_listener` takes a logged store's batched flush in one call (past the record cache every
+        update is a flushed entry: one Python frame per flush instead of two per entry)."""
         caching = find_layer(self.inner, CachingKeyValueStore)
 
         def on_flush(key: bytes, new: bytes | None, old: bytes | None, context: RecordContext) -> None:
             listener(self._dk(key), self._dv(new), self._dv(old), context)
+
+        def on_flush_batch(
+            writes: list[tuple[bytes, bytes | None, RecordContext]],
+            olds: list[bytes | None],
+            decodeds: list[object],
+        ) -> None:
+            assert batch_listener is not None and self._context is not None
+            batch_listener(self._typed_flush(writes, olds, decodeds, self._context.set_record_context))
 
         expiring: Any = self.inner
         while expiring is not None and not isinstance(expiring, ExpiryForwarding):
@@ -592,7 +496,38 @@ class MeteredKeyValueStore(MeteredStoreBase, Generic[K, V]):
             expiring.set_expiry_listener(on_flush, send_old_values)
         if caching is None:
             return False
-        return caching.set_flush_listener(on_flush, send_old_values)
+        batched = on_flush_batch if batch_listener is not None else None
+        return caching.set_flush_listener(on_flush, send_old_values, batched)
+
+    def _typed_flush(
+        self,
+        writes: list[tuple[bytes, bytes | None, RecordContext]],
+        olds: list[bytes | None],
+        decodeds: list[object],
+        set_record_context: Callable[[RecordContext], None],
+    ) -> Iterator[tuple[Any, Any, Any, RecordContext]]:
+        """A batched flush's entries typed as `on_flush` types them, each entry's record context made
+        current before it is produced. A new value the cache kept decoded is that copy (it round-trips:
+        Serde.decodes_to_itself), not the bytes decoded again; a missing old value is None, as Java's
+        MeteredKeyValueStore maps null bytes to null without the deserializer. `_dk` and `_dv` are
+        inlined (String keys decoded as `bytes.decode`, as `_k` encodes them)."""
+        topic, utf8_keys = self._topic, self._utf8_keys
+        key_serde: Any = self.key_serde
+        value_serde: Any = self.value_serde
+        dk, dv = key_serde.deserialize, value_serde.deserialize
+        for (key, value, record_context), old, decoded in zip(writes, olds, decodeds, strict=True):
+            set_record_context(record_context)
+            new = dv(topic, value) if decoded is NOT_DECODED else decoded
+            typed_key = key.decode() if utf8_keys else dk(topic, key)
+            yield typed_key, new, (None if old is None else dv(topic, old)), record_context
+
+
+def _reading_layer(store: KeyValueBytesStore) -> KeyValueBytesStore:
+    """The layer whose `get` answers for `store`: past the layers that only delegate `get` (the
+    change-logging one), so the aggregation's read of a key the cache misses skips their frames."""
+    while isinstance(store, WrappedBytesStore) and type(store).get is WrappedBytesStore.get:
+        store = store.inner
+    return store
 
 
 L = TypeVar("L")

@@ -16,7 +16,13 @@ from kappaflow.api.errors import InvalidStateStoreError, TopologyError
 from kappaflow.api.metrics import Metrics
 from kappaflow.api.processor import PunctuationType, TaskId, to_millis
 from kappaflow.api.record import Headers, Record, RecordMetadata
-from kappaflow.state.api import MessagesRestoreCallback, RecordContext, RestoreCallback, StateStore
+from kappaflow.state.api import (
+    ChangelogSend,
+    MessagesRestoreCallback,
+    RecordContext,
+    RestoreCallback,
+    StateStore,
+)
 from kappaflow.state.cache import RecordCache
 from kappaflow.tasks.async_calls import TaskAsyncCalls
 from kappaflow.tasks.collector import RecordCollector
@@ -207,6 +213,12 @@ class ProcessorContextImpl:
         if topic is None:  # named once per store, not formatted per changelog record
             topic = self._changelog_topics[store_name] = self._changelog_topic(store_name)
         self.collector.send_changelog(topic, key, value, timestamp, self.changelog_partition)
+
+    def changelog_target(self, store_name: str) -> tuple[ChangelogSend, str, int]:
+        topic = self._changelog_topics.get(store_name)
+        if topic is None:
+            topic = self._changelog_topics[store_name] = self._changelog_topic(store_name)
+        return self.collector.send_changelog, topic, self.changelog_partition
 
     def record_context(self) -> RecordContext:
         return self.current
