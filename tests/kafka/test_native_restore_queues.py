@@ -1,11 +1,12 @@
 """The restore consumer's fetches taken from librdkafka by the native core (`RestoreQueues`,
 runtime/native/src/restore_queue.rs) against confluent-kafka's `consume()`, on a real broker.
 
-The same changelog restored both ways must give byte-identical stores: tombstones (of live and missing
-keys), an empty key, an empty value, a large value, several partitions, and transactions, one of them aborted, read
-read_committed (exactly_once_v2: the aborted records and the markers never reach the store) and
-read_uncommitted (at_least_once: they do, on both paths alike). A proxy around the core's reader proves
-the native run actually carried the records (the fallback would pass the comparison trivially)."""
+The same changelog restored both ways must give byte-identical stores: tombstones (of live and
+missing keys), an empty key, an empty value, a large value, several partitions, and transactions, one
+of them aborted, read read_committed (exactly_once_v2: the aborted records and the markers never
+reach the store) and read_uncommitted (at_least_once: they do, on both paths alike). A proxy around
+the core's reader proves the native run actually carried the records (the fallback would pass the
+comparison trivially)."""
 
 from __future__ import annotations
 
