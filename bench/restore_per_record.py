@@ -90,13 +90,15 @@ def fill(bootstrap: str, records: int) -> None:
         [NewTopic(TOPIC, num_partitions=PARTITIONS, replication_factor=1)]
     ).values():
         future.result(30)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 20, "queue.buffering.max.messages": 1_000_000}
+    )
     value = b"v" * 100
     for i in range(records):
         producer.produce(TOPIC, key=b"key-%09d" % i, value=value, partition=(i // RUN) % PARTITIONS,
                          timestamp=1_700_000_000_000 + i)  # fmt: skip
         if i % 10000 == 0:
-            producer.poll(0)
+            producer.flush(60)
     producer.flush(60)
 
 
