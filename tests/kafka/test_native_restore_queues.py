@@ -234,3 +234,54 @@ def test_restore_queues_return_what_consume_returns(kafka_bootstrap: str) -> Non
         return got, ends
 
     assert by_core() == by_consume()
+
+
+def test_a_partition_unassigned_mid_restore_stops_and_reopened_resumes(kafka_bootstrap: str) -> None:
+    """A task revoked mid-restore: once its partition is unassigned nothing more of it comes (what was
+    fetched before is outdated, as for `consume()`); assigned again (opened first, as the reader
+    does), it is read from the new position to its end, record for record."""
+    core = installed_core()
+    if core is None:
+        pytest.skip("the native core is not installed")
+    app_id = f"nrq-{uuid.uuid4().hex[:8]}"
+    _create(kafka_bootstrap, app_id)
+    changelog = f"{app_id}-{STORE}-changelog"
+    _fill(kafka_bootstrap, changelog)
+    consumer = Consumer({
+        "bootstrap.servers": kafka_bootstrap, "group.id": f"{app_id}-restore", "enable.auto.commit": False,
+        "enable.partition.eof": True, "isolation.level": "read_committed",
+    })  # fmt: skip
+    queues = native_restore.restore_queues(core, consumer)
+    assert queues is not None
+    try:
+        consumer.list_topics(changelog, timeout=10)
+        assert queues.open(changelog, 0) and queues.open(changelog, 1)
+        consumer.incremental_assign([TopicPartition(changelog, p, 0) for p in range(PARTITIONS)])
+        seen: dict[int, list[Any]] = {0: [], 1: []}
+        while not seen[0]:
+            for (_t, p), run in queues.consume(5, 1.0)[0]:
+                seen[p].extend(run.records())
+        consumer.incremental_unassign([TopicPartition(changelog, 0)])
+        ends: dict[int, int] = {}
+        while 1 not in ends:
+            runs, found, _errors = queues.consume(1000, 1.0)
+            assert all(p == 1 for (_t, p), _run in runs)  # nothing of the revoked partition
+            for (_t, p), run in runs:
+                seen[p].extend(run.records())
+            ends.update({p: end for (_t, p), end in found.items()})
+        assert 0 not in ends
+        # again from offset 7 (the first committed transaction's records, then the rest)
+        assert queues.open(changelog, 0)
+        consumer.incremental_assign([TopicPartition(changelog, 0, 7)])
+        resumed: list[Any] = []
+        while 0 not in ends:
+            runs, found, _errors = queues.consume(1000, 1.0)
+            for (_t, p), run in runs:
+                assert p == 0
+                resumed.extend(run.records())
+            ends.update({p: end for (_t, p), end in found.items()})
+    finally:
+        queues.close()
+        consumer.close()
+    assert [key for key, _v, _ts in resumed[:4]] == [b"t1", b"k1", b"t3", b"k2"]
+    assert len(resumed) == 4 + BULK and len(seen[1]) == 7 + 4 + BULK

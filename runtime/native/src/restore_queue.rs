@@ -40,7 +40,7 @@ use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::mem::size_of;
 use std::ptr::{copy_nonoverlapping, null, null_mut};
 use std::sync::atomic::Ordering;
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard, TryLockError};
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::ffi;
@@ -310,9 +310,9 @@ impl RestoreQueues {
     /// Route `topic`-`partition`'s fetched records to this reader's queue; call it before assigning
     /// the partition, each time. False (the records then reach `consume()`) when librdkafka has no
     /// such partition or the consumer or this reader is closed.
-    fn open(&self, topic: &str, partition: i32) -> PyResult<bool> {
+    fn open(&self, py: Python<'_>, topic: &str, partition: i32) -> PyResult<bool> {
         let topic_c = CString::new(topic)?;
-        let queue = self.lock()?;
+        let queue = self.lock(py)?;
         if queue.0.is_null() {
             return Ok(false);
         }
@@ -343,7 +343,7 @@ impl RestoreQueues {
         let runs = PyList::empty(py);
         let ends = PyDict::new(py);
         let errors = PyList::empty(py);
-        let queue = self.lock()?;
+        let queue = self.lock(py)?;
         if queue.0.is_null() || max_records == 0 {
             return Ok((runs, ends, errors));
         }
@@ -433,8 +433,8 @@ impl RestoreQueues {
     /// Stop: this reader's queue is destroyed (before the consumer closes; `consume` then returns
     /// nothing and `open` False). A reader dropped without it leaks its queue rather than destroy it
     /// after the consumer's `rd_kafka_t` may be gone.
-    fn close(&self) -> PyResult<()> {
-        let mut queue = self.lock()?;
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let mut queue = self.lock(py)?;
         if !queue.0.is_null() {
             // SAFETY: the handle `new` made, destroyed once.
             unsafe { (self.api.queue_destroy)(queue.0) };
@@ -449,10 +449,21 @@ impl RestoreQueues {
 }
 
 impl RestoreQueues {
-    fn lock(&self) -> PyResult<std::sync::MutexGuard<'_, Queue>> {
-        self.queue
-            .lock()
-            .map_err(|_| PyRuntimeError::new_err("restore queue lock poisoned"))
+    /// The queue, locked. `consume` holds the lock while it waits detached from the interpreter, so a
+    /// caller on another thread never blocks on it with the GIL held (that would deadlock with the
+    /// waiter taking the GIL back): it retries, detached between tries.
+    fn lock(&self, py: Python<'_>) -> PyResult<MutexGuard<'_, Queue>> {
+        loop {
+            match self.queue.try_lock() {
+                Ok(guard) => return Ok(guard),
+                Err(TryLockError::WouldBlock) => {
+                    py.detach(|| std::thread::sleep(std::time::Duration::from_micros(200)))
+                }
+                Err(TryLockError::Poisoned(_)) => {
+                    return Err(PyRuntimeError::new_err("restore queue lock poisoned"))
+                }
+            }
+        }
     }
 
     /// One consumed message: an error into `ends` / `errors`, a record into its partition's run.
