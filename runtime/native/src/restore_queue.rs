@@ -373,24 +373,23 @@ impl RestoreQueues {
             PyRuntimeError::new_err("rd_kafka_consume_batch_queue failed on the restore queue")
         })?;
         // The runs by partition (one per partition seen; librdkafka hands runs over, so the last one
-        // found is checked first), then each message copied and destroyed.
+        // found is checked first, by its topic handle: every message stays alive until all are
+        // copied, so a handle compared is never a freed one's address), then every message destroyed.
         let mut found: Vec<(*mut c_void, i32, String, ChangelogRun)> = Vec::new();
         let mut last = usize::MAX;
-        let mut failure = None;
+        let mut taken = Ok(());
         for &msg in &messages[..count] {
-            // SAFETY: each of the `count` messages is a live rd_kafka_message_t, destroyed below once.
-            unsafe {
-                if failure.is_none() {
-                    if let Err(err) = self.take(msg, &mut found, &mut last, &ends, &errors) {
-                        failure = Some(err);
-                    }
-                }
-                (self.api.message_destroy)(msg);
+            // SAFETY: each of the `count` messages is a live rd_kafka_message_t until destroyed below.
+            taken = unsafe { self.take(msg, &mut found, &mut last, &ends, &errors) };
+            if taken.is_err() {
+                break;
             }
         }
-        if let Some(err) = failure {
-            return Err(err);
+        for &msg in &messages[..count] {
+            // SAFETY: each message destroyed once, none read after.
+            unsafe { (self.api.message_destroy)(msg) };
         }
+        taken?;
         for (_rkt, partition, topic, run) in found {
             let tp = PyTuple::new(
                 py,
