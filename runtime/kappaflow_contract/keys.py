@@ -85,6 +85,9 @@ DEFAULTS: dict[str, Any] = {
     # core (kappaflow.runner.native_produce); false produces them through confluent-kafka's Python produce
     "kappaflow.native.produce.enabled": True,
     "kappaflow.native.changelog.enabled": True,
+    # with the native core on, the restore consumer's records are taken from librdkafka's partition queues
+    # by the core (kappaflow.runner.native_restore); false reads them through confluent-kafka's consume()
+    "kappaflow.native.restore.enabled": True,
     "topology.optimization": "none",
     # KIP-1111: StreamsBuilder.build(props) refuses generated internal topic and store names
     "ensure.explicit.internal.resource.naming": False,

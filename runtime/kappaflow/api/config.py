@@ -77,6 +77,7 @@ BOOL_KEYS = {
     "kappaflow.native.enabled",
     "kappaflow.native.produce.enabled",
     "kappaflow.native.changelog.enabled",
+    "kappaflow.native.restore.enabled",
     "ensure.explicit.internal.resource.naming",
 }
 

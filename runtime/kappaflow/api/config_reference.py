@@ -244,6 +244,13 @@ KEY_DOCS: dict[str, tuple[str, str, str]] = {
         "producer, each record's delivery report handing its offset to the checkpoint as before); false "
         "produces them through confluent-kafka's Python produce.",
     ),
+    "kappaflow.native.restore.enabled": (
+        "",
+        "",
+        "With the native core on, take the restore consumer's fetched changelog records from librdkafka's "
+        "partition queues in the core (confluent-kafka's own rd_kafka_t), with no Python message per "
+        "record; false reads them through confluent-kafka's consume(). Same records, same store contents.",
+    ),
     "topology.optimization": (
         "list",
         SC + "TOPOLOGY_OPTIMIZATION_CONFIG",

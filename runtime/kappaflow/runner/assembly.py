@@ -28,6 +28,7 @@ from kappaflow.runner.global_state import GlobalStateUpdater
 from kappaflow.runner.held_inputs import HeldInputs
 from kappaflow.runner.metadata import TopologyIndex, endpoint_of
 from kappaflow.runner.native_produce import native_send
+from kappaflow.runner.native_restore import restore_queues
 from kappaflow.runner.open_transactions import hanging_after_s
 from kappaflow.runner.producer import StreamsProducer, production_handler
 from kappaflow.runner.rebalance import RebalanceHandler
@@ -138,11 +139,18 @@ def assemble(
     committed = CommittedOffsetReader(settings["restore"], settings["consumer"]["group.id"])
     app_id, subs = config.application_id, topology.sub_topologies()
     instance_id = str(settings["consumer"].get("group.instance.id") or "")
+    restore_consumer = new_consumer(settings["restore"])
+    restore_core = native.core(config.get_bool("kappaflow.native.enabled"))
+    queues = (
+        restore_queues(restore_core, restore_consumer)
+        if config.get_bool("kappaflow.native.restore.enabled")
+        else None
+    )
     reader = ChangelogReader(
-        new_consumer(settings["restore"]), metrics, bounds, api_timeout_s, admin.topic_ids,
+        restore_consumer, metrics, bounds, api_timeout_s, admin.topic_ids,
         hanging_s if config.exactly_once else None, committed,
         state_bootstrapper(topology, config, settings, metrics, admin, bool(instance_id)),
-        changelog_messages(native.core(config.get_bool("kappaflow.native.enabled"))),
+        changelog_messages(restore_core), queues,
     )  # fmt: skip
     cache = native.new_thread_cache(
         config.get_int("statestore.cache.max.bytes"), config.get_bool("kappaflow.native.enabled")

@@ -13,6 +13,12 @@ give the task the state of before them while its input resumes at their committe
 updates silently lost, aggregates going backwards). So restoration waits until the consumer's position
 passes the high watermark taken when the task opened, i.e. until every transaction below it has ended
 (committed, or aborted by fencing or by `transaction.timeout.ms`).
+
+With the native core's `RestoreQueues` (runner/native_restore.py), each changelog partition is opened in
+the core before it is assigned, and its records, fetch errors and end-of-partition events come from the
+core in per-partition runs with no Python object per record; `consume()` is still called every step, with
+a zero timeout: it serves the consumer's other events (errors, logs) with confluent-kafka's call state,
+and any record it returns (a partition the core could not open) is applied first, as before.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from kappaflow.api.processor import TaskId
 from kappaflow.runner.managed_task import ManagedTask
 from kappaflow.runner.open_transactions import OpenTransactionWatch, remedy
 from kappaflow.runner.retry import retry_unreachable
-from kappaflow.tasks.native import ChangelogMessages
+from kappaflow.tasks.native import ChangelogMessages, ChangelogRun, RestoreQueues
 from kappaflow.tasks.state_manager import ProcessorStateManager
 
 log = logging.getLogger(__name__)
@@ -89,6 +95,7 @@ class ChangelogReader:
         committed_offsets: CommittedOffsets | None = None,
         bootstrap: Bootstrap | None = None,
         native: ChangelogMessages | None = None,
+        queues: RestoreQueues | None = None,
     ) -> None:
         """`offset_bounds`: the (log start, high watermark) of changelog partitions, read_uncommitted
         (a consumer reading read_committed reports the last stable offset instead). Asking is retried
@@ -101,8 +108,10 @@ class ChangelogReader:
         `bootstrap`: called as a task opens, before its restoration starts, to install stores that
         have no local state from a peer's snapshot (runner/bootstrap.py); True when it installed one.
         `native`: the native core's splitter and writer of consumed batches (`routing.changelog_messages`),
-        or None for `_by_partition` and the stores' Python loops."""
+        or None for `_by_partition` and the stores' Python loops. `queues`: the native core's reader of
+        this `consumer`'s fetches (`runner.native_restore.restore_queues`), or None for `consume()` only."""
         self._native = native
+        self._queues = queues
         self._committed_offsets = committed_offsets
         self._bootstrap = bootstrap
         self._api_timeout_s = api_timeout_s
@@ -162,6 +171,13 @@ class ChangelogReader:
                 self._index[tp] = ChangelogPartition(managed, manager, store, limit)
         if assignments:
             self._know_topics({tp.topic for tp in assignments})
+            if self._queues is not None:
+                # before the assignment, so that no fetched record reaches the consumer queue first
+                for assigned in assignments:
+                    if not self._queues.open(assigned.topic, assigned.partition):
+                        log.debug(
+                            "restore consumer: %s-%d through consume()", assigned.topic, assigned.partition
+                        )
             self._consumer.incremental_assign(assignments)
         # Counters at zero from the task's start: a restore stuck from its first record still has a
         # series (rate 0) for dashboards and alerts, not none.
@@ -233,7 +249,8 @@ class ChangelogReader:
         """Apply a batch of changelog records; return the active tasks that finished restoring now."""
         if not self._index:
             return []
-        messages: list[Any] = self._consumer.consume(max_records, timeout)
+        queues = self._queues
+        messages: list[Any] = self._consumer.consume(max_records, timeout if queues is None else 0.0)
         native = self._native
         if native is None:
             batches, ends = self._by_partition(messages)
@@ -243,30 +260,63 @@ class ChangelogReader:
             entry = self._index.get(tp)
             if entry is None:
                 continue
-            managed, store = entry.managed, entry.store
             next_offset = records[-1].offset() + 1
             if entry.limit is not None:
                 next_offset = min(next_offset, entry.limit)
                 records = [m for m in records if m.offset() < entry.limit and m.key() is not None]
             if records:
-                entry.manager.restore_messages(store, records, next_offset, native)
+                entry.manager.restore_messages(entry.store, records, next_offset, native)
             else:
-                entry.manager.advance(store, next_offset)
-            labels = {"task": str(managed.task.id), "store": store}
-            kind = "standby-updated-records-total" if managed.standby else "restored-records-total"
-            self._metrics.increment(kind, len(records), **labels)
-            if not managed.standby:
-                self._restored += len(records)
-            self._release(tp)
+                entry.manager.advance(entry.store, next_offset)
+            self._applied(tp, entry, len(records))
+        touched = set(batches)
+        # A full batch from consume() may have left records of a partition there: the core's, which
+        # librdkafka fetched later, wait for the next step.
+        if queues is not None and len(messages) < max_records:
+            wait = timeout if not messages else 0.0
+            runs, native_ends, errors = queues.consume(max_records - len(messages), wait)
+            for topic, partition, code, reason in errors:
+                self._on_error((topic, partition), KafkaError(code, reason), native_ends)
+            self._apply_runs(queues, runs)
+            touched.update(tp for tp, _run in runs)
+            for tp, end in native_ends.items():
+                ends[tp] = max(end, ends.get(tp, end))
         # After the records: the end of a partition is past its last record and any transaction markers.
         for tp, end in ends.items():
             entry = self._index.get(tp)
             if entry is not None:
                 limited = end if entry.limit is None else min(end, entry.limit)
                 entry.manager.advance(entry.store, limited)
-        finished = self._caught_up({*ends, *batches}, set(ends))
+        finished = self._caught_up({*ends, *touched}, set(ends))
         self._report()
         return finished
+
+    def _apply_runs(self, queues: RestoreQueues, runs: list[tuple[tuple[str, int], ChangelogRun]]) -> None:
+        """The records the core fetched, per partition, as `step` applies consumed messages: up to a
+        source changelog's limit and without its null keys, into the store through the core's writer."""
+        for tp, run in runs:
+            entry = self._index.get(tp)
+            next_offset = run.next_offset
+            if entry is None or next_offset is None:
+                continue
+            if entry.limit is not None:
+                next_offset = min(next_offset, entry.limit)
+                run = run.limited(entry.limit)
+            if len(run):
+                entry.manager.restore_run(entry.store, run, next_offset, queues)
+            else:
+                entry.manager.advance(entry.store, next_offset)
+            self._applied(tp, entry, len(run))
+
+    def _applied(self, tp: tuple[str, int], entry: ChangelogPartition, count: int) -> None:
+        """`count` records of `tp` were applied: the counters, and `tp` is no longer held."""
+        managed = entry.managed
+        labels = {"task": str(managed.task.id), "store": entry.store}
+        kind = "standby-updated-records-total" if managed.standby else "restored-records-total"
+        self._metrics.increment(kind, count, **labels)
+        if not managed.standby:
+            self._restored += count
+        self._release(tp)
 
     @staticmethod
     def _by_partition(
@@ -286,7 +336,7 @@ class ChangelogReader:
         for msg in messages:
             err = msg.error()
             if err is not None:
-                ChangelogReader._on_error(msg, err, ends)
+                ChangelogReader._on_error((msg.topic(), msg.partition()), err, ends, msg.offset())
                 topic = None
                 continue
             if msg.partition() != partition or msg.topic() != topic:
@@ -305,20 +355,23 @@ class ChangelogReader:
         batches, failed = native.split(messages)
         ends: dict[tuple[str, int], int] = {}
         for msg in failed:
-            ChangelogReader._on_error(msg, msg.error(), ends)
+            ChangelogReader._on_error((msg.topic(), msg.partition()), msg.error(), ends, msg.offset())
         return batches, ends
 
     @staticmethod
-    def _on_error(msg: Any, err: KafkaError, ends: dict[tuple[str, int], int]) -> None:
-        """A consumed message carrying `err`: an end of partition is recorded in `ends`; a fatal error
-        raises, naming the partition; any other is logged (librdkafka retries, e.g. a broker down)."""
-        tp = (msg.topic(), msg.partition())
+    def _on_error(
+        tp: tuple[str, int], err: KafkaError, ends: dict[tuple[str, int], int], offset: int = -1
+    ) -> None:
+        """A consumed message of `tp` carrying `err` (at `offset`): an end of partition is recorded in
+        `ends`; a fatal error raises, naming the partition; any other is logged (librdkafka retries, e.g.
+        a broker down). The core reports ends itself, and errors as code and reason (`KafkaError` of
+        those is what confluent-kafka builds for a consumed message: never fatal)."""
         if err.code() != KafkaError._PARTITION_EOF:
             if err.fatal():
                 raise StreamsError(f"restoring from {tp[0]}-{tp[1]} failed: {err}")
             log.warning("restore consumer: %s", err)
             return
-        ends[tp] = msg.offset()
+        ends[tp] = offset
 
     def _caught_up(self, touched: set[tuple[str, int]], at_end: set[tuple[str, int]]) -> list[ManagedTask]:
         finished: list[ManagedTask] = []
@@ -437,6 +490,8 @@ class ChangelogReader:
 
     def close(self) -> None:
         self._index.clear()
+        if self._queues is not None:
+            self._queues.close()  # before the consumer: its queue is one of the consumer's rd_kafka_t
         self._consumer.close()
         self._offset_bounds.close()
         close = getattr(self._committed_offsets, "close", None)

@@ -42,18 +42,30 @@ class ChangelogMessage(Protocol):
     def timestamp(self) -> tuple[int, int]: ...  # (timestamp type, timestamp)
 
 
+class FetchedRun(Protocol):
+    """One changelog partition's records as the native core fetched them from librdkafka, with no
+    Python object per record (`kappaflow_native.ChangelogRun`): only its writer reads them."""
+
+    def __len__(self) -> int: ...
+
+
 class MessagesWriter(Protocol):
     """Writes consumed changelog records into a RocksDB write batch, as a store's Python loop would:
-    the native core's (`kappaflow_native.ChangelogMessages`), handed to the bulk restore path."""
+    the native core's, handed to the bulk restore path. `messages` is what that writer reads: a list of
+    `ChangelogMessage`s (`kappaflow_native.ChangelogMessages`) or a `FetchedRun`
+    (`kappaflow_native.RestoreQueues`), so typed by each writer, not here."""
 
-    def write(self, batch: Any, messages: list[ChangelogMessage], timestamped: bool, /) -> None: ...
+    def write(self, batch: Any, messages: Any, timestamped: bool, /) -> None: ...
 
 
 class MessagesRestoreCallback(Protocol):
     """The bulk restore path: one changelog partition's consumed records, in offset order, none an
-    error; with the native writer when the runtime has one (the store may ignore it)."""
+    error; with the native writer when the runtime has one (the store may ignore a list's writer; a
+    `FetchedRun` always comes with the writer that reads it)."""
 
-    def __call__(self, messages: list[ChangelogMessage], writer: MessagesWriter | None = None, /) -> None: ...
+    def __call__(
+        self, messages: list[ChangelogMessage] | FetchedRun, writer: MessagesWriter | None = None, /
+    ) -> None: ...
 
 
 @dataclass(slots=True)

@@ -26,6 +26,7 @@ from kappaflow.state.api import (
     BytesIterator,
     ChangelogMessage,
     ChangelogRecord,
+    FetchedRun,
     MessagesWriter,
     StateStore,
     StoreContext,
@@ -431,11 +432,12 @@ class RocksDBKeyValueBytesStore:
         self._write_through([(k, restored_value(v, ts, self.timestamped)) for k, v, ts in records])
 
     def restore_messages(
-        self, messages: list[ChangelogMessage], writer: MessagesWriter | None = None
+        self, messages: list[ChangelogMessage] | FetchedRun, writer: MessagesWriter | None = None
     ) -> None:
         """`restore_batch` for records as consumed, in one write batch with no per-record tuple: the
         runtime's restore path, where the work per record is what bounds the restore rate. `writer`, the
-        native core's, fills the batch from the messages' C structs (runtime/native/src/restore.rs);
+        native core's, fills the batch from the messages' C structs (runtime/native/src/restore.rs), or
+        from a run of records it fetched from librdkafka itself (restore_queue.rs);
         without it, the loop below is the reference (a plain loop: C-level `map` chains over the
         records' accessors measured slower).
 
@@ -447,8 +449,10 @@ class RocksDBKeyValueBytesStore:
         batch = rocksdict.WriteBatch(raw_mode=True)
         if writer is not None:
             writer.write(batch, messages, self.timestamped)
-        else:
+        elif isinstance(messages, list):
             _restore_into(batch, messages, self.timestamped)
+        else:
+            raise TypeError("records fetched by the native core are written by it: no writer given")
         if len(messages) >= UNLOGGED_RESTORE_MIN:
             self._require().write(batch, self._unlogged)
             self._unflushed = True

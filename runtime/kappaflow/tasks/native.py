@@ -27,7 +27,7 @@ from kappaflow.tasks.drain import Drained, DrainPlan, RawTuple
 
 log = logging.getLogger(__name__)
 
-PROTOCOL = 10
+PROTOCOL = 11
 """The version of the calls below; a core built from other sources says another and is not used."""
 
 TOUCHES: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -223,6 +223,48 @@ class ChangelogMessages(Protocol):
         ...
 
 
+class ChangelogRun(Protocol):
+    """One changelog partition's records from one `RestoreQueues.consume`, copied out of librdkafka."""
+
+    next_offset: int | None  # the offset after its last record (None: no record)
+
+    def __len__(self) -> int: ...
+
+    def limited(self, limit: int, /) -> ChangelogRun:
+        """Without the records at or past `limit` nor those without a key (a source-topic changelog)."""
+        ...
+
+    def records(self) -> list[tuple[bytes, bytes | None, int]]:
+        """(key or b"", value, timestamp) per record: what a store's `restore` callback takes."""
+        ...
+
+
+class RestoreQueues(Protocol):
+    """The restore consumer's fetches taken from librdkafka's partition queues (restore_queue.rs)."""
+
+    def __init__(self, consumer: Any, consumer_type: type, version: str, library: str, /) -> None: ...
+
+    def open(self, topic: str, partition: int, /) -> bool:
+        """Route the partition's fetches to the core; call before each assignment of it."""
+        ...
+
+    def consume(
+        self, max_records: int, timeout: float, /
+    ) -> tuple[
+        list[tuple[tuple[str, int], ChangelogRun]],
+        dict[tuple[str, int], int],
+        list[tuple[str, int, int, str]],
+    ]:
+        """(runs by partition, end offsets reached, (topic, partition, code, reason) of fetch errors)."""
+        ...
+
+    def write(self, batch: Any, run: ChangelogRun, timestamped: bool, /) -> None:
+        """A run into a rocksdict `WriteBatch`, as `ChangelogMessages.write` puts consumed messages."""
+        ...
+
+    def close(self) -> None: ...
+
+
 class ProduceSend(Protocol):
     """The native twin of `KafkaRecordCollector.send` (produce.rs)."""
 
@@ -257,6 +299,7 @@ class NativeCore(Protocol):
     ChangelogMessages: type[ChangelogMessages]
     PRODUCER_LAYOUTS: list[str]  # the confluent-kafka versions whose Producer struct the core uses
     ProduceSend: type[ProduceSend]
+    RestoreQueues: type[RestoreQueues]
     AggregateStage: type[AggregateStage]
     ThreadCache: Callable[[int, object, int], RecordCache]  # kappaflow.state.cache.ThreadCache's twin
     StatelessStage: type[StatelessStage]

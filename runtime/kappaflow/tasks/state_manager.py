@@ -20,7 +20,7 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kappaflow.api.errors import InvalidStateStoreError
 from kappaflow.state.api import (
@@ -34,6 +34,9 @@ from kappaflow.state.api import (
 )
 from kappaflow.state.builders import StoreBuilder
 from kappaflow.state.kv_layers import CachingKeyValueStore, find_layer
+
+if TYPE_CHECKING:
+    from kappaflow.tasks.native import ChangelogRun
 
 log = logging.getLogger(__name__)
 
@@ -269,6 +272,20 @@ class ProcessorStateManager:
         else:
             meta.restore([(m.key() or b"", m.value(), m.timestamp()[1]) for m in messages])
         meta.restored_records += len(messages)
+        meta.offset = next_offset
+
+    def restore_run(
+        self, store_name: str, run: ChangelogRun, next_offset: int, writer: MessagesWriter
+    ) -> None:
+        """`restore_messages` for records the native core fetched itself (`RestoreQueues`): the store's
+        bulk path with `writer` (the core's, which reads the run), else its `restore` callback with the
+        records converted by the core."""
+        meta = self.stores[store_name]
+        if meta.restore_messages is not None:
+            meta.restore_messages(run, writer)
+        else:
+            meta.restore(run.records())
+        meta.restored_records += len(run)
         meta.offset = next_offset
 
     def advance(self, store_name: str, next_offset: int) -> None:

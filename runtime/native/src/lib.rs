@@ -4,7 +4,8 @@
 //! `SinkStage`) and cached stream aggregations (`AggregateStage`).
 //!
 //! Restoring has its own: `ChangelogMessages` splits a consumed changelog batch by partition and writes a
-//! partition's records into a RocksDB write batch.
+//! partition's records into a RocksDB write batch; `RestoreQueues` takes the restore consumer's fetched
+//! records from librdkafka without a Python `Message` each, in `ChangelogRun`s it writes the same way.
 //!
 //! Each mirrors its Python reference step for step (`kappaflow.runner.routing.raw_records_by_partition`,
 //! `kappaflow.tasks.drain.drain_python`, the processors' generic `process`, the changelog reader's
@@ -21,6 +22,7 @@ mod failure;
 mod messages;
 mod produce;
 mod restore;
+mod restore_queue;
 mod slots;
 mod stages;
 mod touches;
@@ -29,7 +31,7 @@ use pyo3::prelude::*;
 
 #[pymodule]
 fn kappaflow_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add("PROTOCOL", 10)?;
+    m.add("PROTOCOL", 11)?;
     let touches: Vec<(&str, Vec<&str>)> = touches::TOUCHES
         .iter()
         .map(|(class, attributes)| (*class, attributes.to_vec()))
@@ -39,6 +41,8 @@ fn kappaflow_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MESSAGE_LAYOUTS", messages::KNOWN_VERSIONS.to_vec())?;
     m.add_class::<messages::MessageRuns>()?;
     m.add_class::<restore::ChangelogMessages>()?;
+    m.add_class::<restore_queue::RestoreQueues>()?;
+    m.add_class::<restore_queue::ChangelogRun>()?;
     m.add("PRODUCER_LAYOUTS", produce::KNOWN_VERSIONS.to_vec())?;
     m.add_class::<produce::ProduceSend>()?;
     m.add_class::<aggregate::AggregateStage>()?;

@@ -78,9 +78,9 @@ type RkName = unsafe extern "C" fn(rk: *mut c_void) -> *const c_char;
 /// confluent-kafka's `Handle` (confluent_kafka.h) on Linux with `WITH_PY_TSS`, up to the producer's
 /// half of its union; `_union_rest` pads the union to its consumer half's size.
 #[repr(C)]
-struct CflHandle {
+pub(crate) struct CflHandle {
     ob_base: ffi::PyObject,
-    rk: *mut c_void,
+    pub(crate) rk: *mut c_void,
     error_cb: *mut ffi::PyObject,
     throttle_cb: *mut ffi::PyObject,
     stats_cb: *mut ffi::PyObject,
@@ -91,7 +91,7 @@ struct CflHandle {
     logger: *mut ffi::PyObject,
     oauth_cb: *mut ffi::PyObject,
     oauth_token_set: AtomicI32,
-    active_calls: AtomicI32,
+    pub(crate) active_calls: AtomicI32,
     closing: AtomicI32,
     closing_thread: c_ulong,
     default_dr_cb: *mut ffi::PyObject,
@@ -380,7 +380,7 @@ impl ProduceSend {
         // the GIL is held. The use count is confluent-kafka's own gate (Handle_rk_use_begin): close()
         // waits for it to drop to zero before destroying rk.
         unsafe {
-            if !self.enter(handle) {
+            if !enter(handle) {
                 return Ok(false);
             }
             let dr_cb = if self.on_delivery.bind(py).is_none() {
@@ -434,24 +434,24 @@ impl ProduceSend {
         }
         Ok(true)
     }
+}
 
-    /// confluent-kafka's `Handle_rk_use_begin` for a caller that is not the closing thread: false
-    /// (the Python path then raises what confluent-kafka raises) when closing or closed.
-    ///
-    /// SAFETY: `handle` is a live producer of the checked type.
-    unsafe fn enter(&self, handle: *mut CflHandle) -> bool {
-        let open = |h: *mut CflHandle| {
-            (*h).closing.load(Ordering::SeqCst) == 0
-                && !std::ptr::read_volatile(std::ptr::addr_of!((*h).rk)).is_null()
-        };
-        if !open(handle) {
-            return false;
-        }
-        (*handle).active_calls.fetch_add(1, Ordering::SeqCst);
-        if !open(handle) {
-            (*handle).active_calls.fetch_sub(1, Ordering::SeqCst);
-            return false;
-        }
-        true
+/// confluent-kafka's `Handle_rk_use_begin` for a caller that is not the closing thread: false
+/// (the Python path then raises what confluent-kafka raises) when closing or closed.
+///
+/// SAFETY: `handle` is a live producer or consumer of the checked type (both are a `Handle`).
+pub(crate) unsafe fn enter(handle: *mut CflHandle) -> bool {
+    let open = |h: *mut CflHandle| {
+        (*h).closing.load(Ordering::SeqCst) == 0
+            && !std::ptr::read_volatile(std::ptr::addr_of!((*h).rk)).is_null()
+    };
+    if !open(handle) {
+        return false;
     }
+    (*handle).active_calls.fetch_add(1, Ordering::SeqCst);
+    if !open(handle) {
+        (*handle).active_calls.fetch_sub(1, Ordering::SeqCst);
+        return false;
+    }
+    true
 }
