@@ -417,6 +417,7 @@ class Reprocessor:
         options = spark_kafka_options(self.config)
         consumer = {**self.settings["restore"], "group.id": f"{self.app_id}-reprocess-reader"}
         shuffled: dict[str, Any] = {}
+        direct: dict[str, Any] = {}  # repartition topic -> its reading stage's rows, shuffled by its writer
         persisted: list[Any] = []
         stages = stage_order(self.topology)
         parallelism = task_slots(str(spark.sparkContext.master), spark.sparkContext.defaultParallelism)
@@ -486,7 +487,9 @@ class Reprocessor:
             for topic in sources:
                 if topic in shuffled:
                     parts.append(shuffled[topic].map(_shuffled_to_input))
-            if len(parts) == 1 and len(user_topics) == 1 and len(sources) == 1:
+            if sources[0] in direct:
+                rows = direct.pop(sources[0])  # already in its slots (direct_shuffle_topic)
+            elif len(parts) == 1 and len(user_topics) == 1 and len(sources) == 1:
                 # One offset range of one Kafka partition per Spark partition, in offset order: no shuffle.
                 # Unsplit, that is the partition's whole range; split, each chunk runs its own task.
                 rows = parts[0]
@@ -494,14 +497,28 @@ class Reprocessor:
                 union = parts[0] if len(parts) == 1 else spark.sparkContext.union(parts)
                 slots = tasks * job.input_key_splits  # a task's key slots, one Spark partition each
                 rows = union.map(_task_partition).partitionBy(slots, _identity).map(_second)
-            out = rows.mapPartitions(functools.partial(run_partitions, job)).persist(
-                StorageLevel.MEMORY_AND_DISK
-            )
-            persisted.append(out)
             label = f"stage {index}/{len(stages)} (sub-topology {sub.id})"
-            with StageProgress(spark, label, self.progress, self.progress_interval_s):
-                stats = [json.loads(r[2]) for r in out.filter(_is_stats).collect()]
-            for topic in sub.sink_topics:
+            target = direct_shuffle_topic(sub, stages, self.topology, self.app_id, repartition)
+            if target is not None:
+                # The stage's tasks shuffle what they emit in the same Python pass (see the function).
+                slots = counts[target] * key_splits.get(target, 1)
+                pairs = (
+                    rows.mapPartitions(functools.partial(run_partitions, job))
+                    .map(functools.partial(_slot_pair, slots))
+                    .partitionBy(slots + 1, _identity)
+                )
+                with StageProgress(spark, label, self.progress, self.progress_interval_s):
+                    stats_rows = spark.sparkContext.runJob(pairs, _stats_of_pairs, [slots])
+                stats = [json.loads(r[2]) for r in stats_rows]
+                direct[target] = pairs.mapPartitionsWithIndex(functools.partial(_batch_rows, slots))
+            else:
+                out = rows.mapPartitions(functools.partial(run_partitions, job)).persist(
+                    StorageLevel.MEMORY_AND_DISK
+                )
+                persisted.append(out)
+                with StageProgress(spark, label, self.progress, self.progress_interval_s):
+                    stats = [json.loads(r[2]) for r in out.filter(_is_stats).collect()]
+            for topic in sub.sink_topics if target is None else ():
                 resolved = self.topology.resolve_topic(topic, self.app_id)
                 if resolved in repartition:
                     shuffled[resolved] = out.filter(_is_shuffled).filter(
@@ -523,6 +540,51 @@ class Reprocessor:
         result.seconds = time.monotonic() - started
         self.progress(result.summary())
         return result
+
+
+def direct_shuffle_topic(
+    sub: SubTopology, stages: list[SubTopology], topology: Topology, app_id: str, repartition: list[str]
+) -> str | None:
+    """The repartition topic `sub`'s tasks may shuffle themselves, or None.
+
+    That is when `sub` writes one repartition topic, which no other stage writes and whose one reading
+    stage reads nothing else: the stage's rows are then keyed by their target slot (and its stats rows
+    by one extra slot) and `partitionBy` runs in the same Python pass as the tasks, so the reading stage
+    gets the shuffle's slots as its Spark partitions. Otherwise the stage's output is persisted, its
+    stats collected, and each reading stage filters and shuffles its topic's rows in a pass of its own:
+    reading every batch back from the JVM into Python and out again, about 8% of a word count's time at
+    1M lines (bench/reprocess.py --timeline: the 1-task stage between the two sub-topologies' stages).
+    """
+    sinks = [topology.resolve_topic(t, app_id) for t in sub.sink_topics]
+    targets = [t for t in sinks if t in repartition]
+    if len(targets) != 1:
+        return None
+    target = targets[0]
+    writers = [s for s in stages if target in {topology.resolve_topic(t, app_id) for t in s.sink_topics}]
+    readers = [s for s in stages if target in {topology.resolve_topic(t, app_id) for t in s.source_topics}]
+    if len(writers) != 1 or len(readers) != 1:
+        return None
+    only = [topology.resolve_topic(t, app_id) for t in readers[0].source_topics] == [target]
+    return target if only else None
+
+
+def _slot_pair(stats_slot: int, row: OutputRow) -> tuple[int, Any]:
+    """A task's output row keyed by its Spark partition in the shuffle: a batch by its target slot (as
+    the reading stage's input row), a stats row by the extra slot past them."""
+    if row[0] == "R":
+        return (row[1], _shuffled_to_input(row))
+    return (stats_slot, row)
+
+
+def _stats_of_pairs(pairs: Any) -> list[OutputRow]:
+    return [row for _slot, row in pairs]
+
+
+def _batch_rows(stats_slot: int, index: int, pairs: Any) -> Any:
+    """The reading stage's rows of one slot (the stats slot holds none for it)."""
+    for _slot, row in pairs:
+        if index != stats_slot:
+            yield row
 
 
 def _check_picklable(topology: Topology) -> None:
