@@ -101,6 +101,34 @@ def test_chunks_of_one_upstream_partition_are_concatenated_in_offset_order_whate
     assert [r[3] for r in ordered] == [b"x1", b"y1", b"y2", b"x2"]
 
 
+def test_a_stage_shuffles_its_own_batches_only_into_a_single_input_reader():
+    """The word count's first stage shuffles straight into the count's slots, its stats rows in the slot
+    past them; a repartition topic read together with another input (a join) takes the persisted path."""
+    from kappaflow.dsl.windows import JoinWindows
+    from kappaflow.spark.shuffle import batch_rows, direct_shuffle_topic, slot_pair, stats_of_pairs
+
+    topology = wordcount_topology("lines", "counts")
+    stages = stage_order(topology)
+    repartition = ["app-counts-repartition"]
+    assert direct_shuffle_topic(stages[0], stages, topology, "app", repartition) == "app-counts-repartition"
+    assert direct_shuffle_topic(stages[1], stages, topology, "app", repartition) is None  # writes no shuffle
+    builder = StreamsBuilder()
+    left = builder.stream("left").select_key(lambda k, v: v)
+    left.join(builder.stream("right"), lambda k, a, b: a, JoinWindows.of_time_difference_and_grace(10, 0)).to(
+        "out"
+    )
+    joined = builder.build()
+    join_stages = stage_order(joined)
+    topic = joined.resolve_topic(next(iter(joined.internal_topics)), "app")
+    writer = next(s for s in join_stages if s.sink_topics)
+    assert direct_shuffle_topic(writer, join_stages, joined, "app", [topic]) is None
+    pairs = [slot_pair(3, ("R", 2, "t", 0, b"batch")), slot_pair(3, ("S", 0, "{}"))]
+    assert pairs == [(2, (2, "t", 0, b"batch")), (3, ("S", 0, "{}"))]
+    assert stats_of_pairs([pairs[1]]) == [("S", 0, "{}")]
+    assert list(batch_rows(3, 2, [pairs[0]])) == [(2, "t", 0, b"batch")]
+    assert list(batch_rows(3, 3, [pairs[1]])) == []
+
+
 def test_offset_ranges_cover_a_partition_in_order_and_only_stateless_stages_split():
     assert offset_chunks(10, 20, 3) == [(10, 13), (13, 16), (16, 20)]
     assert offset_chunks(0, 2, 5) == [(0, 1), (1, 2)]  # never an empty chunk ...

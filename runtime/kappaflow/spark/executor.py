@@ -28,9 +28,10 @@ serializers costs more than the topology itself, so what crosses Spark is few, l
 A stateless stage may be split: several Spark tasks each run the partition's task over one offset range of
 it (a "chunk"). Each chunk's batches carry its first offset (`sequence_base`, shifted) and how many
 records it emitted, so the next stage, ordering one upstream partition's batches by base, sees the chunks
-concatenated in offset order: exactly the emit order of one unsplit task. A keyed stage may be split by key instead: the stage before it
-sends each record to its key's slot (`partition * splits + sub`, SparkCollector._slot), and each slot runs
-its own copy of the partition's task over its keys (`run_task`'s `key_slice`); see spark/splits.py.
+concatenated in offset order: exactly the emit order of one unsplit task. A keyed stage may be split by
+key instead: the stage before it sends each record to its key's slot (`partition * splits + sub`,
+SparkCollector._slot), and each slot runs its own copy of the partition's task over its keys
+(`run_task`'s `key_slice`); see spark/splits.py.
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ The plan, stage by stage (a stage is a sub-topology, in the order repartition to
    source's partitioning (one Spark partition per Kafka partition); otherwise rows are keyed by task
    partition and shuffled with an identity partitioner. Repartition records carry the partition murmur2
    chose when they were emitted (as the runtime's producer would), travelling in one encoded batch per
-   (upstream task, target partition). Where the semantics allow it a stage runs more Spark tasks than its
+   (upstream task, target partition); where one stage feeds one single-input stage, the writing stage's
+   tasks shuffle them in their own Python pass (spark/shuffle.py). Where the semantics allow it a stage runs more Spark tasks than its
    input has partitions (`splits`; spark/splits.py says which stages and why): the stateless work before
    the first shuffle is cut into offset ranges, and a keyed count / reduce / aggregate after a repartition
    into key slots, whose records the upstream stage already sends to the key's slot. The stages that need
@@ -58,6 +59,8 @@ from kappaflow.spark.executor import InputRow, OutputRow, RecordRow, StageJob, l
 from kappaflow.spark.progress import DEFAULT_INTERVAL_S as DEFAULT_PROGRESS_INTERVAL_S
 from kappaflow.spark.progress import StageProgress
 from kappaflow.spark.session import spark_kafka_options
+from kappaflow.spark.shuffle import batch_rows, direct_shuffle_topic, slot_pair, stats_of_pairs
+from kappaflow.spark.shuffle import shuffled_to_input as _shuffled_to_input
 from kappaflow.spark.splits import (
     key_splittable,
     offset_chunks,
@@ -202,10 +205,6 @@ def _to_input_row(row: Any) -> RecordRow:
         bytes(row[6]) if row[6] is not None else None,
         headers,
     )
-
-
-def _shuffled_to_input(row: OutputRow) -> InputRow:
-    return (row[1], row[2], row[3], row[4])
 
 
 def _is_stats(row: OutputRow) -> bool:
@@ -504,13 +503,13 @@ class Reprocessor:
                 slots = counts[target] * key_splits.get(target, 1)
                 pairs = (
                     rows.mapPartitions(functools.partial(run_partitions, job))
-                    .map(functools.partial(_slot_pair, slots))
+                    .map(functools.partial(slot_pair, slots))
                     .partitionBy(slots + 1, _identity)
                 )
                 with StageProgress(spark, label, self.progress, self.progress_interval_s):
-                    stats_rows = spark.sparkContext.runJob(pairs, _stats_of_pairs, [slots])
+                    stats_rows = spark.sparkContext.runJob(pairs, stats_of_pairs, [slots])
                 stats = [json.loads(r[2]) for r in stats_rows]
-                direct[target] = pairs.mapPartitionsWithIndex(functools.partial(_batch_rows, slots))
+                direct[target] = pairs.mapPartitionsWithIndex(functools.partial(batch_rows, slots))
             else:
                 out = rows.mapPartitions(functools.partial(run_partitions, job)).persist(
                     StorageLevel.MEMORY_AND_DISK
@@ -540,51 +539,6 @@ class Reprocessor:
         result.seconds = time.monotonic() - started
         self.progress(result.summary())
         return result
-
-
-def direct_shuffle_topic(
-    sub: SubTopology, stages: list[SubTopology], topology: Topology, app_id: str, repartition: list[str]
-) -> str | None:
-    """The repartition topic `sub`'s tasks may shuffle themselves, or None.
-
-    That is when `sub` writes one repartition topic, which no other stage writes and whose one reading
-    stage reads nothing else: the stage's rows are then keyed by their target slot (and its stats rows
-    by one extra slot) and `partitionBy` runs in the same Python pass as the tasks, so the reading stage
-    gets the shuffle's slots as its Spark partitions. Otherwise the stage's output is persisted, its
-    stats collected, and each reading stage filters and shuffles its topic's rows in a pass of its own:
-    reading every batch back from the JVM into Python and out again, about 8% of a word count's time at
-    1M lines (bench/reprocess.py --timeline: the 1-task stage between the two sub-topologies' stages).
-    """
-    sinks = [topology.resolve_topic(t, app_id) for t in sub.sink_topics]
-    targets = [t for t in sinks if t in repartition]
-    if len(targets) != 1:
-        return None
-    target = targets[0]
-    writers = [s for s in stages if target in {topology.resolve_topic(t, app_id) for t in s.sink_topics}]
-    readers = [s for s in stages if target in {topology.resolve_topic(t, app_id) for t in s.source_topics}]
-    if len(writers) != 1 or len(readers) != 1:
-        return None
-    only = [topology.resolve_topic(t, app_id) for t in readers[0].source_topics] == [target]
-    return target if only else None
-
-
-def _slot_pair(stats_slot: int, row: OutputRow) -> tuple[int, Any]:
-    """A task's output row keyed by its Spark partition in the shuffle: a batch by its target slot (as
-    the reading stage's input row), a stats row by the extra slot past them."""
-    if row[0] == "R":
-        return (row[1], _shuffled_to_input(row))
-    return (stats_slot, row)
-
-
-def _stats_of_pairs(pairs: Any) -> list[OutputRow]:
-    return [row for _slot, row in pairs]
-
-
-def _batch_rows(stats_slot: int, index: int, pairs: Any) -> Any:
-    """The reading stage's rows of one slot (the stats slot holds none for it)."""
-    for _slot, row in pairs:
-        if index != stats_slot:
-            yield row
 
 
 def _check_picklable(topology: Topology) -> None:
