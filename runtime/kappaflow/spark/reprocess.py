@@ -15,10 +15,11 @@ The plan, stage by stage (a stage is a sub-topology, in the order repartition to
    partition and shuffled with an identity partitioner. Repartition records carry the partition murmur2
    chose when they were emitted (as the runtime's producer would), travelling in one encoded batch per
    (upstream task, target partition); where one stage feeds one single-input stage, the writing stage's
-   tasks shuffle them in their own Python pass (spark/shuffle.py). Where the semantics allow it a stage runs more Spark tasks than its
-   input has partitions (`splits`; spark/splits.py says which stages and why): the stateless work before
-   the first shuffle is cut into offset ranges, and a keyed count / reduce / aggregate after a repartition
-   into key slots, whose records the upstream stage already sends to the key's slot. The stages that need
+   tasks shuffle them in their own Python pass (spark/shuffle.py). Where the semantics allow it a stage
+   runs more Spark tasks than its input has partitions (`splits`; spark/splits.py says which stages and
+   why): the stateless work before the first shuffle is cut into offset ranges, and a keyed count /
+   reduce / aggregate after a repartition into key slots, whose records the upstream stage already sends
+   to the key's slot. The stages that need
    a partition's stream time or order in one task (windows, suppression, joins, TTL, user processors,
    state directly on an input topic) keep one task per partition.
 3. Execution: `executor.run_partitions` runs the runtime's StreamTask per partition; see executor.py.
