@@ -59,6 +59,7 @@ from kappaflow.api.record import Headers
 from kappaflow.clients.kafka import produce_record
 from kappaflow.clients.murmur2 import murmur2
 from kappaflow.clients.rdkafka_log import with_logger
+from kappaflow.spark.reader import read_range
 from kappaflow.spark.splits import key_slot
 from kappaflow.state.cache import ThreadCache
 from kappaflow.tasks.drain import RawTuple
@@ -257,60 +258,6 @@ class SparkCollector:
             raise StreamsError(f"reprocessing: producing failed: {self.error}")
 
 
-# One range is read front to back as fast as the broker serves it: large fetches, a deep local queue.
-_READ_TUNING: dict[str, Any] = {
-    "fetch.max.bytes": 64 * 1024 * 1024,
-    "max.partition.fetch.bytes": 16 * 1024 * 1024,
-    "queued.max.messages.kbytes": 256 * 1024,
-    "fetch.wait.max.ms": 10,
-}
-_READ_BATCH = 50_000
-
-
-def read_range(settings: dict[str, Any], topic: str, partition: int, start: int, end: int) -> list[RawTuple]:
-    """Records [start, end) of one partition, read with librdkafka (the `kafka-client` reader).
-
-    Spark's Kafka source hands Python one Row object per record, which costs more than running the
-    topology on it; reading the same range here with the runtime's own client is several times cheaper.
-    With read_committed, transaction markers occupy offsets that are never delivered, so the loop stops
-    at the first position at or past `end`, not at a record count.
-    """
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
-
-    records: list[RawTuple] = []
-    if end <= start:
-        return records
-    consumer = Consumer(
-        with_logger({**settings, **_READ_TUNING, "enable.partition.eof": True, "enable.auto.commit": False})
-    )
-    try:
-        consumer.assign([TopicPartition(topic, partition, start)])
-        position = start
-        deadline = time.monotonic() + 300
-        while position < end:
-            # consume() returns when it has the count asked for or at the timeout: asking for what is
-            # left (markers aside) keeps the last call from idling a whole timeout on a short batch.
-            messages: list[Any] = consumer.consume(max(1, min(_READ_BATCH, end - position)), 0.5)
-            for msg in messages:
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        position = max(position, msg.offset())
-                        continue
-                    raise StreamsError(f"reading {topic}-{partition} failed: {err}")
-                offset = msg.offset()
-                position = offset + 1
-                if offset >= end:
-                    break
-                headers = msg.headers()  # queued as the runtime's routing queues them: a plain tuple
-                records.append((offset, msg.timestamp()[1], msg.key(), msg.value(), Headers(headers or ())))
-            if not messages and time.monotonic() > deadline:
-                raise StreamsError(f"reading {topic}-{partition}: stuck at {position} before {end}")
-    finally:
-        consumer.close()
-    return records
-
-
 _OFFSET = operator.itemgetter(3)  # of a RecordRow
 _TIMESTAMP = operator.itemgetter(0)  # of an Emitted
 _BASE = operator.itemgetter(0)  # of a decoded batch
@@ -355,7 +302,9 @@ def _upstream_runs(batches: list[tuple[int, int, list[Emitted]]]) -> list[list[E
     return runs
 
 
-def _ordered_records(rows: list[InputRow], consumer: dict[str, Any]) -> dict[tuple[str, int], list[RawTuple]]:
+def _ordered_records(
+    rows: list[InputRow], consumer: dict[str, Any], native: bool = True
+) -> dict[tuple[str, int], list[RawTuple]]:
     """Per input (topic, partition), the records in the order the task must see them.
 
     Topic records keep offset order. A repartition partition is fed by several upstream tasks: each one's
@@ -368,7 +317,7 @@ def _ordered_records(rows: list[InputRow], consumer: dict[str, Any]) -> dict[tup
     result: dict[tuple[str, int], list[RawTuple]] = {}
     for row in rows:
         if len(row) == 5:
-            result[(row[1], row[0])] = read_range(consumer, row[1], row[2], row[3], row[4])
+            result[(row[1], row[0])] = read_range(consumer, row[1], row[2], row[3], row[4], native)
         elif len(row) == 4:
             upstream = batches.setdefault((row[1], row[0]), {})
             upstream.setdefault(row[2], []).append(decode_batch(row[3]))
@@ -480,7 +429,7 @@ def run_task(
         task.initialize()
         task.complete_restoration()
         with _collector_paused():  # the input, alive until processed, is frozen out of collections
-            ordered = _ordered_records(rows, job.consumer)
+            ordered = _ordered_records(rows, job.consumer, config.get_bool("kappaflow.native.enabled"))
         # The task's queues then hold the only references: each record is freed once processed, in the
         # loop that allocated its successors' memory, not all at once when the task returns (py-spy: that
         # bulk free was 4% of a worker's samples).
