@@ -48,7 +48,7 @@ def test_a_spark_task_runs_the_calls_of_its_partition_concurrently_in_key_order(
     out = run_task(job, topology, 0, rows)  # type: ignore[arg-type]
     per_key: dict[str, list[int]] = defaultdict(list)
     for row in out[:-1]:
-        for _seq, _ts, key, value, _headers in decode_batch(row[4]):
+        for _ts, key, value, _headers in decode_batch(row[4])[2]:
             assert key is not None and value is not None
             per_key[key.decode()].append(int(value.decode()[:-1]))
     assert sorted(v for values in per_key.values() for v in values) == list(range(n))

@@ -9,7 +9,14 @@ import pytest
 from kappaflow import Materialized, StreamsBuilder, TimeWindows, serdes
 from kappaflow.api.errors import StreamsError
 from kappaflow.clients.murmur2 import murmur2, partition_for_key
-from kappaflow.spark.executor import SparkCollector, StageJob, _ordered_records, decode_batch, encode_batch
+from kappaflow.spark.executor import (
+    SEQUENCE_SHIFT,
+    SparkCollector,
+    StageJob,
+    _ordered_records,
+    decode_batch,
+    encode_batch,
+)
 from kappaflow.spark.reprocess import parse_offsets, stage_order
 from kappaflow.spark.splits import (
     key_slot,
@@ -62,8 +69,8 @@ def test_records_reach_a_task_in_offset_order_and_repartitioned_ones_merged_by_t
         (0, "in", 0, 0, 10, b"k", b"a", None),
         (0, "in", 0, 1, 20, b"k", b"b", [("h", b"1")]),
         # Two upstream tasks' batches for the same repartition partition, each in emit order.
-        (0, "app-x-repartition", 0, encode_batch([(0, 5, b"u", b"0a", None), (1, 25, b"u", b"0b", None)])),
-        (0, "app-x-repartition", 1, encode_batch([(0, 15, b"v", b"1a", None), (1, 12, b"v", b"1b", None)])),
+        (0, "app-x-repartition", 0, encode_batch(0, 2, [(5, b"u", b"0a", None), (25, b"u", b"0b", None)])),
+        (0, "app-x-repartition", 1, encode_batch(0, 2, [(15, b"v", b"1a", None), (12, b"v", b"1b", None)])),
     ]
     ordered = {tp: [RawRecord(*raw) for raw in queued] for tp, queued in _ordered_records(rows, {}).items()}
     assert [(r.offset, r.value) for r in ordered[("in", 0)]] == [(0, b"a"), (1, b"b"), (2, b"c")]
@@ -72,6 +79,54 @@ def test_records_reach_a_task_in_offset_order_and_repartitioned_ones_merged_by_t
     # Stable timestamp merge that never reorders one upstream's records (1a before 1b despite 15 > 12).
     assert [r.value for r in merged] == [b"0a", b"1a", b"1b", b"0b"]
     assert [r.offset for r in merged] == [0, 1, 2, 3]
+
+
+def test_chunks_of_one_upstream_partition_are_concatenated_in_offset_order_whatever_their_timestamps():
+    """A split stage's chunks arrive in any order; their batches carry (base, span), and one upstream
+    partition's chunks are concatenated by base - never merged by timestamp, which would interleave them.
+    Batches whose ranges overlap (not chunks of one partition) are merged by timestamp instead."""
+    late, early = 10 << SEQUENCE_SHIFT, 0
+    rows = [
+        (0, "app-x-repartition", 0, encode_batch(late, 2, [(1, b"k", b"c", None), (2, b"k", b"d", None)])),
+        (0, "app-x-repartition", 0, encode_batch(early, 3, [(50, b"k", b"a", None), (60, b"k", b"b", None)])),
+    ]
+    ordered = _ordered_records(rows, {})[("app-x-repartition", 0)]
+    assert [r[3] for r in ordered] == [b"a", b"b", b"c", b"d"]
+    assert [r[0] for r in ordered] == [0, 1, 2, 3]
+    overlapping = [
+        (0, "app-x-repartition", 0, encode_batch(0, 2, [(1, b"k", b"x1", None), (30, b"k", b"x2", None)])),
+        (0, "app-x-repartition", 0, encode_batch(1, 2, [(10, b"k", b"y1", None), (20, b"k", b"y2", None)])),
+    ]
+    ordered = _ordered_records(overlapping, {})[("app-x-repartition", 0)]
+    assert [r[3] for r in ordered] == [b"x1", b"y1", b"y2", b"x2"]
+
+
+def test_a_stage_shuffles_its_own_batches_only_into_a_single_input_reader():
+    """The word count's first stage shuffles straight into the count's slots, its stats rows in the slot
+    past them; a repartition topic read together with another input (a join) takes the persisted path."""
+    from kappaflow.dsl.windows import JoinWindows
+    from kappaflow.spark.shuffle import batch_rows, direct_shuffle_topic, slot_pair, stats_of_pairs
+
+    topology = wordcount_topology("lines", "counts")
+    stages = stage_order(topology)
+    repartition = ["app-counts-repartition"]
+    assert direct_shuffle_topic(stages[0], stages, topology, "app", repartition) == "app-counts-repartition"
+    assert direct_shuffle_topic(stages[1], stages, topology, "app", repartition) is None  # writes no shuffle
+    builder = StreamsBuilder()
+    left = builder.stream("left").select_key(lambda k, v: v)
+    left.join(builder.stream("right"), lambda k, a, b: a, JoinWindows.of_time_difference_and_grace(10, 0)).to(
+        "out"
+    )
+    joined = builder.build()
+    join_stages = stage_order(joined)
+    topic = joined.resolve_topic(next(iter(joined.internal_topics)), "app")
+    writer = next(s for s in join_stages if s.sink_topics)
+    assert direct_shuffle_topic(writer, join_stages, joined, "app", [topic]) is None
+    pairs = [slot_pair(3, ("R", 2, "t", 0, b"batch")), slot_pair(3, ("S", 0, "{}"))]
+    assert pairs == [(2, (2, "t", 0, b"batch")), (3, ("S", 0, "{}"))]
+    assert stats_of_pairs([pairs[1]]) == [("S", 0, "{}")]
+    assert list(batch_rows(3, 2, [pairs[0]])) == [(2, "t", 0, b"batch")]
+    assert list(batch_rows(3, 3, [pairs[1]])) == []
 
 
 def test_offset_ranges_cover_a_partition_in_order_and_only_stateless_stages_split():
@@ -137,8 +192,8 @@ def test_timestamp_merge_fast_path_orders_exactly_like_heapq_merge():
             for run_no in range(rng.randint(1, 4)):
                 stamps = [rng.randint(0, 6) for _ in range(rng.randint(0, 12))]
                 stamps = sorted(stamps) if ordered else stamps
-                runs.append([(i, ts, f"{run_no}-{i}".encode(), None, None) for i, ts in enumerate(stamps)])
-            expected = list(heapq.merge(*runs, key=lambda e: e[1]))
+                runs.append([(ts, f"{run_no}-{i}".encode(), None, None) for i, ts in enumerate(stamps)])
+            expected = list(heapq.merge(*runs, key=lambda e: e[0]))
             assert list(merge_by_timestamp(runs)) == expected
 
 
@@ -221,11 +276,11 @@ def test_the_collector_sends_each_key_to_its_slot():
     by_topic: dict[str, set[int]] = {}
     for _r, target, topic, _source, batch in rows:
         by_topic.setdefault(topic, set()).add(target)
-        for entry in decode_batch(batch):
-            if entry[2] is not None:
-                hashed = murmur2(entry[2]) & 0x7FFFFFFF
+        for entry in decode_batch(batch)[2]:
+            if entry[1] is not None:
+                hashed = murmur2(entry[1]) & 0x7FFFFFFF
                 expected = (
-                    key_slot(hashed, hashed % 2, 2, 3) if topic == "app-r" else partition_for_key(entry[2], 2)
+                    key_slot(hashed, hashed % 2, 2, 3) if topic == "app-r" else partition_for_key(entry[1], 2)
                 )
                 assert target == expected
             else:

@@ -84,16 +84,19 @@ def router(core: NativeCore | None) -> Router:
     return native_runs
 
 
-def message_reader(core: NativeCore) -> MessageRuns | None:
+def message_reader(
+    core: NativeCore, on_error: Callable[[KafkaError], None] = consumer_error
+) -> MessageRuns | None:
     """The core's reader of consumed batches (built once per stream thread), or None, logged: when the
     core does not know this confluent-kafka's `Message` layout (its version, name, size, or a probe
     message reading back otherwise), or the interpreter runs without the GIL (confluent-kafka then
-    guards each field with a per-object lock the struct read would bypass)."""
+    guards each field with a per-object lock the struct read would bypass). `on_error` gets each
+    message's error (the message is skipped; what it raises ends the batch and is returned)."""
     version = _struct_readable("consumed messages")
     if version is None:
         return None
     try:
-        return core.MessageRuns(confluent_kafka.Message, version, Headers, consumer_error)
+        return core.MessageRuns(confluent_kafka.Message, version, Headers, on_error)
     except ValueError as exc:
         log.warning("consumed messages read through their accessors: %s", exc)
         return None

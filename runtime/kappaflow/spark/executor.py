@@ -20,17 +20,18 @@ serializers costs more than the topology itself, so what crosses Spark is few, l
 
     record (from a topic)   (task_partition, topic, source_partition, offset, timestamp, key, value, headers)
     range (read here)       (task_partition, topic, source_partition, start_offset, end_offset)
-    batch (repartitioned)   (task_partition, topic, source_partition, encoded [(sequence, timestamp, key,
-                            value, headers), ...] in emit order; see encode_batch)
+    batch (repartitioned)   (task_partition, topic, source_partition, encoded (base, span, [(timestamp,
+                            key, value, headers), ...] in emit order); see encode_batch)
     output                  ("R", target_partition, topic, source_partition, encoded batch)
                             ("S", task_partition, stats_json)
 
 A stateless stage may be split: several Spark tasks each run the partition's task over one offset range of
-it (a "chunk"). Each chunk numbers what it emits from its first offset up (`sequence_base`), so the next
-stage, sorting one upstream partition's records by sequence, sees the chunks concatenated in offset order:
-exactly the emit order of one unsplit task. A keyed stage may be split by key instead: the stage before it
-sends each record to its key's slot (`partition * splits + sub`, SparkCollector._slot), and each slot runs
-its own copy of the partition's task over its keys (`run_task`'s `key_slice`); see spark/splits.py.
+it (a "chunk"). Each chunk's batches carry its first offset (`sequence_base`, shifted) and how many
+records it emitted, so the next stage, ordering one upstream partition's batches by base, sees the chunks
+concatenated in offset order: exactly the emit order of one unsplit task. A keyed stage may be split by
+key instead: the stage before it sends each record to its key's slot (`partition * splits + sub`,
+SparkCollector._slot), and each slot runs its own copy of the partition's task over its keys
+(`run_task`'s `key_slice`); see spark/splits.py.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ from kappaflow.api.record import Headers
 from kappaflow.clients.kafka import produce_record
 from kappaflow.clients.murmur2 import murmur2
 from kappaflow.clients.rdkafka_log import with_logger
+from kappaflow.spark.reader import read_range
 from kappaflow.spark.splits import key_slot
 from kappaflow.tasks.drain import RawTuple
 from kappaflow.tasks.native import new_thread_cache
@@ -70,12 +72,12 @@ BatchRow = tuple[int, str, int, bytes]
 RangeRow = tuple[int, str, int, int, int]
 InputRow = RecordRow | BatchRow | RangeRow
 OutputRow = tuple[Any, ...]
-Emitted = tuple[int, int, bytes | None, bytes | None, HeaderList]  # sequence, timestamp, key, value, headers
+Emitted = tuple[int, bytes | None, bytes | None, HeaderList]  # timestamp, key, value, headers
 
 # Keys whose repartition target a task remembers (per topic); past it the memo starts over.
 _PARTITION_MEMO = 200_000
 
-# A chunk's emit sequence starts at its first input offset shifted past any count one chunk can emit.
+# A chunk's batches are ordered by its first input offset shifted past any count one chunk can emit.
 SEQUENCE_SHIFT = 40
 
 
@@ -127,7 +129,8 @@ class SparkCollector:
         self.outputs = 0
         self.delivered: dict[tuple[str, int], int] = {}
         self.error: Any = None
-        self._sequence = sequence_base
+        self._base = sequence_base
+        self._emitted = 0  # repartitioned records, all targets: the span of this task's emit order
         self._partitions: dict[str, dict[bytes, int]] = {}
 
     def partition_count(self, topic: str) -> int | None:
@@ -170,8 +173,7 @@ class SparkCollector:
             batch = self.shuffled.get((topic, target))
             if batch is None:
                 batch = self.shuffled[(topic, target)] = []
-            batch.append((self._sequence, timestamp, key, value, header_list))
-            self._sequence += 1
+            batch.append((timestamp, key, value, header_list))
             return
         if topic in self.changelogs:
             assert partition is not None and key is not None
@@ -230,9 +232,10 @@ class SparkCollector:
 
     def shuffle_rows(self) -> list[OutputRow]:
         rows: list[OutputRow] = []
+        span = sum(map(len, self.shuffled.values()))
         for (topic, target), batch in self.shuffled.items():
             self.repartitioned += len(batch)
-            rows.append(("R", target, topic, self.task_partition, encode_batch(batch)))
+            rows.append(("R", target, topic, self.task_partition, encode_batch(self._base, span, batch)))
         self.shuffled.clear()
         return rows
 
@@ -255,79 +258,53 @@ class SparkCollector:
             raise StreamsError(f"reprocessing: producing failed: {self.error}")
 
 
-# One range is read front to back as fast as the broker serves it: large fetches, a deep local queue.
-_READ_TUNING: dict[str, Any] = {
-    "fetch.max.bytes": 64 * 1024 * 1024,
-    "max.partition.fetch.bytes": 16 * 1024 * 1024,
-    "queued.max.messages.kbytes": 256 * 1024,
-    "fetch.wait.max.ms": 10,
-}
-_READ_BATCH = 50_000
-
-
-def read_range(settings: dict[str, Any], topic: str, partition: int, start: int, end: int) -> list[RawTuple]:
-    """Records [start, end) of one partition, read with librdkafka (the `kafka-client` reader).
-
-    Spark's Kafka source hands Python one Row object per record, which costs more than running the
-    topology on it; reading the same range here with the runtime's own client is several times cheaper.
-    With read_committed, transaction markers occupy offsets that are never delivered, so the loop stops
-    at the first position at or past `end`, not at a record count.
-    """
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
-
-    records: list[RawTuple] = []
-    if end <= start:
-        return records
-    consumer = Consumer(
-        with_logger({**settings, **_READ_TUNING, "enable.partition.eof": True, "enable.auto.commit": False})
-    )
-    try:
-        consumer.assign([TopicPartition(topic, partition, start)])
-        position = start
-        deadline = time.monotonic() + 300
-        while position < end:
-            # consume() returns when it has the count asked for or at the timeout: asking for what is
-            # left (markers aside) keeps the last call from idling a whole timeout on a short batch.
-            messages: list[Any] = consumer.consume(max(1, min(_READ_BATCH, end - position)), 0.5)
-            for msg in messages:
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        position = max(position, msg.offset())
-                        continue
-                    raise StreamsError(f"reading {topic}-{partition} failed: {err}")
-                offset = msg.offset()
-                position = offset + 1
-                if offset >= end:
-                    break
-                headers = msg.headers()  # queued as the runtime's routing queues them: a plain tuple
-                records.append((offset, msg.timestamp()[1], msg.key(), msg.value(), Headers(headers or ())))
-            if not messages and time.monotonic() > deadline:
-                raise StreamsError(f"reading {topic}-{partition}: stuck at {position} before {end}")
-    finally:
-        consumer.close()
-    return records
-
-
 _OFFSET = operator.itemgetter(3)  # of a RecordRow
-_SEQUENCE, _TIMESTAMP = operator.itemgetter(0), operator.itemgetter(1)  # of an Emitted
+_TIMESTAMP = operator.itemgetter(0)  # of an Emitted
+_BASE = operator.itemgetter(0)  # of a decoded batch
 
 
-def encode_batch(batch: list[Emitted]) -> bytes:
+def encode_batch(base: int, span: int, batch: list[Emitted]) -> bytes:
     """A repartitioned batch as bytes for Spark's shuffle: marshal, which writes these plain tuples of
     ints, bytes, strings and None about four times faster than pickle (a measured share of the task).
 
+    `base` orders the batches of one upstream partition's chunks (offset order), `span` is how many
+    records the emitting task sent to all targets: batches whose [base, base + span) do not overlap are
+    concatenated in base order, which is the emit order of one unsplit task. That is per batch, not per
+    record: a sequence number on every record cost a large int in each record's tuple, in marshal's bytes
+    through every crossing of Spark, and a sort of every batch on the reading side.
+
     marshal's format may change between Python versions; PySpark already requires the driver's Python
     version on every worker, and batches only travel between workers of one job."""
-    return marshal.dumps(batch)
+    return marshal.dumps((base, span, batch))
 
 
-def decode_batch(data: bytes) -> list[Emitted]:
-    batch: list[Emitted] = marshal.loads(data)
-    return batch
+def decode_batch(data: bytes) -> tuple[int, int, list[Emitted]]:
+    """(base, span, records in emit order) of an encoded batch (encode_batch)."""
+    decoded: tuple[int, int, list[Emitted]] = marshal.loads(data)
+    return decoded
 
 
-def _ordered_records(rows: list[InputRow], consumer: dict[str, Any]) -> dict[tuple[str, int], list[RawTuple]]:
+def _upstream_runs(batches: list[tuple[int, int, list[Emitted]]]) -> list[list[Emitted]]:
+    """One upstream partition's batches as runs in emit order: chunks, ordered by base, concatenated.
+
+    Batches whose ranges overlap did not come from chunks of one partition (two sub-topologies writing
+    one repartition topic, each numbering from its own start): each starts a run of its own, which the
+    timestamp merge then interleaves as it does different upstream partitions.
+    """
+    runs: list[list[Emitted]] = []
+    end = -1
+    for base, span, batch in sorted(batches, key=_BASE):
+        if runs and base >= end:
+            runs[-1].extend(batch)
+        else:
+            runs.append(batch)
+        end = max(end, base + span)
+    return runs
+
+
+def _ordered_records(
+    rows: list[InputRow], consumer: dict[str, Any], native: bool = True
+) -> dict[tuple[str, int], list[RawTuple]]:
     """Per input (topic, partition), the records in the order the task must see them.
 
     Topic records keep offset order. A repartition partition is fed by several upstream tasks: each one's
@@ -336,23 +313,23 @@ def _ordered_records(rows: list[InputRow], consumer: dict[str, Any]) -> dict[tup
     runtime's. Offsets are then numbered 0.. as in a fresh repartition topic.
     """
     records: dict[tuple[str, int], list[RecordRow]] = {}
-    batches: dict[tuple[str, int], dict[int, list[Emitted]]] = {}
+    batches: dict[tuple[str, int], dict[int, list[tuple[int, int, list[Emitted]]]]] = {}
     result: dict[tuple[str, int], list[RawTuple]] = {}
     for row in rows:
         if len(row) == 5:
-            result[(row[1], row[0])] = read_range(consumer, row[1], row[2], row[3], row[4])
+            result[(row[1], row[0])] = read_range(consumer, row[1], row[2], row[3], row[4], native)
         elif len(row) == 4:
             upstream = batches.setdefault((row[1], row[0]), {})
-            upstream.setdefault(row[2], []).extend(decode_batch(row[3]))
+            upstream.setdefault(row[2], []).append(decode_batch(row[3]))
         else:
             records.setdefault((row[1], row[0]), []).append(row)
     for tp, group in records.items():
         group.sort(key=_OFFSET)
         result[tp] = [(r[3], r[4], r[5], r[6], Headers(r[7] or ())) for r in group]
     for tp, upstream in batches.items():
-        runs = [sorted(batch, key=_SEQUENCE) for _, batch in sorted(upstream.items())]
-        merged = merge_by_timestamp(runs)
-        result[tp] = [(i, e[1], e[2], e[3], Headers(e[4] or ())) for i, e in enumerate(merged)]
+        runs = [run for _, decoded in sorted(upstream.items()) for run in _upstream_runs(decoded)]
+        merged = runs[0] if len(runs) == 1 else merge_by_timestamp(runs)
+        result[tp] = [(i, e[0], e[1], e[2], Headers(e[3] or ())) for i, e in enumerate(merged)]
     return result
 
 
@@ -384,19 +361,23 @@ def _first_offset(rows: list[InputRow]) -> int:
 
 @contextlib.contextmanager
 def _collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off while a task's whole input is built.
+    """Python's cyclic garbage collector off while a task's whole input is built, which is then frozen.
 
     Hundreds of thousands of records that all stay alive make every collection the allocations trigger
     walk all of them again, for nothing (records hold no cycles; refcounting frees them): measured, that
-    doubles the time to build a task's input. Once built, run_task freezes it (gc.freeze) until the task
-    ends: collections during processing then skip it, which cut a first-stage task's collector time about
-    fourfold on bench/reprocess.py; refcounting still frees each record as it is processed.
+    doubles the time to build a task's input. Once built, the input is frozen (gc.freeze) until the task
+    ends (run_task unfreezes): collections during processing then skip it, which cut a first-stage task's
+    collector time about fourfold on bench/reprocess.py; refcounting still frees each record as it is
+    processed. The freeze comes *before* the collector is enabled again: every object allocated while it
+    was off still counts as young, so the first allocation after `gc.enable()` ran a young collection
+    over the whole input (py-spy, 1M lines at local[1]: 6% of the Python workers' samples).
     """
     enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
+        gc.freeze()
         if enabled:
             gc.enable()
 
@@ -449,11 +430,13 @@ def run_task(
     try:
         task.initialize()
         task.complete_restoration()
-        with _collector_paused():
-            ordered = _ordered_records(rows, job.consumer)
-        gc.freeze()  # the input, alive until processed, stays out of the collections processing triggers
-        for (topic, tp_partition), records in ordered.items():
-            task.add_records(topic, tp_partition, records)
+        with _collector_paused():  # the input, alive until processed, is frozen out of collections
+            ordered = _ordered_records(rows, job.consumer, config.get_bool("kappaflow.native.enabled"))
+        # The task's queues then hold the only references: each record is freed once processed, in the
+        # loop that allocated its successors' memory, not all at once when the task returns (py-spy: that
+        # bulk free was 4% of a worker's samples).
+        for topic, tp_partition in list(ordered):
+            task.add_records(topic, tp_partition, ordered.pop((topic, tp_partition)))
         # Every input is buffered: one call drains them in timestamp order (one tight loop per queue when
         # the task reads one partition), not one process() call per record.
         processed = process_all(task)

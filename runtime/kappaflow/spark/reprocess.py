@@ -14,10 +14,12 @@ The plan, stage by stage (a stage is a sub-topology, in the order repartition to
    source's partitioning (one Spark partition per Kafka partition); otherwise rows are keyed by task
    partition and shuffled with an identity partitioner. Repartition records carry the partition murmur2
    chose when they were emitted (as the runtime's producer would), travelling in one encoded batch per
-   (upstream task, target partition). Where the semantics allow it a stage runs more Spark tasks than its
-   input has partitions (`splits`; spark/splits.py says which stages and why): the stateless work before
-   the first shuffle is cut into offset ranges, and a keyed count / reduce / aggregate after a repartition
-   into key slots, whose records the upstream stage already sends to the key's slot. The stages that need
+   (upstream task, target partition); where one stage feeds one single-input stage, the writing stage's
+   tasks shuffle them in their own Python pass (spark/shuffle.py). Where the semantics allow it a stage
+   runs more Spark tasks than its input has partitions (`splits`; spark/splits.py says which stages and
+   why): the stateless work before the first shuffle is cut into offset ranges, and a keyed count /
+   reduce / aggregate after a repartition into key slots, whose records the upstream stage already sends
+   to the key's slot. The stages that need
    a partition's stream time or order in one task (windows, suppression, joins, TTL, user processors,
    state directly on an input topic) keep one task per partition.
 3. Execution: `executor.run_partitions` runs the runtime's StreamTask per partition; see executor.py.
@@ -58,6 +60,8 @@ from kappaflow.spark.executor import InputRow, OutputRow, RecordRow, StageJob, l
 from kappaflow.spark.progress import DEFAULT_INTERVAL_S as DEFAULT_PROGRESS_INTERVAL_S
 from kappaflow.spark.progress import StageProgress
 from kappaflow.spark.session import spark_kafka_options
+from kappaflow.spark.shuffle import batch_rows, direct_shuffle_topic, slot_pair, stats_of_pairs
+from kappaflow.spark.shuffle import shuffled_to_input as _shuffled_to_input
 from kappaflow.spark.splits import (
     key_splittable,
     offset_chunks,
@@ -202,10 +206,6 @@ def _to_input_row(row: Any) -> RecordRow:
         bytes(row[6]) if row[6] is not None else None,
         headers,
     )
-
-
-def _shuffled_to_input(row: OutputRow) -> InputRow:
-    return (row[1], row[2], row[3], row[4])
 
 
 def _is_stats(row: OutputRow) -> bool:
@@ -417,6 +417,7 @@ class Reprocessor:
         options = spark_kafka_options(self.config)
         consumer = {**self.settings["restore"], "group.id": f"{self.app_id}-reprocess-reader"}
         shuffled: dict[str, Any] = {}
+        direct: dict[str, Any] = {}  # repartition topic -> its reading stage's rows, shuffled by its writer
         persisted: list[Any] = []
         stages = stage_order(self.topology)
         parallelism = task_slots(str(spark.sparkContext.master), spark.sparkContext.defaultParallelism)
@@ -486,7 +487,9 @@ class Reprocessor:
             for topic in sources:
                 if topic in shuffled:
                     parts.append(shuffled[topic].map(_shuffled_to_input))
-            if len(parts) == 1 and len(user_topics) == 1 and len(sources) == 1:
+            if sources[0] in direct:
+                rows = direct.pop(sources[0])  # already in its slots (direct_shuffle_topic)
+            elif len(parts) == 1 and len(user_topics) == 1 and len(sources) == 1:
                 # One offset range of one Kafka partition per Spark partition, in offset order: no shuffle.
                 # Unsplit, that is the partition's whole range; split, each chunk runs its own task.
                 rows = parts[0]
@@ -494,14 +497,28 @@ class Reprocessor:
                 union = parts[0] if len(parts) == 1 else spark.sparkContext.union(parts)
                 slots = tasks * job.input_key_splits  # a task's key slots, one Spark partition each
                 rows = union.map(_task_partition).partitionBy(slots, _identity).map(_second)
-            out = rows.mapPartitions(functools.partial(run_partitions, job)).persist(
-                StorageLevel.MEMORY_AND_DISK
-            )
-            persisted.append(out)
             label = f"stage {index}/{len(stages)} (sub-topology {sub.id})"
-            with StageProgress(spark, label, self.progress, self.progress_interval_s):
-                stats = [json.loads(r[2]) for r in out.filter(_is_stats).collect()]
-            for topic in sub.sink_topics:
+            target = direct_shuffle_topic(sub, stages, self.topology, self.app_id, repartition)
+            if target is not None:
+                # The stage's tasks shuffle what they emit in the same Python pass (see the function).
+                slots = counts[target] * key_splits.get(target, 1)
+                pairs = (
+                    rows.mapPartitions(functools.partial(run_partitions, job))
+                    .map(functools.partial(slot_pair, slots))
+                    .partitionBy(slots + 1, _identity)
+                )
+                with StageProgress(spark, label, self.progress, self.progress_interval_s):
+                    stats_rows = spark.sparkContext.runJob(pairs, stats_of_pairs, [slots])
+                stats = [json.loads(r[2]) for r in stats_rows]
+                direct[target] = pairs.mapPartitionsWithIndex(functools.partial(batch_rows, slots))
+            else:
+                out = rows.mapPartitions(functools.partial(run_partitions, job)).persist(
+                    StorageLevel.MEMORY_AND_DISK
+                )
+                persisted.append(out)
+                with StageProgress(spark, label, self.progress, self.progress_interval_s):
+                    stats = [json.loads(r[2]) for r in out.filter(_is_stats).collect()]
+            for topic in sub.sink_topics if target is None else ():
                 resolved = self.topology.resolve_topic(topic, self.app_id)
                 if resolved in repartition:
                     shuffled[resolved] = out.filter(_is_shuffled).filter(
