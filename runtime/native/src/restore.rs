@@ -189,10 +189,19 @@ fn timestamped_value<'py>(
     let Ok(bytes) = value.cast::<PyBytes>() else {
         return PyBytes::new(py, &prefix).into_any().add(value);
     };
-    let data = bytes.as_bytes();
+    prefixed_bytes(py, bytes.as_bytes(), Some(&prefix))
+}
+
+/// `prefix + data` as a new bytes object, filled in one allocation.
+pub(crate) fn prefixed_bytes<'py>(
+    py: Python<'py>,
+    data: &[u8],
+    prefix: Option<&[u8]>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let prefix = prefix.unwrap_or(&[]);
     let size = ffi::Py_ssize_t::try_from(prefix.len() + data.len())?;
     // SAFETY: a bytes object of `size` bytes is allocated uninitialised and filled before anything
-    // else sees it; `data` is the live value's buffer, which cannot overlap the new object.
+    // else sees it; the sources are Rust slices (or a live bytes object's buffer) that cannot overlap it.
     unsafe {
         let made = Bound::from_owned_ptr_or_err(py, ffi::PyBytes_FromStringAndSize(null(), size))?;
         let buffer = ffi::PyBytes_AsString(made.as_ptr()).cast::<u8>();
@@ -204,7 +213,7 @@ fn timestamped_value<'py>(
 
 /// `callable(*args[1..])` through vectorcall; `args[0]` is the spare slot
 /// `PY_VECTORCALL_ARGUMENTS_OFFSET` lets the callee use. The result is dropped.
-fn vectorcall<const N: usize>(
+pub(crate) fn vectorcall<const N: usize>(
     py: Python<'_>,
     callable: &Bound<'_, PyAny>,
     mut args: [*mut ffi::PyObject; N],

@@ -38,7 +38,7 @@
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::mem::size_of;
-use std::ptr::{copy_nonoverlapping, null, null_mut};
+use std::ptr::null_mut;
 use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard, TryLockError};
 
@@ -50,6 +50,7 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyTuple, PyType};
 use pyo3::{PyTraverseError, PyVisit};
 
 use crate::produce::{enter, CflHandle, KNOWN_VERSIONS};
+use crate::restore::{prefixed_bytes, vectorcall};
 
 /// The `tp_name` of confluent-kafka's consumer type.
 const CONSUMER_TYPE_NAME: &CStr = c"cimpl.Consumer";
@@ -417,13 +418,13 @@ impl RestoreQueues {
         let delete = batch.getattr(intern!(py, "delete"))?;
         let run = run.get();
         for r in &run.records {
-            let key = bytes(py, r.key.map(|s| run.slice(s)).unwrap_or(b""), None)?;
+            let key = prefixed_bytes(py, r.key.map(|s| run.slice(s)).unwrap_or(b""), None)?;
             let Some(span) = r.value else {
                 vectorcall(py, &delete, [null_mut(), key.as_ptr()])?;
                 continue;
             };
             let prefix = timestamped.then(|| r.timestamp.to_be_bytes());
-            let value = bytes(py, run.slice(span), prefix.as_ref().map(|p| &p[..]))?;
+            let value = prefixed_bytes(py, run.slice(span), prefix.as_ref().map(|p| &p[..]))?;
             vectorcall(py, &put, [null_mut(), key.as_ptr(), value.as_ptr()])?;
         }
         Ok(())
@@ -537,39 +538,5 @@ impl RestoreQueues {
         CStr::from_ptr((self.api.topic_name)(rkt))
             .to_string_lossy()
             .into_owned()
-    }
-}
-
-/// `prefix + data` as a new bytes object, filled in one allocation.
-fn bytes<'py>(py: Python<'py>, data: &[u8], prefix: Option<&[u8]>) -> PyResult<Bound<'py, PyAny>> {
-    let prefix = prefix.unwrap_or(&[]);
-    let size = ffi::Py_ssize_t::try_from(prefix.len() + data.len())?;
-    // SAFETY: a bytes object of `size` bytes is allocated uninitialised and filled before anything
-    // else sees it; the sources are Rust slices that cannot overlap it.
-    unsafe {
-        let made = Bound::from_owned_ptr_or_err(py, ffi::PyBytes_FromStringAndSize(null(), size))?;
-        let buffer = ffi::PyBytes_AsString(made.as_ptr()).cast::<u8>();
-        copy_nonoverlapping(prefix.as_ptr(), buffer, prefix.len());
-        copy_nonoverlapping(data.as_ptr(), buffer.add(prefix.len()), data.len());
-        Ok(made)
-    }
-}
-
-/// `callable(*args[1..])` through vectorcall (restore.rs's helper).
-fn vectorcall<const N: usize>(
-    py: Python<'_>,
-    callable: &Bound<'_, PyAny>,
-    mut args: [*mut ffi::PyObject; N],
-) -> PyResult<()> {
-    // SAFETY: every pointer after the spare slot is a live object the caller holds; the result is a
-    // new reference or NULL with an error set.
-    unsafe {
-        let result = ffi::PyObject_Vectorcall(
-            callable.as_ptr(),
-            args.as_mut_ptr().add(1),
-            (N - 1) | ffi::PY_VECTORCALL_ARGUMENTS_OFFSET,
-            null_mut(),
-        );
-        Bound::from_owned_ptr_or_err(py, result).map(drop)
     }
 }
