@@ -94,7 +94,11 @@ impl AggregateStage {
             initializer: plan.getattr(intern!(py, "initializer"))?.unbind(),
             aggregator: plan.getattr(intern!(py, "aggregator"))?.unbind(),
             reducer: plan.getattr(intern!(py, "reducer"))?.unbind(),
-            value_and_timestamp: SlotClass::of(py, value_and_timestamp, VALUE_AND_TIMESTAMP_FIELDS)?,
+            value_and_timestamp: SlotClass::of(
+                py,
+                value_and_timestamp,
+                VALUE_AND_TIMESTAMP_FIELDS,
+            )?,
             topic: store.getattr(intern!(py, "topic"))?.unbind(),
             utf8_keys: store.getattr(intern!(py, "utf8_keys"))?.is_truthy()?,
             serialize_key: store.getattr(intern!(py, "serialize_key"))?.unbind(),
@@ -244,9 +248,7 @@ impl AggregateStage {
                 return Ok((raw_key, Previous::Long { value, timestamp }))
             }
             Some(Found::Boxed(_, Some(decoded))) => decoded.into_bound(py),
-            Some(Found::Boxed(stored, None)) => {
-                self.deserialize.bind(py).call1((topic, stored))?
-            }
+            Some(Found::Boxed(stored, None)) => self.deserialize.bind(py).call1((topic, stored))?,
         };
         if previous.is_none() {
             return Ok((raw_key, Previous::Absent));

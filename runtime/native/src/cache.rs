@@ -101,7 +101,9 @@ fn boxed<'e>(
             ],
         )?;
         entry.stored = Stored::Boxed {
-            value: PyBytes::new(py, &pack_long(value, timestamp)).into_any().unbind(),
+            value: PyBytes::new(py, &pack_long(value, timestamp))
+                .into_any()
+                .unbind(),
             decoded: Some(decoded.unbind()),
         };
     }
