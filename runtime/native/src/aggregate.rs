@@ -5,7 +5,9 @@
 //! The record cache is the native one (`cache.rs`): this stage reads and writes its entries with the
 //! same operations as the Python path's `ThreadCache.get` and dirty `put`, so LRU and dirty order, entry
 //! sizes, hit and miss counts, evictions and flushes are the same. The typed store's get and put counts
-//! are the named cache's native `gets` and `puts` (the store publishes its own plus these).
+//! are the named cache's native `gets` and `puts` (the store publishes its own plus these). Over a Long
+//! serde an aggregate in a Long's range is written unboxed (`cache::put_long`), and a count's update of
+//! an unboxed entry is done in Rust.
 //! Initializer, aggregator, reducer, serdes, the store below the cache and the flush listeners are
 //! called as Python.
 

@@ -7,7 +7,9 @@
 //! are Rust values (a linked hash map per named cache, integers), so a hot key's update costs no Python
 //! object but the ones it stores; Python reads them through the same methods and attributes as the
 //! Python class (an entry it reads is a `CacheEntry` copy). The native aggregation (`aggregate.rs`)
-//! calls `put` and `lookup` below directly.
+//! calls `put`, `put_long` and `lookup` below directly; a Long aggregate it writes stays unboxed
+//! (`Stored::Long`) until Python reads the entry, which is when its bytes and `ValueAndTimestamp` are
+//! built: the sizes are the boxed entry's, so bound, evictions and flush order do not change.
 //!
 //! Listeners are Python and may write through the cache: no borrow of a cache is held while one runs.
 
