@@ -77,6 +77,7 @@ def run(native: bool, bound: int) -> tuple[dict[str, Any], list[str]]:
             offset += 1
         task.add_records("in", 0, records)
         task.process_buffered()
+        reads.append(("cache", cache.size_bytes, cache.evictions, cache.hits, cache.misses))
         for name in ("counts", "sums", "maxes"):
             reads.append((name, stores[name].get("a"), stores[name].get("big"), sorted(stores[name].all())))
             reads.append((name, sorted(stores[name].range("b", "c"))))
