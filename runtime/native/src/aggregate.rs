@@ -5,7 +5,9 @@
 //! The record cache is the native one (`cache.rs`): this stage reads and writes its entries with the
 //! same operations as the Python path's `ThreadCache.get` and dirty `put`, so LRU and dirty order, entry
 //! sizes, hit and miss counts, evictions and flushes are the same. The typed store's get and put counts
-//! are the named cache's native `gets` and `puts` (the store publishes its own plus these).
+//! are the named cache's native `gets` and `puts` (the store publishes its own plus these). Over a Long
+//! serde an aggregate in a Long's range is written unboxed (`cache::put_long`), and a count's update of
+//! an unboxed entry is done in Rust.
 //! Initializer, aggregator, reducer, serdes, the store below the cache and the flush listeners are
 //! called as Python.
 
@@ -15,10 +17,18 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
 use pyo3::{PyTraverseError, PyVisit};
 
-use crate::cache::{self, NamedCache, ThreadCache};
+use crate::cache::{self, Found, NamedCache, ThreadCache};
 use crate::failure::FailureMark;
 use crate::slots::{encode_utf8, Slot, SlotClass};
 use crate::touches::VALUE_AND_TIMESTAMP_FIELDS;
+
+/// A key's previous aggregate: none (absent or a tombstone), a Long kept unboxed in the cache, or a
+/// `ValueAndTimestamp` (or what the serde decoded).
+enum Previous<'py> {
+    Absent,
+    Long { value: i64, timestamp: i64 },
+    Stamped(Bound<'py, PyAny>),
+}
 
 /// A compiled `KStreamAggregateProcessor` stage over a cached timestamped key-value store, built from
 /// the `AggregatePlan` Python hands over (read once, here). Called as `stage(key, value, timestamp,
@@ -67,6 +77,16 @@ impl AggregateStage {
         })?;
         let namespace: String = store.getattr(intern!(py, "namespace"))?.extract()?;
         let named = thread.borrow_mut().named(py, &namespace)?;
+        let value_and_timestamp = plan.getattr(intern!(py, "value_and_timestamp"))?;
+        let packs_longs = store.getattr(intern!(py, "packs_longs"))?.is_truthy()?;
+        if packs_longs {
+            // this stage writes its Long aggregates unboxed; the cache boxes them with this class
+            named.bind(py).borrow_mut().long_class = Some(SlotClass::of(
+                py,
+                value_and_timestamp.clone(),
+                VALUE_AND_TIMESTAMP_FIELDS,
+            )?);
+        }
         let record_context_type = plan.getattr(intern!(py, "record_context"))?.cast_into()?;
         Ok(AggregateStage {
             failure: FailureMark::of(py, plan)?,
@@ -78,7 +98,7 @@ impl AggregateStage {
             reducer: plan.getattr(intern!(py, "reducer"))?.unbind(),
             value_and_timestamp: SlotClass::of(
                 py,
-                plan.getattr(intern!(py, "value_and_timestamp"))?,
+                value_and_timestamp,
                 VALUE_AND_TIMESTAMP_FIELDS,
             )?,
             topic: store.getattr(intern!(py, "topic"))?.unbind(),
@@ -88,7 +108,7 @@ impl AggregateStage {
             inner_get: store.getattr(intern!(py, "inner_get"))?.unbind(),
             serialize: store.getattr(intern!(py, "serialize"))?.unbind(),
             decodes_to_itself: store.getattr(intern!(py, "decodes_to_itself"))?.unbind(),
-            packs_longs: store.getattr(intern!(py, "packs_longs"))?.is_truthy()?,
+            packs_longs,
             caching_put: store.getattr(intern!(py, "caching_put"))?.unbind(),
             thread: thread.unbind(),
             named,
@@ -157,26 +177,49 @@ impl AggregateStage {
             return Ok(());
         }
         let (raw_key, previous) = self.read(py, key)?;
-        let new = if previous.is_none() {
-            if self.counting {
-                1i64.into_pyobject(py)?.into_any()
-            } else if !self.reducer.is_none(py) {
-                value.clone()
-            } else {
-                let initial = self.initializer.bind(py).call0()?;
-                self.aggregator.bind(py).call1((key, value, initial))?
+        let (old, previous_timestamp) = match previous {
+            Previous::Absent => (None, timestamp),
+            Previous::Long {
+                value,
+                timestamp: previous,
+            } => {
+                if self.counting {
+                    if let Some(count) = value.checked_add(1) {
+                        // a hot key's count: no Python object made or freed
+                        self.named.bind(py).borrow_mut().puts += 1;
+                        let timestamp = timestamp.max(previous);
+                        return self.put_long(py, &raw_key, count, timestamp);
+                    }
+                }
+                (Some(value.into_pyobject(py)?.into_any()), previous)
             }
-        } else {
-            let (old, previous_timestamp) = self.value_and_time(py, &previous)?;
-            if previous_timestamp > timestamp {
-                timestamp = previous_timestamp;
+            Previous::Stamped(previous) => {
+                let (old, previous_timestamp) = self.value_and_time(py, &previous)?;
+                (Some(old), previous_timestamp)
             }
-            if self.counting {
-                old.add(1)?
-            } else if !self.reducer.is_none(py) {
-                self.reducer.bind(py).call1((old, value))?
-            } else {
-                self.aggregator.bind(py).call1((key, value, old))?
+        };
+        if previous_timestamp > timestamp {
+            timestamp = previous_timestamp;
+        }
+        let new = match old {
+            None => {
+                if self.counting {
+                    1i64.into_pyobject(py)?.into_any()
+                } else if !self.reducer.is_none(py) {
+                    value.clone()
+                } else {
+                    let initial = self.initializer.bind(py).call0()?;
+                    self.aggregator.bind(py).call1((key, value, initial))?
+                }
+            }
+            Some(old) => {
+                if self.counting {
+                    old.add(1)?
+                } else if !self.reducer.is_none(py) {
+                    self.reducer.bind(py).call1((old, value))?
+                } else {
+                    self.aggregator.bind(py).call1((key, value, old))?
+                }
             }
         };
         self.write(py, &raw_key, new, timestamp)
@@ -187,7 +230,7 @@ impl AggregateStage {
         &self,
         py: Python<'py>,
         key: &Bound<'py, PyAny>,
-    ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyAny>)> {
+    ) -> PyResult<(Bound<'py, PyBytes>, Previous<'py>)> {
         let named = self.named.bind(py);
         named.borrow_mut().gets += 1;
         let raw_key = match key.cast::<PyString>() {
@@ -203,10 +246,16 @@ impl AggregateStage {
                 let stored = self.inner_get.bind(py).call1((&raw_key,))?;
                 self.deserialize.bind(py).call1((topic, stored))?
             }
-            Some((_, Some(decoded))) => decoded.into_bound(py),
-            Some((stored, None)) => self.deserialize.bind(py).call1((topic, stored))?,
+            Some(Found::Long { value, timestamp }) => {
+                return Ok((raw_key, Previous::Long { value, timestamp }))
+            }
+            Some(Found::Boxed(_, Some(decoded))) => decoded.into_bound(py),
+            Some(Found::Boxed(stored, None)) => self.deserialize.bind(py).call1((topic, stored))?,
         };
-        Ok((raw_key, previous))
+        if previous.is_none() {
+            return Ok((raw_key, Previous::Absent));
+        }
+        Ok((raw_key, Previous::Stamped(previous)))
     }
 
     /// A stored aggregate's value and timestamp (a ValueAndTimestamp, through its slots when exact).
@@ -243,15 +292,9 @@ impl AggregateStage {
         } else {
             if self.packs_longs && new.is_exact_instance_of::<pyo3::types::PyInt>() {
                 // out of a Long's range: the serde below raises its error
-                if let Ok(count) = new.extract::<i64>() {
-                    let mut packed = [0u8; 16];
-                    packed[..8].copy_from_slice(&timestamp.to_be_bytes());
-                    packed[8..].copy_from_slice(&count.to_be_bytes());
-                    let stamped = self
-                        .value_and_timestamp
-                        .new_instance(py, [new, timestamp.into_pyobject(py)?.into_any()])?;
-                    let packed = PyBytes::new(py, &packed).into_any();
-                    return self.put_dirty(py, raw_key, &packed, &stamped);
+                if let Ok(value) = new.extract::<i64>() {
+                    // kept unboxed in the cache entry: boxed when Python reads it
+                    return self.put_long(py, raw_key, value, timestamp);
                 }
             }
             self.value_and_timestamp
@@ -272,6 +315,28 @@ impl AggregateStage {
             self.caching_put.bind(py).call1((raw_key, raw_value))?;
             Ok(())
         }
+    }
+
+    /// The cache part of `write(raw_key, ValueAndTimestamp(value, timestamp))` of a Long (the caller
+    /// counts the store's put): a dirty `cache::put_long` under the task's current record context.
+    fn put_long<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyBytes>,
+        value: i64,
+        timestamp: i64,
+    ) -> PyResult<()> {
+        let record_context = self.context_current.get(py, self.failure.context(py))?;
+        let topic = self.record_context_topic.get(py, &record_context)?;
+        cache::put_long(
+            self.thread.bind(py),
+            self.named.bind(py),
+            key,
+            value,
+            timestamp,
+            &record_context,
+            topic.len()? as isize,
+        )
     }
 
     /// `ThreadCache.put(..., dirty=True, ...)` under the task's current record context.

@@ -7,7 +7,9 @@
 //! are Rust values (a linked hash map per named cache, integers), so a hot key's update costs no Python
 //! object but the ones it stores; Python reads them through the same methods and attributes as the
 //! Python class (an entry it reads is a `CacheEntry` copy). The native aggregation (`aggregate.rs`)
-//! calls `put` and `lookup` below directly.
+//! calls `put`, `put_long` and `lookup` below directly; a Long aggregate it writes stays unboxed
+//! (`Stored::Long`) until Python reads the entry, which is when its bytes and `ValueAndTimestamp` are
+//! built: the sizes are the boxed entry's, so bound, evictions and flush order do not change.
 //!
 //! Listeners are Python and may write through the cache: no borrow of a cache is held while one runs.
 
@@ -20,6 +22,8 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 use pyo3::{PyTraverseError, PyVisit};
+
+use crate::slots::SlotClass;
 
 /// A cache key: a Python `bytes`, hashed and compared by its contents (immutable while referenced).
 pub struct Key(Py<PyBytes>);
@@ -55,13 +59,68 @@ impl PartialEq for Key {
 
 impl Eq for Key {}
 
-/// One entry: `CacheEntry`'s fields; `decoded` None is `NOT_DECODED`.
+/// What an entry stores: Python objects, or a `ValueAndTimestamp` of a Long kept unboxed.
+pub enum Stored {
+    /// The value's bytes (None: a tombstone) and, when kept, its decoded value (None is `NOT_DECODED`).
+    Boxed {
+        value: Py<PyAny>,
+        decoded: Option<Py<PyAny>>,
+    },
+    /// A Long aggregate and its timestamp, as the native aggregation wrote them: a hot key's update
+    /// allocates (and frees) no bytes and no `ValueAndTimestamp`. Its bytes (the timestamp then the
+    /// Long, big-endian: `LONG_BYTES` of them) and `ValueAndTimestamp` are built, once, when Python
+    /// reads the entry (a get, a range, a flush).
+    Long { value: i64, timestamp: i64 },
+}
+
+/// The serialized length of a `Stored::Long`: a timestamped Long's 8 + 8 bytes.
+pub const LONG_BYTES: isize = 16;
+
+/// One entry: `CacheEntry`'s fields.
 pub struct Entry {
-    pub value: Py<PyAny>,
+    pub stored: Stored,
     pub dirty: bool,
     pub context: Py<PyAny>,
     pub size: isize,
-    pub decoded: Option<Py<PyAny>>,
+}
+
+/// `entry` made `Stored::Boxed` (its bytes and `ValueAndTimestamp` built from a Long with `class`),
+/// and its value and decoded value.
+fn boxed<'e>(
+    py: Python<'_>,
+    class: &Option<SlotClass<2>>,
+    entry: &'e mut Entry,
+) -> PyResult<(&'e Py<PyAny>, Option<&'e Py<PyAny>>)> {
+    if let Stored::Long { value, timestamp } = entry.stored {
+        let class = class
+            .as_ref()
+            .expect("an unboxed entry's cache knows its ValueAndTimestamp class");
+        let decoded = class.new_instance(
+            py,
+            [
+                value.into_pyobject(py)?.into_any(),
+                timestamp.into_pyobject(py)?.into_any(),
+            ],
+        )?;
+        entry.stored = Stored::Boxed {
+            value: PyBytes::new(py, &pack_long(value, timestamp))
+                .into_any()
+                .unbind(),
+            decoded: Some(decoded.unbind()),
+        };
+    }
+    match &entry.stored {
+        Stored::Boxed { value, decoded } => Ok((value, decoded.as_ref())),
+        Stored::Long { .. } => unreachable!("boxed above"),
+    }
+}
+
+/// A timestamped Long's bytes: the timestamp, then the Long, big-endian (`TIMESTAMPED_LONG`).
+pub fn pack_long(value: i64, timestamp: i64) -> [u8; LONG_BYTES as usize] {
+    let mut packed = [0u8; LONG_BYTES as usize];
+    packed[..8].copy_from_slice(&timestamp.to_be_bytes());
+    packed[8..].copy_from_slice(&value.to_be_bytes());
+    packed
 }
 
 /// What Python reads of an entry (`ThreadCache.get`, `sorted_entries`, a flushed batch): a copy.
@@ -90,6 +149,8 @@ pub struct NamedCache {
     pub gets: u64,
     #[pyo3(get)]
     pub puts: u64,
+    /// The `ValueAndTimestamp` class of the native aggregation writing `Stored::Long` entries here.
+    pub long_class: Option<SlotClass<2>>,
 }
 
 #[pymethods]
@@ -100,12 +161,17 @@ impl NamedCache {
         if let Some(listener) = &self.listener {
             visit.call(listener)?;
         }
+        if let Some(class) = &self.long_class {
+            visit.call(&class.cls)?;
+        }
         for (key, entry) in self.entries.iter() {
             visit.call(&key.0)?;
-            visit.call(&entry.value)?;
             visit.call(&entry.context)?;
-            if let Some(decoded) = &entry.decoded {
-                visit.call(decoded)?;
+            if let Stored::Boxed { value, decoded } = &entry.stored {
+                visit.call(value)?;
+                if let Some(decoded) = decoded {
+                    visit.call(decoded)?;
+                }
             }
         }
         for key in self.dirty.keys() {
@@ -116,6 +182,7 @@ impl NamedCache {
 
     fn __clear__(&mut self) {
         self.listener = None;
+        self.long_class = None;
         self.dirty.clear();
         self.entries.clear();
     }
@@ -155,17 +222,25 @@ pub struct ThreadCache {
 }
 
 impl ThreadCache {
-    fn snapshot(&self, py: Python<'_>, entry: &Entry) -> CacheEntry {
-        CacheEntry {
-            value: entry.value.clone_ref(py),
-            dirty: entry.dirty,
-            context: entry.context.clone_ref(py),
-            size: entry.size,
-            decoded: match &entry.decoded {
+    /// A `CacheEntry` copy of `entry`, boxed first if it was a `Stored::Long`.
+    fn snapshot(
+        &self,
+        py: Python<'_>,
+        class: &Option<SlotClass<2>>,
+        entry: &mut Entry,
+    ) -> PyResult<CacheEntry> {
+        let (dirty, size, context) = (entry.dirty, entry.size, entry.context.clone_ref(py));
+        let (value, decoded) = boxed(py, class, entry)?;
+        Ok(CacheEntry {
+            value: value.clone_ref(py),
+            dirty,
+            context,
+            size,
+            decoded: match decoded {
                 Some(decoded) => decoded.clone_ref(py),
                 None => self.not_decoded.clone_ref(py),
             },
-        }
+        })
     }
 
     fn cache_of(&self, py: Python<'_>, namespace: &str) -> Option<Py<NamedCache>> {
@@ -177,10 +252,11 @@ impl ThreadCache {
 fn pair<'py>(
     py: Python<'py>,
     thread: &ThreadCache,
+    class: &Option<SlotClass<2>>,
     key: &Key,
-    entry: &Entry,
+    entry: &mut Entry,
 ) -> PyResult<Bound<'py, PyTuple>> {
-    let copy = Bound::new(py, thread.snapshot(py, entry))?;
+    let copy = Bound::new(py, thread.snapshot(py, class, entry)?)?;
     PyTuple::new(py, [key.0.bind(py).clone().into_any(), copy.into_any()])
 }
 
@@ -227,6 +303,7 @@ impl ThreadCache {
                 listener: None,
                 gets: 0,
                 puts: 0,
+                long_class: None,
             },
         )?;
         self.caches
@@ -249,7 +326,11 @@ impl ThreadCache {
         let found = match self.caches.get(namespace) {
             Some(cache) => {
                 let mut cache = cache.bind(py).borrow_mut();
-                cache.entries.to_back(key).map(|e| self.snapshot(py, e))
+                let cache = &mut *cache;
+                match cache.entries.to_back(key) {
+                    Some(e) => Some(self.snapshot(py, &cache.long_class, e)?),
+                    None => None,
+                }
             }
             None => None,
         };
@@ -264,7 +345,10 @@ impl ThreadCache {
     fn holds(&self, py: Python<'_>, namespace: &str, key: &[u8]) -> bool {
         self.caches.get(namespace).is_some_and(|cache| {
             let cache = cache.bind(py).borrow();
-            cache.entries.get(key).is_some_and(|e| !e.value.is_none(py))
+            cache.entries.get(key).is_some_and(|e| match &e.stored {
+                Stored::Boxed { value, .. } => !value.is_none(py),
+                Stored::Long { .. } => true,
+            })
         })
     }
 
@@ -310,10 +394,11 @@ impl ThreadCache {
         let Some(cache) = self.caches.get(namespace) else {
             return Ok(list);
         };
-        let cache = cache.bind(py).borrow();
-        let mut chosen: Vec<(&Key, &Entry)> = cache
+        let mut cache = cache.bind(py).borrow_mut();
+        let cache = &mut *cache;
+        let mut chosen: Vec<(&Key, &mut Entry)> = cache
             .entries
-            .iter()
+            .iter_mut()
             .filter(|(k, _)| {
                 from_key.is_none_or(|from| k.bytes() >= from)
                     && to_key.is_none_or(|to| k.bytes() <= to)
@@ -321,7 +406,7 @@ impl ThreadCache {
             .collect();
         chosen.sort_by(|a, b| a.0.bytes().cmp(b.0.bytes()));
         for (key, entry) in chosen {
-            list.append(pair(py, self, key, entry)?)?;
+            list.append(pair(py, self, &cache.long_class, key, entry)?)?;
         }
         Ok(list)
     }
@@ -371,17 +456,57 @@ pub fn put(
     cache: &Bound<'_, NamedCache>,
     key: &Bound<'_, PyBytes>,
     value: &Bound<'_, PyAny>,
-    mut dirty: bool,
+    dirty: bool,
     context: &Bound<'_, PyAny>,
     topic_len: isize,
     decoded: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<()> {
-    let py = thread.py();
+    let value_len = if value.is_none() {
+        0
+    } else {
+        value.len()? as isize
+    };
+    let stored = Stored::Boxed {
+        value: value.clone().unbind(),
+        decoded: decoded.map(|d| d.clone().unbind()),
+    };
+    put_stored(
+        thread, cache, key, stored, value_len, dirty, context, topic_len,
+    )
+}
+
+/// `put(key, <bytes of ValueAndTimestamp(value, timestamp)>, dirty=True, ...)` of a Long, kept unboxed
+/// (`Stored::Long`): the size is what the boxed entry's would be (its bytes are `LONG_BYTES` long).
+/// `cache` must know its `ValueAndTimestamp` class (`NamedCache::long_class`).
+pub fn put_long(
+    thread: &Bound<'_, ThreadCache>,
+    cache: &Bound<'_, NamedCache>,
+    key: &Bound<'_, PyBytes>,
+    value: i64,
+    timestamp: i64,
+    context: &Bound<'_, PyAny>,
+    topic_len: isize,
+) -> PyResult<()> {
+    let stored = Stored::Long { value, timestamp };
+    put_stored(
+        thread, cache, key, stored, LONG_BYTES, true, context, topic_len,
+    )
+}
+
+/// `put` of an entry's stored value, `value_len` its bytes' length.
+#[allow(clippy::too_many_arguments)]
+fn put_stored(
+    thread: &Bound<'_, ThreadCache>,
+    cache: &Bound<'_, NamedCache>,
+    key: &Bound<'_, PyBytes>,
+    stored: Stored,
+    value_len: isize,
+    mut dirty: bool,
+    context: &Bound<'_, PyAny>,
+    topic_len: isize,
+) -> PyResult<()> {
     let overhead = thread.borrow().entry_overhead;
-    let mut size = key.as_bytes().len() as isize + topic_len + overhead;
-    if !value.is_none() {
-        size += value.len()? as isize;
-    }
+    let size = key.as_bytes().len() as isize + topic_len + overhead + value_len;
     let delta = {
         let mut named = cache.borrow_mut();
         let named = &mut *named;
@@ -390,11 +515,10 @@ pub fn put(
                 named.entries.insert(
                     Key(key.clone().unbind()),
                     Entry {
-                        value: value.clone().unbind(),
+                        stored,
                         dirty,
                         context: context.clone().unbind(),
                         size,
-                        decoded: decoded.map(|d| d.clone().unbind()),
                     },
                 );
                 size
@@ -402,10 +526,11 @@ pub fn put(
             Some(old) => {
                 // updated in place: a hot key costs no allocation
                 let delta = size - old.size;
-                old.value = value.clone().unbind();
-                old.context = context.clone().unbind();
+                old.stored = stored;
+                if !old.context.is(context) {
+                    old.context = context.clone().unbind();
+                }
                 old.size = size;
-                old.decoded = decoded.map(|d| d.clone().unbind());
                 if dirty {
                     old.dirty = true;
                 } else {
@@ -426,28 +551,37 @@ pub fn put(
         thread.size_bytes += delta;
         thread.size_bytes > thread.max_bytes
     };
-    let _ = py;
     if over {
         evict_over_bound(thread, cache)?;
     }
     Ok(())
 }
 
+/// What a read through the cache found: a boxed entry's bytes and decoded value, or an unboxed Long.
+pub enum Found {
+    Boxed(Py<PyAny>, Option<Py<PyAny>>),
+    Long { value: i64, timestamp: i64 },
+}
+
 /// A read of `key` through the cache (`ThreadCache.get` without the copy): on a hit the entry is made
-/// the most recent and its stored bytes and decoded value returned; hits and misses counted.
+/// the most recent and what it stores returned; hits and misses counted.
 pub fn lookup(
     py: Python<'_>,
     thread: &Bound<'_, ThreadCache>,
     cache: &Bound<'_, NamedCache>,
     key: &[u8],
-) -> Option<(Py<PyAny>, Option<Py<PyAny>>)> {
+) -> Option<Found> {
     let found = {
         let mut named = cache.borrow_mut();
-        named.entries.to_back(key).map(|e| {
-            (
-                e.value.clone_ref(py),
-                e.decoded.as_ref().map(|d| d.clone_ref(py)),
-            )
+        named.entries.to_back(key).map(|e| match &e.stored {
+            Stored::Boxed { value, decoded } => Found::Boxed(
+                value.clone_ref(py),
+                decoded.as_ref().map(|d| d.clone_ref(py)),
+            ),
+            Stored::Long { value, timestamp } => Found::Long {
+                value: *value,
+                timestamp: *timestamp,
+            },
         })
     };
     let mut thread = thread.borrow_mut();
@@ -476,7 +610,7 @@ fn flush(thread: &Bound<'_, ThreadCache>, cache: &Bound<'_, NamedCache>) -> PyRe
                 .get_mut(key.bytes())
                 .expect("a dirty key has an entry");
             entry.dirty = false;
-            batch.append(pair(py, &owner, key, entry)?)?;
+            batch.append(pair(py, &owner, &named.long_class, key, entry)?)?;
         }
         named.dirty.clear();
         (batch, named.listener.as_ref().map(|l| l.clone_ref(py)))
