@@ -15,7 +15,7 @@ from __future__ import annotations
 import bisect
 import shutil
 import struct
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from kappaflow.state.api import (
     StoreContext,
     prefix_upper_bound,
 )
+from kappaflow.state.concurrent_opens import current_opens
 from kappaflow.state.rocksdb_config import (
     CONFIG_KEY,
     RocksDBConfigSetter,
@@ -207,23 +208,40 @@ class RocksDBKeyValueBytesStore:
         config = context.app_config
         self._config_setter = resolve_config_setter(config.get(CONFIG_KEY))
         self._app_config = config.as_dict()
-        self._path = context.state_dir() / "rocksdb" / self._name
-        self.open_at(self._path)
+        self._path = path = context.state_dir() / "rocksdb" / self._name
+        opens = current_opens()
+        if opens is None:
+            self.open_at(path)
+        else:  # a task manager opening many tasks' stores at once (state/concurrent_opens.py)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            opens.submit(self._opener(path), self._attach)
         context.register_store(root, self.restore_batch, self.restore_messages)
 
     def open_at(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._path = path
-        try:
-            self._db = rocksdict.Rdict(
-                str(path), self._options(), column_families={_META_CF: rocksdict.Options(raw_mode=True)}
-            )
-        except Exception as exc:
-            raise InvalidStateStoreError(
-                f"store '{self._name}': cannot open RocksDB at {path}: {exc}"
-            ) from exc
-        self._meta = self._db.get_column_family(_META_CF)
-        self._meta_handle = self._db.get_column_family_handle(_META_CF)
+        self._attach(self._opener(path)())
+
+    def _opener(self, path: Path) -> Callable[[], Any]:
+        """The open of the database at `path`, to run on any thread: its options are built here (a
+        config setter runs on the calling thread), the `Rdict` call there."""
+        options = self._options()
+        name = self._name
+
+        def open_db() -> Any:
+            try:
+                return rocksdict.Rdict(
+                    str(path), options, column_families={_META_CF: rocksdict.Options(raw_mode=True)}
+                )
+            except Exception as exc:
+                raise InvalidStateStoreError(f"store '{name}': cannot open RocksDB at {path}: {exc}") from exc
+
+        return open_db
+
+    def _attach(self, db: Any) -> None:
+        self._db = db
+        self._meta = db.get_column_family(_META_CF)
+        self._meta_handle = db.get_column_family_handle(_META_CF)
 
     @property
     def path(self) -> Path | None:
