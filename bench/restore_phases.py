@@ -26,6 +26,7 @@ from kappaflow.runner.producer import StreamsProducer
 from kappaflow.runner.rebalance import RebalanceHandler
 from kappaflow.runner.tasks import TaskManager
 from kappaflow.runner.warmup import JoinWarmup
+from kappaflow.state.concurrent_opens import ConcurrentOpens
 from kappaflow.tasks.task import StreamTask
 
 JOIN_LABEL = "subscribe"
@@ -38,8 +39,9 @@ STEPS: tuple[tuple[str, Any, str], ...] = (
     ("warm-up check (group described)", JoinWarmup, "run"),
     (JOIN_LABEL, thread_module.StreamThread, "_join"),
     (ASSIGN_LABEL, RebalanceHandler, "on_assign"),
-    ("  task open", TaskManager, "_open"),
-    ("    stores open (RocksDB)", StreamTask, "initialize"),
+    ("  tasks open (in order)", TaskManager, "create_actives"),
+    ("    stores init (RocksDB opens submitted)", StreamTask, "initialize"),
+    ("    RocksDB opens waited for (threads)", ConcurrentOpens, "wait"),
     ("    changelog register", ChangelogReader, "register"),
     ("      changelog end offsets", WatermarkReader, "__call__"),
     ("      changelog topic ids", InternalTopicManager, "topic_ids"),

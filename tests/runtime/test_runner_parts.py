@@ -124,6 +124,9 @@ class FakeTasks(PartitionOwnership):
         managed = self.active[task_id] = FakeManaged(FakeTask(task_id, state))
         return managed
 
+    def create_actives(self, task_ids: list[TaskId]) -> list[FakeManaged]:
+        return [self.create_active(task_id) for task_id in task_ids]
+
     def close_active(self, task_id: TaskId, clean: bool) -> None:
         if self.active.pop(task_id, None) is not None:
             self.closed.append((task_id, clean))
@@ -450,6 +453,15 @@ class FakeStateManager:
     def checkpoint_offsets(self) -> None:
         self.checkpoints.append(self.offset_now)
 
+    def checkpoint_in_background(self) -> bool:
+        """The end of the restoration's offset, written by the next `settle_checkpoint` (its flush)."""
+        self.deferred: int | None = self.offset_now
+        return True
+
+    def settle_checkpoint(self, wait: bool = False) -> bool:
+        self.checkpoints.append(self.deferred)
+        return True
+
 
 class RestoringTask:
     def __init__(self, manager: FakeStateManager) -> None:
@@ -504,7 +516,8 @@ def test_restoration_waits_past_an_open_transaction_up_to_the_high_watermark():
     assert reader.step() == [] and reader.step() == [] and not task.restored  # stopped at the LSO: not done
     assert reader.step() == [managed] and task.restored
     assert task.state_manager.applied == [b"k", b"k", b"k", b"a", b"b", b"c"]
-    assert task.state_manager.checkpoints == [8] and consumer.assigned == [] and not reader.has_work()
+    assert task.state_manager.checkpoints == [] and consumer.assigned == [] and not reader.has_work()
+    assert reader.step() == [] and task.state_manager.checkpoints == [8]  # the next step writes it
 
 
 class SecondPartitionManager(FakeStateManager):

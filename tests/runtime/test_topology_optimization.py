@@ -158,7 +158,7 @@ def test_restoring_from_a_source_topic_stops_at_the_committed_offset() -> None:
     assert asked == [[tp]] and managed.end_offsets[tp] == 4 and consumer.assigned == [(tp[0], tp[1], -2)]
     assert reader.step() == [managed] and task.restored
     assert task.state_manager.applied == [b"a", b"b", b"c"]
-    assert task.state_manager.checkpoints == [4] and consumer.assigned == []
+    assert reader.step() == [] and task.state_manager.checkpoints == [4] and consumer.assigned == []
 
 
 def test_nothing_committed_restores_nothing_and_a_standby_leaves_source_topics_alone() -> None:

@@ -103,11 +103,14 @@ class RebalanceHandler:
         owned = set(self._tasks.assigned) | set(added) if self._incremental else set(added)
         by_task = self._tasks.own(sorted(owned))
         restoring: list[TopicPartition] = []
-        for task_id in sorted(by_task, key=lambda t: (t.subtopology, t.partition)):
-            if task_id not in self._tasks.active:
-                managed = self._tasks.create_active(task_id)
-                if managed.task.state is TaskState.RESTORING:
-                    restoring.extend(self.partitions_of(task_id))
+        new = [
+            t
+            for t in sorted(by_task, key=lambda t: (t.subtopology, t.partition))
+            if t not in self._tasks.active
+        ]
+        for managed in self._tasks.create_actives(new):  # their stores open concurrently
+            if managed.task.state is TaskState.RESTORING:
+                restoring.extend(self.partitions_of(managed.task.id))
         if self._reset_policies:  # partitions never committed start where their source's policy says
             resolve_start_offsets(consumer, partitions, self._reset_policies, self._clock_ms(), 30.0)
         if self._incremental:

@@ -19,6 +19,7 @@ from kappaflow.api.processor import TaskId
 from kappaflow.runner.changelog_reader import RESTORE_BATCH, ChangelogReader
 from kappaflow.runner.managed_task import ManagedTask, TaskDirLock
 from kappaflow.state.cache import RecordCache
+from kappaflow.state.concurrent_opens import concurrent_opens
 from kappaflow.tasks.async_executor import AsyncExecutor, LoopThreadExecutor
 from kappaflow.tasks.drain import RawTuple
 from kappaflow.tasks.task import StreamTask, TaskState
@@ -119,6 +120,12 @@ class TaskManager(PartitionOwnership):
         return result
 
     def _open(self, task_id: TaskId, standby: bool) -> ManagedTask:
+        task, lock = self._initialized(task_id)
+        return self._registered(task, lock, standby)
+
+    def _initialized(self, task_id: TaskId) -> tuple[StreamTask, TaskDirLock]:
+        """The task with its directory locked and its stores initialized (inside `concurrent_opens()`
+        their databases may still be opening)."""
         task_dir = self.state_root / str(task_id)
         lock = TaskDirLock(task_dir, self._lock_wait_s)
         try:
@@ -135,6 +142,14 @@ class TaskManager(PartitionOwnership):
                 async_executor=self._executor,
             )
             task.initialize()
+        except BaseException:
+            lock.release()
+            raise
+        return task, lock
+
+    def _registered(self, task: StreamTask, lock: TaskDirLock, standby: bool) -> ManagedTask:
+        """The opened task registered with the changelog reader (its restoration starts)."""
+        try:
             managed = ManagedTask(task, lock, standby)
             self.reader.register(managed)
         except BaseException:
@@ -155,16 +170,49 @@ class TaskManager(PartitionOwnership):
         return False
 
     def create_active(self, task_id: TaskId) -> ManagedTask:
-        previous = self.standby.pop(task_id, None)
-        if previous is not None:
-            self._close(previous, clean=True)
-        managed = self._open(task_id, standby=False)
-        self.active[task_id] = managed
-        if not managed.pending:
-            managed.task.complete_restoration()
-        else:
-            log.info("task %s: restoring %s", task_id, self.reader.remaining_text(managed))
-        return managed
+        return self.create_actives([task_id])[0]
+
+    def create_actives(self, task_ids: list[TaskId]) -> list[ManagedTask]:
+        """Open active tasks, in order: every task's stores first, their RocksDB databases opening on
+        threads meanwhile (state/concurrent_opens.py), then each task registered with the changelog
+        reader, which reads their stores. A failure closes the tasks of the call not registered yet
+        (dirty: nothing of theirs ran) and releases their directories before it is raised."""
+        opened: list[tuple[StreamTask, TaskDirLock]] = []
+        try:
+            with concurrent_opens():
+                for task_id in task_ids:
+                    previous = self.standby.pop(task_id, None)
+                    if previous is not None:
+                        self._close(previous, clean=True)
+                    opened.append(self._initialized(task_id))
+        except BaseException:
+            self._abandon(opened)
+            raise
+        created: list[ManagedTask] = []
+        for index, (task, lock) in enumerate(opened):
+            try:
+                managed = self._registered(task, lock, standby=False)
+            except BaseException:
+                task.close(clean=False)
+                self._abandon(opened[index + 1 :])
+                raise
+            self.active[task.id] = managed
+            if not managed.pending:
+                task.complete_restoration()
+            else:
+                log.info("task %s: restoring %s", task.id, self.reader.remaining_text(managed))
+            created.append(managed)
+        return created
+
+    @staticmethod
+    def _abandon(opened: list[tuple[StreamTask, TaskDirLock]]) -> None:
+        for task, lock in opened:
+            try:
+                task.close(clean=False)
+            except Exception:  # the other tasks' directories must be released all the same
+                log.exception("task %s: error closing a task that failed to open", task.id)
+            finally:
+                lock.release()
 
     def create_standby(self, task_id: TaskId) -> None:
         if task_id in self.standby or task_id in self.active:
