@@ -60,7 +60,7 @@ from kappaflow.spark.executor import InputRow, OutputRow, RecordRow, StageJob, l
 from kappaflow.spark.progress import DEFAULT_INTERVAL_S as DEFAULT_PROGRESS_INTERVAL_S
 from kappaflow.spark.progress import StageProgress
 from kappaflow.spark.session import spark_kafka_options
-from kappaflow.spark.shuffle import batch_rows, direct_shuffle_topic, slot_pair, stats_of_pairs
+from kappaflow.spark.shuffle import direct_shuffle_topic, slot_pair
 from kappaflow.spark.shuffle import shuffled_to_input as _shuffled_to_input
 from kappaflow.spark.splits import (
     key_splittable,
@@ -382,6 +382,27 @@ class Reprocessor:
                 result[sources[0]] = splits
         return result
 
+    def _account(
+        self,
+        result: ReprocessResult,
+        stats: list[dict[str, Any]],
+        sub: SubTopology,
+        label: str,
+        sources: list[str],
+    ) -> None:
+        """Add one stage's tasks (its sub-topology's stats among a Spark job's) to the result, and say so."""
+        own = [s for s in stats if int(str(s["task"]).split("_")[0]) == sub.id]
+        result.task_stats.extend(own)
+        processed = sum(s["records"] for s in own)
+        result.records_processed += processed
+        result.outputs_written += sum(s["outputs"] for s in own)
+        result.changelog_records += sum(s["changelog_records"] for s in own)
+        result.tasks += len(own)
+        self.progress(
+            f"{label} (sub-topology {sub.id}: {', '.join(sources)}): {len(own)} tasks processed "
+            f"{processed} records"
+        )
+
     # ----------------------------------------------------------------- the run
     def run(self, spark: Any) -> ReprocessResult:
         from pyspark import StorageLevel
@@ -422,8 +443,10 @@ class Reprocessor:
         stages = stage_order(self.topology)
         parallelism = task_slots(str(spark.sparkContext.master), spark.sparkContext.defaultParallelism)
         key_splits = self.key_splits(stages, counts, repartition, parallelism, result.records_read)
+        ran: list[tuple[int, SubTopology, list[str]]] = []  # stages of the Spark job being built
         for index, sub in enumerate(stages, 1):
-            stage_started = time.monotonic()
+            if not ran:
+                stage_started = time.monotonic()
             sources = [self.topology.resolve_topic(t, self.app_id) for t in sub.source_topics]
             user_topics = [t for t in sources if t not in internal]
             tasks = max(counts[t] for t in sources)
@@ -497,43 +520,41 @@ class Reprocessor:
                 union = parts[0] if len(parts) == 1 else spark.sparkContext.union(parts)
                 slots = tasks * job.input_key_splits  # a task's key slots, one Spark partition each
                 rows = union.map(_task_partition).partitionBy(slots, _identity).map(_second)
-            label = f"stage {index}/{len(stages)} (sub-topology {sub.id})"
             target = direct_shuffle_topic(sub, stages, self.topology, self.app_id, repartition)
+            ran.append((index, sub, sources))
             if target is not None:
-                # The stage's tasks shuffle what they emit in the same Python pass (see the function).
+                # The stage's tasks shuffle what they emit in the same Python pass, and it runs in the
+                # reading stage's Spark job, its stats handed on through it (spark/shuffle.py).
                 slots = counts[target] * key_splits.get(target, 1)
-                pairs = (
+                direct[target] = (
                     rows.mapPartitions(functools.partial(run_partitions, job))
-                    .map(functools.partial(slot_pair, slots))
-                    .partitionBy(slots + 1, _identity)
+                    .map(slot_pair)
+                    .partitionBy(slots, _identity)
+                    .map(_second)
                 )
-                with StageProgress(spark, label, self.progress, self.progress_interval_s):
-                    stats_rows = spark.sparkContext.runJob(pairs, stats_of_pairs, [slots])
-                stats = [json.loads(r[2]) for r in stats_rows]
-                direct[target] = pairs.mapPartitionsWithIndex(functools.partial(batch_rows, slots))
-            else:
-                out = rows.mapPartitions(functools.partial(run_partitions, job)).persist(
-                    StorageLevel.MEMORY_AND_DISK
-                )
-                persisted.append(out)
-                with StageProgress(spark, label, self.progress, self.progress_interval_s):
-                    stats = [json.loads(r[2]) for r in out.filter(_is_stats).collect()]
-            for topic in sub.sink_topics if target is None else ():
+                continue
+            out = rows.mapPartitions(functools.partial(run_partitions, job)).persist(
+                StorageLevel.MEMORY_AND_DISK
+            )
+            persisted.append(out)
+            first = ran[0][0]
+            label = f"stage {index}/{len(stages)} (sub-topology {sub.id})"
+            if first != index:
+                subs = ", ".join(str(r[1].id) for r in ran)
+                label = f"stages {first}-{index}/{len(stages)} (sub-topologies {subs})"
+            with StageProgress(spark, label, self.progress, self.progress_interval_s):
+                stats = [json.loads(r[2]) for r in out.filter(_is_stats).collect()]
+            for topic in sub.sink_topics:
                 resolved = self.topology.resolve_topic(topic, self.app_id)
                 if resolved in repartition:
                     shuffled[resolved] = out.filter(_is_shuffled).filter(
                         functools.partial(_for_topic, resolved)
                     )
-            result.task_stats.extend(stats)
-            processed = sum(s["records"] for s in stats)
-            result.records_processed += processed
-            result.outputs_written += sum(s["outputs"] for s in stats)
-            result.changelog_records += sum(s["changelog_records"] for s in stats)
-            result.tasks += len(stats)
-            self.progress(
-                f"stage {index}/{len(stages)} (sub-topology {sub.id}: {', '.join(sources)}): "
-                f"{len(stats)} tasks processed {processed} records in {time.monotonic() - stage_started:.1f}s"
-            )
+            seconds = time.monotonic() - stage_started
+            for ran_index, ran_sub, ran_sources in ran:
+                self._account(result, stats, ran_sub, f"stage {ran_index}/{len(stages)}", ran_sources)
+            self.progress(f"{label} ran in {seconds:.1f}s")
+            ran = []
         self.commit_offsets(ends, counts)
         for rdd in persisted:
             rdd.unpersist()
