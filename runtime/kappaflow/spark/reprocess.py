@@ -443,10 +443,13 @@ class Reprocessor:
         stages = stage_order(self.topology)
         parallelism = task_slots(str(spark.sparkContext.master), spark.sparkContext.defaultParallelism)
         key_splits = self.key_splits(stages, counts, repartition, parallelism, result.records_read)
-        ran: list[tuple[int, SubTopology, list[str]]] = []  # stages of the Spark job being built
+        # Stages whose stats have not arrived: a stage that shuffles into its reader reports with the
+        # reader's Spark job, which need not be the next one (an unrelated stage may run in between).
+        ran: list[tuple[int, SubTopology, list[str]]] = []
+        job_started: float | None = None
         for index, sub in enumerate(stages, 1):
-            if not ran:
-                stage_started = time.monotonic()
+            if job_started is None:  # the first stage of the next Spark job
+                job_started = time.monotonic()
             sources = [self.topology.resolve_topic(t, self.app_id) for t in sub.source_topics]
             user_topics = [t for t in sources if t not in internal]
             tasks = max(counts[t] for t in sources)
@@ -550,11 +553,12 @@ class Reprocessor:
                     shuffled[resolved] = out.filter(_is_shuffled).filter(
                         functools.partial(_for_topic, resolved)
                     )
-            seconds = time.monotonic() - stage_started
-            for ran_index, ran_sub, ran_sources in ran:
-                self._account(result, stats, ran_sub, f"stage {ran_index}/{len(stages)}", ran_sources)
+            seconds, job_started = time.monotonic() - job_started, None
+            reported = {int(str(s["task"]).split("_")[0]) for s in stats}
+            for entry in [e for e in ran if e[1] is sub or e[1].id in reported]:
+                self._account(result, stats, entry[1], f"stage {entry[0]}/{len(stages)}", entry[2])
+                ran.remove(entry)
             self.progress(f"{label} ran in {seconds:.1f}s")
-            ran = []
         self.commit_offsets(ends, counts)
         for rdd in persisted:
             rdd.unpersist()
