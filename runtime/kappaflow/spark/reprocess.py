@@ -76,6 +76,7 @@ from kappaflow_contract.topics import changelog_topic
 log = logging.getLogger(__name__)
 
 Offsets = dict[str, dict[int, int]]
+Stage = tuple[int, SubTopology, list[str]]  # its number in the run, its sub-topology, its input topics
 
 # Each Spark task reads its offset ranges with librdkafka, or Spark's Kafka source does (see the docstring).
 READERS = ("kafka-client", "spark")
@@ -382,15 +383,9 @@ class Reprocessor:
                 result[sources[0]] = splits
         return result
 
-    def _account(
-        self,
-        result: ReprocessResult,
-        stats: list[dict[str, Any]],
-        sub: SubTopology,
-        label: str,
-        sources: list[str],
-    ) -> None:
+    def _account(self, result: ReprocessResult, stats: list[Any], stage: Stage, total: int) -> None:
         """Add one stage's tasks (its sub-topology's stats among a Spark job's) to the result, and say so."""
+        index, sub, sources = stage
         own = [s for s in stats if int(str(s["task"]).split("_")[0]) == sub.id]
         result.task_stats.extend(own)
         processed = sum(s["records"] for s in own)
@@ -399,8 +394,8 @@ class Reprocessor:
         result.changelog_records += sum(s["changelog_records"] for s in own)
         result.tasks += len(own)
         self.progress(
-            f"{label} (sub-topology {sub.id}: {', '.join(sources)}): {len(own)} tasks processed "
-            f"{processed} records"
+            f"stage {index}/{total} (sub-topology {sub.id}: {', '.join(sources)}): {len(own)} tasks "
+            f"processed {processed} records"
         )
 
     # ----------------------------------------------------------------- the run
@@ -445,7 +440,7 @@ class Reprocessor:
         key_splits = self.key_splits(stages, counts, repartition, parallelism, result.records_read)
         # Stages whose stats have not arrived: a stage that shuffles into its reader reports with the
         # reader's Spark job, which need not be the next one (an unrelated stage may run in between).
-        ran: list[tuple[int, SubTopology, list[str]]] = []
+        ran: list[Stage] = []
         job_started: float | None = None
         for index, sub in enumerate(stages, 1):
             if job_started is None:  # the first stage of the next Spark job
@@ -556,7 +551,7 @@ class Reprocessor:
             seconds, job_started = time.monotonic() - job_started, None
             reported = {int(str(s["task"]).split("_")[0]) for s in stats}
             for entry in [e for e in ran if e[1] is sub or e[1].id in reported]:
-                self._account(result, stats, entry[1], f"stage {entry[0]}/{len(stages)}", entry[2])
+                self._account(result, stats, entry, len(stages))
                 ran.remove(entry)
             self.progress(f"{label} ran in {seconds:.1f}s")
         self.commit_offsets(ends, counts)
