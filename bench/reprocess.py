@@ -126,7 +126,7 @@ def spark_run(
         wordcount_topology(source, sink),
         config,
         spark=spark,
-        progress=lambda t: print("    " + t),
+        progress=lambda t: print(f"    [{time.perf_counter() - started:5.2f}s] {t}"),  # driver steps' times
         **options,
     )
     for stats in result.task_stats:
@@ -221,6 +221,13 @@ def main() -> int:
         action="store_true",
         help="write Spark's event log and print where each stage's wall time went (bench/spark_timeline.py)",
     )
+    parser.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting for the sessions (repeatable): A/B a session option against the defaults",
+    )
     parser.add_argument("--bootstrap", default="")
     parser.add_argument("--replay-one", type=int, default=0, help=argparse.SUPPRESS)  # threads, in a child
     parser.add_argument("--source", default="", help=argparse.SUPPRESS)
@@ -275,6 +282,7 @@ def main() -> int:
                     print(f"==> round {round_no}: Spark session {master} ({load()}) ...", flush=True)
                     started = time.perf_counter()
                     conf = {"spark.sql.shuffle.partitions": "4"}
+                    conf.update(dict(item.split("=", 1) for item in args.conf))
                     event_logs = Path(tempfile.mkdtemp(prefix="kappaflow-bench-events-"))
                     if args.timeline:
                         conf.update(
@@ -322,6 +330,10 @@ def main() -> int:
                         spark.stop()
                     if args.timeline:
                         print_timeline(event_logs, master, slots)
+                    keep = os.environ.get("KAPPAFLOW_BENCH_KEEP_EVENTS")
+                    if args.timeline and keep:  # for a per-task timeline (bench/spark_timeline.py --tasks)
+                        kept = Path(keep) / f"round{round_no}-{master}"
+                        shutil.copytree(event_logs, kept, dirs_exist_ok=True)
                     shutil.rmtree(event_logs, ignore_errors=True)
             print()
             splits = "auto" if args.splits is None else str(args.splits)

@@ -10,6 +10,7 @@ holds beyond its tasks' work over the slots is Spark's own overhead on this mach
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,3 +102,88 @@ def report(stages: list[StageTimes], slots: int) -> list[str]:
         ]
         lines.append(f"{stage.stage:<8}{stage.tasks:>6}" + "".join(f"{v:>{w}.2f}" for v, w in seconds))
     return lines
+
+
+@dataclass
+class TaskSpan:
+    stage: int
+    task: int
+    launch_ms: int
+    finish_ms: int
+    run_ms: int
+
+
+def read_tasks(event_log: Path) -> tuple[list[TaskSpan], list[tuple[int, int, int]]]:
+    """Every task's launch and finish, and every job's (id, submitted, completed) ms, from an event log."""
+    tasks: list[TaskSpan] = []
+    jobs: dict[int, list[int]] = {}
+    for line in event_lines(event_log):
+        event: dict[str, Any] = json.loads(line)
+        kind = event.get("Event")
+        if kind == "SparkListenerTaskEnd":
+            info, metrics = event["Task Info"], event.get("Task Metrics") or {}
+            tasks.append(
+                TaskSpan(
+                    event["Stage ID"],
+                    info["Task ID"],
+                    info["Launch Time"],
+                    info["Finish Time"],
+                    metrics.get("Executor Run Time", 0),
+                )
+            )
+        elif kind == "SparkListenerJobStart":
+            jobs.setdefault(event["Job ID"], [0, 0])[0] = event["Submission Time"]
+        elif kind == "SparkListenerJobEnd":
+            jobs.setdefault(event["Job ID"], [0, 0])[1] = event["Completion Time"]
+    return sorted(tasks, key=lambda t: t.launch_ms), [(j, s, e) for j, (s, e) in sorted(jobs.items())]
+
+
+def occupancy(tasks: list[TaskSpan], slots: int, start_ms: int, end_ms: int) -> list[tuple[int, int, int]]:
+    """(from, to, busy slots) intervals over [start, end): where fewer than `slots` ran, a core idled."""
+    edges = sorted({start_ms, end_ms, *(t.launch_ms for t in tasks), *(t.finish_ms for t in tasks)})
+    spans = []
+    for lo, hi in itertools.pairwise(edges):
+        if lo < start_ms or hi > end_ms:
+            continue
+        busy = sum(1 for t in tasks if t.launch_ms <= lo and t.finish_ms >= hi)
+        if spans and spans[-1][2] == min(busy, slots) and spans[-1][1] == lo:
+            spans[-1] = (spans[-1][0], hi, spans[-1][2])
+        else:
+            spans.append((lo, hi, min(busy, slots)))
+    return spans
+
+
+def task_report(event_log: Path, slots: int) -> list[str]:
+    """Each job and task against the first job's submission, then the seconds at each number of busy
+    slots: the time some core idled, and in which gaps."""
+    tasks, jobs = read_tasks(event_log)
+    if not tasks or not jobs:
+        return []
+    origin = min(s for _j, s, _e in jobs if s) if any(s for _j, s, _e in jobs) else tasks[0].launch_ms
+    end = max(max(e for _j, _s, e in jobs), max(t.finish_ms for t in tasks))
+    lines = [f"job {j}: {(s - origin) / 1000:7.2f} - {(e - origin) / 1000:7.2f} s" for j, s, e in jobs]
+    for t in tasks:
+        lines.append(
+            f"  stage {t.stage:>3} task {t.task:>3}: {(t.launch_ms - origin) / 1000:7.2f} - "
+            f"{(t.finish_ms - origin) / 1000:7.2f} s (run {t.run_ms / 1000:.2f})"
+        )
+    spans = occupancy(tasks, slots, origin, end)
+    totals: dict[int, float] = {}
+    for lo, hi, busy in spans:
+        totals[busy] = totals.get(busy, 0.0) + (hi - lo) / 1000
+    lines.append(
+        "busy slots: "
+        + ", ".join(f"{b}: {s:.2f} s" for b, s in sorted(totals.items()))
+        + f" of {(end - origin) / 1000:.2f} s"
+    )
+    for lo, hi, busy in spans:
+        if busy < slots and hi - lo >= 50:
+            lines.append(f"  {busy} busy {(lo - origin) / 1000:7.2f} - {(hi - origin) / 1000:7.2f} s")
+    return lines
+
+
+if __name__ == "__main__":
+    import sys
+
+    for log_path in sys.argv[2:]:
+        print("\n".join(task_report(Path(log_path), int(sys.argv[1]))))

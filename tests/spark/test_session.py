@@ -42,3 +42,10 @@ def test_local_session_reads_a_topic_from_the_broker(spark, kafka_bootstrap, kaf
         .collect()
     )
     assert sorted((r.k, r.v, r.ts) for r in rows) == sorted((f"k{i}", f"v{i}", 1000 + i) for i in range(50))
+
+
+def test_a_local_sessions_jvm_compiles_with_c1_only(spark):
+    """Locally the JVM shares the cores with the Python workers: its C2 compiler threads are left out
+    (session.py), in the running JVM itself, not only in the settings."""
+    arguments = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+    assert "-XX:TieredStopAtLevel=1" in list(arguments.getInputArguments())

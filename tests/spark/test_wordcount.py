@@ -89,3 +89,51 @@ def test_wordcount_reprocessed_equals_streaming_then_runtime_continues(
     finally:
         assert app.close(30)
     assert latest_per_key(read_all(kafka_bootstrap, out_spark)) == expected_counts(first + second)
+
+
+def test_a_stage_that_shuffles_into_a_later_job_still_reports_its_tasks(
+    spark, kafka_bootstrap, kafka_topics, tmp_path
+):
+    """The word count's first stage runs in its reader's Spark job and reports through it; here an
+    unrelated stage is planned between the two (stage order 0, 2, 1) and runs its own job first, and
+    every stage's tasks are still counted once."""
+    from kappaflow import StreamsBuilder, serdes
+    from kappaflow.spark.reprocess import stage_order
+
+    source, other = kafka_topics("wc2-in", partitions=2), kafka_topics("wc2-other", partitions=1)
+    out, other_out = kafka_topics("wc2-out", partitions=2), kafka_topics("wc2-other-out", partitions=1)
+    text = lines(300)
+    produce_records(kafka_bootstrap, source, as_records(text, BASE_TS))
+    produce_records(kafka_bootstrap, other, as_records(lines(50), BASE_TS))
+
+    # The word count (sub-topologies 0 and 1) and a copy of another topic (2).
+    from examples.wordcount import split_words
+
+    from kappaflow import Materialized
+
+    builder = StreamsBuilder()
+    lines_in = builder.stream(source, key_serde=serdes.String(), value_serde=serdes.String())
+    lines_in.flat_map_values(split_words).group_by(
+        lambda _key, word: word, key_serde=serdes.String(), value_serde=serdes.String()
+    ).count(Materialized.as_("counts").with_value_serde(serdes.Long())).to_stream().to(
+        out, key_serde=serdes.String(), value_serde=serdes.Long()
+    )
+    builder.stream(other, key_serde=serdes.String(), value_serde=serdes.String()).map_values(str.upper).to(
+        other_out, key_serde=serdes.String(), value_serde=serdes.String()
+    )
+    topology = builder.build()
+    assert [s.id for s in stage_order(topology)] == [0, 2, 1]
+
+    app_id = f"wc2-spark-{uuid.uuid4().hex[:8]}"
+    result = reprocess(
+        topology,
+        {"application.id": app_id, "bootstrap.servers": kafka_bootstrap, "state.dir": str(tmp_path)},
+        spark=spark,
+    )
+
+    words = sum(len(line.split()) for line in text)
+    assert result.records_processed == len(text) + 50 + words
+    assert Counter(s["task"].split("_")[0] for s in result.task_stats).keys() == {"0", "1", "2"}
+    assert result.tasks == len(result.task_stats)
+    assert latest_per_key(read_all(kafka_bootstrap, out)) == expected_counts(text)
+    assert len(read_all(kafka_bootstrap, other_out)) == 50

@@ -49,7 +49,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from kappaflow.api.config import StreamsConfig
 from kappaflow.api.errors import StreamsError
@@ -71,6 +71,7 @@ RecordRow = tuple[int, str, int, int, int, bytes | None, bytes | None, HeaderLis
 BatchRow = tuple[int, str, int, bytes]
 RangeRow = tuple[int, str, int, int, int]
 InputRow = RecordRow | BatchRow | RangeRow
+StatsRow = tuple[str, int, str]  # ("S", task partition, stats JSON): an upstream stage's, handed on
 OutputRow = tuple[Any, ...]
 Emitted = tuple[int, bytes | None, bytes | None, HeaderList]  # timestamp, key, value, headers
 
@@ -471,13 +472,23 @@ def run_task(
     return [*shuffled, ("S", partition, json.dumps(stats))]
 
 
-def run_partitions(job: StageJob, rows: Iterator[InputRow]) -> Iterator[OutputRow]:
-    """A Spark `mapPartitions` function: group rows by task partition and run one task for each."""
+def run_partitions(job: StageJob, rows: Iterator[InputRow | StatsRow]) -> Iterator[OutputRow]:
+    """A Spark `mapPartitions` function: group rows by task partition and run one task for each.
+
+    Stats rows among the input (`("S", ...)`, the stages before that shuffled straight into this one:
+    spark/shuffle.py) are handed on after this partition's own output, so the driver collects every
+    stage's stats with the last stage's result.
+    """
     started = time.perf_counter()
     topology = load_app(job.app)
     by_slot: dict[int, list[InputRow]] = {}
+    upstream_stats: list[OutputRow] = []
     for row in rows:
-        by_slot.setdefault(row[0], []).append(row)
+        slot = row[0]
+        if isinstance(slot, str):
+            upstream_stats.append(row)
+        else:
+            by_slot.setdefault(slot, []).append(cast(InputRow, row))
     read_seconds = round(time.perf_counter() - started, 3)  # includes Spark handing the rows over
     for slot in sorted(by_slot):
         partition, key_slice = divmod(slot, job.input_key_splits)
@@ -486,3 +497,4 @@ def run_partitions(job: StageJob, rows: Iterator[InputRow]) -> Iterator[OutputRo
         stats["read_seconds"] = read_seconds
         out[-1] = ("S", partition, json.dumps(stats))
         yield from out
+    yield from upstream_stats

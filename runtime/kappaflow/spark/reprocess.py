@@ -60,7 +60,7 @@ from kappaflow.spark.executor import InputRow, OutputRow, RecordRow, StageJob, l
 from kappaflow.spark.progress import DEFAULT_INTERVAL_S as DEFAULT_PROGRESS_INTERVAL_S
 from kappaflow.spark.progress import StageProgress
 from kappaflow.spark.session import spark_kafka_options
-from kappaflow.spark.shuffle import batch_rows, direct_shuffle_topic, slot_pair, stats_of_pairs
+from kappaflow.spark.shuffle import direct_shuffle_topic, slot_pair
 from kappaflow.spark.shuffle import shuffled_to_input as _shuffled_to_input
 from kappaflow.spark.splits import (
     key_splittable,
@@ -76,6 +76,7 @@ from kappaflow_contract.topics import changelog_topic
 log = logging.getLogger(__name__)
 
 Offsets = dict[str, dict[int, int]]
+Stage = tuple[int, SubTopology, list[str]]  # its number in the run, its sub-topology, its input topics
 
 # Each Spark task reads its offset ranges with librdkafka, or Spark's Kafka source does (see the docstring).
 READERS = ("kafka-client", "spark")
@@ -382,6 +383,21 @@ class Reprocessor:
                 result[sources[0]] = splits
         return result
 
+    def _account(self, result: ReprocessResult, stats: list[Any], stage: Stage, total: int) -> None:
+        """Add one stage's tasks (its sub-topology's stats among a Spark job's) to the result, and say so."""
+        index, sub, sources = stage
+        own = [s for s in stats if int(str(s["task"]).split("_")[0]) == sub.id]
+        result.task_stats.extend(own)
+        processed = sum(s["records"] for s in own)
+        result.records_processed += processed
+        result.outputs_written += sum(s["outputs"] for s in own)
+        result.changelog_records += sum(s["changelog_records"] for s in own)
+        result.tasks += len(own)
+        self.progress(
+            f"stage {index}/{total} (sub-topology {sub.id}: {', '.join(sources)}): {len(own)} tasks "
+            f"processed {processed} records"
+        )
+
     # ----------------------------------------------------------------- the run
     def run(self, spark: Any) -> ReprocessResult:
         from pyspark import StorageLevel
@@ -422,8 +438,13 @@ class Reprocessor:
         stages = stage_order(self.topology)
         parallelism = task_slots(str(spark.sparkContext.master), spark.sparkContext.defaultParallelism)
         key_splits = self.key_splits(stages, counts, repartition, parallelism, result.records_read)
+        # Stages whose stats have not arrived: a stage that shuffles into its reader reports with the
+        # reader's Spark job, which need not be the next one (an unrelated stage may run in between).
+        ran: list[Stage] = []
+        job_started: float | None = None
         for index, sub in enumerate(stages, 1):
-            stage_started = time.monotonic()
+            if job_started is None:  # the first stage of the next Spark job
+                job_started = time.monotonic()
             sources = [self.topology.resolve_topic(t, self.app_id) for t in sub.source_topics]
             user_topics = [t for t in sources if t not in internal]
             tasks = max(counts[t] for t in sources)
@@ -497,43 +518,42 @@ class Reprocessor:
                 union = parts[0] if len(parts) == 1 else spark.sparkContext.union(parts)
                 slots = tasks * job.input_key_splits  # a task's key slots, one Spark partition each
                 rows = union.map(_task_partition).partitionBy(slots, _identity).map(_second)
-            label = f"stage {index}/{len(stages)} (sub-topology {sub.id})"
             target = direct_shuffle_topic(sub, stages, self.topology, self.app_id, repartition)
+            ran.append((index, sub, sources))
             if target is not None:
-                # The stage's tasks shuffle what they emit in the same Python pass (see the function).
+                # The stage's tasks shuffle what they emit in the same Python pass, and it runs in the
+                # reading stage's Spark job, its stats handed on through it (spark/shuffle.py).
                 slots = counts[target] * key_splits.get(target, 1)
-                pairs = (
+                direct[target] = (
                     rows.mapPartitions(functools.partial(run_partitions, job))
-                    .map(functools.partial(slot_pair, slots))
-                    .partitionBy(slots + 1, _identity)
+                    .map(slot_pair)
+                    .partitionBy(slots, _identity)
+                    .map(_second)
                 )
-                with StageProgress(spark, label, self.progress, self.progress_interval_s):
-                    stats_rows = spark.sparkContext.runJob(pairs, stats_of_pairs, [slots])
-                stats = [json.loads(r[2]) for r in stats_rows]
-                direct[target] = pairs.mapPartitionsWithIndex(functools.partial(batch_rows, slots))
-            else:
-                out = rows.mapPartitions(functools.partial(run_partitions, job)).persist(
-                    StorageLevel.MEMORY_AND_DISK
-                )
-                persisted.append(out)
-                with StageProgress(spark, label, self.progress, self.progress_interval_s):
-                    stats = [json.loads(r[2]) for r in out.filter(_is_stats).collect()]
-            for topic in sub.sink_topics if target is None else ():
+                continue
+            out = rows.mapPartitions(functools.partial(run_partitions, job)).persist(
+                StorageLevel.MEMORY_AND_DISK
+            )
+            persisted.append(out)
+            first = ran[0][0]
+            label = f"stage {index}/{len(stages)} (sub-topology {sub.id})"
+            if first != index:
+                subs = ", ".join(str(r[1].id) for r in ran)
+                label = f"stages {first}-{index}/{len(stages)} (sub-topologies {subs})"
+            with StageProgress(spark, label, self.progress, self.progress_interval_s):
+                stats = [json.loads(r[2]) for r in out.filter(_is_stats).collect()]
+            for topic in sub.sink_topics:
                 resolved = self.topology.resolve_topic(topic, self.app_id)
                 if resolved in repartition:
                     shuffled[resolved] = out.filter(_is_shuffled).filter(
                         functools.partial(_for_topic, resolved)
                     )
-            result.task_stats.extend(stats)
-            processed = sum(s["records"] for s in stats)
-            result.records_processed += processed
-            result.outputs_written += sum(s["outputs"] for s in stats)
-            result.changelog_records += sum(s["changelog_records"] for s in stats)
-            result.tasks += len(stats)
-            self.progress(
-                f"stage {index}/{len(stages)} (sub-topology {sub.id}: {', '.join(sources)}): "
-                f"{len(stats)} tasks processed {processed} records in {time.monotonic() - stage_started:.1f}s"
-            )
+            seconds, job_started = time.monotonic() - job_started, None
+            reported = {int(str(s["task"]).split("_")[0]) for s in stats}
+            for entry in [e for e in ran if e[1] is sub or e[1].id in reported]:
+                self._account(result, stats, entry, len(stages))
+                ran.remove(entry)
+            self.progress(f"{label} ran in {seconds:.1f}s")
         self.commit_offsets(ends, counts)
         for rdd in persisted:
             rdd.unpersist()

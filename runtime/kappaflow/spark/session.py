@@ -55,6 +55,12 @@ def create_session(
                 "spark.driver.bindAddress": "127.0.0.1",
             }
         )
+        if master.strip().startswith("local"):
+            # The one JVM then shares the cores with the Python workers, which do the work, for one
+            # short job: C2's compiler threads were most of its CPU while a 1M-line run ran (per-thread
+            # CPU, bench/reprocess.py: JVM 2.0-2.3 s -> 0.9-1.0 s with C1 only), time the workers lack
+            # when local[N] takes every core. What the JVM runs here is byte moving that C1 does well.
+            settings["spark.driver.extraJavaOptions"] = "-XX:TieredStopAtLevel=1"
     settings.update(
         {
             "spark.ui.enabled": "false",
