@@ -324,7 +324,7 @@ pub(crate) fn check_layout(message_type: &Bound<'_, PyType>, version: &str) -> P
 
 /// `cls`'s `tp_new` when `cls(())` is that alone: a subclass of list whose `__new__` and `__init__` are
 /// list's own (neither it nor a base between overrides them), else None (it is called as a type).
-fn list_new(cls: &Bound<'_, PyAny>) -> Option<ffi::newfunc> {
+pub(crate) fn list_new(cls: &Bound<'_, PyAny>) -> Option<ffi::newfunc> {
     let Ok(cls) = cls.cast::<PyType>() else {
         return None;
     };
