@@ -34,7 +34,9 @@ BULK = 1500
 
 def _topic(bootstrap: str, name: str) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(name, num_partitions=PARTITIONS, replication_factor=1)]).values():
+    for future in admin.create_topics(
+        [NewTopic(name, num_partitions=PARTITIONS, replication_factor=1)]
+    ).values():
         future.result(30)
 
 
@@ -63,8 +65,8 @@ def _fill(bootstrap: str, topic: str) -> int:
 
 def _consumer(bootstrap: str, isolation: str) -> Consumer:
     return Consumer({
-        "bootstrap.servers": bootstrap, "group.id": f"niq-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False,
-        "auto.offset.reset": "earliest", "isolation.level": isolation, "enable.partition.eof": True,
+        "bootstrap.servers": bootstrap, "group.id": f"niq-{uuid.uuid4().hex[:8]}",
+        "enable.auto.commit": False, "auto.offset.reset": "earliest", "isolation.level": isolation, "enable.partition.eof": True,
     })  # fmt: skip
 
 
@@ -82,7 +84,9 @@ def _read(consumer: Consumer, topic: str, queues: Any, until: Callable[[dict[int
     deadline = time.monotonic() + 120
     leftovers = 0
     while not until(got) and time.monotonic() < deadline:
-        messages = [m for m in consumer.consume(1000, 0.0 if queues is not None else 0.5) if m.error() is None]
+        messages = [
+            m for m in consumer.consume(1000, 0.0 if queues is not None else 0.5) if m.error() is None
+        ]
         leftovers += len(messages)
         for (_t, p), records in raw_records_by_partition(messages):
             got[p].extend(records)
@@ -124,12 +128,16 @@ def test_input_queues_read_what_consume_reads(kafka_bootstrap: str, isolation: s
     assert all(len(r) == per_partition for r in by_consume.values())
     assert by_core == by_consume
     first = by_core[0][0]
-    assert first[1] == 7 and first[2] == b"h" and list(first[4]) == [
-        ("a", b"1"), ("empty", b""), ("none", None), ("a", b"2")
-    ]
+    assert (
+        first[1] == 7
+        and first[2] == b"h"
+        and list(first[4]) == [("a", b"1"), ("empty", b""), ("none", None), ("a", b"2")]
+    )
     assert type(first[4]) is type(by_consume[0][1][4])  # Headers, empty or not
     assert [r[3] for r in by_core[0] if r[2] == b"t"] == (
-        [b"committed", b"committed"] if isolation == "read_committed" else [b"committed", b"ABORTED", b"committed"]
+        [b"committed", b"committed"]
+        if isolation == "read_committed"
+        else [b"committed", b"ABORTED", b"committed"]
     )
 
 

@@ -40,15 +40,15 @@ from kappaflow.runner.fetch_lag import LAG_INTERVAL_S, FetchedLag, report_consum
 from kappaflow.runner.global_state import GlobalStateUpdater
 from kappaflow.runner.loop_ratios import LoopRatios
 from kappaflow.runner.metadata import consumer_client_id
-from kappaflow.runner.retry import StoppedWhileWaitingError
 from kappaflow.runner.native_input import input_queues
+from kappaflow.runner.retry import StoppedWhileWaitingError
 from kappaflow.runner.routing import ConsumerFailedError, consumer_error, router
 from kappaflow.runner.samples import SAMPLE_INTERVAL_S, sample_process, sample_rocksdb_sizes
 from kappaflow.runner.tasks import TaskManager
 from kappaflow.runner.warmup import JoinWarmup
 from kappaflow.tasks import native
-from kappaflow.tasks.native import InputQueues
 from kappaflow.tasks.drain import RawTuple
+from kappaflow.tasks.native import InputQueues
 from kappaflow.tasks.task import StreamTask
 from kappaflow.topology.topology import Topology
 
