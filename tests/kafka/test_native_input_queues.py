@@ -66,7 +66,8 @@ def _fill(bootstrap: str, topic: str) -> int:
 def _consumer(bootstrap: str, isolation: str) -> Consumer:
     return Consumer({
         "bootstrap.servers": bootstrap, "group.id": f"niq-{uuid.uuid4().hex[:8]}",
-        "enable.auto.commit": False, "auto.offset.reset": "earliest", "isolation.level": isolation, "enable.partition.eof": True,
+        "enable.auto.commit": False, "auto.offset.reset": "earliest", "isolation.level": isolation,
+        "enable.partition.eof": True,
     })  # fmt: skip
 
 
