@@ -125,7 +125,7 @@ impl InputQueues {
     }
 
     /// Up to `max_records` fetched records and events of the opened partitions, waiting up to
-    /// `timeout` seconds for the first (the GIL released meanwhile): see `Consumed`.
+    /// `timeout` seconds for the first (the GIL released meanwhile), not for the batch: see `Consumed`.
     fn consume<'py>(
         &self,
         py: Python<'py>,
@@ -150,15 +150,22 @@ impl InputQueues {
             let q = queue.0 as usize;
             let out = messages.as_mut_ptr() as usize;
             let consume = self.api.consume_batch_queue;
-            let call = move || {
-                consume(
-                    q as *mut c_void,
-                    timeout_ms,
-                    out as *mut *mut RdMessage,
-                    max_records,
-                )
+            let batch = move |timeout_ms: c_int, from: usize, max: usize| {
+                let out = (out as *mut *mut RdMessage).add(from);
+                consume(q as *mut c_void, timeout_ms, out, max)
             };
-            let count = if timeout_ms > 0 { py.detach(call) } else { call() };
+            // librdkafka's batch call waits until it has `max` records or the time is up: the wait is
+            // for the first record alone (as the thread's `consume(1, wait)`), the rest taken at once
+            let count = if timeout_ms > 0 {
+                let first = py.detach(move || batch(timeout_ms, 0, 1));
+                if first == 1 && max_records > 1 {
+                    batch(0, 1, max_records - 1).max(0) + 1
+                } else {
+                    first
+                }
+            } else {
+                batch(0, 0, max_records)
+            };
             (*handle).active_calls.fetch_sub(1, Ordering::SeqCst);
             count
         };
