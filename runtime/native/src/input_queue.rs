@@ -260,10 +260,7 @@ impl InputQueues {
                 let records = PyList::empty(py);
                 let tp = PyTuple::new(
                     py,
-                    [
-                        topic.into_any(),
-                        m.partition.into_pyobject(py)?.into_any(),
-                    ],
+                    [topic.into_any(), m.partition.into_pyobject(py)?.into_any()],
                 )?;
                 runs.append((tp, &records))?;
                 *current = Some((m.rkt, m.partition, records.clone()));
@@ -300,7 +297,11 @@ impl InputQueues {
     /// The record's headers as `Headers(msg.headers() or ())` makes them.
     ///
     /// SAFETY: `msg` is a live message.
-    unsafe fn headers<'py>(&self, py: Python<'py>, msg: *mut RdMessage) -> PyResult<Bound<'py, PyAny>> {
+    unsafe fn headers<'py>(
+        &self,
+        py: Python<'py>,
+        msg: *mut RdMessage,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let headers_type = self.headers_type.bind(py);
         let mut hdrs: *mut c_void = null_mut();
         let mut found: Option<Bound<'py, PyList>> = None;
@@ -319,7 +320,8 @@ impl InputQueues {
                 let value = if value.is_null() {
                     py.None().into_bound(py)
                 } else {
-                    PyBytes::new(py, std::slice::from_raw_parts(value.cast::<u8>(), size)).into_any()
+                    PyBytes::new(py, std::slice::from_raw_parts(value.cast::<u8>(), size))
+                        .into_any()
                 };
                 found
                     .get_or_insert_with(|| PyList::empty(py))
