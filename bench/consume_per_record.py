@@ -51,7 +51,9 @@ def fill(bootstrap: str, records: int) -> None:
     topic = NewTopic(TOPIC, num_partitions=PARTITIONS, replication_factor=1, config={"retention.ms": "-1"})
     for future in admin.create_topics([topic]).values():
         future.result(30)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "queue.buffering.max.messages": 1_000_000})
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 20, "queue.buffering.max.messages": 1_000_000}
+    )
     value = b"the quick brown fox jumps over the lazy dog again."
     for i in range(records):
         producer.produce(TOPIC, key=b"k%09d" % i, value=value, partition=(i // RUN) % PARTITIONS,
@@ -67,8 +69,8 @@ def read(bootstrap: str, records: int, mode: str) -> None:
     if core is None:
         sys.exit("the native core is not installed")
     consumer = Consumer({
-        "bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False,
-        "auto.offset.reset": "earliest",
+        "bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:8]}",
+        "enable.auto.commit": False, "auto.offset.reset": "earliest",
     })  # fmt: skip
     queues = input_queues(core, consumer) if mode == "queues" else None
     if mode == "queues" and queues is None:
