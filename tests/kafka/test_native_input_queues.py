@@ -73,7 +73,8 @@ def _consumer(bootstrap: str, isolation: str) -> Consumer:
 
 def _read(consumer: Consumer, topic: str, queues: Any, until: Callable[[dict[int, list[Any]]], bool]) -> Any:
     """Subscribe (opening each partition in the assignment callback when `queues` is given) and read
-    record tuples per partition until `until` holds; returns (records, consume()'s leftovers)."""
+    record tuples per partition until `until` holds; returns (records, consume()'s leftovers,
+    librdkafka's position per partition: what lag, hanging-transaction checks and commits start from)."""
     got: dict[int, list[Any]] = {p: [] for p in range(PARTITIONS)}
 
     def on_assign(c: Consumer, partitions: list[TopicPartition]) -> None:
@@ -97,7 +98,8 @@ def _read(consumer: Consumer, topic: str, queues: Any, until: Callable[[dict[int
             for (t, p), records in runs:
                 assert t == topic
                 got[p].extend(records)
-    return got, leftovers
+    positions = consumer.position([TopicPartition(topic, p) for p in range(PARTITIONS)])
+    return got, leftovers, {tp.partition: tp.offset for tp in positions}
 
 
 @pytest.mark.parametrize("isolation", ["read_committed", "read_uncommitted"])
@@ -114,20 +116,22 @@ def test_input_queues_read_what_consume_reads(kafka_bootstrap: str, isolation: s
 
     consumer = _consumer(kafka_bootstrap, isolation)
     try:
-        by_consume, _ = _read(consumer, topic, None, complete)
+        by_consume, _, consume_positions = _read(consumer, topic, None, complete)
     finally:
         consumer.close()
     consumer = _consumer(kafka_bootstrap, isolation)
     queues = native_input.input_queues(core, consumer)
     assert queues is not None
     try:
-        by_core, leftovers = _read(consumer, topic, queues, complete)
+        by_core, leftovers, core_positions = _read(consumer, topic, queues, complete)
     finally:
         queues.close()
         consumer.close()
     assert leftovers == 0  # every record came through the core's queue
     assert all(len(r) == per_partition for r in by_consume.values())
     assert by_core == by_consume
+    assert core_positions == consume_positions
+    assert all(offset == by_core[p][-1][0] + 1 for p, offset in core_positions.items())
     first = by_core[0][0]
     assert (
         first[1] == 7
@@ -155,7 +159,7 @@ def test_paused_and_seeked_partitions_as_consume(kafka_bootstrap: str) -> None:
     queues = native_input.input_queues(core, consumer)
     assert queues is not None
     try:
-        got, _ = _read(consumer, topic, queues, lambda g: len(g[0]) >= 100)
+        got, _, _ = _read(consumer, topic, queues, lambda g: len(g[0]) >= 100)
         tp0 = TopicPartition(topic, 0)
         consumer.pause([tp0])
         consumer.seek(TopicPartition(topic, 0, 0))
