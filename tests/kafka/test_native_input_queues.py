@@ -131,7 +131,7 @@ def test_input_queues_read_what_consume_reads(kafka_bootstrap: str, isolation: s
     assert all(len(r) == per_partition for r in by_consume.values())
     assert by_core == by_consume
     assert core_positions == consume_positions
-    assert all(offset == by_core[p][-1][0] + 1 for p, offset in core_positions.items())
+    assert all(offset > by_core[p][-1][0] for p, offset in core_positions.items())
     first = by_core[0][0]
     assert (
         first[1] == 7
