@@ -88,6 +88,9 @@ DEFAULTS: dict[str, Any] = {
     # with the native core on, the restore consumer's records are taken from librdkafka's partition queues
     # by the core (kappaflow.runner.native_restore); false reads them through confluent-kafka's consume()
     "kappaflow.native.restore.enabled": True,
+    # with the native core on, the group consumer's input records are taken from librdkafka's partition
+    # queues by the core (kappaflow.runner.native_input); false reads them through confluent-kafka's consume()
+    "kappaflow.native.consume.enabled": True,
     "topology.optimization": "none",
     # KIP-1111: StreamsBuilder.build(props) refuses generated internal topic and store names
     "ensure.explicit.internal.resource.naming": False,

@@ -78,6 +78,7 @@ BOOL_KEYS = {
     "kappaflow.native.produce.enabled",
     "kappaflow.native.changelog.enabled",
     "kappaflow.native.restore.enabled",
+    "kappaflow.native.consume.enabled",
     "ensure.explicit.internal.resource.naming",
 }
 

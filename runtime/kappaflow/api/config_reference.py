@@ -251,6 +251,14 @@ KEY_DOCS: dict[str, tuple[str, str, str]] = {
         "partition queues in the core (confluent-kafka's own rd_kafka_t), with no Python message per "
         "record; false reads them through confluent-kafka's consume(). Same records, same store contents.",
     ),
+    "kappaflow.native.consume.enabled": (
+        "",
+        "",
+        "With the native core on, take the stream thread's fetched input records from librdkafka's "
+        "partition queues in the core (opened as the rebalance callback assigns them) into the tasks' "
+        "record tuples, with no Python message per record; confluent-kafka's consume() still serves the "
+        "callbacks. False reads the records through consume(). Same records, offsets and pauses.",
+    ),
     "topology.optimization": (
         "list",
         SC + "TOPOLOGY_OPTIMIZATION_CONFIG",

@@ -28,6 +28,7 @@ from kappaflow.runner.offset_reset import resolve_start_offsets
 from kappaflow.runner.producer import StreamsProducer
 from kappaflow.runner.retry import retry_unreachable
 from kappaflow.runner.tasks import TaskManager
+from kappaflow.tasks.native import InputQueues
 from kappaflow.tasks.task import TaskState
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,11 @@ class RebalanceHandler:
         # Set when this member must not commit any more (a failure is being handled, or the consumer
         # failed fatally): revocations then close tasks dirty.
         self.dirty = False
+        # the native reader of the group consumer's fetches (runner/native_input.py), set with each new
+        # consumer: a partition is opened into it before every assignment of it, inside this callback,
+        # so its first fetch already goes there. Revocation and loss need nothing: librdkafka's fetch
+        # stop undoes the opening (input_queue.rs).
+        self.inputs: InputQueues | None = None
 
     @property
     def assigned(self) -> list[tuple[str, int]]:
@@ -113,6 +119,9 @@ class RebalanceHandler:
                 restoring.extend(self.partitions_of(managed.task.id))
         if self._reset_policies:  # partitions never committed start where their source's policy says
             resolve_start_offsets(consumer, partitions, self._reset_policies, self._clock_ms(), 30.0)
+        if self.inputs is not None:
+            for tp in partitions:
+                self.inputs.open(tp.topic, tp.partition)
         if self._incremental:
             consumer.incremental_assign(partitions)
         else:

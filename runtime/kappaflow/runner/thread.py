@@ -40,12 +40,15 @@ from kappaflow.runner.fetch_lag import LAG_INTERVAL_S, FetchedLag, report_consum
 from kappaflow.runner.global_state import GlobalStateUpdater
 from kappaflow.runner.loop_ratios import LoopRatios
 from kappaflow.runner.metadata import consumer_client_id
+from kappaflow.runner.native_input import input_queues
 from kappaflow.runner.retry import StoppedWhileWaitingError
-from kappaflow.runner.routing import ConsumerFailedError, router
+from kappaflow.runner.routing import ConsumerFailedError, consumer_error, router
 from kappaflow.runner.samples import SAMPLE_INTERVAL_S, sample_process, sample_rocksdb_sizes
 from kappaflow.runner.tasks import TaskManager
 from kappaflow.runner.warmup import JoinWarmup
 from kappaflow.tasks import native
+from kappaflow.tasks.drain import RawTuple
+from kappaflow.tasks.native import InputQueues
 from kappaflow.tasks.task import StreamTask
 from kappaflow.topology.topology import Topology
 
@@ -54,6 +57,7 @@ SERVE_INTERVAL_S = 1.0  # how often an idle thread's producers are polled (runne
 
 BATCH = 1000
 ASYNC_WAIT_S = 0.02  # longest wait for an asynchronous call's completion before polling for records
+NO_RUNS: tuple[list[tuple[tuple[str, int], list[RawTuple]]], list[tuple[int, str]]] = ([], [])
 
 
 class StreamThread:
@@ -107,6 +111,7 @@ class StreamThread:
         self.preparing = True
         self._sent = 0  # the collector's count of records sent, as last published
         self._async_paused: set[TaskId] = set()  # tasks paused at their asynchronous max_in_flight
+        self._inputs: InputQueues | None = None  # the core's reader of the consumer's fetches, if used
         log.info("drain loop: %s", native.describe(config.get_bool("kappaflow.native.enabled")))
         # consumed batches into runs of records: natively from the messages' structs where it can
         self._route = router(native.core(config.get_bool("kappaflow.native.enabled")))
@@ -141,6 +146,11 @@ class StreamThread:
         self.consumer = consumer = new_consumer(self.settings["consumer"])
         self.fetched_lag = FetchedLag(consumer)
         rebalance = self.rebalance
+        self._inputs = rebalance.inputs = (
+            input_queues(native.core(self.config.get_bool("kappaflow.native.enabled")), consumer)
+            if self.config.get_bool("kappaflow.native.consume.enabled")
+            else None
+        )
         consumer.subscribe(
             self.subscription, on_assign=rebalance.on_assign, on_revoke=rebalance.on_revoke,
             on_lost=rebalance.on_lost,
@@ -176,8 +186,12 @@ class StreamThread:
         # consume(BATCH, timeout) would block until BATCH records arrive, idling while a repartition
         # topic trickles back.
         started = time.perf_counter()  # the iteration's start and the poll's
+        # confluent-kafka's consume() first, always: it serves the rebalance, error, log and statistics
+        # callbacks; with the native reader on, the records come from the core's queue after it
+        inputs = self._inputs
         messages = consumer.consume(BATCH, 0)
-        if not messages and not busy:
+        runs, errors = inputs.consume(BATCH - len(messages), 0.0) if inputs is not None else NO_RUNS
+        if not messages and not runs and not busy:
             self._caught_up = True
             # calls are pending only in tasks that had asynchronous nodes when they last processed
             if self._with_async and tm.async_pending():  # wake for a completed call, or soon for records
@@ -185,7 +199,13 @@ class StreamThread:
             else:  # up to poll.ms, but not past the next commit's due time
                 pending = any(t.commit_needed() for t in tm.running())
                 wait = poll_wait(self.poll_timeout, time.monotonic(), self._commit_due, pending)
-                messages = consumer.consume(1, wait)
+                if inputs is not None and self.rebalance.assigned:
+                    # the records arrive on the core's queue: wait there, then let confluent-kafka serve
+                    # what came meanwhile (a rebalance waits for it up to this wait, at most poll.ms)
+                    runs, errors = inputs.consume(BATCH, wait)
+                    messages = consumer.consume(BATCH, 0)
+                else:
+                    messages = consumer.consume(1, wait)
         poll_seconds = time.perf_counter() - started
         self.metrics.increment("poll-seconds-total", poll_seconds)
         self.rebalance.raise_error()
@@ -194,7 +214,11 @@ class StreamThread:
         with self.state_lock:
             if self.global_state is not None:
                 self.global_state.poll()
+            for code, reason in errors:  # what an erroneous Message would have carried
+                consumer_error(KafkaError(code, reason))
             for tp, records in self._route(messages):
+                tm.add_records(tp, records)
+            for tp, records in runs:
                 tm.add_records(tp, records)
             restoring = time.perf_counter()
             for managed in tm.restore_step(timeout=0.02 if busy else 0.0):
@@ -208,8 +232,11 @@ class StreamThread:
             process_seconds, punctuate_seconds = self._process(running, bool(with_async))
             if with_async:
                 self._pause_saturated(with_async)
-            if messages:
-                self._sample_e2e_latency(messages[-1].timestamp())
+            if runs:
+                self._sample_e2e_latency(runs[-1][1][-1][1])
+            elif messages:
+                kind, ts = messages[-1].timestamp()
+                self._sample_e2e_latency(ts if kind != TIMESTAMP_NOT_AVAILABLE else -1)
             commit_seconds = 0.0
             scheduled = time.monotonic() >= self._commit_due
             if scheduled or any(t.context.commit_requested for t in running):
@@ -244,12 +271,12 @@ class StreamThread:
             sample_rocksdb_sizes(self.metrics, tm.task_dirs())
             tm.publish_task_lags()
 
-    def _sample_e2e_latency(self, timestamp: tuple[int, int]) -> None:
+    def _sample_e2e_latency(self, ts: int) -> None:
         """End-to-end latency, sampled once per batch: wall-clock time now, once the batch is processed,
         minus the timestamp of the batch's last record (Kafka Streams' record-e2e-latency, which it
-        measures per record; here one sample per batch keeps the per-record path free of it)."""
-        kind, ts = timestamp
-        if kind != TIMESTAMP_NOT_AVAILABLE and ts >= 0:
+        measures per record; here one sample per batch keeps the per-record path free of it); `ts` is -1
+        when the record has none."""
+        if ts >= 0:
             self.metrics.set_gauge("record-e2e-latency-ms", float(max(0, now_ms() - ts)))
 
     def _process(self, running: list[StreamTask], with_async: bool) -> tuple[float, float]:
@@ -384,6 +411,9 @@ class StreamThread:
     def _leave(self, clean: bool) -> None:
         """Close the group consumer; its revocation callback commits only when `clean`."""
         self.rebalance.dirty = not clean
+        if self._inputs is not None:
+            self._inputs.close()  # before the consumer: its queue is one of the consumer's rd_kafka_t
+            self._inputs = self.rebalance.inputs = None
         try:
             self.consumer.close()  # leaves the group (static members stay until the session times out)
         except Exception:

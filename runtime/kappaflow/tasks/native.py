@@ -27,7 +27,7 @@ from kappaflow.tasks.drain import Drained, DrainPlan, RawTuple
 
 log = logging.getLogger(__name__)
 
-PROTOCOL = 13
+PROTOCOL = 14
 """The version of the calls below; a core built from other sources says another and is not used."""
 
 TOUCHES: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -265,6 +265,26 @@ class RestoreQueues(Protocol):
     def close(self) -> None: ...
 
 
+class InputQueues(Protocol):
+    """The group consumer's fetches taken from librdkafka's partition queues (input_queue.rs)."""
+
+    def __init__(
+        self, consumer: Any, consumer_type: type, version: str, library: str, headers_type: type, /
+    ) -> None: ...
+
+    def open(self, topic: str, partition: int, /) -> bool:
+        """Route the partition's fetches to the core; call before each assignment of it."""
+        ...
+
+    def consume(
+        self, max_records: int, timeout: float, /
+    ) -> tuple[list[tuple[tuple[str, int], list[RawTuple]]], list[tuple[int, str]]]:
+        """(runs of one partition's record tuples in fetch order, (code, reason) of each error)."""
+        ...
+
+    def close(self) -> None: ...
+
+
 class ProduceSend(Protocol):
     """The native twin of `KafkaRecordCollector.send` (produce.rs)."""
 
@@ -300,6 +320,7 @@ class NativeCore(Protocol):
     PRODUCER_LAYOUTS: list[str]  # the confluent-kafka versions whose Producer struct the core uses
     ProduceSend: type[ProduceSend]
     RestoreQueues: type[RestoreQueues]
+    InputQueues: type[InputQueues]
     AggregateStage: type[AggregateStage]
     ThreadCache: Callable[[int, object, int], RecordCache]  # kappaflow.state.cache.ThreadCache's twin
     StatelessStage: type[StatelessStage]

@@ -5,7 +5,8 @@
 //!
 //! Restoring has its own: `ChangelogMessages` splits a consumed changelog batch by partition and writes a
 //! partition's records into a RocksDB write batch; `RestoreQueues` takes the restore consumer's fetched
-//! records from librdkafka without a Python `Message` each, in `ChangelogRun`s it writes the same way.
+//! records from librdkafka without a Python `Message` each, in `ChangelogRun`s it writes the same way;
+//! `InputQueues` does the same for the stream thread's group consumer, into the tasks' record tuples.
 //!
 //! Each mirrors its Python reference step for step (`kappaflow.runner.routing.raw_records_by_partition`,
 //! `kappaflow.tasks.drain.drain_python`, the processors' generic `process`, the changelog reader's
@@ -19,6 +20,7 @@ mod aggregate;
 mod cache;
 mod drain;
 mod failure;
+mod input_queue;
 mod messages;
 mod produce;
 mod restore;
@@ -31,7 +33,7 @@ use pyo3::prelude::*;
 
 #[pymodule]
 fn kappaflow_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add("PROTOCOL", 13)?;
+    m.add("PROTOCOL", 14)?;
     let touches: Vec<(&str, Vec<&str>)> = touches::TOUCHES
         .iter()
         .map(|(class, attributes)| (*class, attributes.to_vec()))
@@ -43,6 +45,7 @@ fn kappaflow_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<restore::ChangelogMessages>()?;
     m.add_class::<restore_queue::RestoreQueues>()?;
     m.add_class::<restore_queue::ChangelogRun>()?;
+    m.add_class::<input_queue::InputQueues>()?;
     m.add("PRODUCER_LAYOUTS", produce::KNOWN_VERSIONS.to_vec())?;
     m.add_class::<produce::ProduceSend>()?;
     m.add_class::<aggregate::AggregateStage>()?;

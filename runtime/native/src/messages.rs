@@ -17,9 +17,10 @@
 //! the fields under a per-object critical section that only exists without the GIL; kappaflow asks for
 //! this reader only when the GIL is on (`kappaflow.runner.routing.message_reader`).
 //!
-//! The other way, librdkafka's batch consume called natively from the consumer's handle, was not taken:
-//! confluent-kafka serves rebalance callbacks, errors and its own state around each poll (its CallState),
-//! which a native consume would bypass.
+//! This is the path when `kappaflow.native.consume.enabled` is false (or the core cannot use the
+//! consumer's handle), and for any record `consume()` still returns: otherwise the stream thread's
+//! partitions are read natively by `input_queue.rs`, from queues of their own, while `consume()` keeps
+//! serving the rebalance callbacks, errors and confluent-kafka's own state (its CallState).
 
 use std::ffi::{c_int, c_void, CStr};
 use std::mem::size_of;
@@ -324,7 +325,7 @@ pub(crate) fn check_layout(message_type: &Bound<'_, PyType>, version: &str) -> P
 
 /// `cls`'s `tp_new` when `cls(())` is that alone: a subclass of list whose `__new__` and `__init__` are
 /// list's own (neither it nor a base between overrides them), else None (it is called as a type).
-fn list_new(cls: &Bound<'_, PyAny>) -> Option<ffi::newfunc> {
+pub(crate) fn list_new(cls: &Bound<'_, PyAny>) -> Option<ffi::newfunc> {
     let Ok(cls) = cls.cast::<PyType>() else {
         return None;
     };

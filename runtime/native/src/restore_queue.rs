@@ -37,7 +37,6 @@
 //! librdkafka's public struct (rdkafka.h, ABI-stable).
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
-use std::mem::size_of;
 use std::ptr::null_mut;
 use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard, TryLockError};
@@ -49,11 +48,10 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple, PyType};
 use pyo3::{PyTraverseError, PyVisit};
 
-use crate::produce::{enter, CflHandle, KNOWN_VERSIONS};
+use crate::input_queue::check_consumer;
+use crate::produce::{enter, CflHandle};
 use crate::restore::{prefixed_bytes, vectorcall};
 
-/// The `tp_name` of confluent-kafka's consumer type.
-const CONSUMER_TYPE_NAME: &CStr = c"cimpl.Consumer";
 const RTLD_NOW: c_int = 2;
 const RTLD_NOLOAD: c_int = 4;
 /// `RD_KAFKA_RESP_ERR__PARTITION_EOF`.
@@ -66,15 +64,15 @@ extern "C" {
 
 /// librdkafka's `rd_kafka_message_t` (rdkafka.h).
 #[repr(C)]
-struct RdMessage {
-    err: c_int,
-    rkt: *mut c_void,
-    partition: i32,
-    payload: *mut c_void,
-    len: usize,
-    key: *mut c_void,
-    key_len: usize,
-    offset: i64,
+pub(crate) struct RdMessage {
+    pub(crate) err: c_int,
+    pub(crate) rkt: *mut c_void,
+    pub(crate) partition: i32,
+    pub(crate) payload: *mut c_void,
+    pub(crate) len: usize,
+    pub(crate) key: *mut c_void,
+    pub(crate) key_len: usize,
+    pub(crate) offset: i64,
     _private: *mut c_void,
 }
 
@@ -88,24 +86,49 @@ type MessageDestroy = unsafe extern "C" fn(*mut RdMessage);
 type MessageTimestamp = unsafe extern "C" fn(*const RdMessage, *mut c_int) -> i64;
 type TopicName = unsafe extern "C" fn(*const c_void) -> *const c_char;
 type Err2Str = unsafe extern "C" fn(c_int) -> *const c_char;
+type MessageHeaders = unsafe extern "C" fn(*const RdMessage, *mut *mut c_void) -> c_int;
+type HeaderGetAll = unsafe extern "C" fn(
+    *const c_void,
+    usize,
+    *mut *const c_char,
+    *mut *const c_void,
+    *mut usize,
+) -> c_int;
 
 /// The librdkafka functions used, resolved once from the mapped library.
-struct Api {
-    queue_new: QueueNew,
-    queue_get_partition: QueueGetPartition,
-    queue_forward: QueueForward,
-    queue_destroy: QueueDestroy,
-    consume_batch_queue: ConsumeBatchQueue,
-    message_destroy: MessageDestroy,
-    message_timestamp: MessageTimestamp,
-    topic_name: TopicName,
-    err2str: Err2Str,
+pub(crate) struct Api {
+    pub(crate) queue_new: QueueNew,
+    pub(crate) queue_get_partition: QueueGetPartition,
+    pub(crate) queue_forward: QueueForward,
+    pub(crate) queue_destroy: QueueDestroy,
+    pub(crate) consume_batch_queue: ConsumeBatchQueue,
+    pub(crate) message_destroy: MessageDestroy,
+    pub(crate) message_timestamp: MessageTimestamp,
+    pub(crate) topic_name: TopicName,
+    pub(crate) err2str: Err2Str,
+    pub(crate) message_headers: MessageHeaders,
+    pub(crate) header_get_all: HeaderGetAll,
 }
 
 impl Api {
+    /// A message's error text as confluent-kafka's `Message_new0` reads it (`rd_kafka_message_errstr`).
+    ///
+    /// SAFETY: `m` is a live message with an error.
+    pub(crate) unsafe fn errstr(&self, m: &RdMessage) -> String {
+        if m.payload.is_null() {
+            CStr::from_ptr((self.err2str)(m.err))
+                .to_string_lossy()
+                .into_owned()
+        } else {
+            let raw = std::slice::from_raw_parts(m.payload.cast::<u8>(), m.len);
+            let raw = raw.split(|b| *b == 0).next().unwrap_or(raw);
+            String::from_utf8_lossy(raw).into_owned()
+        }
+    }
+
     /// SAFETY: `library` is the librdkafka confluent-kafka's `cimpl` uses; each symbol is transmuted
     /// to its rdkafka.h signature.
-    unsafe fn load(library: &str) -> PyResult<Api> {
+    pub(crate) unsafe fn load(library: &str) -> PyResult<Api> {
         let path = CString::new(library)?;
         let lib = dlopen(path.as_ptr(), RTLD_NOW | RTLD_NOLOAD);
         if lib.is_null() {
@@ -136,6 +159,8 @@ impl Api {
             message_timestamp: sym!(c"rd_kafka_message_timestamp", MessageTimestamp),
             topic_name: sym!(c"rd_kafka_topic_name", TopicName),
             err2str: sym!(c"rd_kafka_err2str", Err2Str),
+            message_headers: sym!(c"rd_kafka_message_headers", MessageHeaders),
+            header_get_all: sym!(c"rd_kafka_header_get_all", HeaderGetAll),
         })
     }
 }
@@ -260,32 +285,7 @@ impl RestoreQueues {
         version: &str,
         library: &str,
     ) -> PyResult<Self> {
-        if !KNOWN_VERSIONS.contains(&version) {
-            return Err(PyValueError::new_err(format!(
-                "confluent-kafka {version}: kappaflow_native knows the Consumer layout of {}",
-                KNOWN_VERSIONS.join(", ")
-            )));
-        }
-        let type_ptr = consumer_type.as_type_ptr();
-        // SAFETY: a live type object; tp_name is a NUL-terminated C string.
-        let (name, basic_size) = unsafe {
-            (
-                CStr::from_ptr((*type_ptr).tp_name),
-                (*type_ptr).tp_basicsize,
-            )
-        };
-        if name != CONSUMER_TYPE_NAME || basic_size != size_of::<CflHandle>() as ffi::Py_ssize_t {
-            return Err(PyValueError::new_err(format!(
-                "{name:?} of {basic_size} bytes is not the confluent-kafka {version} Consumer \
-                 kappaflow_native knows ({} bytes)",
-                size_of::<CflHandle>()
-            )));
-        }
-        if !consumer.get_type().is(consumer_type) {
-            return Err(PyValueError::new_err(
-                "not exactly the checked Consumer type",
-            ));
-        }
+        check_consumer(consumer, consumer_type, version)?;
         // SAFETY: the library confluent-kafka uses (the caller found it mapped).
         let api = unsafe { Api::load(library)? };
         let handle = consumer.as_ptr().cast::<CflHandle>();
@@ -484,16 +484,7 @@ impl RestoreQueues {
                 ends.set_item((topic, m.partition), m.offset)?;
                 return Ok(());
             }
-            // rd_kafka_message_errstr, as confluent-kafka's Message_new0 reads it
-            let reason = if m.payload.is_null() {
-                CStr::from_ptr((self.api.err2str)(m.err))
-                    .to_string_lossy()
-                    .into_owned()
-            } else {
-                let raw = std::slice::from_raw_parts(m.payload.cast::<u8>(), m.len);
-                let raw = raw.split(|b| *b == 0).next().unwrap_or(raw);
-                String::from_utf8_lossy(raw).into_owned()
-            };
+            let reason = self.api.errstr(m);
             errors.append((topic, m.partition, m.err, reason))?;
             return Ok(());
         }
