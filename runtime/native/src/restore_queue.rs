@@ -42,7 +42,6 @@ use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard, TryLockError};
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
-use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple, PyType};
