@@ -18,6 +18,7 @@
 
 mod aggregate;
 mod cache;
+mod cache_entry;
 mod drain;
 mod failure;
 mod input_queue;
@@ -51,7 +52,7 @@ fn kappaflow_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<aggregate::AggregateStage>()?;
     m.add_class::<cache::ThreadCache>()?;
     m.add_class::<cache::NamedCache>()?;
-    m.add_class::<cache::CacheEntry>()?;
+    m.add_class::<cache_entry::CacheEntry>()?;
     m.add_class::<stages::StatelessStage>()?;
     m.add_class::<stages::SinkStage>()?;
     Ok(())
