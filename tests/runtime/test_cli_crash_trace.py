@@ -9,8 +9,9 @@ thread, the main thread in `Thread.start()`), while another thread holds the GIL
 returns from a deep call (its data-stack chunk is unmapped), finishes an import, or a thread ends, the
 dump reads freed memory and the process dies of SIGSEGV half-way through the trace ("Fatal Python
 error: Aborted", part of a stack, "Fatal Python error: Segmentation fault"). That is CPython's, not
-kappaflow's, and reproduces without kappaflow (about 1 run in 40 with two threads recursing 300 deep
-while a sleeping thread takes the SIGABRT; none in 100 when they recurse 5 deep).
+kappaflow's, and reproduces without kappaflow: with two threads recursing 300 deep (past a 16 KiB
+data-stack chunk) while a sleeping thread takes the SIGABRT, 3 runs of 90 ended that way; recursing 5
+deep, none of 100.
 
 So the test signals the process once its thread set is complete and idle, not while it starts: the
 "drain loop" line it used to wait for is logged by the stream thread as it starts, with the GIL,
