@@ -135,7 +135,10 @@ def _run(args: argparse.Namespace) -> int:
     log = logging.getLogger("kappaflow.cli")
     # A client library that aborts the process (a librdkafka assertion, issue 29) leaves no Python
     # traceback: faulthandler prints every thread's stack to stderr on SIGABRT/SIGSEGV, which names the
-    # client call each thread was in (worker processes inherit it).
+    # client call each thread was in (worker processes inherit it). Best effort: CPython writes it from the
+    # signal handler while the other threads run on, so a thread running Python meanwhile (returning from
+    # a deep call, importing, ending) can make it read freed memory and die of SIGSEGV part-way, after its
+    # "Fatal Python error: Aborted" line (tests/runtime/test_cli_crash_trace.py says when it cannot).
     faulthandler.enable(all_threads=True)
     topology = load_topology(args.app)
     config = _config(args)
