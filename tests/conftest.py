@@ -40,3 +40,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("--python-drain"):
         sys.modules["kappaflow_native"] = None  # type: ignore[assignment]  # makes its import fail
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The --python-drain pass hides the native core, so the tests comparing the core with the Python
+    paths (marked `native_core`) cannot run there: deselected, not skipped (they ran in the first pass)."""
+    if not config.getoption("--python-drain"):
+        return
+    kept = [item for item in items if item.get_closest_marker("native_core") is None]
+    if len(kept) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+        items[:] = kept

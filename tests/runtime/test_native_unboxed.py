@@ -9,6 +9,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from kappaflow import Materialized, StreamsBuilder, serdes
 from kappaflow.api.config import StreamsConfig
 from kappaflow.api.metrics import Metrics
@@ -19,6 +21,8 @@ from kappaflow.tasks.drain import RawRecord
 from kappaflow.tasks.native import new_thread_cache
 from kappaflow.tasks.task import StreamTask
 from tests.native_support import require_native_core
+
+pytestmark = pytest.mark.native_core  # compares the native core with the Python paths
 
 S, L = serdes.String(), serdes.Long()
 LONG_MAX = 2**63 - 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -14,6 +15,8 @@ from kappaflow.state.api import RecordContext
 from kappaflow.state.cache import _ENTRY_OVERHEAD, NOT_DECODED, RecordCache, ThreadCache
 from kappaflow.tasks.native import new_thread_cache
 from tests.native_support import require_native_core
+
+pytestmark = pytest.mark.native_core  # compares the native core with the Python paths
 
 NAMESPACES = ["0_0-a", "0_0-b"]
 keys = st.sampled_from([b"k", b"kk", b"a", b"b", b"zzzz", b"m"])

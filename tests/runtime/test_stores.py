@@ -79,7 +79,13 @@ def record_cache(max_bytes: int, native: bool) -> RecordCache:
     return ThreadCache(max_bytes)
 
 
-BOTH_CACHES = pytest.mark.parametrize("native", [False, True], ids=["python-cache", "native-cache"])
+BOTH_CACHES = pytest.mark.parametrize(
+    "native",
+    [
+        pytest.param(False, id="python-cache"),
+        pytest.param(True, id="native-cache", marks=pytest.mark.native_core),
+    ],
+)
 
 
 keys = st.binary(min_size=1, max_size=4)

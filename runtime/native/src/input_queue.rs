@@ -28,7 +28,6 @@
 //! librdkafka's symbols from the one library mapped, every call inside confluent-kafka's use gate).
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
-use std::mem::size_of;
 use std::ptr::null_mut;
 use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard, TryLockError};
@@ -40,12 +39,8 @@ use pyo3::types::{PyBytes, PyList, PyString, PyTuple, PyType};
 use pyo3::{PyTraverseError, PyVisit};
 
 use crate::messages::list_new;
-use crate::produce::KNOWN_VERSIONS;
-use crate::produce::{enter, CflHandle};
+use crate::produce::{check_consumer, enter, CflHandle};
 use crate::restore_queue::{Api, RdMessage};
-
-/// The `tp_name` of confluent-kafka's consumer type.
-const CONSUMER_TYPE_NAME: &CStr = c"cimpl.Consumer";
 
 /// This reader's queue; null once closed.
 struct Queue(*mut c_void);
@@ -358,40 +353,4 @@ impl InputQueues {
             .to_string_lossy()
             .into_owned()
     }
-}
-
-/// `consumer` is exactly confluent-kafka `version`'s `cimpl.Consumer` (`consumer_type`) of the `Handle`
-/// layout `produce.rs` knows: what every native reader of a consumer's `rd_kafka_t` checks first.
-pub(crate) fn check_consumer(
-    consumer: &Bound<'_, PyAny>,
-    consumer_type: &Bound<'_, PyType>,
-    version: &str,
-) -> PyResult<()> {
-    if !KNOWN_VERSIONS.contains(&version) {
-        return Err(PyValueError::new_err(format!(
-            "confluent-kafka {version}: kappaflow_native knows the Consumer layout of {}",
-            KNOWN_VERSIONS.join(", ")
-        )));
-    }
-    let type_ptr = consumer_type.as_type_ptr();
-    // SAFETY: a live type object; tp_name is a NUL-terminated C string.
-    let (name, basic_size) = unsafe {
-        (
-            CStr::from_ptr((*type_ptr).tp_name),
-            (*type_ptr).tp_basicsize,
-        )
-    };
-    if name != CONSUMER_TYPE_NAME || basic_size != size_of::<CflHandle>() as ffi::Py_ssize_t {
-        return Err(PyValueError::new_err(format!(
-            "{name:?} of {basic_size} bytes is not the confluent-kafka {version} Consumer \
-                 kappaflow_native knows ({} bytes)",
-            size_of::<CflHandle>()
-        )));
-    }
-    if !consumer.get_type().is(consumer_type) {
-        return Err(PyValueError::new_err(
-            "not exactly the checked Consumer type",
-        ));
-    }
-    Ok(())
 }

@@ -47,8 +47,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple, PyType};
 use pyo3::{PyTraverseError, PyVisit};
 
-use crate::input_queue::check_consumer;
-use crate::produce::{enter, CflHandle};
+use crate::produce::{check_consumer, enter, CflHandle};
 use crate::restore::{prefixed_bytes, vectorcall};
 
 const RTLD_NOW: c_int = 2;
