@@ -76,9 +76,12 @@ class ScriptedPods:
 
     @staticmethod
     def ip(pod: Any) -> str:
-        """The StatefulSet's pods each get their own loopback address; the describe Job's pod 127.0.0.1."""
-        suffix = pod.metadata.name.rsplit("-", 1)[1]
-        return f"127.0.0.{FIRST_IP + int(suffix)}" if suffix.isdigit() else "127.0.0.1"
+        """The StatefulSet's pods each get their own loopback address, by their ordinal (the controller's
+        pod-index label); any other pod (the describe Job's) 127.0.0.1. Not by the name's last part: a Job
+        pod's random suffix is sometimes all digits (`wc-describe-7583f47e-25297`), which made an address
+        the API server rejects on every status patch."""
+        index = (pod.metadata.labels or {}).get("apps.kubernetes.io/pod-index")
+        return f"127.0.0.{FIRST_IP + int(index)}" if index is not None else "127.0.0.1"
 
     def start(self, pod: Any) -> ScriptedPod:
         with self.lock:
