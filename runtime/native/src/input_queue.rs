@@ -40,7 +40,7 @@ use pyo3::{PyTraverseError, PyVisit};
 
 use crate::messages::list_new;
 use crate::produce::{check_consumer, enter, CflHandle};
-use crate::restore_queue::{Api, RdMessage};
+use crate::restore_queue::{forward_partition, Api, RdMessage};
 
 /// This reader's queue; null once closed.
 struct Queue(*mut c_void);
@@ -108,20 +108,13 @@ impl InputQueues {
         if queue.0.is_null() {
             return Ok(false);
         }
-        let handle = self.consumer.as_ptr().cast::<CflHandle>();
-        // SAFETY: the consumer is held and of the checked type; GIL held; the gate keeps rk alive.
-        unsafe {
-            if !enter(handle) {
-                return Ok(false);
-            }
-            let fetchq = (self.api.queue_get_partition)((*handle).rk, topic_c.as_ptr(), partition);
-            if !fetchq.is_null() {
-                (self.api.queue_forward)(fetchq, queue.0);
-                (self.api.queue_destroy)(fetchq);
-            }
-            (*handle).active_calls.fetch_sub(1, Ordering::SeqCst);
-            Ok(!fetchq.is_null())
-        }
+        Ok(forward_partition(
+            &self.api,
+            &self.consumer,
+            queue.0,
+            &topic_c,
+            partition,
+        ))
     }
 
     /// Up to `max_records` fetched records and events of the opened partitions, waiting up to

@@ -315,20 +315,13 @@ impl RestoreQueues {
         if queue.0.is_null() {
             return Ok(false);
         }
-        let handle = self.consumer.as_ptr().cast::<CflHandle>();
-        // SAFETY: the consumer is held and of the checked type; GIL held; the gate keeps rk alive.
-        unsafe {
-            if !enter(handle) {
-                return Ok(false);
-            }
-            let fetchq = (self.api.queue_get_partition)((*handle).rk, topic_c.as_ptr(), partition);
-            if !fetchq.is_null() {
-                (self.api.queue_forward)(fetchq, queue.0);
-                (self.api.queue_destroy)(fetchq);
-            }
-            (*handle).active_calls.fetch_sub(1, Ordering::SeqCst);
-            Ok(!fetchq.is_null())
-        }
+        Ok(forward_partition(
+            &self.api,
+            &self.consumer,
+            queue.0,
+            &topic_c,
+            partition,
+        ))
     }
 
     /// Up to `max_records` fetched records and events of the opened partitions, waiting up to
@@ -527,5 +520,32 @@ impl RestoreQueues {
         CStr::from_ptr((self.api.topic_name)(rkt))
             .to_string_lossy()
             .into_owned()
+    }
+}
+
+/// Forward `topic`-`partition`'s librdkafka fetch queue to `queue` (a reader's own, open), as both native
+/// readers (this one and `input_queue.rs`) do before each assignment: false when librdkafka has no such
+/// partition or the consumer is closed.
+pub(crate) fn forward_partition(
+    api: &Api,
+    consumer: &Py<PyAny>,
+    queue: *mut c_void,
+    topic: &CStr,
+    partition: i32,
+) -> bool {
+    let handle = consumer.as_ptr().cast::<CflHandle>();
+    // SAFETY: the consumer is held and of the checked type; GIL held (the caller's lock); the gate keeps
+    // rk alive; `queue` is the caller's live queue.
+    unsafe {
+        if !enter(handle) {
+            return false;
+        }
+        let fetchq = (api.queue_get_partition)((*handle).rk, topic.as_ptr(), partition);
+        if !fetchq.is_null() {
+            (api.queue_forward)(fetchq, queue);
+            (api.queue_destroy)(fetchq);
+        }
+        (*handle).active_calls.fetch_sub(1, Ordering::SeqCst);
+        !fetchq.is_null()
     }
 }
