@@ -23,8 +23,8 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from kappaflow import StreamsBuilder, serdes
 from kappaflow.runner import KafkaStreams, native_input, thread
 from kappaflow.runner.routing import raw_records_by_partition
-from kappaflow.tasks.native import installed_core
 from tests.kafka.streams_support import fast_config, wait_running
+from tests.native_support import require_native_core
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
 
@@ -104,9 +104,7 @@ def _read(consumer: Consumer, topic: str, queues: Any, until: Callable[[dict[int
 
 @pytest.mark.parametrize("isolation", ["read_committed", "read_uncommitted"])
 def test_input_queues_read_what_consume_reads(kafka_bootstrap: str, isolation: str) -> None:
-    core = installed_core()
-    if core is None:
-        pytest.skip("the native core is not installed")
+    core = require_native_core()
     topic = f"niq-{uuid.uuid4().hex[:8]}"
     _topic(kafka_bootstrap, topic)
     per_partition = _fill(kafka_bootstrap, topic) + (1 if isolation == "read_uncommitted" else 0)
@@ -149,9 +147,7 @@ def test_input_queues_read_what_consume_reads(kafka_bootstrap: str, isolation: s
 def test_paused_and_seeked_partitions_as_consume(kafka_bootstrap: str) -> None:
     """Paused: nothing of the partition comes; a seek back while paused drops what was fetched before
     it; resumed, the partition is read from the seeked offset, record for record."""
-    core = installed_core()
-    if core is None:
-        pytest.skip("the native core is not installed")
+    core = require_native_core()
     topic = f"niq-{uuid.uuid4().hex[:8]}"
     _topic(kafka_bootstrap, topic)
     per_partition = _fill(kafka_bootstrap, topic)
@@ -247,8 +243,7 @@ def _count(bootstrap: str, app_id: str, source: str, state: Path, guarantee: str
 def test_an_application_counts_the_same_both_ways(
     kafka_bootstrap: str, tmp_path: Path, guarantee: str, monkeypatch: Any
 ) -> None:
-    if installed_core() is None:
-        pytest.skip("the native core is not installed")
+    require_native_core()
     source = f"niq-{uuid.uuid4().hex[:8]}"
     _topic(kafka_bootstrap, source)
     per_partition = _fill(kafka_bootstrap, source)

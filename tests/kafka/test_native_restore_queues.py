@@ -20,8 +20,8 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from kappaflow import Materialized, StreamsBuilder, serdes
 from kappaflow.runner import KafkaStreams, assembly, native_restore
-from kappaflow.tasks.native import installed_core
 from tests.kafka.streams_support import fast_config, wait_running
+from tests.native_support import require_native_core
 from tests.runtime.test_bulk_restore import open_rocksdb
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
@@ -151,8 +151,7 @@ def _restore(bootstrap: str, app_id: str, state: Path, guarantee: str, native: b
 def test_native_fetches_restore_the_stores_consume_restores(
     kafka_bootstrap: str, tmp_path: Path, guarantee: str, monkeypatch: Any
 ) -> None:
-    if installed_core() is None:
-        pytest.skip("the native core is not installed")
+    require_native_core()
     app_id = f"nrq-{uuid.uuid4().hex[:8]}"
     _create(kafka_bootstrap, app_id)
     _fill(kafka_bootstrap, f"{app_id}-{STORE}-changelog")
@@ -179,9 +178,7 @@ def test_native_fetches_restore_the_stores_consume_restores(
 def test_restore_queues_return_what_consume_returns(kafka_bootstrap: str) -> None:
     """Record for record, the core's runs hold what `consume()` gives for the same partitions, and the
     ends it reports are the end-of-partition offsets."""
-    core = installed_core()
-    if core is None:
-        pytest.skip("the native core is not installed")
+    core = require_native_core()
     app_id = f"nrq-{uuid.uuid4().hex[:8]}"
     _create(kafka_bootstrap, app_id)
     changelog = f"{app_id}-{STORE}-changelog"
@@ -240,9 +237,7 @@ def test_a_partition_unassigned_mid_restore_stops_and_reopened_resumes(kafka_boo
     """A task revoked mid-restore: once its partition is unassigned nothing more of it comes (what was
     fetched before is outdated, as for `consume()`); assigned again (opened first, as the reader
     does), it is read from the new position to its end, record for record."""
-    core = installed_core()
-    if core is None:
-        pytest.skip("the native core is not installed")
+    core = require_native_core()
     app_id = f"nrq-{uuid.uuid4().hex[:8]}"
     _create(kafka_bootstrap, app_id)
     changelog = f"{app_id}-{STORE}-changelog"
