@@ -46,6 +46,9 @@ class Lane:
     name: str
     commands: list[list[str]]
     failed: list[str] = field(default_factory=list)
+    #: pytest's short-summary lines ("FAILED tests/...::name - reason", "ERROR ..."), kept so the
+    #: run's last lines name every failure: CI often shows only the tail of a long interleaved log
+    failures: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
 
@@ -89,6 +92,8 @@ def _run_lane(lane: Lane, out_lock: threading.Lock) -> None:
             )
             assert proc.stdout is not None
             for text in proc.stdout:
+                if text.startswith(("FAILED ", "ERROR ")):
+                    lane.failures.append(text.rstrip("\n"))
                 log.write(text)
                 log.flush()
                 with out_lock:
@@ -115,6 +120,8 @@ def run(both: list[Lane], alone: Lane) -> int:
             f"==> lane {lane.name}: {verdict} in {lane.seconds:.0f}s (log .run/logs/test-{lane.name}.log)",
             flush=True,
         )
+        for failure in lane.failures:
+            print(f"==>   {failure}", flush=True)
     return 1 if any(lane.failed for lane in all_lanes) else 0
 
 
