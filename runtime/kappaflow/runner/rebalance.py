@@ -64,7 +64,7 @@ class RebalanceHandler:
         # the native reader of the group consumer's fetches (runner/native_input.py), set with each new
         # consumer: a partition is opened into it before every assignment of it, inside this callback,
         # so its first fetch already goes there. Revocation and loss need nothing: librdkafka's fetch
-        # stop undoes the opening (input_queue.rs).
+        # stop undoes the opening (rdkafka_queue.rs).
         self.inputs: InputQueues | None = None
 
     @property

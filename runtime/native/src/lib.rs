@@ -24,6 +24,7 @@ mod failure;
 mod input_queue;
 mod messages;
 mod produce;
+mod rdkafka_queue;
 mod restore;
 mod restore_queue;
 mod slots;
