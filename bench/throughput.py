@@ -26,6 +26,13 @@ once; each run uses a fresh consumer group / application id and output topic. Th
 have processed lines + lines * words records. The JVM's JIT warm-up is inside Java's window, so short
 runs favour Python; use more --lines for steadier numbers. The last block divides kappaflow by each peer.
 
+Each in-process row also prints the process's CPU seconds per line inside its window (every thread:
+librdkafka's and RocksDB's included; not the broker's), and a kappaflow row the commits that fell in it.
+On a loaded machine the rates swing 2x between rounds while CPU per line moves far less, and the window
+shows what a row did: at 200k lines it lasts ~1-2 s, so at_least_once (commit.interval.ms 30 s) commits
+never inside it - its cached counts are flushed, logged and produced after it ends - while exactly_once_v2
+commits every 100 ms.
+
     python bench/throughput.py [--lines 50000] [--partitions 4] [--bootstrap host:port] [--no-java]
         [--no-python-peers] [--faust-lines 10000] [--repeat N]
 
@@ -41,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import resource
 import struct
 import sys
 import tempfile
@@ -67,6 +75,22 @@ WORDS = [f"w{i}" for i in range(1000)]
 # row is at its best: with librdkafka's default 1 s fetch.queue.backoff.ms a consumer whose local queue
 # passes queued.min.messages (100k) stalls for a second, and repartition records come back late.
 FETCH_TUNING = {"fetch.wait.max.ms": 50, "fetch.queue.backoff.ms": 20}
+
+
+# What the last in-process row spent inside its window: process CPU seconds per line and, for a kappaflow
+# row, the commits in it (-1: not a kappaflow row); printed after the row's rate.
+WINDOW: dict[str, float] = {}
+
+
+def cpu_seconds() -> float:
+    """The process's CPU time so far, all threads (user + system)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def window_cpu(cpu_at_start: float, lines: int, commits: float = -1.0) -> None:
+    """Note the CPU per line of a window that started at `cpu_at_start` and ends now."""
+    WINDOW.update(cpu_us_per_line=(cpu_seconds() - cpu_at_start) * 1e6 / lines, commits=commits)
 
 
 def create_topic(admin: AdminClient, name: str, partitions: int) -> None:
@@ -106,13 +130,13 @@ def raw_loop(bootstrap: str, source: str, sink: str, lines: int) -> float:
     """Consume each line and produce it unchanged, committing every 10k records: the floor for Python."""
     consumer, producer = _clients(bootstrap, "raw", [source])
     seen = 0
-    started = 0.0
+    started = cpu_at_start = 0.0
     while seen < lines:
         for msg in consumer.consume(1000, 0) or consumer.consume(1, 0.5):
             if msg.error() is not None:
                 continue
             if not started:
-                started = time.perf_counter()
+                started, cpu_at_start = time.perf_counter(), cpu_seconds()
             while True:
                 try:
                     producer.produce(sink, key=msg.key(), value=msg.value())
@@ -127,6 +151,7 @@ def raw_loop(bootstrap: str, source: str, sink: str, lines: int) -> float:
     if seen % 10000:
         consumer.commit(asynchronous=False)
     elapsed = time.perf_counter() - started
+    window_cpu(cpu_at_start, lines)
     consumer.close()
     return lines / elapsed
 
@@ -141,13 +166,13 @@ def handwritten_wordcount(bootstrap: str, source: str, sink: str, lines: int) ->
     pack = struct.Struct(">q").pack
     counts: dict[str, int] = {}
     seen = 0
-    started = 0.0
+    started = cpu_at_start = 0.0
     while seen < lines:
         for msg in consumer.consume(1000, 0) or consumer.consume(1, 0.5):
             if msg.error() is not None:
                 continue
             if not started:
-                started = time.perf_counter()
+                started, cpu_at_start = time.perf_counter(), cpu_seconds()
             for word in (msg.value() or b"").decode().lower().split():
                 count = counts[word] = counts.get(word, 0) + 1
                 while True:
@@ -164,6 +189,7 @@ def handwritten_wordcount(bootstrap: str, source: str, sink: str, lines: int) ->
     if seen % 10000:
         consumer.commit(asynchronous=False)
     elapsed = time.perf_counter() - started
+    window_cpu(cpu_at_start, lines)
     consumer.close()
     return lines / elapsed
 
@@ -194,7 +220,7 @@ def repartition_wordcount(
     dirty: set[bytes] = set()
     expected = lines * words
     counted = 0
-    started = finished = 0.0
+    started = finished = cpu_at_start = 0.0
 
     def flush_counts() -> None:
         for key in dirty:
@@ -211,7 +237,7 @@ def repartition_wordcount(
             if msg.error() is not None:
                 continue
             if not started:
-                started = time.perf_counter()
+                started, cpu_at_start = time.perf_counter(), cpu_seconds()
             if msg.topic() == source:
                 for word in split_words((msg.value() or b"").decode()):
                     encoded = word.encode()
@@ -223,6 +249,7 @@ def repartition_wordcount(
             counted += 1
             if counted == expected:
                 finished = time.perf_counter()
+                window_cpu(cpu_at_start, lines)
             if counted % 30000 == 0:
                 flush_counts()
         producer.poll(0)
@@ -254,9 +281,15 @@ def kappaflow_run(
         **(extra or {}),
     }
     app = KafkaStreams(wordcount_topology(source, sink), config)
+    at_start: list[float] = []
+
+    def on_first() -> None:
+        at_start.extend((cpu_seconds(), app.metrics.counter("commit-total")))
+
     app.start()
     try:
-        elapsed = wait_processed(app, expected)
+        elapsed = wait_processed(app, expected, on_first=on_first)
+        window_cpu(at_start[0], lines, app.metrics.counter("commit-total") - at_start[1])
     finally:
         app.close(60)
     return lines / elapsed
@@ -351,6 +384,17 @@ def run_one(name: str, args: argparse.Namespace, bootstrap: str, source: str, cl
     return kappaflow_run(bootstrap, source, sink, args.lines, args.words, name, {})
 
 
+def window_note(name: str) -> str:
+    """The CPU (and commits) of the row that just ran, or "" when the row ran in another process."""
+    if name.startswith(("java_", "quix_", "faust_")) or not WINDOW:
+        return ""
+    note = f", {WINDOW['cpu_us_per_line']:.2f} us CPU per line"
+    if WINDOW["commits"] >= 0:
+        note += f", {WINDOW['commits']:.0f} commits in the window"
+    WINDOW.clear()
+    return note
+
+
 def print_table(results: dict[str, float | None]) -> None:
     """Every run against the raw loop, then kappaflow against each peer; a failed run prints n/a."""
     raw = results.get("raw")
@@ -441,7 +485,7 @@ def main() -> int:
                 except (kafka_streams_peer.PeerError, python_peers.PeerError) as err:
                     print(f"    failed: {err}", flush=True)
                     continue
-                print(f"    {value:,.0f} lines/s", flush=True)
+                print(f"    {value:,.0f} lines/s{window_note(name)}", flush=True)
                 results[name] = max(value, results.get(name) or 0.0)
                 if before and name in ("at_least_once", "exactly_once_v2"):
                     nows.setdefault(name, []).append(value)
@@ -449,7 +493,7 @@ def main() -> int:
                     guarantee, sink = name, f"bench-out-before-{uuid.uuid4().hex[:6]}"
                     create_topic(AdminClient({"bootstrap.servers": bootstrap}), sink, args.partitions)
                     old = kappaflow_run(bootstrap, source, sink, args.lines, args.words, guarantee, before)
-                    print(f"    {old:,.0f} lines/s", flush=True)
+                    print(f"    {old:,.0f} lines/s{window_note(name)}", flush=True)
                     befores.setdefault(name, []).append(old)
         print_table(results)
         for name, values in nows.items():

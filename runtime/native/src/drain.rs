@@ -201,18 +201,16 @@ impl<'py> Plan<'py> {
                 progress.partition_time = timestamp;
             }
             let context = &self.context;
+            // one int object for the stream time and the record context (two were allocated per record)
+            let timestamp_obj = timestamp.into_pyobject(py)?.into_any();
             if timestamp > progress.stream_time {
                 progress.stream_time = timestamp;
-                self.context_stream_time.put(
-                    py,
-                    context,
-                    &timestamp.into_pyobject(py)?.into_any(),
-                )?;
+                self.context_stream_time.put(py, context, &timestamp_obj)?;
             }
             let record_context = self.record_context.new_instance(
                 py,
                 [
-                    timestamp.into_pyobject(py)?.into_any(),
+                    timestamp_obj,
                     self.topic.clone(),
                     self.partition.clone(),
                     offset_obj,
