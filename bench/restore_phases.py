@@ -22,6 +22,7 @@ from kappaflow.clients.kafka import CommittedOffsetReader, WatermarkReader
 from kappaflow.runner import thread as thread_module
 from kappaflow.runner.bootstrap import StateBootstrapper
 from kappaflow.runner.changelog_reader import ChangelogReader
+from kappaflow.runner import producer as producer_module
 from kappaflow.runner.producer import StreamsProducer
 from kappaflow.runner.rebalance import RebalanceHandler
 from kappaflow.runner.tasks import TaskManager
@@ -36,12 +37,14 @@ STEPS: tuple[tuple[str, Any, str], ...] = (
     ("internal topics (describe / create)", thread_module, "wait_for_topics"),
     ("clients + producer (init_transactions)", thread_module, "assemble"),
     ("  producer init", StreamsProducer, "__init__"),
+    ("  init_transactions (background thread)", producer_module._BackgroundInit, "_run"),
     ("warm-up check (group described)", JoinWarmup, "run"),
     (JOIN_LABEL, thread_module.StreamThread, "_join"),
     (ASSIGN_LABEL, RebalanceHandler, "on_assign"),
     ("  tasks open (in order)", TaskManager, "create_actives"),
     ("    stores init (RocksDB opens submitted)", StreamTask, "initialize"),
     ("    RocksDB opens waited for (threads)", ConcurrentOpens, "wait"),
+    ("    changelog ends + topic ids (all tasks)", ChangelogReader, "look_up"),
     ("    changelog register", ChangelogReader, "register"),
     ("      changelog end offsets", WatermarkReader, "__call__"),
     ("      changelog topic ids", InternalTopicManager, "topic_ids"),
@@ -49,6 +52,7 @@ STEPS: tuple[tuple[str, Any, str], ...] = (
     ("      snapshot bootstrap check", StateBootstrapper, "__call__"),
     ("restore steps (consume + write)", ChangelogReader, "step"),
     ("  restore finish (checkpoint, init)", ChangelogReader, "_finish"),
+    ("first begin: init_transactions waited", StreamsProducer, "_initialized"),
 )
 
 

@@ -45,6 +45,9 @@ EOS_PRODUCER_DEFAULTS: dict[str, Any] = {"transaction.timeout.ms": 10000}
 # `producer.linger.ms` overrides both.
 AT_LEAST_ONCE_LINGER_MS = 20
 EOS_LINGER_MS = 20
+# ListOffsets' special timestamps: a partition's log start and its end (high watermark or last stable offset)
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
 # The restore consumer reads changelogs from their start as fast as the store can take them: librdkafka
 # stops prefetching a partition once its local queue holds queued.min.messages (100k by default) and
 # then backs off fetch.queue.backoff.ms (1 s), so a restore stalled every 100k records. Prefetching up to
@@ -462,25 +465,46 @@ class WatermarkReader:
     (~0.5 s per partition). It reads read_uncommitted whatever the application's guarantee, so the high
     watermark lies past transactions still open below it (a read_committed consumer reports the last
     stable offset). Being a consumer, it refreshes partition leaders as consumers do after a broker
-    restart (librdkafka's admin ListOffsets kept failing with FENCED_LEADER_EPOCH there)."""
+    restart (librdkafka's admin ListOffsets kept failing with FENCED_LEADER_EPOCH there).
+
+    All the partitions asked for are looked up together: two ListOffsets requests per leader (earliest,
+    latest: `offsets_for_times` with the protocol's special timestamps -2 and -1, answered at the
+    consumer's isolation level as `get_watermark_offsets` is), not two per partition one after another.
+    A task's registration asks for all of an assignment's changelogs at once (ChangelogReader.prefetch):
+    4 partitions took 12.6 ms one by one against 1.1 ms together on a local broker."""
 
     def __init__(self, settings: dict[str, Any]) -> None:
         self._consumer = Consumer(with_logger({**settings, "isolation.level": "read_uncommitted"}))
 
     def __call__(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, int]]:
-        bounds: dict[tuple[str, int], tuple[int, int]] = {}
+        if not partitions:
+            return {}
         serve_consumer_logs(self._consumer)  # it never fetches: only this hands over its log lines
-        for topic, partition in partitions:
-            try:
-                low, high = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
-            except KafkaException:
-                # A client with no interest in a topic does not refresh its metadata by itself (after a
-                # broker restart it answers "Unknown partition" for as long as it lives): ask for it,
-                # then let the caller retry.
+        lows = self._offsets(partitions, EARLIEST_TIMESTAMP)
+        highs = self._offsets(partitions, LATEST_TIMESTAMP)
+        return {tp: (lows[tp], highs[tp]) for tp in partitions}
+
+    def _offsets(self, partitions: list[tuple[str, int]], spec: int) -> dict[tuple[str, int], int]:
+        """The earliest or latest offset (`spec`) of every partition; a KafkaException when any cannot
+        be read. A client with no interest in a topic does not refresh its metadata by itself (after a
+        broker restart it answers "Unknown partition" for as long as it lives): the topics that failed
+        are looked up before the error is raised, for the caller's retry."""
+        asked = [TopicPartition(topic, partition, spec) for topic, partition in partitions]
+        try:
+            found = self._consumer.offsets_for_times(asked, timeout=10)
+        except KafkaException:
+            for topic in sorted({topic for topic, _p in partitions}):
                 self._consumer.list_topics(topic, timeout=10)
-                raise
-            bounds[(topic, partition)] = (int(low), int(high))
-        return bounds
+            raise
+        failed = [tp for tp in found if tp.error is not None or tp.offset < 0]
+        if failed:
+            for topic in sorted({tp.topic for tp in failed}):
+                self._consumer.list_topics(topic, timeout=10)
+            error = failed[0].error
+            if error is None:
+                error = KafkaError(KafkaError._UNKNOWN_PARTITION, f"no offset for {failed[0].topic}")
+            raise KafkaException(error)
+        return {(tp.topic, tp.partition): int(tp.offset) for tp in found}
 
     def close(self) -> None:
         self._consumer.close()

@@ -113,7 +113,9 @@ def assemble(
     purge_interval_s = config.get_int("repartition.purge.interval.ms") / 1000.0
     purger = RepartitionPurger(admin, topics.repartition_topics, purge_interval_s)
     handler = production_handler(config.get("production.exception.handler"))
-    producer = StreamsProducer(settings["producer"], config.exactly_once, handler, api_timeout_s)
+    producer = StreamsProducer(
+        settings["producer"], config.exactly_once, handler, api_timeout_s, init_in_background=True
+    )
     collector = KafkaRecordCollector(producer, admin)
     core = native.core(
         config.get_bool("kappaflow.native.enabled") and config.get_bool("kappaflow.native.produce.enabled")

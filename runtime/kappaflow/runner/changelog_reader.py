@@ -81,6 +81,15 @@ class ChangelogPartition:
     limit: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class ChangelogEnds:
+    """The (log start, high watermark) of changelog partitions and the ids of their topics, looked up
+    together for all the tasks of an assignment (`ChangelogReader.look_up`)."""
+
+    bounds: Mapping[tuple[str, int], tuple[int, int]]
+    topic_ids: Mapping[str, str]
+
+
 class ChangelogReader:
     """Reads the changelogs of registered tasks; `step()` applies a batch and names the tasks done."""
 
@@ -136,21 +145,36 @@ class ChangelogReader:
         metrics.set_gauge("hanging-transaction-partitions", 0, reader="restore")
         self._last_hanging_log = 0.0
 
-    def register(self, managed: ManagedTask) -> None:
+    def look_up(self, managers: list[ProcessorStateManager]) -> ChangelogEnds:
+        """The ends of the changelogs of all `managers`' stores and their topics' ids, in one lookup of
+        each (not one per task): an assignment's tasks are registered with what this returns, as Kafka
+        Streams' StoreChangelogReader asks for the end offsets of all its changelogs in one request."""
+        tps = sorted({tp for manager in managers for tp in manager.changelog_partitions()})
+        if not tps:
+            return ChangelogEnds({}, {})
+        ask = self._offset_bounds
+        bounds = retry_unreachable("reading changelog ends", lambda: ask(tps), self._api_timeout_s)
+        ids: dict[str, str] = {}
+        if self._topic_ids is not None:
+            topics, describe = sorted({t for t, _p in tps}), self._topic_ids
+            ids = retry_unreachable("describing changelogs", lambda: describe(topics), self._api_timeout_s)
+        return ChangelogEnds(bounds, ids)
+
+    def register(self, managed: ManagedTask, known: ChangelogEnds | None = None) -> None:
         """Start reading the task's changelogs from where its stores' state ends; an active task that is
-        already at the end of all of them has nothing pending."""
+        already at the end of all of them has nothing pending. `known`: the ends and topic ids `look_up`
+        found for this task among others (else they are looked up for this task alone)."""
         manager = managed.state_manager
         partitions = manager.changelog_partitions()
         tps = list(partitions)
-        ask = self._offset_bounds
-        bounds = retry_unreachable("reading changelog ends", lambda: ask(tps), self._api_timeout_s)
+        if known is None or any(tp not in known.bounds for tp in tps):
+            known = self.look_up([manager])
+        bounds = {tp: known.bounds[tp] for tp in tps}
         if self._bootstrap is not None and tps and self._bootstrap(managed.task.id, manager, bounds):
             # the snapshot's offset may be past the ends read before it was taken: read them again
+            ask = self._offset_bounds
             bounds = retry_unreachable("reading changelog ends", lambda: ask(tps), self._api_timeout_s)
-        ids: dict[str, str] = {}
-        if self._topic_ids is not None and tps:
-            topics, describe = sorted({t for t, _p in tps}), self._topic_ids
-            ids = retry_unreachable("describing changelogs", lambda: describe(topics), self._api_timeout_s)
+        ids = {t: known.topic_ids[t] for t, _p in tps if t in known.topic_ids}
         starts = manager.restore_offsets(bounds, ids)
         limits = self._source_limits(managed, manager.source_changelog_partitions())
         assignments = []

@@ -95,6 +95,37 @@ class _BoundedCall:
             raise self._outcome[0]
 
 
+class _BackgroundInit:
+    """The first producer's `init_transactions`, running on its own thread while the stream thread
+    prepares its topics, joins the group and restores its tasks (`StreamsProducer(init_in_background=
+    True)`): its round trips to the transaction coordinator (FindCoordinator, InitProducerId; 0.06-0.5 s
+    in bench/restore.py, librdkafka re-asking for the coordinator every 500 ms until a broker is up) no
+    longer delay the start. Nothing transactional happens before `StreamsProducer.begin` waits for it:
+    no record is produced, no offset committed, outside a transaction. The fencing is the same: the
+    predecessor with this transactional id is fenced, and its open transaction aborted, before this
+    producer's first transaction begins; a restoration held by that open transaction waits, as it always
+    has, until the abort's marker passes (runner/changelog_reader.py)."""
+
+    def __init__(self, call: Callable[[], None]) -> None:
+        self._outcome: list[BaseException | None] = []
+        self._thread = threading.Thread(
+            target=self._run, args=(call,), name="kappaflow-init-transactions", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, call: Callable[[], None]) -> None:
+        try:
+            call()
+            self._outcome.append(None)
+        except BaseException as exc:  # handed over to the stream thread by wait()
+            self._outcome.append(exc)
+
+    def wait(self) -> BaseException | None:
+        """Wait for the call (as long as the synchronous call would have taken); what it raised, or None."""
+        self._thread.join()
+        return self._outcome[0] if self._outcome else None
+
+
 def _resumed(what: str, call: Callable[[float], None], budget_s: float) -> None:
     """`call(timeout)`, resumed while librdkafka answers with a retriable error, until `budget_s` has
     passed: a retriable answer (a timeout) leaves the call going on in the background, and calling it
@@ -138,10 +169,15 @@ class StreamsProducer:
         production_handler: Callable[[Any, Any], HandlerResponse] | None,
         api_timeout_s: float,
         factory: ProducerFactory = new_producer,
+        init_in_background: bool = False,
     ) -> None:
         """`production_handler` decides, under at_least_once, whether a failed delivery is dropped;
-        under exactly_once_v2 a failed delivery always aborts the transaction."""
+        under exactly_once_v2 a failed delivery always aborts the transaction. `init_in_background`
+        (exactly_once_v2): the first producer's init_transactions runs on a thread, waited for where the
+        first transaction begins (`_BackgroundInit`); a replacement's always runs in the call."""
         self._settings = settings
+        self._initializing: _BackgroundInit | None = None
+        self._init_in_background = init_in_background
         self.exactly_once = exactly_once
         self._api_timeout_s = api_timeout_s
         self._factory = factory
@@ -169,12 +205,38 @@ class StreamsProducer:
         producer = self._factory(dict(settings))
         if self.exactly_once:
             log.debug("initializing the transactional producer: calling librdkafka")
-            retry_unreachable(
-                "initializing the transactional producer",
-                lambda: producer.init_transactions(self._api_timeout_s),
-                self._api_timeout_s,
-            )
+
+            def init() -> None:
+                retry_unreachable(
+                    "initializing the transactional producer",
+                    lambda: producer.init_transactions(self._api_timeout_s),
+                    self._api_timeout_s,
+                )
+
+            if self._init_in_background:
+                self._init_in_background = False  # the first producer only
+                self._initializing = _BackgroundInit(init)
+            else:
+                init()
         return producer
+
+    def _initialized(self) -> None:
+        """Wait for the background init_transactions, if one is pending; raise what it raised (as the
+        synchronous call would have at start-up: an init that fails leaves no producer to use)."""
+        pending, self._initializing = self._initializing, None
+        if pending is not None:
+            failure = pending.wait()
+            if failure is not None:
+                raise failure
+
+    def _forget_init(self) -> None:
+        """Wait for a pending background init_transactions and drop its outcome: its producer is being
+        replaced or closed (a replacement's own init must not race it for the epoch)."""
+        pending, self._initializing = self._initializing, None
+        if pending is not None:
+            failure = pending.wait()
+            if failure is not None:
+                log.warning("initializing the transactional producer: %s", failure)
 
     @property
     def acknowledged(self) -> dict[tuple[str, int], int]:
@@ -200,6 +262,7 @@ class StreamsProducer:
         """Open a transaction unless one is open (exactly_once_v2 only; a no-op otherwise)."""
         if not self.exactly_once or self._in_transaction:
             return
+        self._initialized()
         self._in_transaction = True
         try:
             self.producer.begin_transaction()
@@ -332,6 +395,7 @@ class StreamsProducer:
         """A new producer in place of a fenced or failed one (same settings, so the same transactional
         id: its init_transactions fences the old epoch). Records the old one still held are dropped."""
         log.warning("replacing the producer")
+        self._forget_init()
         old = self.producers()
         producer, changelog_producer = self._create()
         self.producer, self.changelog_producer = producer, changelog_producer or producer
@@ -344,6 +408,7 @@ class StreamsProducer:
     def close(self) -> None:
         """Abort an open transaction and deliver what at_least_once still holds (bounded)."""
         try:
+            self._forget_init()
             self.abort()
             for producer in self.producers():
                 producer.flush(10)

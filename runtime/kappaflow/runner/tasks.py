@@ -16,7 +16,7 @@ from typing import Any
 from kappaflow.api.config import StreamsConfig
 from kappaflow.api.metrics import Metrics
 from kappaflow.api.processor import TaskId
-from kappaflow.runner.changelog_reader import RESTORE_BATCH, ChangelogReader
+from kappaflow.runner.changelog_reader import RESTORE_BATCH, ChangelogEnds, ChangelogReader
 from kappaflow.runner.managed_task import ManagedTask, TaskDirLock
 from kappaflow.state.cache import RecordCache
 from kappaflow.state.concurrent_opens import concurrent_opens
@@ -147,11 +147,14 @@ class TaskManager(PartitionOwnership):
             raise
         return task, lock
 
-    def _registered(self, task: StreamTask, lock: TaskDirLock, standby: bool) -> ManagedTask:
-        """The opened task registered with the changelog reader (its restoration starts)."""
+    def _registered(
+        self, task: StreamTask, lock: TaskDirLock, standby: bool, known: ChangelogEnds | None = None
+    ) -> ManagedTask:
+        """The opened task registered with the changelog reader (its restoration starts); `known`: its
+        changelogs' ends, looked up with other tasks' (`ChangelogReader.look_up`)."""
         try:
             managed = ManagedTask(task, lock, standby)
-            self.reader.register(managed)
+            self.reader.register(managed, known)
         except BaseException:
             lock.release()
             raise
@@ -175,7 +178,7 @@ class TaskManager(PartitionOwnership):
     def create_actives(self, task_ids: list[TaskId]) -> list[ManagedTask]:
         """Open active tasks, in order: every task's stores first, their RocksDB databases opening on
         threads meanwhile (state/concurrent_opens.py), then each task registered with the changelog
-        reader, which reads their stores. A failure closes the tasks of the call not registered yet
+        reader, which reads their stores, with their changelogs' ends looked up once for all. A failure closes the tasks of the call not registered yet
         (dirty: nothing of theirs ran) and releases their directories before it is raised."""
         opened: list[tuple[StreamTask, TaskDirLock]] = []
         try:
@@ -188,10 +191,16 @@ class TaskManager(PartitionOwnership):
         except BaseException:
             self._abandon(opened)
             raise
+        try:
+            # the ends of every task's changelogs in one lookup, not one per task
+            known = self.reader.look_up([task.state_manager for task, _lock in opened])
+        except BaseException:
+            self._abandon(opened)
+            raise
         created: list[ManagedTask] = []
         for index, (task, lock) in enumerate(opened):
             try:
-                managed = self._registered(task, lock, standby=False)
+                managed = self._registered(task, lock, standby=False, known=known)
             except BaseException:
                 task.close(clean=False)
                 self._abandon(opened[index + 1 :])
