@@ -19,10 +19,10 @@ from typing import Any
 
 from kappaflow.clients.admin import InternalTopicManager
 from kappaflow.clients.kafka import CommittedOffsetReader, WatermarkReader
+from kappaflow.runner import producer as producer_module
 from kappaflow.runner import thread as thread_module
 from kappaflow.runner.bootstrap import StateBootstrapper
 from kappaflow.runner.changelog_reader import ChangelogReader
-from kappaflow.runner import producer as producer_module
 from kappaflow.runner.producer import StreamsProducer
 from kappaflow.runner.rebalance import RebalanceHandler
 from kappaflow.runner.tasks import TaskManager

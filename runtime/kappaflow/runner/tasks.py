@@ -178,8 +178,9 @@ class TaskManager(PartitionOwnership):
     def create_actives(self, task_ids: list[TaskId]) -> list[ManagedTask]:
         """Open active tasks, in order: every task's stores first, their RocksDB databases opening on
         threads meanwhile (state/concurrent_opens.py), then each task registered with the changelog
-        reader, which reads their stores, with their changelogs' ends looked up once for all. A failure closes the tasks of the call not registered yet
-        (dirty: nothing of theirs ran) and releases their directories before it is raised."""
+        reader, which reads their stores, their changelogs' ends looked up once for all of them. A
+        failure closes the tasks of the call not registered yet (dirty: nothing of theirs ran) and
+        releases their directories before it is raised."""
         opened: list[tuple[StreamTask, TaskDirLock]] = []
         try:
             with concurrent_opens():
