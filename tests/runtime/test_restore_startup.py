@@ -224,3 +224,46 @@ def test_at_least_once_and_replacements_initialize_nothing_in_the_background(
     producer = StreamsProducer({}, True, None, api_timeout_s=5, factory=slow_init)
     assert slow_init.calls == ["init started", "init done"]  # initialized before the constructor returned
     assert producer._initializing is None
+
+
+class ConnectingConsumer:
+    """A consumer whose metadata request waits for `release`; records its calls in order."""
+
+    def __init__(self, release: threading.Event, calls: list[str]) -> None:
+        self.release, self.calls = release, calls
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> None:
+        self.calls.append(f"list_topics {topic}")
+        self.release.wait(30)
+        self.calls.append("connected")
+
+    def close(self) -> None:
+        self.calls.append("close")
+
+
+def test_the_early_consumer_connects_on_a_thread_and_is_handed_over_or_closed_only_after(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The group consumer's first connection overlaps the topics' preparation: creating it does not wait
+    for its metadata request, and neither handing it to `_join` nor closing it overlaps that request
+    (a call of another thread on a closed client is a use after free in librdkafka)."""
+    import kappaflow.runner.early_consumer as early_module
+
+    release, calls = threading.Event(), []
+    consumer = ConnectingConsumer(release, calls)
+    monkeypatch.setattr(early_module, "new_consumer", lambda _settings: consumer)
+    early = early_module.EarlyConsumer({}, "input")  # returns while the request cannot return yet
+    _release_later(release)
+    assert early.take() is consumer
+    assert calls == ["list_topics input", "connected"]
+    with pytest.raises(RuntimeError):
+        early.take()  # handed over once
+    early.close()
+    assert calls == ["list_topics input", "connected"]  # a consumer handed over is not closed here
+
+    release, calls = threading.Event(), []
+    consumer = ConnectingConsumer(release, calls)
+    early = early_module.EarlyConsumer({}, None)
+    _release_later(release)
+    early.close()  # the thread stopped before joining the group
+    assert calls == ["list_topics None", "connected", "close"]

@@ -36,6 +36,7 @@ from kappaflow.clients.kafka import client_configs, new_consumer
 from kappaflow.runner.assembly import assemble, now_ms, wait_for_topics
 from kappaflow.runner.backpressure import input_paused
 from kappaflow.runner.commit_timing import next_commit_due, poll_wait
+from kappaflow.runner.early_consumer import EarlyConsumer
 from kappaflow.runner.fetch_lag import LAG_INTERVAL_S, FetchedLag, report_consumer_lag
 from kappaflow.runner.global_state import GlobalStateUpdater
 from kappaflow.runner.loop_ratios import LoopRatios
@@ -112,6 +113,7 @@ class StreamThread:
         self._sent = 0  # the collector's count of records sent, as last published
         self._async_paused: set[TaskId] = set()  # tasks paused at their asynchronous max_in_flight
         self._inputs: InputQueues | None = None  # the core's reader of the consumer's fetches, if used
+        self._early: EarlyConsumer | None = None  # the first group consumer, until `_join` takes it
         log.info("drain loop: %s", native.describe(config.get_bool("kappaflow.native.enabled")))
         # consumed batches into runs of records: natively from the messages' structs where it can
         self._route = router(native.core(config.get_bool("kappaflow.native.enabled")))
@@ -123,15 +125,25 @@ class StreamThread:
 
     # ----------------------------------------------------------------- set-up
     def _assemble(self, stop: threading.Event) -> None:
-        admin = InternalTopicManager(self.settings["admin"])
-        topics = wait_for_topics(self.topology, self.config, admin, stop)
-        self.preparing = False
-        if stop.is_set():  # stopped meanwhile: end before holding anything (close() may not wait)
-            raise StoppedWhileWaitingError("stopped while preparing topics")
-        parts = assemble(
-            self.topology, self.config, self.settings, self.metrics, self.state_lock, self.commit,
-            self._assignment_changed, admin, topics,
-        )  # fmt: skip
+        # the group consumer connects while the topics are prepared (runner/early_consumer.py)
+        topology = self.topology
+        sources = sorted(
+            t for s in topology.sub_topologies() for t in s.source_topics if t not in topology.internal_topics
+        )
+        self._early = EarlyConsumer(self.settings["consumer"], sources[0] if sources else None)
+        try:
+            admin = InternalTopicManager(self.settings["admin"])
+            topics = wait_for_topics(self.topology, self.config, admin, stop)
+            self.preparing = False
+            if stop.is_set():  # stopped meanwhile: end before holding anything (close() may not wait)
+                raise StoppedWhileWaitingError("stopped while preparing topics")
+            parts = assemble(
+                self.topology, self.config, self.settings, self.metrics, self.state_lock, self.commit,
+                self._assignment_changed, admin, topics,
+            )  # fmt: skip
+        except BaseException:
+            self._drop_early()
+            raise
         self.subscription, self.partition_counts = parts.topics.subscription, parts.topics.partition_counts
         self.purger, self.producer, self.committer = parts.purger, parts.producer, parts.committer
         self.collector = parts.collector
@@ -143,7 +155,9 @@ class StreamThread:
     def _join(self) -> None:
         """A new group consumer, subscribed; the rebalance handler opens tasks as partitions arrive."""
         self._consumer_failure = None
-        self.consumer = consumer = new_consumer(self.settings["consumer"])
+        early, self._early = self._early, None
+        consumer = early.take() if early is not None else new_consumer(self.settings["consumer"])
+        self.consumer = consumer
         self.fetched_lag = FetchedLag(consumer)
         rebalance = self.rebalance
         self._inputs = rebalance.inputs = (
@@ -158,12 +172,22 @@ class StreamThread:
         log.info("subscribed to %s", ", ".join(self.subscription))
         self._on_state("REBALANCING")
 
+    def _drop_early(self) -> None:
+        """Close the early consumer if the thread ends before it joins the group."""
+        early, self._early = self._early, None
+        if early is not None:
+            early.close()
+
     # ----------------------------------------------------------------- the loop
     def run(self, stop: threading.Event) -> None:
         self._assemble(stop)
         self._on_state("REBALANCING")
         assert self.warmup is not None
-        self.warmup.run(stop)  # a joining member first catches up the tasks it will get (runner/warmup.py)
+        try:
+            self.warmup.run(stop)  # a joining member first catches up the tasks it gets (runner/warmup.py)
+        except BaseException:
+            self._drop_early()
+            raise
         self._join()
         clean = False
         try:
