@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from confluent_kafka import Consumer
+
 from kappaflow.api.config import StreamsConfig
 from kappaflow.api.metrics import Metrics
 from kappaflow.clients.admin import InternalTopicManager
@@ -106,9 +108,13 @@ def assemble(
     on_assignment: Callable[[bool], None],
     admin: InternalTopicManager,
     topics: PreparedTopics,
+    restore_consumer: Consumer | None = None,
+    bounds: WatermarkReader | None = None,
 ) -> ThreadParts:
     """`commit` and `on_assignment` are the stream thread's, called back by the rebalance handler;
-    `admin` prepared `topics` (`wait_for_topics`)."""
+    `admin` prepared `topics` (`wait_for_topics`). `restore_consumer` and `bounds`: the changelog
+    reader's clients, if the thread created them before (runner/early_consumer.py); they are owned by
+    the reader from here."""
     api_timeout_s = config.get_int("default.api.timeout.ms") / 1000.0
     purge_interval_s = config.get_int("repartition.purge.interval.ms") / 1000.0
     purger = RepartitionPurger(admin, topics.repartition_topics, purge_interval_s)
@@ -133,7 +139,8 @@ def assemble(
     if topology.global_stores:
         global_state = GlobalStateUpdater(topology, config, collector, metrics, settings["restore"], now_ms)
         global_state.bootstrap()
-    bounds = WatermarkReader(settings["restore"])
+    if bounds is None:
+        bounds = WatermarkReader(settings["restore"])
     hanging_s = hanging_after_s(
         config.get_int("kappaflow.hanging.transaction.ms"),
         int(settings["producer"].get("transaction.timeout.ms", 60000)),
@@ -141,7 +148,8 @@ def assemble(
     committed = CommittedOffsetReader(settings["restore"], settings["consumer"]["group.id"])
     app_id, subs = config.application_id, topology.sub_topologies()
     instance_id = str(settings["consumer"].get("group.instance.id") or "")
-    restore_consumer = new_consumer(settings["restore"])
+    if restore_consumer is None:
+        restore_consumer = new_consumer(settings["restore"])
     restore_core = native.core(config.get_bool("kappaflow.native.enabled"))
     queues = (
         restore_queues(restore_core, restore_consumer)

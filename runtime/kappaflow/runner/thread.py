@@ -20,19 +20,20 @@ Failures, and the answer to each (Kafka Streams' answers, with librdkafka's erro
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from collections.abc import Callable
 
-from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaError, KafkaException
 
 from kappaflow.api.config import StreamsConfig
 from kappaflow.api.errors import ProducerFencedError, TaskMigratedError, TransactionAbortedError
 from kappaflow.api.metrics import Metrics
 from kappaflow.api.processor import TaskId
 from kappaflow.clients.admin import InternalTopicManager
-from kappaflow.clients.kafka import client_configs, new_consumer
+from kappaflow.clients.kafka import WatermarkReader, client_configs, new_consumer
 from kappaflow.runner.assembly import assemble, now_ms, wait_for_topics
 from kappaflow.runner.backpressure import input_paused
 from kappaflow.runner.commit_timing import next_commit_due, poll_wait
@@ -131,7 +132,13 @@ class StreamThread:
             t for s in topology.sub_topologies() for t in s.source_topics if t not in topology.internal_topics
         )
         self._early = EarlyConsumer(self.settings["consumer"], sources[0] if sources else None)
+        # the changelog reader's clients too: they connect by themselves (each has a group id, whose
+        # coordinator librdkafka looks up at once), so created now their first requests find them ready
+        restore: list[Consumer] = []
+        bounds: list[WatermarkReader] = []
         try:
+            restore.append(new_consumer(self.settings["restore"]))
+            bounds.append(WatermarkReader(self.settings["restore"]))
             admin = InternalTopicManager(self.settings["admin"])
             topics = wait_for_topics(self.topology, self.config, admin, stop)
             self.preparing = False
@@ -139,10 +146,14 @@ class StreamThread:
                 raise StoppedWhileWaitingError("stopped while preparing topics")
             parts = assemble(
                 self.topology, self.config, self.settings, self.metrics, self.state_lock, self.commit,
-                self._assignment_changed, admin, topics,
+                self._assignment_changed, admin, topics, restore[0], bounds[0],
             )  # fmt: skip
         except BaseException:
             self._drop_early()
+            closers = [c.close for c in restore] + [b.close for b in bounds]
+            for close in closers:
+                with contextlib.suppress(RuntimeError, KafkaException):  # closed already (by assemble)
+                    close()
             raise
         self.subscription, self.partition_counts = parts.topics.subscription, parts.topics.partition_counts
         self.purger, self.producer, self.committer = parts.purger, parts.producer, parts.committer
