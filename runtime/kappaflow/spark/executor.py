@@ -58,9 +58,10 @@ from kappaflow.api.processor import TaskId
 from kappaflow.api.record import Headers
 from kappaflow.clients.kafka import produce_record
 from kappaflow.clients.murmur2 import murmur2
-from kappaflow.clients.rdkafka_log import with_logger
 from kappaflow.spark.reader import read_range
 from kappaflow.spark.splits import key_slot
+from kappaflow.spark.worker_producer import discard as discard_producer
+from kappaflow.spark.worker_producer import worker_producer
 from kappaflow.tasks.drain import RawTuple
 from kappaflow.tasks.native import new_thread_cache
 from kappaflow.tasks.task import StreamTask
@@ -119,9 +120,10 @@ class SparkCollector:
     def __init__(self, job: StageJob, task_partition: int, sequence_base: int = 0) -> None:
         self.job = job
         self.task_partition = task_partition
-        # Created at the first record for Kafka: a stage that only repartitions (the first stage of most
-        # topologies) never connects a producer.
-        self.producer: Any = None
+        # The worker's producer (spark/worker_producer.py). A stage that writes changelogs takes it at
+        # once, so a new producer's wait for its id overlaps the task; any other at its first record for
+        # Kafka: a stage that only repartitions (the first stage of most topologies) never connects one.
+        self.producer: Any = worker_producer(job.producer) if job.changelog_topics else None
         self.repartition = set(job.repartition_topics)
         self.changelogs = set(job.changelog_topics)
         self.shuffled: dict[tuple[str, int], list[Emitted]] = {}
@@ -226,9 +228,7 @@ class SparkCollector:
     ) -> None:
         producer = self.producer
         if producer is None:
-            from confluent_kafka import Producer
-
-            producer = self.producer = Producer(with_logger(self.job.producer))
+            producer = self.producer = worker_producer(self.job.producer)
         produce_record(producer, topic, key, value, headers, timestamp, partition, self._on_delivery)
 
     def shuffle_rows(self) -> list[OutputRow]:
@@ -450,6 +450,8 @@ def run_task(
         task.close(clean=True)
     except BaseException:
         task.close(clean=False)
+        if collector.producer is not None:
+            discard_producer(collector.producer)
         raise
     finally:
         gc.unfreeze()
