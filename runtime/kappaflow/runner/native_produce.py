@@ -15,10 +15,11 @@ through the collector's offset report as each record's callback, which confluent
 callback calls with the delivered `Message` as it does for `Producer.produce(on_delivery=...)`.
 
 At at_least_once the sink and repartition records need a report only when their delivery fails. The
-core is then also the producer's librdkafka plugin (`failure_plugin`, runtime/native/src/delivery_failures.rs):
-its `on_acknowledgement` interceptor keeps the failures of records produced with no delivery state, so
-the native send produces them with none (no per-record state, no GIL taken per report) and the stream
-thread's producer hands the failures to the production handler where it serves delivery reports."""
+core is then also the producer's librdkafka plugin (`failure_plugin`,
+runtime/native/src/delivery_failures.rs): its `on_acknowledgement` interceptor keeps the failures of
+records produced with no delivery state, so the native send produces them with none (no per-record
+state, no GIL taken per report) and the stream thread's producer hands the failures to the production
+handler where it serves delivery reports."""
 
 from __future__ import annotations
 
