@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError
 
 from kappaflow.api.errors import HandlerResponse
 from kappaflow.api.record import Headers
@@ -41,23 +41,30 @@ def _wired(bootstrap: str, handler: Any) -> tuple[StreamsProducer, KafkaRecordCo
 
 def test_a_failed_native_delivery_reaches_the_handler_once_with_its_record(kafka_bootstrap, kafka_topics):
     sink = kafka_topics("sink", partitions=2, config={"max.message.bytes": "1024"})
-    handled: list[tuple[int, str, int, bytes | None, bytes | None, Any]] = []
+    handled: list[tuple[Any, ...]] = []
 
     def drop(err: Any, msg: Any) -> HandlerResponse:
-        handled.append((err.code(), msg.topic(), msg.partition(), msg.key(), msg.value(), msg.headers()))
+        record = (msg.topic(), msg.partition(), msg.key(), msg.value(), msg.headers(), msg.timestamp())
+        handled.append((err.code(), str(err), *record))
         return HandlerResponse.CONTINUE
 
     producer, collector, sender = _wired(kafka_bootstrap, drop)
     collector.send(sink, b"big", b"x" * 4096, None, 1000, 1)  # over the topic's max.message.bytes
     producer.flush()  # flushed alone: the broker rejects a whole batch holding it
     assert sender.sent == 1  # it went natively: no confluent-kafka report could have carried it
-    assert handled == [(KafkaError.MSG_SIZE_TOO_LARGE, sink, 1, b"big", b"x" * 4096, None)]
+    too_large = KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)  # what confluent-kafka's report carries
+    assert handled == [
+        (too_large.code(), str(too_large), sink, 1, b"big", b"x" * 4096, None, (TIMESTAMP_NOT_AVAILABLE, -1))
+    ]
 
     # a record through confluent-kafka's produce (headers) keeps its own report: handled once, not twice
     collector.send(sink, b"big-h", b"y" * 4096, Headers([("h", b"1")]), 1000, 0)
     producer.flush()
     assert sender.sent == 1
-    assert [h[3] for h in handled] == [b"big", b"big-h"]
+    assert [h[4] for h in handled] == [b"big", b"big-h"]
+    # the same report both ways (confluent-kafka's Message of a failed record has no timestamp either)
+    assert handled[1][:4] == (too_large.code(), str(too_large), sink, 0)
+    assert handled[1][6:] == handled[0][6:] == (None, (TIMESTAMP_NOT_AVAILABLE, -1))
 
     for i in range(50):  # delivered records report nothing
         collector.send(sink, b"k%d" % i, b"v", None, 1000 + i, None)

@@ -10,12 +10,16 @@ import sys
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, Producer
 
 from kappaflow.runner.native_produce import FailurePlugin, failure_plugin, native_send
 from kappaflow.runner.producer import StreamsProducer
 from kappaflow.tasks.native import NativeCore
 from tests.native_support import require_native_core
+
+
+# librdkafka's timestamp of a failed message (rd_kafka_message_timestamp), as confluent-kafka's report has it
+NOT_AVAILABLE = (TIMESTAMP_NOT_AVAILABLE, -1)
 
 
 @pytest.fixture
@@ -50,8 +54,8 @@ def test_purged_native_records_are_kept_and_python_ones_are_left_to_confluent_ka
     taken = plugin.take(producer)
     assert sorted(taken or [], key=repr) == sorted(
         [
-            ("t", 2, b"k1", b"v1", -1001, KafkaError._PURGE_QUEUE),
-            ("t", -1, None, b"v2", -1001, KafkaError._PURGE_QUEUE),
+            ("t", 2, b"k1", b"v1", -1001, KafkaError._PURGE_QUEUE, NOT_AVAILABLE),
+            ("t", -1, None, b"v2", -1001, KafkaError._PURGE_QUEUE, NOT_AVAILABLE),
         ],
         key=repr,
     )

@@ -284,13 +284,17 @@ class DeliveryReports:
         if err is not None:
             self._failed(err, msg)
 
-    def failed_natively(self, failures: list[tuple[str, int, bytes | None, bytes | None, int, int]]) -> None:
+    def failed_natively(self, failures: list[Any]) -> None:
         """Failures the native core's librdkafka plugin kept (kappaflow.runner.native_produce), as
-        (topic, partition, key, value, offset, error code): each reaches the production handler as a
-        report through confluent-kafka does, with a `Message` of the record and its `KafkaError`."""
-        for topic, partition, key, value, offset, code in failures:
+        (topic, partition, key, value, offset, error code, (timestamp type, timestamp)): each reaches the
+        production handler as a report through confluent-kafka does, with a `Message` of the record and
+        its `KafkaError` (confluent-kafka gives a producer's report the code's own text too)."""
+        for topic, partition, key, value, offset, code, timestamp in failures:
             err = KafkaError(code)
-            msg = Message(topic=topic, partition=partition, offset=offset, key=key, value=value, error=err)
+            msg = Message(
+                topic=topic, partition=partition, offset=offset, key=key, value=value, error=err,
+                timestamp=timestamp,
+            )  # fmt: skip
             self._failed(err, msg)
 
     def _failed(self, err: KafkaError, msg: Any) -> None:

@@ -311,8 +311,9 @@ class ProduceSend(Protocol):
         ...
 
 
-# (topic, partition, key, value, offset, librdkafka error code) of a failed delivery
-NativeFailure = tuple[str, int, bytes | None, bytes | None, int, int]
+# (topic, partition, key, value, offset, librdkafka error code, (timestamp type, timestamp)) of a failed
+# delivery
+NativeFailure = tuple[str, int, bytes | None, bytes | None, int, int, tuple[int, int]]
 
 
 class DeliveryFailures(Protocol):

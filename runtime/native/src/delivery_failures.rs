@@ -95,6 +95,7 @@ type AddOnAck = unsafe extern "C" fn(*mut c_void, *const c_char, OnAck, *mut c_v
 type AddOnDestroy =
     unsafe extern "C" fn(*mut c_void, *const c_char, OnDestroy, *mut c_void) -> c_int;
 type TopicName = unsafe extern "C" fn(*const c_void) -> *const c_char;
+type MessageTimestamp = unsafe extern "C" fn(*const RdMessage, *mut c_int) -> i64;
 
 /// The librdkafka functions the plugin calls, from the librdkafka mapped in the process.
 struct Api {
@@ -103,12 +104,22 @@ struct Api {
     add_on_ack: AddOnAck,
     add_on_destroy: AddOnDestroy,
     topic_name: TopicName,
+    timestamp: MessageTimestamp,
 }
 
 static API: OnceLock<Api> = OnceLock::new();
 
-/// One failed delivery: (topic, partition, key, value, offset, librdkafka error code).
-type Failure = (String, i32, Option<Vec<u8>>, Option<Vec<u8>>, i64, i32);
+/// One failed delivery: (topic, partition, key, value, offset, librdkafka error code, (timestamp type,
+/// timestamp)).
+type Failure = (
+    String,
+    i32,
+    Option<Vec<u8>>,
+    Option<Vec<u8>>,
+    i64,
+    i32,
+    (c_int, i64),
+);
 
 /// The failures of each live producer created with the plugin, by `rd_kafka_t` address.
 static QUEUES: OnceLock<Mutex<HashMap<usize, Vec<Failure>>>> = OnceLock::new();
@@ -222,6 +233,8 @@ unsafe extern "C" fn on_acknowledgement(
             .to_string_lossy()
             .into_owned()
     };
+    let mut timestamp_type: c_int = 0;
+    let timestamp = (api.timestamp)(message, &mut timestamp_type);
     let failure = (
         topic,
         m.partition,
@@ -229,6 +242,7 @@ unsafe extern "C" fn on_acknowledgement(
         copied(m.payload, m.len),
         m.offset,
         m.err,
+        (timestamp_type, timestamp),
     );
     if let Some(queue) = queues().get_mut(&(rk as usize)) {
         queue.push(failure);
@@ -263,6 +277,7 @@ fn arm(library: &str) -> PyResult<()> {
             c"rd_kafka_interceptor_add_on_acknowledgement",
             c"rd_kafka_interceptor_add_on_destroy",
             c"rd_kafka_topic_name",
+            c"rd_kafka_message_timestamp",
         ]
         .map(|name| (name, dlsym(lib, name.as_ptr())));
         if let Some((name, _)) = symbols.iter().find(|(_, ptr)| ptr.is_null()) {
@@ -274,11 +289,23 @@ fn arm(library: &str) -> PyResult<()> {
             add_on_ack: std::mem::transmute::<*mut c_void, AddOnAck>(symbols[1].1),
             add_on_destroy: std::mem::transmute::<*mut c_void, AddOnDestroy>(symbols[2].1),
             topic_name: std::mem::transmute::<*mut c_void, TopicName>(symbols[3].1),
+            timestamp: std::mem::transmute::<*mut c_void, MessageTimestamp>(symbols[4].1),
         }
     };
     let _ = API.set(api);
     Ok(())
 }
+
+/// A failure as `take` hands it to Python.
+type Taken<'py> = (
+    String,
+    i32,
+    Option<Bound<'py, PyBytes>>,
+    Option<Bound<'py, PyBytes>>,
+    i64,
+    i32,
+    (c_int, i64),
+);
 
 /// The failed deliveries of the NULL-opaque records of producers created with this module as their
 /// librdkafka plugin (module docstring).
@@ -328,25 +355,13 @@ impl DeliveryFailures {
     }
 
     /// The failures reported for `producer` since the last call, oldest first, as (topic, partition,
-    /// key, value, offset, error code); None when `producer` has no entry (created without the plugin,
-    /// or closed).
-    #[allow(clippy::type_complexity)]
+    /// key, value, offset, error code, (timestamp type, timestamp)); None when `producer` has no entry
+    /// (created without the plugin, or closed).
     fn take<'py>(
         &self,
         py: Python<'py>,
         producer: &Bound<'py, PyAny>,
-    ) -> PyResult<
-        Option<
-            Vec<(
-                String,
-                i32,
-                Option<Bound<'py, PyBytes>>,
-                Option<Bound<'py, PyBytes>>,
-                i64,
-                i32,
-            )>,
-        >,
-    > {
+    ) -> PyResult<Option<Vec<Taken<'py>>>> {
         if !producer.get_type().is(self.producer_type.bind(py)) {
             return Err(PyValueError::new_err("not the checked Producer type"));
         }
@@ -368,8 +383,16 @@ impl DeliveryFailures {
         Ok(Some(
             taken
                 .into_iter()
-                .map(|(topic, partition, key, value, offset, err)| {
-                    (topic, partition, bytes(key), bytes(value), offset, err)
+                .map(|(topic, partition, key, value, offset, err, timestamp)| {
+                    (
+                        topic,
+                        partition,
+                        bytes(key),
+                        bytes(value),
+                        offset,
+                        err,
+                        timestamp,
+                    )
                 })
                 .collect(),
         ))
