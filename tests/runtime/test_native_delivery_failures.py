@@ -17,7 +17,6 @@ from kappaflow.runner.producer import StreamsProducer
 from kappaflow.tasks.native import NativeCore
 from tests.native_support import require_native_core
 
-
 # librdkafka's timestamp of a failed message (rd_kafka_message_timestamp), as confluent-kafka's report has it
 NOT_AVAILABLE = (TIMESTAMP_NOT_AVAILABLE, -1)
 
