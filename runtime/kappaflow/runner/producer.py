@@ -193,7 +193,9 @@ class StreamsProducer:
             self._plugin_loaded = False
             return self._create_one(settings)
         self._plugin_loaded = plugin.take(producer) is not None
-        if not self._plugin_loaded:
+        if self._plugin_loaded:
+            log.info("failed deliveries of natively sent records reported by the core's librdkafka plugin")
+        else:
             log.warning("failed deliveries reported through confluent-kafka: the plugin did not load")
         return producer
 
