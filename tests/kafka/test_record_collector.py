@@ -17,7 +17,7 @@ from kappaflow.api.errors import HandlerResponse, TransactionAbortedError
 from kappaflow.api.record import Headers
 from kappaflow.clients.admin import InternalTopicManager
 from kappaflow.clients.kafka import KafkaRecordCollector, ProductionError
-from kappaflow.runner.native_produce import native_send
+from kappaflow.runner.native_produce import failure_plugin, native_send
 from kappaflow.runner.producer import StreamsProducer
 from tests.kafka.streams_support import read_topic
 from tests.native_support import require_native_core
@@ -26,18 +26,23 @@ pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
 
 
 def _producer(
-    bootstrap: str, exactly_once: bool, handler: Any = None, txn: str = "", native: bool = False
+    bootstrap: str, exactly_once: bool, handler: Any = None, txn: str = "", native: bool | str = False
 ) -> tuple[StreamsProducer, KafkaRecordCollector]:
     """`native`: sink, repartition and changelog records through the native core's sends (produce.rs),
-    dead letters as before."""
+    dead letters as before; "plugin": at at_least_once, the sink and repartition records with no
+    delivery state, their failures through the core's librdkafka plugin (delivery_failures.rs), as the
+    stream thread's assembly wires them."""
     settings: dict[str, Any] = {"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"}
     if exactly_once:
         settings["transactional.id"] = txn
     admin = InternalTopicManager({"bootstrap.servers": bootstrap})
-    producer = StreamsProducer(settings, exactly_once, handler, api_timeout_s=30)
+    plugin = failure_plugin(require_native_core()) if native == "plugin" else None
+    producer = StreamsProducer(settings, exactly_once, handler, api_timeout_s=30, failure_plugin=plugin)
     collector = KafkaRecordCollector(producer, admin)
     if native:
-        sender = native_send(require_native_core(), producer, collector.send, collector.report_error)
+        on_error = None if producer.reports_failures_natively else collector.report_error
+        assert producer.reports_failures_natively == (plugin is not None and not exactly_once)
+        sender = native_send(require_native_core(), producer, collector.send, on_error)
         assert sender is not None
         collector.use_native(sender)
         changelog = native_send(
@@ -53,9 +58,13 @@ def _producer(
 
 
 both_paths = pytest.mark.parametrize("native", [False, True], ids=["python", "native"])
+# at at_least_once the native send's failures may also come through the core's plugin
+at_least_once_paths = pytest.mark.parametrize(
+    "native", [False, True, "plugin"], ids=["python", "native", "native-plugin"]
+)
 
 
-@both_paths
+@at_least_once_paths
 def test_at_least_once_tracks_changelog_offsets_only_and_a_rejected_record_fails_the_flush(
     kafka_bootstrap, kafka_topics, native
 ):
@@ -81,7 +90,7 @@ def test_at_least_once_tracks_changelog_offsets_only_and_a_rejected_record_fails
     producer.close()
 
 
-@both_paths
+@at_least_once_paths
 def test_at_least_once_hands_a_rejected_record_to_the_production_handler(
     kafka_bootstrap, kafka_topics, native
 ):

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from kappaflow.api.config import CLIENT_PASSTHROUGH, StreamsConfig
 from kappaflow.api.errors import HandlerResponse, ProducerFencedError, StreamsError, TaskCorruptedError
@@ -260,7 +260,8 @@ class DeliveryReports:
     `delivery.report.only.error`). Over a transactional producer non-changelog records have no
     delivery report at all (`on_error_only` is None): a record that fails puts librdkafka's transaction
     in its abortable state, so the commit fails and names it. A delivery report served in Python costs
-    about a third of producing the record."""
+    about a third of producing the record. At at_least_once with the native core, the records it sends
+    carry no delivery state either: their failures come from its librdkafka plugin (`failed_natively`)."""
 
     def __init__(self, production_handler: Any = None, *, transactional: bool = False) -> None:
         self.written: dict[tuple[str, int], int] = {}
@@ -284,6 +285,19 @@ class DeliveryReports:
     def _on_error_only(self, err: KafkaError | None, msg: Any) -> None:
         """The delivery report of a record whose offset nobody needs: only a failure matters."""
         if err is not None:
+            self._failed(err, msg)
+
+    def failed_natively(self, failures: list[Any]) -> None:
+        """Failures the native core's librdkafka plugin kept (kappaflow.runner.native_produce), as
+        (topic, partition, key, value, offset, error code, (timestamp type, timestamp)): each reaches the
+        production handler as a report through confluent-kafka does, with a `Message` of the record and
+        its `KafkaError` (confluent-kafka gives a producer's report the code's own text too)."""
+        for topic, partition, key, value, offset, code, timestamp in failures:
+            err = KafkaError(code)
+            msg = Message(
+                topic=topic, partition=partition, offset=offset, key=key, value=value, error=err,
+                timestamp=timestamp,
+            )  # fmt: skip
             self._failed(err, msg)
 
     def _failed(self, err: KafkaError, msg: Any) -> None:

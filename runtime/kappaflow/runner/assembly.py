@@ -29,7 +29,7 @@ from kappaflow.runner.commit import Committer
 from kappaflow.runner.global_state import GlobalStateUpdater
 from kappaflow.runner.held_inputs import HeldInputs
 from kappaflow.runner.metadata import TopologyIndex, endpoint_of
-from kappaflow.runner.native_produce import native_send
+from kappaflow.runner.native_produce import failure_plugin, native_send
 from kappaflow.runner.native_restore import restore_queues
 from kappaflow.runner.open_transactions import hanging_after_s
 from kappaflow.runner.producer import StreamsProducer, production_handler
@@ -119,14 +119,23 @@ def assemble(
     purge_interval_s = config.get_int("repartition.purge.interval.ms") / 1000.0
     purger = RepartitionPurger(admin, topics.repartition_topics, purge_interval_s)
     handler = production_handler(config.get("production.exception.handler"))
-    producer = StreamsProducer(
-        settings["producer"], config.exactly_once, handler, api_timeout_s, init_in_background=True
-    )
-    collector = KafkaRecordCollector(producer, admin)
     core = native.core(
         config.get_bool("kappaflow.native.enabled") and config.get_bool("kappaflow.native.produce.enabled")
     )
-    sender = None if core is None else native_send(core, producer, collector.send, collector.report_error)
+    # at at_least_once the core's plugin reports the failed deliveries of what it sends (native_produce)
+    plugin = None if core is None or config.exactly_once else failure_plugin(core)
+    producer = StreamsProducer(
+        settings["producer"],
+        config.exactly_once,
+        handler,
+        api_timeout_s,
+        init_in_background=True,
+        failure_plugin=plugin,
+    )
+    collector = KafkaRecordCollector(producer, admin)
+    # with the plugin, the native send's records carry no delivery state: no report unless one fails
+    on_error = None if producer.reports_failures_natively else collector.report_error
+    sender = None if core is None else native_send(core, producer, collector.send, on_error)
     if core is not None and sender is not None:
         collector.use_native(sender)
         if config.get_bool("kappaflow.native.changelog.enabled"):

@@ -12,20 +12,28 @@ core builds is the one confluent-kafka frees), while the one without a callback 
 Changelog records go the same way through a second sender on the clients' `changelog_producer`
 (`kappaflow.native.changelog.enabled`): their delivery reports carry the offsets the checkpoints need,
 through the collector's offset report as each record's callback, which confluent-kafka's own delivery
-callback calls with the delivered `Message` as it does for `Producer.produce(on_delivery=...)`."""
+callback calls with the delivered `Message` as it does for `Producer.produce(on_delivery=...)`.
+
+At at_least_once the sink and repartition records need a report only when their delivery fails. The
+core is then also the producer's librdkafka plugin (`failure_plugin`,
+runtime/native/src/delivery_failures.rs): its `on_acknowledgement` interceptor keeps the failures of
+records produced with no delivery state, so the native send produces them with none (no per-record
+state, no GIL taken per report) and the stream thread's producer hands the failures to the production
+handler where it serves delivery reports."""
 
 from __future__ import annotations
 
 import logging
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import confluent_kafka
 from confluent_kafka import KafkaError, Producer
 
-from kappaflow.tasks.native import NativeCore, ProduceSend
+from kappaflow.tasks.native import NativeCore, NativeFailure, ProduceSend
 
 log = logging.getLogger(__name__)
 
@@ -118,3 +126,31 @@ def probe_send(core: NativeCore, version: str, library: str) -> None:
             raise ValueError(f"the probe's delivery reports differ: {reports}")
     finally:
         producer.purge()
+
+
+@dataclass(frozen=True)
+class FailurePlugin:
+    """The core as a librdkafka plugin reporting failed deliveries (delivery_failures.rs): `path` for a
+    producer's `plugin.library.paths`, `take(producer)` its failures since the last call (None when the
+    producer was created without the plugin)."""
+
+    path: str
+    take: Callable[[Producer], list[NativeFailure] | None]
+
+
+def failure_plugin(core: NativeCore) -> FailurePlugin | None:
+    """The core's failure plugin, armed with the librdkafka mapped in the process, or None, logged, when
+    it cannot be used (the producer's failed deliveries then reach Python through confluent-kafka)."""
+    library = mapped_librdkafka()
+    if library is None:
+        log.warning("failed deliveries reported through confluent-kafka: librdkafka not found mapped once")
+        return None
+    try:
+        failures = core.DeliveryFailures(Producer, confluent_version(), library)
+    except ValueError as exc:
+        log.warning("failed deliveries reported through confluent-kafka: %s", exc)
+        return None
+    if not Path(failures.path).is_absolute() or ";" in failures.path:  # librdkafka splits paths at ';'
+        log.warning("failed deliveries reported through confluent-kafka: core at %r", failures.path)
+        return None
+    return FailurePlugin(failures.path, failures.take)

@@ -52,6 +52,7 @@ from kappaflow.api.errors import (
 )
 from kappaflow.api.record import Headers
 from kappaflow.clients.kafka import DeliveryReports, ProductionError, new_producer, production_failure
+from kappaflow.runner.native_produce import FailurePlugin
 from kappaflow.runner.retry import retry_unreachable
 from kappaflow.tasks.handlers import FailedRecord, resolve_handler
 
@@ -170,14 +171,20 @@ class StreamsProducer:
         api_timeout_s: float,
         factory: ProducerFactory = new_producer,
         init_in_background: bool = False,
+        failure_plugin: FailurePlugin | None = None,
     ) -> None:
         """`production_handler` decides, under at_least_once, whether a failed delivery is dropped;
         under exactly_once_v2 a failed delivery always aborts the transaction. `init_in_background`
         (exactly_once_v2): the first producer's init_transactions runs on a thread, waited for where the
-        first transaction begins (`_BackgroundInit`); a replacement's always runs in the call."""
+        first transaction begins (`_BackgroundInit`); a replacement's always runs in the call.
+        `failure_plugin` (the native core's, at at_least_once) is loaded into the sink and repartition
+        producer: see `reports_failures_natively`."""
         self._settings = settings
         self._initializing: _BackgroundInit | None = None
         self._init_in_background = init_in_background
+        # None until the first producer is created: then the plugin, if that producer took it
+        self._plugin = None if exactly_once else failure_plugin
+        self._plugin_loaded: bool | None = None
         self.exactly_once = exactly_once
         self._api_timeout_s = api_timeout_s
         self._factory = factory
@@ -197,9 +204,50 @@ class StreamsProducer:
             return self._create_one(self._settings), None
         client_id = self._settings.get("client.id", "kappaflow-producer")
         return (
-            self._create_one({**self._settings, "delivery.report.only.error": True}),
+            self._create_reporting_failures({**self._settings, "delivery.report.only.error": True}),
             self._create_one({**self._settings, "client.id": f"{client_id}-changelog"}),
         )
+
+    def _create_reporting_failures(self, settings: dict[str, Any]) -> Producer:
+        """The at_least_once sink and repartition producer, with the failure plugin when there is one.
+        Whether the first producer took it is kept (`reports_failures_natively`): the native send then
+        produces records with no delivery state, so every later producer must take it too, and a
+        replacement that cannot fails rather than lose failures."""
+        plugin = self._plugin
+        if plugin is None or self._plugin_loaded is False:
+            return self._create_one(settings)
+        with_plugin = {**settings, "plugin.library.paths": plugin.path}
+        if self._plugin_loaded:
+            producer = self._create_one(with_plugin)
+            if plugin.take(producer) is None:
+                raise ProducerFencedError("the producer did not load the failed-delivery plugin")
+            return producer
+        try:
+            producer = self._create_one(with_plugin)
+        except (KafkaException, SystemError, ValueError) as exc:
+            log.warning("failed deliveries reported through confluent-kafka: %s", exc)
+            self._plugin_loaded = False
+            return self._create_one(settings)
+        self._plugin_loaded = plugin.take(producer) is not None
+        if self._plugin_loaded:
+            log.info("failed deliveries of natively sent records reported by the core's librdkafka plugin")
+        else:
+            log.warning("failed deliveries reported through confluent-kafka: the plugin did not load")
+        return producer
+
+    @property
+    def reports_failures_natively(self) -> bool:
+        """Whether the sink and repartition producer's failed deliveries of records with no delivery
+        state reach the production handler through the native core's plugin (drained in
+        `serve_reports` and before a flush raises): the native send may then produce them with none."""
+        return bool(self._plugin_loaded)
+
+    def _take_native_failures(self) -> None:
+        """Hand the plugin's failures of the sink and repartition producer to the delivery reports."""
+        if self._plugin_loaded and self._plugin is not None:
+            failures = self._plugin.take(self.producer)
+            if failures:
+                self.deliveries.failed_natively(failures)
 
     def _create_one(self, settings: dict[str, Any]) -> Producer:
         producer = self._factory(dict(settings))
@@ -257,6 +305,7 @@ class StreamsProducer:
                 self.changelog_producer.poll(0)
         except (KafkaException, SystemError) as exc:
             raise production_failure(exc, "serving delivery reports") from exc
+        self._take_native_failures()
 
     def begin(self) -> None:
         """Open a transaction unless one is open (exactly_once_v2 only; a no-op otherwise)."""
@@ -290,6 +339,7 @@ class StreamsProducer:
                 remaining += producer.flush(max(deadline - time.monotonic(), 0.0))
             except (KafkaException, SystemError) as exc:
                 raise production_failure(exc, "flushing the producer") from exc
+        self._take_native_failures()
         if remaining:
             raise ProductionError(f"{remaining} records not delivered within {timeout}s")
         self.deliveries.raise_error()
@@ -412,6 +462,7 @@ class StreamsProducer:
             self.abort()
             for producer in self.producers():
                 producer.flush(10)
+            self._take_native_failures()
         except (KafkaException, SystemError, StreamsError) as exc:
             log.warning("closing the producer: %s", exc)
 

@@ -27,7 +27,7 @@ from kappaflow.tasks.drain import Drained, DrainPlan, RawTuple
 
 log = logging.getLogger(__name__)
 
-PROTOCOL = 14
+PROTOCOL = 15
 """The version of the calls below; a core built from other sources says another and is not used."""
 
 TOUCHES: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -311,6 +311,24 @@ class ProduceSend(Protocol):
         ...
 
 
+# (topic, partition, key, value, offset, librdkafka error code, (timestamp type, timestamp)) of a failed
+# delivery
+NativeFailure = tuple[str, int, bytes | None, bytes | None, int, int, tuple[int, int]]
+
+
+class DeliveryFailures(Protocol):
+    """The failed deliveries of records the native send produced with no delivery state, taken by the
+    core's librdkafka plugin (delivery_failures.rs)."""
+
+    path: str  # the core's shared library, for a producer's `plugin.library.paths`
+
+    def __init__(self, producer_type: type, version: str, library: str, /) -> None: ...
+
+    def take(self, producer: Any, /) -> list[NativeFailure] | None:
+        """The failures reported since the last call (None: `producer` was created without the plugin)."""
+        ...
+
+
 class NativeCore(Protocol):
     PROTOCOL: int
     TOUCHES: list[tuple[str, list[str]]]
@@ -319,6 +337,7 @@ class NativeCore(Protocol):
     ChangelogMessages: type[ChangelogMessages]
     PRODUCER_LAYOUTS: list[str]  # the confluent-kafka versions whose Producer struct the core uses
     ProduceSend: type[ProduceSend]
+    DeliveryFailures: type[DeliveryFailures]
     RestoreQueues: type[RestoreQueues]
     InputQueues: type[InputQueues]
     AggregateStage: type[AggregateStage]

@@ -19,6 +19,7 @@
 mod aggregate;
 mod cache;
 mod cache_entry;
+mod delivery_failures;
 mod drain;
 mod failure;
 mod input_queue;
@@ -35,7 +36,7 @@ use pyo3::prelude::*;
 
 #[pymodule]
 fn kappaflow_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add("PROTOCOL", 14)?;
+    m.add("PROTOCOL", 15)?;
     let touches: Vec<(&str, Vec<&str>)> = touches::TOUCHES
         .iter()
         .map(|(class, attributes)| (*class, attributes.to_vec()))
@@ -50,6 +51,7 @@ fn kappaflow_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<input_queue::InputQueues>()?;
     m.add("PRODUCER_LAYOUTS", produce::KNOWN_VERSIONS.to_vec())?;
     m.add_class::<produce::ProduceSend>()?;
+    m.add_class::<delivery_failures::DeliveryFailures>()?;
     m.add_class::<aggregate::AggregateStage>()?;
     m.add_class::<cache::ThreadCache>()?;
     m.add_class::<cache::NamedCache>()?;

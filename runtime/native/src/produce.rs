@@ -47,7 +47,7 @@ use pyo3::{PyTraverseError, PyVisit};
 pub const KNOWN_VERSIONS: &[&str] = &["2.16.1"];
 
 /// The `tp_name` of confluent-kafka's producer type.
-const PRODUCER_TYPE_NAME: &CStr = c"cimpl.Producer";
+pub(crate) const PRODUCER_TYPE_NAME: &CStr = c"cimpl.Producer";
 
 /// librdkafka's `rd_kafka_vtype_t` values and flags (rdkafka.h; part of its ABI).
 const VTYPE_END: c_int = 0;
@@ -403,26 +403,28 @@ impl ProduceSend {
                 (*state).dr_cb = dr_cb;
                 state
             };
-            let err = (self.producev)(
-                (*handle).rk,
-                VTYPE_MSGFLAGS,
-                MSG_F_COPY,
-                VTYPE_TOPIC,
-                topic_c,
-                VTYPE_PARTITION,
-                partition as c_int,
-                VTYPE_KEY,
-                key_ptr,
-                key_len,
-                VTYPE_VALUE,
-                value_ptr,
-                value_len,
-                VTYPE_TIMESTAMP,
-                timestamp,
-                VTYPE_OPAQUE,
-                state.cast::<c_void>(),
-                VTYPE_END,
-            );
+            let err = crate::delivery_failures::producing(|| {
+                (self.producev)(
+                    (*handle).rk,
+                    VTYPE_MSGFLAGS,
+                    MSG_F_COPY,
+                    VTYPE_TOPIC,
+                    topic_c,
+                    VTYPE_PARTITION,
+                    partition as c_int,
+                    VTYPE_KEY,
+                    key_ptr,
+                    key_len,
+                    VTYPE_VALUE,
+                    value_ptr,
+                    value_len,
+                    VTYPE_TIMESTAMP,
+                    timestamp,
+                    VTYPE_OPAQUE,
+                    state.cast::<c_void>(),
+                    VTYPE_END,
+                )
+            });
             (*handle).active_calls.fetch_sub(1, Ordering::SeqCst);
             if err != 0 {
                 if !state.is_null() {

@@ -61,6 +61,13 @@ pub(crate) struct RdMessage {
     _private: *mut c_void,
 }
 
+impl RdMessage {
+    /// The message's opaque (`_private`): a produced message's delivery state, NULL when it has none.
+    pub(crate) fn private(&self) -> *mut c_void {
+        self._private
+    }
+}
+
 type QueueNew = unsafe extern "C" fn(*mut c_void) -> *mut c_void;
 type QueueGetPartition = unsafe extern "C" fn(*mut c_void, *const c_char, i32) -> *mut c_void;
 type QueueForward = unsafe extern "C" fn(*mut c_void, *mut c_void);
