@@ -65,6 +65,24 @@ CALL_GRACE_S = 5.0
 RESUME_SLICE_S = 5.0
 
 
+def _call_thread(
+    call: Callable[[], None], outcome: list[BaseException | None], name: str
+) -> threading.Thread:
+    """A started daemon thread running `call`, which appends None or what the call raised to `outcome`
+    (handed over to the stream thread by its owner's wait)."""
+
+    def run() -> None:
+        try:
+            call()
+            outcome.append(None)
+        except BaseException as exc:  # handed over, not lost with the thread
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    return thread
+
+
 class _BoundedCall:
     """A transaction call on its own thread, waited for at most `limit` seconds: librdkafka's
     send_offsets_to_transaction was seen blocking for minutes past its own timeout after a broker
@@ -75,17 +93,7 @@ class _BoundedCall:
         self._limit = limit
         self._deadline = time.monotonic() + limit
         self._outcome: list[BaseException | None] = []
-        self._thread = threading.Thread(
-            target=self._run, args=(call,), name="kappaflow-transaction-call", daemon=True
-        )
-        self._thread.start()
-
-    def _run(self, call: Callable[[], None]) -> None:
-        try:
-            call()
-            self._outcome.append(None)
-        except BaseException as exc:  # handed over to the stream thread by wait()
-            self._outcome.append(exc)
+        self._thread = _call_thread(call, self._outcome, "kappaflow-transaction-call")
 
     def wait(self, what: str) -> None:
         """Return when the call did, raise what it raised, or ProducerFencedError past the limit."""
@@ -109,17 +117,7 @@ class _BackgroundInit:
 
     def __init__(self, call: Callable[[], None]) -> None:
         self._outcome: list[BaseException | None] = []
-        self._thread = threading.Thread(
-            target=self._run, args=(call,), name="kappaflow-init-transactions", daemon=True
-        )
-        self._thread.start()
-
-    def _run(self, call: Callable[[], None]) -> None:
-        try:
-            call()
-            self._outcome.append(None)
-        except BaseException as exc:  # handed over to the stream thread by wait()
-            self._outcome.append(exc)
+        self._thread = _call_thread(call, self._outcome, "kappaflow-init-transactions")
 
     def wait(self) -> BaseException | None:
         """Wait for the call (as long as the synchronous call would have taken); what it raised, or None."""

@@ -31,15 +31,13 @@
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
-use std::mem::size_of;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use pyo3::exceptions::PyValueError;
-use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyType};
 
-use crate::produce::{CflHandle, KNOWN_VERSIONS, PRODUCER_TYPE_NAME};
+use crate::produce::{check_producer_type, CflHandle};
 use crate::rdkafka_queue::RdMessage;
 
 /// librdkafka's `RD_KAFKA_RESP_ERR__INVALID_ARG` (rdkafka.h), what `conf_init` answers when not armed.
@@ -321,25 +319,7 @@ impl DeliveryFailures {
     /// plugin with `library` (the librdkafka mapped in the process); ValueError otherwise.
     #[new]
     fn new(producer_type: &Bound<'_, PyType>, version: &str, library: &str) -> PyResult<Self> {
-        if !KNOWN_VERSIONS.contains(&version) {
-            return Err(PyValueError::new_err(format!(
-                "confluent-kafka {version}: kappaflow_native knows the Producer layout of {}",
-                KNOWN_VERSIONS.join(", ")
-            )));
-        }
-        let type_ptr = producer_type.as_type_ptr();
-        // SAFETY: a live type object; tp_name is a NUL-terminated C string.
-        let (name, basic_size) = unsafe {
-            (
-                CStr::from_ptr((*type_ptr).tp_name),
-                (*type_ptr).tp_basicsize,
-            )
-        };
-        if name != PRODUCER_TYPE_NAME || basic_size != size_of::<CflHandle>() as ffi::Py_ssize_t {
-            return Err(PyValueError::new_err(format!(
-                "{name:?} of {basic_size} bytes is not the confluent-kafka {version} Producer"
-            )));
-        }
+        check_producer_type(producer_type, version)?;
         let path = own_path()?;
         arm(library)?;
         Ok(DeliveryFailures {

@@ -47,7 +47,7 @@ use pyo3::{PyTraverseError, PyVisit};
 pub const KNOWN_VERSIONS: &[&str] = &["2.16.1"];
 
 /// The `tp_name` of confluent-kafka's producer type.
-pub(crate) const PRODUCER_TYPE_NAME: &CStr = c"cimpl.Producer";
+const PRODUCER_TYPE_NAME: &CStr = c"cimpl.Producer";
 
 /// librdkafka's `rd_kafka_vtype_t` values and flags (rdkafka.h; part of its ABI).
 const VTYPE_END: c_int = 0;
@@ -141,27 +141,7 @@ impl ProduceSend {
         library: &str,
         attribute: &str,
     ) -> PyResult<Self> {
-        if !KNOWN_VERSIONS.contains(&version) {
-            return Err(PyValueError::new_err(format!(
-                "confluent-kafka {version}: kappaflow_native knows the Producer layout of {}",
-                KNOWN_VERSIONS.join(", ")
-            )));
-        }
-        let type_ptr = producer_type.as_type_ptr();
-        // SAFETY: a live type object; tp_name is a NUL-terminated C string.
-        let (name, basic_size) = unsafe {
-            (
-                CStr::from_ptr((*type_ptr).tp_name),
-                (*type_ptr).tp_basicsize,
-            )
-        };
-        if name != PRODUCER_TYPE_NAME || basic_size != size_of::<CflHandle>() as ffi::Py_ssize_t {
-            return Err(PyValueError::new_err(format!(
-                "{name:?} of {basic_size} bytes is not the confluent-kafka {version} Producer \
-                 kappaflow_native knows ({} bytes)",
-                size_of::<CflHandle>()
-            )));
-        }
+        check_producer_type(producer_type, version)?;
         let path = CString::new(library)?;
         // SAFETY: dlopen/dlsym with NUL-terminated strings; RTLD_NOLOAD never loads a library.
         let (producev, rk_name) = unsafe {
@@ -456,6 +436,36 @@ pub(crate) unsafe fn enter(handle: *mut CflHandle) -> bool {
         return false;
     }
     true
+}
+
+/// `producer_type` is exactly confluent-kafka `version`'s `cimpl.Producer` of the `Handle` layout this
+/// module knows: what the native send and the failure plugin check before touching a producer's struct.
+pub(crate) fn check_producer_type(
+    producer_type: &Bound<'_, PyType>,
+    version: &str,
+) -> PyResult<()> {
+    if !KNOWN_VERSIONS.contains(&version) {
+        return Err(PyValueError::new_err(format!(
+            "confluent-kafka {version}: kappaflow_native knows the Producer layout of {}",
+            KNOWN_VERSIONS.join(", ")
+        )));
+    }
+    let type_ptr = producer_type.as_type_ptr();
+    // SAFETY: a live type object; tp_name is a NUL-terminated C string.
+    let (name, basic_size) = unsafe {
+        (
+            CStr::from_ptr((*type_ptr).tp_name),
+            (*type_ptr).tp_basicsize,
+        )
+    };
+    if name != PRODUCER_TYPE_NAME || basic_size != size_of::<CflHandle>() as ffi::Py_ssize_t {
+        return Err(PyValueError::new_err(format!(
+            "{name:?} of {basic_size} bytes is not the confluent-kafka {version} Producer \
+         kappaflow_native knows ({} bytes)",
+            size_of::<CflHandle>()
+        )));
+    }
+    Ok(())
 }
 
 /// The `tp_name` of confluent-kafka's consumer type.
