@@ -20,6 +20,8 @@ from tests.native_support import require_native_core
 # librdkafka's timestamp of a failed message (rd_kafka_message_timestamp), as confluent-kafka's report has it
 NOT_AVAILABLE = (TIMESTAMP_NOT_AVAILABLE, -1)
 
+pytestmark = pytest.mark.native_core  # the plugin is the native core's
+
 
 @pytest.fixture
 def core() -> NativeCore:
