@@ -235,7 +235,9 @@ KEY_DOCS: dict[str, tuple[str, str, str]] = {
         "",
         "With the native core on, produce sink and repartition records through librdkafka's C API from "
         "the core (confluent-kafka's own rd_kafka_t); false produces them through confluent-kafka's Python "
-        "produce. Same records, same delivery reports and transactions.",
+        "produce. Same records and transactions; at at_least_once a failed delivery reaches the production "
+        "handler through the core's librdkafka plugin (`plugin.library.paths` on the sink and repartition "
+        "producer) instead of a per-record callback.",
     ),
     "kappaflow.native.changelog.enabled": (
         "",
