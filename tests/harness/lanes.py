@@ -46,7 +46,8 @@ class Lane:
     name: str
     commands: list[list[str]]
     failed: list[str] = field(default_factory=list)
-    #: pytest's short-summary lines ("FAILED tests/...::name - reason", "ERROR ..."), kept so the
+    #: pytest's lines naming a failed test (`-v`'s "tests/...::name FAILED", a short summary's
+    #: "FAILED tests/...::name - reason"), kept so the
     #: run's last lines name every failure: CI often shows only the tail of a long interleaved log
     failures: list[str] = field(default_factory=list)
     seconds: float = 0.0
@@ -75,6 +76,15 @@ def lanes(python: str, pytest_args: list[str], drain_tests: list[str]) -> tuple[
     return both, Lane("alone", [[*pytest, "--durations=5", "-m", "not chaos", *ALONE, *pytest_args]])
 
 
+def _names_a_failure(line: str) -> bool:
+    """A pytest line that names a failed or erroring test: `-v`'s per-test line (`tests/x.py::t FAILED
+    [ 64%]`) or a short-summary line (`FAILED tests/x.py::t - reason`)."""
+    if line.startswith(("FAILED ", "ERROR ")):
+        return True
+    head, _, rest = line.partition(" ")
+    return "::" in head and rest.startswith(("FAILED", "ERROR"))
+
+
 def _run_lane(lane: Lane, out_lock: threading.Lock) -> None:
     started = time.monotonic()
     width = len("others")  # the longest lane name
@@ -92,7 +102,7 @@ def _run_lane(lane: Lane, out_lock: threading.Lock) -> None:
             )
             assert proc.stdout is not None
             for text in proc.stdout:
-                if text.startswith(("FAILED ", "ERROR ")):
+                if _names_a_failure(text):
                     lane.failures.append(text.rstrip("\n"))
                 log.write(text)
                 log.flush()
