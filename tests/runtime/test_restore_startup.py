@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
+import kappaflow.runner.producer as producer_module
 from kappaflow.api.metrics import Metrics
 from kappaflow.clients.kafka import WatermarkReader
 from kappaflow.runner.changelog_reader import ChangelogReader
@@ -213,6 +214,18 @@ def test_replacing_or_closing_waits_for_a_pending_background_init(slow_init: typ
     _release_later(slow_init.release)
     producer.close()
     assert slow_init.calls[-2:] == ["init started", "init done"]
+
+
+def test_closing_leaves_an_init_whose_coordinator_never_answers(
+    slow_init: type[SlowInitProducer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a close (SIGTERM) while init_transactions still retries an unreachable coordinator: no transaction
+    # began, so there is nothing to abort or deliver, and the close does not wait out the retries
+    monkeypatch.setattr(producer_module, "CLOSE_INIT_WAIT_S", 0.05)
+    producer = StreamsProducer({}, True, None, api_timeout_s=5, factory=slow_init, init_in_background=True)
+    producer.close()
+    assert slow_init.calls == ["init started"]
+    slow_init.release.set()  # the abandoned call ends on its own thread
 
 
 def test_at_least_once_and_replacements_initialize_nothing_in_the_background(

@@ -65,6 +65,10 @@ CALL_GRACE_S = 5.0
 RESUME_SLICE_S = 5.0
 
 
+# How long a close waits for a background init_transactions still running (then it leaves it: see close)
+CLOSE_INIT_WAIT_S = 2.0
+
+
 def _call_thread(
     call: Callable[[], None], outcome: list[BaseException | None], name: str
 ) -> threading.Thread:
@@ -118,6 +122,11 @@ class _BackgroundInit:
     def __init__(self, call: Callable[[], None]) -> None:
         self._outcome: list[BaseException | None] = []
         self._thread = _call_thread(call, self._outcome, "kappaflow-init-transactions")
+
+    def settled(self, timeout: float) -> bool:
+        """Whether the call has returned, waiting up to `timeout` seconds for it."""
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
 
     def wait(self) -> BaseException | None:
         """Wait for the call (as long as the synchronous call would have taken); what it raised, or None."""
@@ -456,6 +465,17 @@ class StreamsProducer:
     def close(self) -> None:
         """Abort an open transaction and deliver what at_least_once still holds (bounded)."""
         try:
+            pending = self._initializing
+            if pending is not None and not pending.settled(CLOSE_INIT_WAIT_S):
+                # begin() waits for the init, so no transaction began and no record was produced: nothing
+                # to abort or deliver. Waiting on would hold the close as long as the coordinator is
+                # unreachable (the init retries for default.api.timeout.ms).
+                log.warning(
+                    "closing while init_transactions is still running (the transaction coordinator did not "
+                    "answer): no transaction began; the producer is left to that call"
+                )
+                self._initializing = None
+                return
             self._forget_init()
             self.abort()
             for producer in self.producers():
