@@ -19,7 +19,6 @@ from typing import Any
 
 from kappaflow.clients.admin import InternalTopicManager
 from kappaflow.clients.kafka import CommittedOffsetReader, WatermarkReader
-from kappaflow.runner import producer as producer_module
 from kappaflow.runner import thread as thread_module
 from kappaflow.runner.bootstrap import StateBootstrapper
 from kappaflow.runner.changelog_reader import ChangelogReader
@@ -37,7 +36,6 @@ STEPS: tuple[tuple[str, Any, str], ...] = (
     ("internal topics (describe / create)", thread_module, "wait_for_topics"),
     ("clients + producer (init_transactions)", thread_module, "assemble"),
     ("  producer init", StreamsProducer, "__init__"),
-    ("  init_transactions (background thread)", producer_module._BackgroundInit, "_run"),
     ("warm-up check (group described)", JoinWarmup, "run"),
     (JOIN_LABEL, thread_module.StreamThread, "_join"),
     (ASSIGN_LABEL, RebalanceHandler, "on_assign"),
@@ -52,7 +50,6 @@ STEPS: tuple[tuple[str, Any, str], ...] = (
     ("      snapshot bootstrap check", StateBootstrapper, "__call__"),
     ("restore steps (consume + write)", ChangelogReader, "step"),
     ("  restore finish (checkpoint, init)", ChangelogReader, "_finish"),
-    ("first begin: init_transactions waited", StreamsProducer, "_initialized"),
 )
 
 

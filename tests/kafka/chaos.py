@@ -87,10 +87,11 @@ class Audit:
         return sum(self.expected.values())
 
     def summary(self) -> str:
+        first = [f"{key} {self.final.get(key, 0)}/{self.expected[key]}" for key in self.wrong_keys[:5]]
         return (
             f"{len(self.expected)} keys, {self.total_expected} inputs: lost={self.lost} "
             f"duplicates={self.duplicates} regressions={self.regressions} wrong keys={len(self.wrong_keys)} "
-            f"(first: {self.wrong_keys[:5]})"
+            f"(first, final/expected: {first})"
         )
 
 

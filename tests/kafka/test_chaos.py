@@ -31,7 +31,7 @@ def _assert_exactly_once(result: ChaosResult, clean_exits: bool = True) -> None:
     assert result.kills >= 3, "the loop must actually kill instances"
     assert a.total_expected > 1000
     assert (a.lost, a.duplicates, a.regressions, a.wrong_keys) == (0, 0, 0, []), (
-        f"{a.summary()}\n{result.diagnostics}"
+        f"{a.summary()}\n{result.diagnostics}\n{_warnings_of(result.logs)}"
     )
     if clean_exits:
         failed = [
@@ -47,6 +47,17 @@ def _assert_exactly_once(result: ChaosResult, clean_exits: bool = True) -> None:
         assert not failed, f"every instance stops cleanly on SIGTERM: {result.exit_codes}\n" + "\n".join(
             failed
         )
+
+
+def _warnings_of(logs: list[str], per_instance: int = 40) -> str:
+    """Each instance's last warning and error lines (its structured log): what the instances did about
+    the faults, for an audit that failed."""
+    parts = []
+    for index, log in enumerate(logs):
+        notable = [line for line in log.splitlines() if '"WARNING"' in line or '"ERROR"' in line]
+        parts.append(f"instance {index}, last {per_instance} of {len(notable)} warnings and errors:")
+        parts.extend(line[:400] for line in notable[-per_instance:])
+    return "\n".join(parts)
 
 
 # The kill-only loops on one broker: the cluster campaigns (test_cluster_chaos.py) kill instances as

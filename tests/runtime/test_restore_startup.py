@@ -9,7 +9,6 @@ from dataclasses import dataclass
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-import kappaflow.runner.producer as producer_module
 from kappaflow.api.metrics import Metrics
 from kappaflow.clients.kafka import WatermarkReader
 from kappaflow.runner.changelog_reader import ChangelogReader
@@ -168,75 +167,25 @@ def slow_init() -> type[SlowInitProducer]:
 
 
 def _release_later(event: threading.Event) -> threading.Thread:
-    """Set `event` from another thread a little later: a begin() that did not wait for the init would
-    call begin_transaction before it (the order, not the time, is what the tests assert)."""
+    """Set `event` from another thread a little later: a call that did not wait for it would return
+    before it (the order, not the time, is what the tests assert)."""
     timer = threading.Timer(0.2, event.set)
     timer.start()
     return timer
 
 
-def test_the_first_transaction_begins_only_once_the_background_init_transactions_is_done(
+def test_init_transactions_runs_before_the_constructor_returns_and_only_under_exactly_once(
     slow_init: type[SlowInitProducer],
 ) -> None:
-    # constructed while init_transactions cannot return yet: it runs on its own thread
-    producer = StreamsProducer({}, True, None, api_timeout_s=5, factory=slow_init, init_in_background=True)
-    _release_later(slow_init.release)
-    producer.begin()
-    assert slow_init.calls == ["init started", "init done", "begin"]
-    producer.abort()
-    # a replacement (fenced) initializes in the call, before it returns: nothing left in the background
-    slow_init.release = threading.Event()
+    # Kafka Streams' order: the predecessor with this transactional id is fenced, and its open transaction
+    # ended, before any task restores or reads its committed offsets (which come after the constructor)
     slow_init.release.set()
-    producer.replace()
-    assert slow_init.calls[-2:] == ["init started", "init done"]
-
-
-def test_a_failed_background_init_is_raised_where_the_first_transaction_begins(
-    slow_init: type[SlowInitProducer],
-) -> None:
-    slow_init.failure = KafkaException(KafkaError(KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
-    producer = StreamsProducer({}, True, None, api_timeout_s=5, factory=slow_init, init_in_background=True)
-    slow_init.release.set()
-    with pytest.raises(KafkaException) as raised:
-        producer.begin()
-    assert raised.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-    assert "begin" not in slow_init.calls
-    producer.close()  # the failure was raised once: closing does not raise it again
-
-
-def test_replacing_or_closing_waits_for_a_pending_background_init(slow_init: type[SlowInitProducer]) -> None:
-    producer = StreamsProducer({}, True, None, api_timeout_s=5, factory=slow_init, init_in_background=True)
-    _release_later(slow_init.release)
-    producer.replace()  # the replacement's init must not race the first one for the epoch
-    assert slow_init.calls == ["init started", "init done", "init started", "init done"]
-    producer = StreamsProducer({}, True, None, api_timeout_s=5, factory=slow_init, init_in_background=True)
-    slow_init.release = threading.Event()
-    _release_later(slow_init.release)
-    producer.close()
-    assert slow_init.calls[-2:] == ["init started", "init done"]
-
-
-def test_closing_leaves_an_init_whose_coordinator_never_answers(
-    slow_init: type[SlowInitProducer], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # a close (SIGTERM) while init_transactions still retries an unreachable coordinator: no transaction
-    # began, so there is nothing to abort or deliver, and the close does not wait out the retries
-    monkeypatch.setattr(producer_module, "CLOSE_INIT_WAIT_S", 0.05)
-    producer = StreamsProducer({}, True, None, api_timeout_s=5, factory=slow_init, init_in_background=True)
-    producer.close()
-    assert slow_init.calls == ["init started"]
-    slow_init.release.set()  # the abandoned call ends on its own thread
-
-
-def test_at_least_once_and_replacements_initialize_nothing_in_the_background(
-    slow_init: type[SlowInitProducer],
-) -> None:
-    slow_init.release.set()
-    StreamsProducer({}, False, None, api_timeout_s=5, factory=slow_init, init_in_background=True)
+    StreamsProducer({}, False, None, api_timeout_s=5, factory=slow_init)
     assert slow_init.calls == []  # at_least_once: no transactions
     producer = StreamsProducer({}, True, None, api_timeout_s=5, factory=slow_init)
-    assert slow_init.calls == ["init started", "init done"]  # initialized before the constructor returned
-    assert producer._initializing is None
+    assert slow_init.calls == ["init started", "init done"]
+    producer.begin()
+    assert slow_init.calls[-1] == "begin"
 
 
 class ConnectingConsumer:

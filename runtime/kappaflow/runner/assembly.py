@@ -129,9 +129,6 @@ def assemble(
         config.exactly_once,
         handler,
         api_timeout_s,
-        # off until the chaos failure of 2026-11-27 20:33/20:50 (an instance that never closed; 34 wrong
-        # counts) is explained: the background init_transactions was its suspected cause
-        init_in_background=False,
         failure_plugin=plugin,
     )
     collector = KafkaRecordCollector(producer, admin)

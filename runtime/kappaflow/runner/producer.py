@@ -65,10 +65,6 @@ CALL_GRACE_S = 5.0
 RESUME_SLICE_S = 5.0
 
 
-# How long a close waits for a background init_transactions still running (then it leaves it: see close)
-CLOSE_INIT_WAIT_S = 2.0
-
-
 def _call_thread(
     call: Callable[[], None], outcome: list[BaseException | None], name: str
 ) -> threading.Thread:
@@ -106,32 +102,6 @@ class _BoundedCall:
             raise ProducerFencedError(f"{what} did not return within {self._limit:.0f}s")
         if self._outcome[0] is not None:
             raise self._outcome[0]
-
-
-class _BackgroundInit:
-    """The first producer's `init_transactions`, running on its own thread while the stream thread
-    prepares its topics, joins the group and restores its tasks (`StreamsProducer(init_in_background=
-    True)`): its round trips to the transaction coordinator (FindCoordinator, InitProducerId; 0.06-0.5 s
-    in bench/restore.py, librdkafka re-asking for the coordinator every 500 ms until a broker is up) no
-    longer delay the start. Nothing transactional happens before `StreamsProducer.begin` waits for it:
-    no record is produced, no offset committed, outside a transaction. The fencing is the same: the
-    predecessor with this transactional id is fenced, and its open transaction aborted, before this
-    producer's first transaction begins; a restoration held by that open transaction waits, as it always
-    has, until the abort's marker passes (runner/changelog_reader.py)."""
-
-    def __init__(self, call: Callable[[], None]) -> None:
-        self._outcome: list[BaseException | None] = []
-        self._thread = _call_thread(call, self._outcome, "kappaflow-init-transactions")
-
-    def settled(self, timeout: float) -> bool:
-        """Whether the call has returned, waiting up to `timeout` seconds for it."""
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
-
-    def wait(self) -> BaseException | None:
-        """Wait for the call (as long as the synchronous call would have taken); what it raised, or None."""
-        self._thread.join()
-        return self._outcome[0] if self._outcome else None
 
 
 def _resumed(what: str, call: Callable[[float], None], budget_s: float) -> None:
@@ -177,18 +147,15 @@ class StreamsProducer:
         production_handler: Callable[[Any, Any], HandlerResponse] | None,
         api_timeout_s: float,
         factory: ProducerFactory = new_producer,
-        init_in_background: bool = False,
         failure_plugin: FailurePlugin | None = None,
     ) -> None:
         """`production_handler` decides, under at_least_once, whether a failed delivery is dropped;
-        under exactly_once_v2 a failed delivery always aborts the transaction. `init_in_background`
-        (exactly_once_v2): the first producer's init_transactions runs on a thread, waited for where the
-        first transaction begins (`_BackgroundInit`); a replacement's always runs in the call.
-        `failure_plugin` (the native core's, at at_least_once) is loaded into the sink and repartition
-        producer: see `reports_failures_natively`."""
+        under exactly_once_v2 a failed delivery always aborts the transaction. Under exactly_once_v2 the
+        producer's init_transactions runs in the constructor, before any task is restored or its committed
+        offsets are read: the predecessor with this transactional id is fenced and its open transaction
+        ended first, as in Kafka Streams. `failure_plugin` (the native core's, at at_least_once) is loaded
+        into the sink and repartition producer: see `reports_failures_natively`."""
         self._settings = settings
-        self._initializing: _BackgroundInit | None = None
-        self._init_in_background = init_in_background
         # None until the first producer is created: then the plugin, if that producer took it
         self._plugin = None if exactly_once else failure_plugin
         self._plugin_loaded: bool | None = None
@@ -260,38 +227,12 @@ class StreamsProducer:
         producer = self._factory(dict(settings))
         if self.exactly_once:
             log.debug("initializing the transactional producer: calling librdkafka")
-
-            def init() -> None:
-                retry_unreachable(
-                    "initializing the transactional producer",
-                    lambda: producer.init_transactions(self._api_timeout_s),
-                    self._api_timeout_s,
-                )
-
-            if self._init_in_background:
-                self._init_in_background = False  # the first producer only
-                self._initializing = _BackgroundInit(init)
-            else:
-                init()
+            retry_unreachable(
+                "initializing the transactional producer",
+                lambda: producer.init_transactions(self._api_timeout_s),
+                self._api_timeout_s,
+            )
         return producer
-
-    def _initialized(self) -> None:
-        """Wait for the background init_transactions, if one is pending; raise what it raised (as the
-        synchronous call would have at start-up: an init that fails leaves no producer to use)."""
-        pending, self._initializing = self._initializing, None
-        if pending is not None:
-            failure = pending.wait()
-            if failure is not None:
-                raise failure
-
-    def _forget_init(self) -> None:
-        """Wait for a pending background init_transactions and drop its outcome: its producer is being
-        replaced or closed (a replacement's own init must not race it for the epoch)."""
-        pending, self._initializing = self._initializing, None
-        if pending is not None:
-            failure = pending.wait()
-            if failure is not None:
-                log.warning("initializing the transactional producer: %s", failure)
 
     @property
     def acknowledged(self) -> dict[tuple[str, int], int]:
@@ -318,7 +259,6 @@ class StreamsProducer:
         """Open a transaction unless one is open (exactly_once_v2 only; a no-op otherwise)."""
         if not self.exactly_once or self._in_transaction:
             return
-        self._initialized()
         self._in_transaction = True
         try:
             self.producer.begin_transaction()
@@ -452,7 +392,6 @@ class StreamsProducer:
         """A new producer in place of a fenced or failed one (same settings, so the same transactional
         id: its init_transactions fences the old epoch). Records the old one still held are dropped."""
         log.warning("replacing the producer")
-        self._forget_init()
         old = self.producers()
         producer, changelog_producer = self._create()
         self.producer, self.changelog_producer = producer, changelog_producer or producer
@@ -465,18 +404,6 @@ class StreamsProducer:
     def close(self) -> None:
         """Abort an open transaction and deliver what at_least_once still holds (bounded)."""
         try:
-            pending = self._initializing
-            if pending is not None and not pending.settled(CLOSE_INIT_WAIT_S):
-                # begin() waits for the init, so no transaction began and no record was produced: nothing
-                # to abort or deliver. Waiting on would hold the close as long as the coordinator is
-                # unreachable (the init retries for default.api.timeout.ms).
-                log.warning(
-                    "closing while init_transactions is still running (the transaction coordinator did not "
-                    "answer): no transaction began; the producer is left to that call"
-                )
-                self._initializing = None
-                return
-            self._forget_init()
             self.abort()
             for producer in self.producers():
                 producer.flush(10)
