@@ -357,6 +357,43 @@ def test_a_bug_in_a_commit_on_revocation_reaches_the_thread():
         handler.raise_error()
 
 
+@dataclass
+class FetchedOffset:
+    topic: str
+    partition: int
+    offset: int
+    error: KafkaError | None
+
+
+class OffsetFetchingConsumer:
+    """Answers `committed()` with `answers`, one per call: (partition, offset, error) triples."""
+
+    def __init__(self, answers: list[list[tuple[int, int, KafkaError | None]]]) -> None:
+        self._answers = answers
+        self.seeks: list[tuple[str, int, int]] = []
+
+    def pause(self, partitions: list[TopicPartition]) -> None:
+        pass
+
+    def committed(self, partitions: list[TopicPartition], timeout: float) -> list[TopicPartition]:
+        # confluent-kafka's TopicPartition takes no error from Python: a stand-in with its fields
+        return [FetchedOffset("t", p, offset, error) for p, offset, error in self._answers.pop(0)]
+
+    def seek(self, tp: TopicPartition) -> None:
+        self.seeks.append((tp.topic, tp.partition, tp.offset))
+
+
+def test_reopened_tasks_resume_where_the_broker_says_and_a_partition_it_could_not_answer_is_asked_again():
+    tasks, changes = FakeTasks(), []
+    handler, _ = _handler(tasks, lambda: None, changes)
+    unstable = KafkaError(KafkaError.UNSTABLE_OFFSET_COMMIT)
+    consumer = OffsetFetchingConsumer([[(0, 50, None), (1, -1001, unstable)], [(0, 50, None), (1, 70, None)]])
+    handler.on_assign(consumer, [TopicPartition("t", 0), TopicPartition("t", 1)])  # type: ignore[arg-type]
+    # the thread's own record is older than what the broker holds (a commit whose reply was lost)
+    handler.reopen_tasks(consumer, {("t", 0): 40, ("t", 1): 60}, api_timeout_s=5)  # type: ignore[arg-type]
+    assert sorted(consumer.seeks) == [("t", 0, 50), ("t", 1, 70)]
+
+
 def test_a_dirty_member_never_commits_on_revocation_and_lost_partitions_are_closed_dirty():
     tasks, commits = FakeTasks(), []
     handler, producer = _handler(tasks, lambda: commits.append(1), [])

@@ -202,7 +202,7 @@ class RebalanceHandler:
         if assigned:
             committed = retry_unreachable(
                 "reading the committed offsets",
-                lambda: consumer.committed(assigned, timeout=10),
+                lambda: committed_or_raise(consumer, assigned),
                 api_timeout_s,
             )
             broker = {(tp.topic, tp.partition): tp.offset for tp in committed if tp.offset >= 0}
@@ -220,3 +220,14 @@ class RebalanceHandler:
         """The consumer is gone: nothing is assigned any more."""
         self._tasks.disown_all()
         self.in_group = False
+
+
+def committed_or_raise(consumer: Consumer, partitions: list[TopicPartition]) -> list[TopicPartition]:
+    """The group's committed offsets of `partitions`; a partition whose offset came back with an error
+    raises it (for the caller's retry): taken for "never committed", it would resume that partition from
+    the thread's own record, which may be older than what the broker holds (a twice-counted input)."""
+    committed: list[TopicPartition] = consumer.committed(partitions, timeout=10)
+    for tp in committed:
+        if tp.error is not None:
+            raise KafkaException(tp.error)
+    return committed
