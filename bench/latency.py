@@ -136,6 +136,68 @@ def summarize(
     )
 
 
+@dataclass(frozen=True)
+class Cut:
+    """One batch of output updates (a commit's emission, under a record cache): `seen_ms` when its first
+    update was seen, `spread_ms` until its last; `newest_in_ms` the append time of the newest occurrence
+    it reflects; `oldest_out_ms` that of the oldest occurrence it left to a later cut (nan: none)."""
+
+    seen_ms: float
+    spread_ms: float
+    newest_in_ms: float
+    oldest_out_ms: float
+
+
+def commit_cuts(
+    occurrences: dict[str, list[float]], outputs: Iterable[tuple[str, int, float]], gap_ms: float = 1000.0
+) -> list[Cut]:
+    """The output's updates grouped into cuts (a pause of more than `gap_ms` between two updates starts a
+    new one): where each commit cut the input. A cut's `seen_ms - oldest_out_ms` is how long before its
+    emission the input it left out began: an occurrence appended then waits a whole commit interval more,
+    which is what at_least_once's p99 and maximum measure (pure: unit-tested without a broker)."""
+    ordered = sorted(outputs, key=lambda o: o[2])
+    groups: list[list[tuple[str, int, float]]] = []
+    for output in ordered:
+        if not groups or output[2] - groups[-1][-1][2] > gap_ms:
+            groups.append([])
+        groups[-1].append(output)
+    cuts = []
+    for group in groups:
+        newest_in, oldest_out = -math.inf, math.inf
+        for word, count, _seen in group:
+            appended = occurrences.get(word, [])
+            if 0 < count <= len(appended):
+                newest_in = max(newest_in, appended[count - 1])
+            if count < len(appended):
+                oldest_out = min(oldest_out, appended[count])
+        cuts.append(
+            Cut(
+                group[0][2],
+                group[-1][2] - group[0][2],
+                newest_in if newest_in > -math.inf else math.nan,
+                oldest_out if oldest_out < math.inf else math.nan,
+            )
+        )
+    return cuts
+
+
+def print_cuts(label: str, cuts: list[Cut], window: tuple[float, float]) -> None:
+    """The cuts that fall in or right after the measured window, each with the interval since the one
+    before and how far before its emission the newest input it reflects and the oldest it left out were
+    appended."""
+    print(f"    {label}: commit cuts (ms after the window's start; lags before each cut's first update)")
+    print(f"    {'cut at':>9} {'since last':>11} {'spread':>7} {'newest in':>10} {'oldest out':>11}")
+    previous = None
+    for cut in cuts:
+        if window[0] - 60_000 <= cut.seen_ms <= window[1] + 60_000:
+            since = f"{cut.seen_ms - previous:,.0f}" if previous is not None else "-"
+            print(
+                f"    {cut.seen_ms - window[0]:>9,.0f} {since:>11} {cut.spread_ms:>7,.0f} "
+                f"{cut.seen_ms - cut.newest_in_ms:>10,.0f} {cut.seen_ms - cut.oldest_out_ms:>11,.0f}"
+            )
+        previous = cut.seen_ms
+
+
 # ------------------------------------------------------------------------------------------ the I/O
 class PacedInput(threading.Thread):
     """Lines of three words at `rate` lines/s (sent every 10 ms), each occurrence's append time noted from
@@ -347,6 +409,9 @@ def measure(
         engine.stop()
         watch.join(30)
     row = summarize(engine_name, guarantee, rate, feed.snapshot(), list(watch.outputs), window)
+    if args.cuts:
+        cuts = commit_cuts(feed.snapshot(), watch.outputs)
+        print_cuts(f"{engine_name} {guarantee} at {rate}/s", cuts, window)
     shutil.rmtree(workdir, ignore_errors=True)
     return row
 
@@ -419,6 +484,9 @@ def main() -> int:
         default="",
         help="key=value,...: also a kappaflow row with these settings (what a change replaced), run right "
         "after the others at each rate",
+    )
+    parser.add_argument(
+        "--cuts", action="store_true", help="print each run's commit cuts (where its p99 and max come from)"
     )
     parser.add_argument("--no-java", action="store_true")
     parser.add_argument("--bootstrap", default="")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from bench.latency import occurrence_latencies, percentile, summarize
+from bench.latency import commit_cuts, occurrence_latencies, percentile, summarize
 
 
 def test_an_update_answers_every_occurrence_it_counts_and_only_those():
@@ -39,3 +39,15 @@ def test_only_the_window_counts_and_unanswered_records_are_reported():
     assert row.p50_ms == row.p99_ms == row.max_ms == 100.0
     empty = summarize("java", "exactly_once_v2", 10, occurrences, [], (900.0, 2000.0))
     assert empty.unanswered == 2 and math.isnan(empty.p99_ms)
+
+
+def test_commit_cuts_group_a_commits_updates_and_name_the_input_it_left_out():
+    # two commits 30 s apart; the first reflects a's first two occurrences and b's first, leaving a's
+    # third (appended 40 ms before the first update was seen) and b's second to the next
+    occurrences = {"a": [1000.0, 29_000.0, 29_960.0], "b": [500.0, 29_990.0]}
+    outputs = [("a", 2, 30_000.0), ("b", 1, 30_003.0), ("a", 3, 60_001.0), ("b", 2, 60_004.0)]
+    first, second = commit_cuts(occurrences, outputs)
+    assert (first.seen_ms, first.spread_ms, first.newest_in_ms, first.oldest_out_ms) == (
+        30_000.0, 3.0, 29_000.0, 29_960.0,
+    )  # fmt: skip
+    assert second.seen_ms == 60_001.0 and second.newest_in_ms == 29_990.0 and math.isnan(second.oldest_out_ms)
