@@ -17,6 +17,7 @@ record cache off and a 100 ms commit interval under at_least_once, the usual lat
     python bench/latency.py [--max-rate 20000] [--seconds 60] [--fractions 0.25,0.5,0.8]
         [--guarantees at_least_once,exactly_once_v2] [--no-java] [--bootstrap host:port]
         [--before key=value,...]   # also kappaflow with these settings, in the same rounds
+        [--cuts]                   # each run's commit cuts: where at_least_once's p99 and max come from
 
 Without --max-rate, kappaflow's at_least_once throughput is measured first (bench/throughput.py's run on
 30k lines). The last block checks the target: kappaflow's p99 <= Java's at every rate and guarantee.
