@@ -444,13 +444,24 @@ pub(crate) fn check_producer_type(
     producer_type: &Bound<'_, PyType>,
     version: &str,
 ) -> PyResult<()> {
+    check_handle_type(producer_type, version, PRODUCER_TYPE_NAME, "Producer")
+}
+
+/// `handle_type` is exactly confluent-kafka `version`'s type named `type_name` (its `kind`: Producer or
+/// Consumer) of the `Handle` layout this module knows; ValueError naming what differs otherwise.
+fn check_handle_type(
+    handle_type: &Bound<'_, PyType>,
+    version: &str,
+    type_name: &CStr,
+    kind: &str,
+) -> PyResult<()> {
     if !KNOWN_VERSIONS.contains(&version) {
         return Err(PyValueError::new_err(format!(
-            "confluent-kafka {version}: kappaflow_native knows the Producer layout of {}",
+            "confluent-kafka {version}: kappaflow_native knows the {kind} layout of {}",
             KNOWN_VERSIONS.join(", ")
         )));
     }
-    let type_ptr = producer_type.as_type_ptr();
+    let type_ptr = handle_type.as_type_ptr();
     // SAFETY: a live type object; tp_name is a NUL-terminated C string.
     let (name, basic_size) = unsafe {
         (
@@ -458,9 +469,9 @@ pub(crate) fn check_producer_type(
             (*type_ptr).tp_basicsize,
         )
     };
-    if name != PRODUCER_TYPE_NAME || basic_size != size_of::<CflHandle>() as ffi::Py_ssize_t {
+    if name != type_name || basic_size != size_of::<CflHandle>() as ffi::Py_ssize_t {
         return Err(PyValueError::new_err(format!(
-            "{name:?} of {basic_size} bytes is not the confluent-kafka {version} Producer \
+            "{name:?} of {basic_size} bytes is not the confluent-kafka {version} {kind} \
          kappaflow_native knows ({} bytes)",
             size_of::<CflHandle>()
         )));
@@ -478,27 +489,7 @@ pub(crate) fn check_consumer(
     consumer_type: &Bound<'_, PyType>,
     version: &str,
 ) -> PyResult<()> {
-    if !KNOWN_VERSIONS.contains(&version) {
-        return Err(PyValueError::new_err(format!(
-            "confluent-kafka {version}: kappaflow_native knows the Consumer layout of {}",
-            KNOWN_VERSIONS.join(", ")
-        )));
-    }
-    let type_ptr = consumer_type.as_type_ptr();
-    // SAFETY: a live type object; tp_name is a NUL-terminated C string.
-    let (name, basic_size) = unsafe {
-        (
-            CStr::from_ptr((*type_ptr).tp_name),
-            (*type_ptr).tp_basicsize,
-        )
-    };
-    if name != CONSUMER_TYPE_NAME || basic_size != size_of::<CflHandle>() as ffi::Py_ssize_t {
-        return Err(PyValueError::new_err(format!(
-            "{name:?} of {basic_size} bytes is not the confluent-kafka {version} Consumer \
-                 kappaflow_native knows ({} bytes)",
-            size_of::<CflHandle>()
-        )));
-    }
+    check_handle_type(consumer_type, version, CONSUMER_TYPE_NAME, "Consumer")?;
     if !consumer.get_type().is(consumer_type) {
         return Err(PyValueError::new_err(
             "not exactly the checked Consumer type",
