@@ -32,9 +32,15 @@ kernel's high-water mark (VmHWM) every 100 ms from /proc; the peak printed is th
 sampling can only under-read. records/s counts input records from the first record processed to the
 last one counted (both sub-topologies process each record once, so 2x as many processed records).
 
+Java Kafka Streams runs every cell too (bench/peers/ScalingPeer.java, the same topology, record cache and
+RocksDB budget, at the broker's version), on the same input right after kappaflow, so the table shows
+which of kappaflow's slow cells the real thing shares. Its records/s is timed the same way; its peak RSS
+is printed without a verdict: the JVM's heap is not one of the configured caches. `--no-java` leaves it
+out (no JDK needed then).
+
     python bench/scaling_cost.py [--partitions 4,16,64] [--keys 1000,1000000,10000000]
         [--records 1000000] [--cache-mib 10] [--rocksdb-mib 32] [--write-buffer-mib 16]
-        [--slack-mib 32] [--repeat 1] [--full-filters] [--bootstrap host:port]
+        [--slack-mib 32] [--repeat 1] [--full-filters] [--no-java] [--bootstrap host:port]
 
 A short run: `--keys 1000,100000,1000000` (~15 min on the 2-core build box). The full table processes
 10M records in each of the three 10M-key cells, ~40 min more (README "Performance").
@@ -63,6 +69,8 @@ from bench.throughput import create_topic, wait_processed  # noqa: E402
 from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
 
+from bench import kafka_streams_peer  # noqa: E402
+
 MIB = 1 << 20
 THROUGHPUT_WITHIN = 0.8  # each cell >= 0.8x the best cell: "within 20%"
 IDLE_SETTLE_S = 5.0
@@ -75,6 +83,8 @@ RDKAFKA_QUEUED_MIN_MESSAGES = 100_000  # librdkafka's default, which kappaflow k
 OVERRIDES: dict[str, str] = {}
 # --full-filters: the bounded setter without partitioned index and filters (the "before" of that change).
 TABLE = {"partitioned_index_filters": True}
+SCALING_PEER = Path(__file__).resolve().parent / "peers" / "ScalingPeer.java"
+JAVA_RESULT_PREFIX = "RECORDS_PER_SECOND "
 
 
 @dataclass(frozen=True)
@@ -105,6 +115,8 @@ class Cell:
     final_rss: int = 0
     disk: int = 0
     rounds: list[float] = field(default_factory=list)
+    java_per_s: float = 0.0  # Java Kafka Streams on the same input: best rate, worst peak
+    java_peak: int = 0
 
 
 def prefetch_bound() -> int:
@@ -288,26 +300,74 @@ def dir_bytes(path: str) -> int:
     return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
 
 
-def run_cell(bootstrap: str, admin: AdminClient, cell: Cell, limits: Limits) -> None:
-    """Fill fresh input, run the kappaflow child on it while sampling its memory; fold into `cell`."""
+def sample_until_exit(proc: subprocess.Popen[str]) -> tuple[int, int]:
+    """(peak, last) resident bytes of `proc` until it exits: the kernel's high-water mark, the last VmRSS."""
+    peak = last = 0
+    while proc.poll() is None:
+        status = read_status(proc.pid)
+        peak = max(peak, status.get("VmHWM", 0))
+        last = status.get("VmRSS", last)
+        time.sleep(0.1)
+    return peak, last
+
+
+def run_java(classpath: str, spec: dict[str, Any], sink: str, limits: Limits) -> tuple[float, int]:
+    """Java Kafka Streams on the cell's input (its own application id, sink and state directory, so its
+    internal topics go with the cell's cleanup): (records/s, peak RSS)."""
+    java = shutil.which("java")
+    if java is None:
+        raise kafka_streams_peer.PeerError("java (17+) is required for the Kafka Streams peer (or --no-java)")
+    state_dir = tempfile.mkdtemp(prefix="kstreams-scaling-")
+    args = (
+        spec["bootstrap"], f"{spec['app_id']}-java", spec["source"], sink, state_dir, spec["records"],
+        limits.record_cache, limits.rocksdb, limits.write_buffers,
+    )  # fmt: skip
+    cmd = [java, "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", classpath, SCALING_PEER.stem]
+    try:
+        proc = subprocess.Popen(
+            [*cmd, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        peak, _last = sample_until_exit(proc)
+        out, err = proc.communicate()
+    finally:
+        shutil.rmtree(state_dir, ignore_errors=True)
+    for line in out.splitlines():
+        if line.startswith(JAVA_RESULT_PREFIX):
+            return float(line.removeprefix(JAVA_RESULT_PREFIX)), peak
+    tail = "\n".join((out + err).splitlines()[-30:])
+    raise kafka_streams_peer.PeerError(f"Kafka Streams peer exited {proc.returncode}, no result:\n{tail}")
+
+
+def run_cell(
+    bootstrap: str, admin: AdminClient, cell: Cell, limits: Limits, java_classpath: str | None
+) -> None:
+    """Fill fresh input, run the kappaflow child on it while sampling its memory, then (with a
+    classpath) Java Kafka Streams on the same input; fold into `cell`."""
     spec, topics, state_dir = new_spec(bootstrap, admin, cell.partitions, cell.records, limits)
+    java_sink = f"{spec['sink']}-java"
     try:
         print(f"    writing {cell.records:,} records over {cell.keys:,} keys ...", flush=True)
         fill(bootstrap, spec["source"], cell.records, cell.keys)
         proc = spawn(spec)
         assert proc.stdout is not None
-        peak = last = 0
-        disk = 0
-        while proc.poll() is None:
-            status = read_status(proc.pid)
-            peak = max(peak, status.get("VmHWM", 0))
-            last = status.get("VmRSS", last)
-            time.sleep(0.1)
+        peak, last = sample_until_exit(proc)
         output = proc.stdout.read().strip().splitlines()
         if proc.returncode != 0 or not output:
             raise RuntimeError(f"kappaflow child failed (exit {proc.returncode})")
         disk = dir_bytes(state_dir)
         rate = float(json.loads(output[-1])["records_per_s"])
+        print(
+            f"    kappaflow {rate:,.0f} records/s, peak RSS {peak / MIB:,.0f} MiB, "
+            f"state {disk / MIB:,.0f} MiB",
+            flush=True,
+        )
+        if java_classpath is not None:
+            create_topic(admin, java_sink, cell.partitions)
+            topics.append(java_sink)
+            java_rate, java_peak = run_java(java_classpath, spec, java_sink, limits)
+            cell.java_per_s = max(cell.java_per_s, java_rate)
+            cell.java_peak = max(cell.java_peak, java_peak)
+            print(f"    Java {java_rate:,.0f} records/s, peak RSS {java_peak / MIB:,.0f} MiB", flush=True)
     finally:
         cleanup(admin, topics, spec["app_id"], state_dir)
     cell.rounds.append(rate)
@@ -315,9 +375,6 @@ def run_cell(bootstrap: str, admin: AdminClient, cell: Cell, limits: Limits) -> 
     cell.peak = max(cell.peak, peak)
     cell.final_rss = max(cell.final_rss, last)
     cell.disk = max(cell.disk, disk)
-    print(
-        f"    {rate:,.0f} records/s, peak RSS {peak / MIB:,.0f} MiB, state {disk / MIB:,.0f} MiB", flush=True
-    )
 
 
 def verdicts(cells: list[Cell], baselines: dict[int, int], limits: Limits) -> list[tuple[bool, bool]]:
@@ -334,26 +391,45 @@ def verdicts(cells: list[Cell], baselines: dict[int, int], limits: Limits) -> li
 
 def print_table(cells: list[Cell], baselines: dict[int, int], limits: Limits) -> bool:
     best = max((cell.records_per_s for cell in cells), default=0.0)
+    with_java = any(cell.java_per_s for cell in cells)
     print(
         f"\nbound = idle baseline + record cache {limits.record_cache / MIB:.0f} MiB + RocksDB "
         f"{limits.rocksdb / MIB:.0f} MiB (write buffers {limits.write_buffers / MIB:.0f} MiB charged into "
         f"it) + consumer prefetch {limits.prefetch / MIB:.0f} MiB + slack {limits.slack / MIB:.0f} MiB"
     )
+    java_head = f"{'Java rec/s':>11}{'/ best':>8}{'kf/Java':>8}{'Java MiB':>9}" if with_java else ""
     print(
         f"{'partitions':>10}{'keys':>12}{'records':>12}{'records/s':>11}{'/ best':>8}  {'verdict':<8}"
-        f"{'idle MiB':>9}{'peak MiB':>9}{'bound MiB':>10}  {'verdict':<8}{'state MiB':>10}"
+        f"{'idle MiB':>9}{'peak MiB':>9}{'bound MiB':>10}  {'verdict':<8}{'state MiB':>10}{java_head}"
     )
+    java_best = max((cell.java_per_s for cell in cells), default=0.0)
     all_met = True
     for cell, (fast, bounded) in zip(cells, verdicts(cells, baselines, limits), strict=True):
         all_met = all_met and fast and bounded
         baseline = baselines[cell.partitions]
+        java = ""
+        if with_java:
+            java = (
+                f"{cell.java_per_s:>11,.0f}{cell.java_per_s / java_best if java_best else 0:>8.2f}"
+                f"{cell.records_per_s / cell.java_per_s if cell.java_per_s else 0:>8.2f}"
+                f"{cell.java_peak / MIB:>9.0f}"
+            )
         print(
             f"{cell.partitions:>10}{cell.keys:>12,}{cell.records:>12,}{cell.records_per_s:>11,.0f}"
             f"{cell.records_per_s / best if best else 0:>8.2f}  {'met' if fast else 'NOT met':<8}"
             f"{baseline / MIB:>9.0f}{cell.peak / MIB:>9.0f}{limits.bound(baseline) / MIB:>10.0f}  "
-            f"{'met' if bounded else 'NOT met':<8}{cell.disk / MIB:>10.0f}"
+            f"{'met' if bounded else 'NOT met':<8}{cell.disk / MIB:>10.0f}{java}"
         )
+    if with_java:
+        kappaflow = slowest_over_fastest([cell.records_per_s for cell in cells])
+        java_spread = slowest_over_fastest([cell.java_per_s for cell in cells])
+        print(f"slowest / fastest cell: kappaflow {kappaflow:.2f}, Java Kafka Streams {java_spread:.2f}")
     return all_met
+
+
+def slowest_over_fastest(rates: list[float]) -> float:
+    """How far the table's slowest cell falls below its fastest (1.0: flat; the target is >= 0.8)."""
+    return min(rates) / max(rates) if rates and max(rates) > 0 else 0.0
 
 
 def csv_ints(text: str) -> list[int]:
@@ -377,6 +453,7 @@ def main() -> int:
     parser.add_argument(
         "--full-filters", action="store_true", help="one index and filter block per SST file (before)"
     )
+    parser.add_argument("--no-java", action="store_true", help="leave out Java Kafka Streams")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     OVERRIDES.update(item.split("=", 1) for item in args.set)
@@ -389,6 +466,7 @@ def main() -> int:
         prefetch_bound(), args.slack_mib * MIB,
     )  # fmt: skip
     cells = [Cell(p, k, max(args.records, k)) for k in args.keys for p in args.partitions]
+    java_classpath = None if args.no_java else kafka_streams_peer.prepare(SCALING_PEER)
     with bench_broker(args.bootstrap) as (bootstrap, _broker):
         admin = AdminClient({"bootstrap.servers": bootstrap})
         baselines: dict[int, int] = {}
@@ -406,7 +484,7 @@ def main() -> int:
                     f"(load {load:.1f})",
                     flush=True,
                 )
-                run_cell(bootstrap, admin, cell, limits)
+                run_cell(bootstrap, admin, cell, limits, java_classpath)
         del admin  # its connections go before the broker does
     met = print_table(cells, baselines, limits)
     return 0 if met else 1
