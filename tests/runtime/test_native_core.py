@@ -574,3 +574,83 @@ def test_headers_of_a_type_with_its_own_init_are_made_by_calling_it(core: Native
     found, error = runs([message(value=b"a"), message(offset=1, headers=[("h", b"1")])])
     assert error is None and [type(r[4]) for r in found[0][1]] == [Traced, Traced]
     assert made == [(), [("h", b"1")]] and found[0][1][1][4] == [("h", b"1")]
+
+
+class CountOver(serdes.Long):
+    """A Long serializer that refuses counts above `limit`: a failure in the sink of a cache flush."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+
+    def serialize(self, topic: str, value: Any) -> bytes | None:
+        if value is not None and value > self.limit:
+            raise ValueError(f"count {value} over {self.limit}")
+        return super().serialize(topic, value)
+
+
+def run_flushed_counts(native: bool, limit: int, handler: str) -> tuple[list[Any], str]:
+    """A cached count flushed into `to_stream().to()` (one fused stage under the native core), the cache
+    a few entries big so that updates are evicted between commits: the output, and the error that ended
+    the run ("" if none)."""
+    builder = StreamsBuilder()
+    counts = builder.stream("in", key_serde=S, value_serde=S).group_by_key().count(Materialized.as_("counts"))
+    counts.to_stream().to("out", key_serde=S, value_serde=CountOver(limit))
+    config = {
+        "kappaflow.native.enabled": native,
+        "statestore.cache.max.bytes": 3000,
+        "processing.exception.handler": handler,
+    }
+    error = ""
+    with TopologyTestDriver(builder.build(), config) as driver:
+        source = driver.create_input_topic("in", S, S)
+        try:
+            source.pipe_key_value_list([(f"k{i % 40}", "v") for i in range(200)])
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+        out = driver.create_output_topic("out", S, L).read_key_values_to_list()
+    return out, error
+
+
+@pytest.mark.parametrize("handler", ["log_and_fail", "log_and_continue"])
+@pytest.mark.parametrize("limit", [10, 4])
+def test_a_flushed_table_reaches_its_fused_child_as_through_forward(
+    core: NativeCore,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    limit: int,
+    handler: str,
+) -> None:
+    """With the default handler a batched flush calls the table's one fused child (`to_stream()` and the
+    sink) without `forward()`: the same records, and a failure in it (the sink's serializer refusing a
+    count) ends the run with the same error as the generic path's `forward()`. A handler that may
+    CONTINUE keeps `forward()` (it runs around each child) and skips the same records, naming the sink."""
+    from kappaflow.dsl.table_processors import TupleForwarder
+
+    direct = []
+    to_stage = TupleForwarder._flush_batch_to_stage
+
+    def counted(self: TupleForwarder, entries: Any, child: Any) -> None:
+        direct.append(child.name)
+        to_stage(self, entries, child)
+
+    monkeypatch.setattr(TupleForwarder, "_flush_batch_to_stage", counted)
+    native = run_flushed_counts(True, limit, handler)
+    native_logged = [record.getMessage() for record in caplog.records if "in node" in record.getMessage()]
+    caplog.clear()
+    assert bool(direct) == (handler == "log_and_fail")
+    assert native == run_flushed_counts(False, limit, handler)
+    assert native_logged == [
+        record.getMessage() for record in caplog.records if "in node" in record.getMessage()
+    ]
+    out, error = native
+    assert len(out) > 40  # evictions between commits, not one update per key
+    if limit == 10:
+        assert error == ""
+        assert sorted(set(out))[-1] == ("k9", 5)
+        return
+    assert all(count <= 4 for _key, count in out)
+    if handler == "log_and_fail":  # the commit's flush raises it as it is (unchanged by the direct call)
+        assert error == "ValueError: count 5 over 4"
+    else:  # the refused counts are skipped, each under its own record, naming the sink
+        assert error == "" and {count for _key, count in out} == {1, 2, 3, 4}
+        assert native_logged and all("in node 'KSTREAM-SINK-0000000003'" in line for line in native_logged)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from operator import attrgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kappaflow.api.errors import StreamsError
 from kappaflow.api.processor import ProcessorContext
@@ -28,6 +28,9 @@ from kappaflow.state.versioned import (
 )
 from kappaflow.tasks.fusion import Fusable, Stage
 from kappaflow.tasks.native import AggregatePlan, NativeCore
+
+if TYPE_CHECKING:
+    from kappaflow.tasks.nodes import ProcessorNode
 
 log = logging.getLogger(__name__)
 _NEW_VALUE = attrgetter("new_value")  # KTableToStreamProcessor's stage: a Change to its new value
@@ -89,6 +92,10 @@ class TupleForwarder:
         current as it yields it), the node made current once: the same records forwarded in the same
         order, one frame per flush instead of one per entry."""
         context: Any = self.context
+        child = _sole_fused_child(self.node, context)
+        if child is not None:
+            self._flush_batch_to_stage(entries, child)
+            return
         forward, stamp, send_old = context.forward, self.stamp, self.send_old_values
         previous = context.current_node
         context.current_node = self.node
@@ -104,6 +111,49 @@ class TupleForwarder:
                 forward(Record(key, change, timestamp, record_context.headers))
         finally:
             context.current_node = previous
+
+    def _flush_batch_to_stage(
+        self, entries: Iterator[tuple[Any, Any, Any, RecordContext]], child: ProcessorNode
+    ) -> None:
+        """`_on_flush_batch` straight into the one child's compiled stage: what `forward()` does per
+        entry (the child made current, its `handle` called with the record's parts) once per flush, with
+        no `Record` built. Past the record cache every update is a flushed entry (`to_stream()` and a sink
+        after a count: one fused stage), so this is per input record there. A failure names the child
+        as `forward()` does, unless a node below it already named itself."""
+        context: Any = self.context
+        stage, stamp, send_old, node = child.fused, self.stamp, self.send_old_values, self.node
+        previous = context.current_node
+        context.current_node = node  # the table's node, while the store yields (and decodes) an entry
+        try:
+            for key, new, old, record_context in entries:
+                change = Change(
+                    None if new is None else new.value, None if (old is None or not send_old) else old.value
+                )
+                if stamp is not None:
+                    timestamp = stamp(key)
+                else:
+                    timestamp = new.timestamp if new is not None else record_context.timestamp
+                context.current_node = child
+                try:
+                    stage(key, change, timestamp, record_context.headers)
+                except BaseException:
+                    if context.failed_node is None:
+                        context.failed_node = child.name
+                    raise
+                context.current_node = node
+        finally:
+            context.current_node = previous
+
+
+def _sole_fused_child(node: ProcessorNode | None, context: Any) -> ProcessorNode | None:
+    """The node's one child when `forward()` would call nothing but that child's compiled stage: a single
+    child, compiled (`fused`), and no per-node processing handler (`node_failed`, which `forward()`
+    runs around each child). Looked up per flush: a task's nodes are compiled after its processors'
+    `init`, and undone before they are initialized again."""
+    if node is None or len(node.children) != 1 or getattr(context, "node_failed", None) is not None:
+        return None
+    child = node.children[0]
+    return child if child.fused is not None else None
 
 
 class _Stateful:
