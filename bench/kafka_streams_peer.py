@@ -209,17 +209,20 @@ def ensure_streams_libs(version: str = KAFKA_VERSION) -> Path:
 
 
 def compile_peer(libs: Path, source: Path = PEER_SOURCE) -> Path:
-    """Compile a peer (WordCountPeer.java by default) once per (source, jars) into the cache; return the
-    classes directory."""
+    """Compile a peer (WordCountPeer.java by default) and the classes it uses from its folder (PeerRun.java,
+    found on javac's source path) once per (sources, jars) into the cache; return the classes directory."""
     if shutil.which("javac") is None:
         raise PeerError(f"javac (JDK 17+) is required to compile bench/peers/{source.name}")
-    key = hashlib.sha256(source.read_bytes() + (libs / COMPLETE_MARKER).read_bytes()).hexdigest()[:16]
+    sources = b"".join(path.read_bytes() for path in sorted(source.parent.glob("*.java")))
+    marker = (libs / COMPLETE_MARKER).read_bytes()
+    key = hashlib.sha256(source.name.encode() + sources + marker).hexdigest()[:16]
     classes = libs.parent / "peer-classes" / key
     if (classes / f"{source.stem}.class").is_file():
         return classes
     classes.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".partial-", dir=classes.parent))
-    cmd = ["javac", "-Xlint:all", "-cp", f"{libs}/*", "-d", str(staging), str(source)]
+    cmd = ["javac", "-Xlint:all", "-cp", f"{libs}/*", "-sourcepath", str(source.parent), "-d", str(staging)]
+    cmd.append(str(source))
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if result.returncode != 0:
         shutil.rmtree(staging, ignore_errors=True)

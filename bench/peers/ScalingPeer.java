@@ -4,8 +4,6 @@ import java.util.Map;
 import java.util.Properties;
 import java.util.concurrent.atomic.AtomicLong;
 
-import org.apache.kafka.common.Metric;
-import org.apache.kafka.common.MetricName;
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.StreamsBuilder;
@@ -40,7 +38,7 @@ import org.rocksdb.WriteBufferManager;
  * at_least_once, every other setting at its default.
  */
 public final class ScalingPeer {
-    private static final long TIMEOUT_NANOS = Duration.ofMinutes(30).toNanos();
+    private static final Duration TIMEOUT = Duration.ofMinutes(30);
 
     /** The process's one RocksDB budget: Kafka Streams instantiates the setter per store by reflection. */
     private static Cache cache;
@@ -72,17 +70,6 @@ public final class ScalingPeer {
         public void close(String storeName, Options options) {
             // the cache and the manager are the process's, closed with it
         }
-    }
-
-    /** The thread-level "process-total": records processed by every task of the one stream thread. */
-    static Metric processTotal(KafkaStreams streams) {
-        for (Map.Entry<MetricName, ? extends Metric> entry : streams.metrics().entrySet()) {
-            MetricName name = entry.getKey();
-            if (name.name().equals("process-total") && name.group().equals("stream-thread-metrics")) {
-                return entry.getValue();
-            }
-        }
-        return null;
     }
 
     public static void main(String[] args) throws InterruptedException {
@@ -120,27 +107,11 @@ public final class ScalingPeer {
         streams.start();
         int status = 2;
         try {
-            long deadline = System.nanoTime() + TIMEOUT_NANOS;
-            Metric processed = null;
-            while (System.nanoTime() < deadline) {
-                if (streams.state() == KafkaStreams.State.ERROR) {
-                    System.err.println("Kafka Streams went to ERROR");
-                    break;
-                }
-                if (processed == null) {
-                    processed = processTotal(streams);
-                }
-                if (processed != null && ((Number) processed.metricValue()).doubleValue() >= expected) {
-                    double seconds = (System.nanoTime() - firstProcessed.get()) / 1e9;
-                    System.out.printf(Locale.ROOT, "RECORDS_PER_SECOND %.1f%n", records / seconds);
-                    System.out.flush();
-                    status = 0;
-                    break;
-                }
-                Thread.sleep(5);
-            }
-            if (status != 0) {
-                System.err.println("did not process " + expected + " records in time");
+            double seconds = PeerRun.awaitProcessed(streams, expected, firstProcessed, TIMEOUT);
+            if (!Double.isNaN(seconds)) {
+                System.out.printf(Locale.ROOT, "RECORDS_PER_SECOND %.1f%n", records / seconds);
+                System.out.flush();
+                status = 0;
             }
         } finally {
             streams.close(Duration.ofSeconds(30));

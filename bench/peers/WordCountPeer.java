@@ -2,13 +2,10 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Locale;
-import java.util.Map;
 import java.util.Properties;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.regex.Pattern;
 
-import org.apache.kafka.common.Metric;
-import org.apache.kafka.common.MetricName;
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.StreamsBuilder;
@@ -29,7 +26,7 @@ import org.apache.kafka.streams.kstream.Produced;
  */
 public final class WordCountPeer {
     private static final Pattern WORD = Pattern.compile("\\W+");
-    private static final long TIMEOUT_NANOS = Duration.ofMinutes(5).toNanos();
+    private static final Duration TIMEOUT = Duration.ofMinutes(5);
 
     private WordCountPeer() {
     }
@@ -42,17 +39,6 @@ public final class WordCountPeer {
             }
         }
         return words;
-    }
-
-    /** The thread-level "process-total": records processed by every task of the one stream thread. */
-    static Metric processTotal(KafkaStreams streams) {
-        for (Map.Entry<MetricName, ? extends Metric> entry : streams.metrics().entrySet()) {
-            MetricName name = entry.getKey();
-            if (name.name().equals("process-total") && name.group().equals("stream-thread-metrics")) {
-                return entry.getValue();
-            }
-        }
-        return null;
     }
 
     public static void main(String[] args) throws InterruptedException {
@@ -84,27 +70,11 @@ public final class WordCountPeer {
         streams.start();
         int status = 2;
         try {
-            long deadline = System.nanoTime() + TIMEOUT_NANOS;
-            Metric processed = null;
-            while (System.nanoTime() < deadline) {
-                if (streams.state() == KafkaStreams.State.ERROR) {
-                    System.err.println("Kafka Streams went to ERROR");
-                    break;
-                }
-                if (processed == null) {
-                    processed = processTotal(streams);
-                }
-                if (processed != null && ((Number) processed.metricValue()).doubleValue() >= expected) {
-                    double seconds = (System.nanoTime() - firstProcessed.get()) / 1e9;
-                    System.out.printf(Locale.ROOT, "LINES_PER_SECOND %.1f%n", lines / seconds);
-                    System.out.flush();
-                    status = 0;
-                    break;
-                }
-                Thread.sleep(5);
-            }
-            if (status != 0) {
-                System.err.println("did not process " + expected + " records in time");
+            double seconds = PeerRun.awaitProcessed(streams, expected, firstProcessed, TIMEOUT);
+            if (!Double.isNaN(seconds)) {
+                System.out.printf(Locale.ROOT, "LINES_PER_SECOND %.1f%n", lines / seconds);
+                System.out.flush();
+                status = 0;
             }
         } finally {
             streams.close(Duration.ofSeconds(30));

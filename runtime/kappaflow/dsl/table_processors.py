@@ -96,21 +96,29 @@ class TupleForwarder:
         if child is not None:
             self._flush_batch_to_stage(entries, child)
             return
-        forward, stamp, send_old = context.forward, self.stamp, self.send_old_values
+        forward = context.forward
         previous = context.current_node
         context.current_node = self.node
         try:
-            for key, new, old, record_context in entries:
-                change = Change(
-                    None if new is None else new.value, None if (old is None or not send_old) else old.value
-                )
-                if stamp is not None:
-                    timestamp = stamp(key)
-                else:
-                    timestamp = new.timestamp if new is not None else record_context.timestamp
-                forward(Record(key, change, timestamp, record_context.headers))
+            for key, change, timestamp, headers in self._changes(entries):
+                forward(Record(key, change, timestamp, headers))
         finally:
             context.current_node = previous
+
+    def _changes(
+        self, entries: Iterator[tuple[Any, Any, Any, RecordContext]]
+    ) -> Iterator[tuple[Any, Change[Any], int, Any]]:
+        """Each flushed entry as the record `_on_flush` forwards: key, change, timestamp, headers."""
+        stamp, send_old = self.stamp, self.send_old_values
+        for key, new, old, record_context in entries:
+            change = Change(
+                None if new is None else new.value, None if (old is None or not send_old) else old.value
+            )
+            if stamp is not None:
+                timestamp = stamp(key)
+            else:
+                timestamp = new.timestamp if new is not None else record_context.timestamp
+            yield key, change, timestamp, record_context.headers
 
     def _flush_batch_to_stage(
         self, entries: Iterator[tuple[Any, Any, Any, RecordContext]], child: ProcessorNode
@@ -121,21 +129,14 @@ class TupleForwarder:
         after a count: one fused stage), so this is per input record there. A failure names the child
         as `forward()` does, unless a node below it already named itself."""
         context: Any = self.context
-        stage, stamp, send_old, node = child.fused, self.stamp, self.send_old_values, self.node
+        stage, node = child.fused, self.node
         previous = context.current_node
         context.current_node = node  # the table's node, while the store yields (and decodes) an entry
         try:
-            for key, new, old, record_context in entries:
-                change = Change(
-                    None if new is None else new.value, None if (old is None or not send_old) else old.value
-                )
-                if stamp is not None:
-                    timestamp = stamp(key)
-                else:
-                    timestamp = new.timestamp if new is not None else record_context.timestamp
+            for key, change, timestamp, headers in self._changes(entries):
                 context.current_node = child
                 try:
-                    stage(key, change, timestamp, record_context.headers)
+                    stage(key, change, timestamp, headers)
                 except BaseException:
                     if context.failed_node is None:
                         context.failed_node = child.name
