@@ -1,4 +1,5 @@
 import java.time.Duration;
+import java.util.Locale;
 import java.util.Map;
 import java.util.concurrent.atomic.AtomicLong;
 
@@ -24,6 +25,28 @@ final class PeerRun {
             }
         }
         return null;
+    }
+
+    /**
+     * Start {@code streams}, wait for {@code expected} processed records, print "{@code label} x" with x
+     * = {@code units} per second on stdout, close, and exit 0; exit 2 when the wait fails.
+     */
+    static void timeAndExit(
+            KafkaStreams streams, long expected, AtomicLong firstProcessed, Duration timeout, String label,
+            long units) throws InterruptedException {
+        streams.start();
+        int status = 2;
+        try {
+            double seconds = awaitProcessed(streams, expected, firstProcessed, timeout);
+            if (!Double.isNaN(seconds)) {
+                System.out.printf(Locale.ROOT, "%s %.1f%n", label, units / seconds);
+                System.out.flush();
+                status = 0;
+            }
+        } finally {
+            streams.close(Duration.ofSeconds(30));
+        }
+        System.exit(status);
     }
 
     /**

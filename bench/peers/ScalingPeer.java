@@ -1,5 +1,4 @@
 import java.time.Duration;
-import java.util.Locale;
 import java.util.Map;
 import java.util.Properties;
 import java.util.concurrent.atomic.AtomicLong;
@@ -104,18 +103,6 @@ public final class ScalingPeer {
                 .to(args[3], Produced.with(Serdes.String(), Serdes.Long()));
 
         KafkaStreams streams = new KafkaStreams(builder.build(), props);
-        streams.start();
-        int status = 2;
-        try {
-            double seconds = PeerRun.awaitProcessed(streams, expected, firstProcessed, TIMEOUT);
-            if (!Double.isNaN(seconds)) {
-                System.out.printf(Locale.ROOT, "RECORDS_PER_SECOND %.1f%n", records / seconds);
-                System.out.flush();
-                status = 0;
-            }
-        } finally {
-            streams.close(Duration.ofSeconds(30));
-        }
-        System.exit(status);
+        PeerRun.timeAndExit(streams, expected, firstProcessed, TIMEOUT, "RECORDS_PER_SECOND", records);
     }
 }

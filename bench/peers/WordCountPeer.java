@@ -67,18 +67,6 @@ public final class WordCountPeer {
                 .to(args[3], Produced.with(Serdes.String(), Serdes.Long()));
 
         KafkaStreams streams = new KafkaStreams(builder.build(), props);
-        streams.start();
-        int status = 2;
-        try {
-            double seconds = PeerRun.awaitProcessed(streams, expected, firstProcessed, TIMEOUT);
-            if (!Double.isNaN(seconds)) {
-                System.out.printf(Locale.ROOT, "LINES_PER_SECOND %.1f%n", lines / seconds);
-                System.out.flush();
-                status = 0;
-            }
-        } finally {
-            streams.close(Duration.ofSeconds(30));
-        }
-        System.exit(status);
+        PeerRun.timeAndExit(streams, expected, firstProcessed, TIMEOUT, "LINES_PER_SECOND", lines);
     }
 }
