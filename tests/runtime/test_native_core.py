@@ -622,8 +622,9 @@ def test_a_flushed_table_reaches_its_fused_child_as_through_forward(
 ) -> None:
     """With the default handler a batched flush calls the table's one fused child (`to_stream()` and the
     sink) without `forward()`: the same records, and a failure in it (the sink's serializer refusing a
-    count) ends the run with the same error as the generic path's `forward()`. A handler that may
-    CONTINUE keeps `forward()` (it runs around each child) and skips the same records, naming the sink."""
+    count) ends the run with the same error as the generic path's `forward()`, naming the sink (the commit
+    that flushed the cache fails). A handler that may CONTINUE keeps `forward()` (it runs around each
+    child) and skips the same records, naming the sink."""
     from kappaflow.dsl.table_processors import TupleForwarder
 
     direct = []
@@ -649,8 +650,11 @@ def test_a_flushed_table_reaches_its_fused_child_as_through_forward(
         assert sorted(set(out))[-1] == ("k9", 5)
         return
     assert all(count <= 4 for _key, count in out)
-    if handler == "log_and_fail":  # the commit's flush raises it as it is (unchanged by the direct call)
-        assert error == "ValueError: count 5 over 4"
+    if handler == "log_and_fail":  # the commit's flush fails the application, naming the sink
+        assert error.startswith(
+            "ProcessingError: error in node 'KSTREAM-SINK-0000000003' while a commit flushed the record "
+            "cache: ValueError: count 5 over 4 [processing.exception.handler"
+        )
     else:  # the refused counts are skipped, each under its own record, naming the sink
         assert error == "" and {count for _key, count in out} == {1, 2, 3, 4}
         assert native_logged and all("in node 'KSTREAM-SINK-0000000003'" in line for line in native_logged)

@@ -102,6 +102,19 @@ class RecordFailures:
         failed = FailedRecord("", -1, -1, timestamp, None, None, Headers(), node)
         self._handle(self._processing_handler, self._processing_setting, error, failed, None)
 
+    def flush_error(self, exc: Exception, node: str) -> ProcessingError:
+        """The error for `exc`, raised in `node` while a commit flushed the record caches (a cached table's
+        updates going downstream). Only log_and_fail gets here: any other handler was asked at the node,
+        where `forward()` runs it around each child (`handles_per_node`). So the commit fails, with an
+        error that names the node, as a failure while processing a record or a punctuation does."""
+        error = ProcessingError(
+            f"error in node '{node}' while a commit flushed the record cache: {type(exc).__name__}: {exc} "
+            f"[{self._processing_setting} failed the application; log_and_continue skips such an update]",
+            node=node,
+        )
+        error.__cause__ = exc
+        return error
+
     def node_failed(self, exc: Exception, node: str, context: RecordContext, raw: RawRecord | None) -> None:
         """The processing handler's turn on `exc`, raised in `node` below the task's first node (while
         processing `raw`, or in a punctuation or a cache flush when None): see `handles_per_node`."""

@@ -497,7 +497,15 @@ class StreamTask:
     def prepare_commit(self) -> dict[tuple[str, int], int]:
         """Flush stores (caches forward and log their dirty entries) and return the offsets to commit."""
         if self.state in (TaskState.RUNNING, TaskState.RESTORING):
-            self.state_manager.flush()
+            try:
+                self.state_manager.flush()
+            except (TaskMigratedError, ProcessingError, SchemaRegistryUnavailableError):
+                raise
+            except Exception as exc:  # a node below a cached table raised: name it, as the drain does
+                node, self.context.failed_node = self.context.failed_node, None
+                if node is None:
+                    raise
+                raise self.failures.flush_error(exc, node) from exc
         self.publish_metrics()
         return self.committable_offsets()
 
