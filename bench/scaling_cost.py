@@ -361,20 +361,24 @@ def run_cell(
             f"state {disk / MIB:,.0f} MiB",
             flush=True,
         )
+        cell.rounds.append(rate)
+        cell.records_per_s = max(cell.records_per_s, rate)
+        cell.peak = max(cell.peak, peak)
+        cell.final_rss = max(cell.final_rss, last)
+        cell.disk = max(cell.disk, disk)
         if java_classpath is not None:
             create_topic(admin, java_sink, cell.partitions)
             topics.append(java_sink)
-            java_rate, java_peak = run_java(java_classpath, spec, java_sink, limits)
+            try:
+                java_rate, java_peak = run_java(java_classpath, spec, java_sink, limits)
+            except kafka_streams_peer.PeerError as err:  # the table still prints; the cell's Java is n/a
+                print(f"    Java: {err}", flush=True)
+                return
             cell.java_per_s = max(cell.java_per_s, java_rate)
             cell.java_peak = max(cell.java_peak, java_peak)
             print(f"    Java {java_rate:,.0f} records/s, peak RSS {java_peak / MIB:,.0f} MiB", flush=True)
     finally:
         cleanup(admin, topics, spec["app_id"], state_dir)
-    cell.rounds.append(rate)
-    cell.records_per_s = max(cell.records_per_s, rate)
-    cell.peak = max(cell.peak, peak)
-    cell.final_rss = max(cell.final_rss, last)
-    cell.disk = max(cell.disk, disk)
 
 
 def verdicts(cells: list[Cell], baselines: dict[int, int], limits: Limits) -> list[tuple[bool, bool]]:
@@ -408,12 +412,13 @@ def print_table(cells: list[Cell], baselines: dict[int, int], limits: Limits) ->
         all_met = all_met and fast and bounded
         baseline = baselines[cell.partitions]
         java = ""
-        if with_java:
+        if with_java and cell.java_per_s:
             java = (
-                f"{cell.java_per_s:>11,.0f}{cell.java_per_s / java_best if java_best else 0:>8.2f}"
-                f"{cell.records_per_s / cell.java_per_s if cell.java_per_s else 0:>8.2f}"
-                f"{cell.java_peak / MIB:>9.0f}"
+                f"{cell.java_per_s:>11,.0f}{cell.java_per_s / java_best:>8.2f}"
+                f"{cell.records_per_s / cell.java_per_s:>8.2f}{cell.java_peak / MIB:>9.0f}"
             )
+        elif with_java:  # its peer failed (the reason was printed with the cell)
+            java = f"{'n/a':>11}{'':>8}{'':>8}{'':>9}"
         print(
             f"{cell.partitions:>10}{cell.keys:>12,}{cell.records:>12,}{cell.records_per_s:>11,.0f}"
             f"{cell.records_per_s / best if best else 0:>8.2f}  {'met' if fast else 'NOT met':<8}"
@@ -422,7 +427,7 @@ def print_table(cells: list[Cell], baselines: dict[int, int], limits: Limits) ->
         )
     if with_java:
         kappaflow = slowest_over_fastest([cell.records_per_s for cell in cells])
-        java_spread = slowest_over_fastest([cell.java_per_s for cell in cells])
+        java_spread = slowest_over_fastest([cell.java_per_s for cell in cells if cell.java_per_s])
         print(f"slowest / fastest cell: kappaflow {kappaflow:.2f}, Java Kafka Streams {java_spread:.2f}")
     return all_met
 

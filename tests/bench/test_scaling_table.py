@@ -45,3 +45,14 @@ def test_without_java_the_table_has_no_java_columns(capsys: pytest.CaptureFixtur
     print_table([cell(1_000, 678_000, 137)], {4: 73 * MIB}, LIMITS)
     out = capsys.readouterr().out
     assert "Java" not in out
+
+
+def test_a_cell_whose_java_failed_shows_n_a_and_stays_out_of_javas_spread(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    cells = [cell(1_000, 678_000, 137, java=213_000), cell(10_000_000, 76_000, 200, java=0.0)]
+    print_table(cells, {4: 73 * MIB}, LIMITS)
+    rows = capsys.readouterr().out.splitlines()
+    failed = next(row for row in rows if row.split()[1:2] == ["10,000,000"])
+    assert failed.split()[-1] == "n/a"
+    assert "Java Kafka Streams 1.00" in rows[-1]  # the one cell Java finished
