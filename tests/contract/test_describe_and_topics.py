@@ -132,7 +132,7 @@ class _Admin:
     def require_topics(self, topics: Iterable[str]) -> dict[str, int]:
         return {t: self.counts[t] for t in set(topics)}
 
-    def partition_counts(self, topics: Iterable[str]) -> dict[str, int]:
+    def partition_counts(self, topics: Iterable[str], settle_s: float = 0.0) -> dict[str, int]:
         """The output and dead-letter topics `prepare_topics` checks: here they all exist."""
         return {t: self.counts.get(t, 1) for t in topics}
 

@@ -37,6 +37,10 @@ from kappaflow.clients.rdkafka_log import serve_logs, with_logger
 from kappaflow_contract.topics import replicated_topic_config
 
 log = logging.getLogger(__name__)
+# How long a topic missing from a broker's metadata is looked for again before it counts as missing: the
+# broker applies a topic the controller has just created from the metadata log, typically within ms.
+METADATA_SETTLE_S = 2.0
+METADATA_RETRY_S = 0.1
 
 
 class TopicError(StreamsError):
@@ -110,19 +114,29 @@ class InternalTopicManager:
     def list_topics(self, topic: str | None = None, timeout: float = 10) -> Any:
         return self.admin.list_topics(topic, timeout=timeout)
 
-    def partition_counts(self, topics: Iterable[str]) -> dict[str, int]:
-        """Partition counts of the topics that exist (missing ones are absent from the result)."""
-        metadata = self.admin.list_topics(timeout=15)
-        result: dict[str, int] = {}
-        for name in topics:
-            found = metadata.topics.get(name)
-            if found is not None and found.error is None and found.partitions:
-                result[name] = len(found.partitions)
-        return result
+    def partition_counts(self, topics: Iterable[str], settle_s: float = 0.0) -> dict[str, int]:
+        """Partition counts of the topics that exist (missing ones are absent from the result).
+
+        `settle_s`: while one is missing, ask again for up to this long. Under KRaft a topic is created
+        once the controller has committed it, and each broker learns it from the metadata log a moment
+        later: a start right after `kafka-topics --create` would otherwise be refused for a topic that
+        exists (METADATA_SETTLE_S)."""
+        wanted = list(topics)
+        deadline = time.monotonic() + settle_s
+        while True:
+            metadata = self.admin.list_topics(timeout=15)
+            result: dict[str, int] = {}
+            for name in wanted:
+                found = metadata.topics.get(name)
+                if found is not None and found.error is None and found.partitions:
+                    result[name] = len(found.partitions)
+            if len(result) == len(set(wanted)) or time.monotonic() >= deadline:
+                return result
+            time.sleep(METADATA_RETRY_S)
 
     def require_topics(self, topics: Iterable[str]) -> dict[str, int]:
         wanted = sorted(set(topics))
-        counts = self.partition_counts(wanted)
+        counts = self.partition_counts(wanted, settle_s=METADATA_SETTLE_S)
         missing = [t for t in wanted if t not in counts]
         if missing:
             raise TopicError(f"source topics do not exist: {', '.join(missing)}; create them first")

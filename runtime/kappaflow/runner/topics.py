@@ -17,7 +17,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 from kappaflow.api.config import StreamsConfig
-from kappaflow.clients.admin import InternalTopicManager, TopicError, TopicPlan
+from kappaflow.clients.admin import METADATA_SETTLE_S, InternalTopicManager, TopicError, TopicPlan
 from kappaflow.topology.nodes import SinkSpec
 from kappaflow.topology.topology import Topology
 from kappaflow_contract.describe import TopologyDescription
@@ -70,7 +70,7 @@ def check_outputs(admin: InternalTopicManager, outputs: Mapping[str, list[str]],
     wanted = sorted({*outputs, *([dead_letter] if dead_letter else [])})
     if not wanted:
         return
-    problems = missing_outputs(outputs, dead_letter, admin.partition_counts(wanted))
+    problems = missing_outputs(outputs, dead_letter, admin.partition_counts(wanted, METADATA_SETTLE_S))
     if not problems:
         return
     creates = admin.broker_creates_topics()
