@@ -163,12 +163,12 @@ def test_standbys_are_placed_once_the_group_is_stable_and_this_member_sees_its_o
         asked.append("a")
         return "a"
 
-    placer.maybe_place(member_id, [("t", 0)])
+    placer.maybe_place(member_id, lambda: [("t", 0)])
     assert tasks.standby == {} and asked == []  # nothing scheduled yet
     placer.schedule()
     for _ in range(3):
-        placer.maybe_place(member_id, [("t", 0)])
-        placer.maybe_place(member_id, [("t", 0)])  # not due again until the retry delay passed
+        placer.maybe_place(member_id, lambda: [("t", 0)])
+        placer.maybe_place(member_id, lambda: [("t", 0)])  # not due again until the retry delay passed
         clock.now += 1.0
     assert set(tasks.standby) == {TaskId(0, 1)}  # b's task; never a's own
     assert len(asked) == 3
@@ -180,11 +180,11 @@ def test_no_standby_for_tasks_without_stores_and_none_when_not_configured():
     StandbyPlacer(tasks, lambda: view, lambda _t: False, 1, FakeClock()).schedule()  # type: ignore[arg-type]
     placer = StandbyPlacer(tasks, lambda: view, lambda _t: False, 1, FakeClock())  # type: ignore[arg-type]
     placer.schedule()
-    placer.maybe_place(lambda: "a", [("t", 0)])
+    placer.maybe_place(lambda: "a", lambda: [("t", 0)])
     assert tasks.standby == {}
     unconfigured = StandbyPlacer(tasks, lambda: view, lambda _t: True, 0, FakeClock())  # type: ignore[arg-type]
     unconfigured.schedule()
-    unconfigured.maybe_place(lambda: "a", [("t", 0)])
+    unconfigured.maybe_place(lambda: "a", lambda: [("t", 0)])
     assert tasks.standby == {}
 
 

@@ -42,10 +42,13 @@ class StandbyPlacer:
         """The assignment changed: place standbys again (if this application has any)."""
         self._due = self._clock() if self._num_standbys > 0 else None
 
-    def maybe_place(self, member_id_of: Callable[[], str], assigned: list[tuple[str, int]]) -> None:
-        """Place standbys if a placement is due. The member id is asked for only then: the stream thread
-        calls this every loop, and librdkafka answers `memberid()` with a round trip to its own thread
-        (7% of the stream thread when it was asked every loop)."""
+    def maybe_place(
+        self, member_id_of: Callable[[], str], assigned_of: Callable[[], list[tuple[str, int]]]
+    ) -> None:
+        """Place standbys if a placement is due. The member id and the assigned partitions are asked for
+        only then: the stream thread calls this every loop, librdkafka answers `memberid()` with a round
+        trip to its own thread (7% of the stream thread when it was asked every loop), and the assignment
+        is a sorted copy."""
         if self._due is None or self._clock() < self._due:
             return
         self._due = None
@@ -57,7 +60,7 @@ class StandbyPlacer:
             self._due = self._clock() + 1.0
             return
         mine = next((m for m in members if m.member_id == member_id), None)
-        if mine is None or sorted(mine.assignment) != sorted(assigned) or state.upper() != "STABLE":
+        if mine is None or sorted(mine.assignment) != sorted(assigned_of()) or state.upper() != "STABLE":
             self._due = self._clock() + 0.5
             return
         wanted = standby_tasks_for(member_id, members, self._tasks.task_ids_for, self._num_standbys)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,13 @@ class PartitionOwnership:
         self.partition_tasks = {}
 
 
+@dataclass(frozen=True)
+class _ByState:
+    running: list[StreamTask]
+    restoring: list[ManagedTask]
+    with_async: list[StreamTask]
+
+
 class TaskManager(PartitionOwnership):
     """The active and standby tasks of one stream thread (Kafka Streams' TaskManager).
 
@@ -102,6 +110,11 @@ class TaskManager(PartitionOwnership):
         self.async_executor = LoopThreadExecutor()
         self.active: dict[TaskId, ManagedTask] = {}
         self.standby: dict[TaskId, ManagedTask] = {}
+        # The active tasks by state, worked out again only after a task opened, closed or finished
+        # restoring (the only changes of state: each happens in a call of this class, `_by_state_changed`):
+        # the loop asks several times an iteration, and with 64 tasks each ask was a pass over all of them.
+        self._by_state: _ByState | None = None
+        self._published_counts: tuple[int, int, int] | None = None  # running, restoring, standby
         self._resolved = {
             topology.resolve_topic(t, self.app_id): t
             for s in topology.sub_topologies()
@@ -181,6 +194,12 @@ class TaskManager(PartitionOwnership):
         reader, which reads their stores, their changelogs' ends looked up once for all of them. A
         failure closes the tasks of the call not registered yet (dirty: nothing of theirs ran) and
         releases their directories before it is raised."""
+        try:
+            return self._create_actives(task_ids)
+        finally:
+            self._by_state_changed()
+
+    def _create_actives(self, task_ids: list[TaskId]) -> list[ManagedTask]:
         opened: list[tuple[StreamTask, TaskDirLock]] = []
         try:
             with concurrent_opens():
@@ -245,6 +264,7 @@ class TaskManager(PartitionOwnership):
         managed = self.active.pop(task_id, None)
         if managed is None:
             return
+        self._by_state_changed()
         self._close(managed, clean)
 
     def close_standby(self, task_id: TaskId) -> None:
@@ -279,23 +299,51 @@ class TaskManager(PartitionOwnership):
                 log.exception("standby task %s: error while closing", task_id)
 
     # ----------------------------------------------------------------- restoration
+    def _tasks_by_state(self) -> _ByState:
+        by_state = self._by_state
+        if by_state is None:
+            running = [m.task for m in self.active.values() if m.task.state is TaskState.RUNNING]
+            by_state = self._by_state = _ByState(
+                running=running,
+                restoring=[m for m in self.active.values() if m.task.state is TaskState.RESTORING],
+                with_async=[t for t in running if t.async_calls.nodes],
+            )
+        return by_state
+
+    def _by_state_changed(self) -> None:
+        self._by_state = None
+
     def restoring(self) -> list[ManagedTask]:
-        return [m for m in self.active.values() if m.task.state is TaskState.RESTORING]
+        """The active tasks restoring (the list is shared until the next change: read it, do not alter it)."""
+        return self._tasks_by_state().restoring
+
+    def running_with_async(self) -> list[StreamTask]:
+        """The running tasks that have asynchronous nodes (a task's nodes register as it starts running):
+        most topologies have none (shared like `running`)."""
+        return self._tasks_by_state().with_async
 
     def publish_task_counts(self) -> int:
-        """Set the task gauges; return how many active tasks are restoring."""
+        """Set the task gauges (asked every iteration: set only when a count changed); return how many
+        active tasks are restoring."""
         restoring = len(self.restoring())
-        self.metrics.set_gauge("active-tasks", len(self.active) - restoring, state="RUNNING")
-        self.metrics.set_gauge("active-tasks", restoring, state="RESTORING")
-        self.metrics.set_gauge("standby-tasks", len(self.standby))
+        counts = (len(self.active) - restoring, restoring, len(self.standby))
+        if counts != self._published_counts:
+            self._published_counts = counts
+            self.metrics.set_gauge("active-tasks", counts[0], state="RUNNING")
+            self.metrics.set_gauge("active-tasks", restoring, state="RESTORING")
+            self.metrics.set_gauge("standby-tasks", counts[2])
         return restoring
 
     def running(self) -> list[StreamTask]:
-        return [m.task for m in self.active.values() if m.task.state is TaskState.RUNNING]
+        """The active tasks running (the list is shared until the next change: read it, do not alter it)."""
+        return self._tasks_by_state().running
 
     def restore_step(self, max_records: int = RESTORE_BATCH, timeout: float = 0.0) -> list[ManagedTask]:
         """Apply a batch of changelog records; return active tasks that finished restoring now."""
-        return self.reader.step(max_records, timeout)
+        finished = self.reader.step(max_records, timeout)
+        if finished:
+            self._by_state_changed()
+        return finished
 
     def has_changelog_work(self) -> bool:
         return self.reader.has_work()

@@ -183,6 +183,9 @@ class StreamThread:
         log.info("subscribed to %s", ", ".join(self.subscription))
         self._on_state("REBALANCING")
 
+    def _assigned(self) -> list[tuple[str, int]]:
+        return self.rebalance.assigned
+
     def _drop_early(self) -> None:
         """Close the early consumer if the thread ends before it joins the group."""
         early, self._early = self._early, None
@@ -259,11 +262,11 @@ class StreamThread:
             for managed in tm.restore_step(timeout=0.02 if busy else 0.0):
                 consumer.resume(self.rebalance.partitions_of(managed.task.id))
             restore_seconds = time.perf_counter() - restoring
-            self.standbys.maybe_place(consumer.memberid, self.rebalance.assigned)
+            self.standbys.maybe_place(consumer.memberid, self._assigned)
             running = tm.running()
-            # the tasks with asynchronous nodes (a task's nodes register when it starts running): most
-            # topologies have none, and then no asynchronous check runs per task in this iteration
-            self._with_async = with_async = [t for t in running if t.async_calls.nodes]
+            # the tasks with asynchronous nodes: most topologies have none, and then no asynchronous check
+            # runs per task in this iteration
+            self._with_async = with_async = tm.running_with_async()
             process_seconds, punctuate_seconds = self._process(running, bool(with_async))
             if with_async:
                 self._pause_saturated(with_async)
@@ -329,7 +332,7 @@ class StreamThread:
                 task.publish_metrics()  # per batch, so scrapes see progress between commits
         punctuating = time.perf_counter()
         for task in running:
-            if task.context.system_time_punctuations:
+            if task.wall_clock_schedules:
                 self.producer.begin()
                 task.maybe_punctuate_system_time(now)
         punctuated = time.perf_counter() - punctuating

@@ -129,6 +129,9 @@ class StreamTask:
             clock,
         )
         self.context.global_stores = global_stores or {}
+        # the wall-clock schedules (the queue keeps this one list for its life): the runner tests it for
+        # emptiness per task per iteration, a check without a call
+        self.wall_clock_schedules = self.context.system_time_punctuations.schedules
         self.async_calls = TaskAsyncCalls(async_executor, self._async_call_failed)
         self.context.async_calls = self.async_calls
         self.consumed_offsets: dict[tuple[str, int], int] = {}
@@ -482,7 +485,7 @@ class StreamTask:
         return self._punctuate(context.stream_time_punctuations, context.stream_time)
 
     def maybe_punctuate_system_time(self, now: int) -> bool:
-        if self.state is not TaskState.RUNNING or not len(self.context.system_time_punctuations):
+        if self.state is not TaskState.RUNNING or not self.wall_clock_schedules:
             return False
         fired = self._punctuate(self.context.system_time_punctuations, now)
         self._punctuated |= fired
