@@ -212,16 +212,7 @@ def test_a_task_whose_wall_clock_punctuation_ran_asks_for_a_commit_with_no_input
     from kappaflow.api.processor import TaskId
     from kappaflow.state.cache import ThreadCache
     from kappaflow.tasks.task import StreamTask
-
-    class Sent:
-        def send(self, *args: Any) -> None:
-            pass
-
-        def send_changelog(self, *args: Any) -> None:
-            pass
-
-        def partition_count(self, topic: str) -> int:
-            return 1
+    from tests.runtime.null_collector import NullCollector
 
     processor = CountingProcessor(interval=1000, punctuation=PunctuationType.WALL_CLOCK_TIME)
     config = StreamsConfig({"application.id": "app", "state.dir": str(tmp_path)})
@@ -229,7 +220,7 @@ def test_a_task_whose_wall_clock_punctuation_ran_asks_for_a_commit_with_no_input
         TaskId(0, 0),
         counting_topology(processor),
         config,
-        Sent(),
+        NullCollector(),
         ThreadCache(0),
         Metrics(),
         tmp_path,
