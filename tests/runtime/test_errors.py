@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from kappaflow import StreamsBuilder, serdes
+from kappaflow import StreamsBuilder, TimeWindowedSerde, TimeWindows, serdes
 from kappaflow.api.errors import DeserializationError, ProcessingError
 from kappaflow.testing import TopologyTestDriver
 
@@ -173,3 +173,38 @@ def test_a_node_failure_under_continue_loses_only_that_nodes_output_and_dead_let
         assert headers["__kappaflow.node"] == b"KSTREAM-MAPVALUES-0000000002"
         assert headers["__kappaflow.source.offset"] == b"0"
         assert driver.metrics().counter("dropped-records-total") == 1
+
+
+def fail_on_third(count: int) -> int:
+    if count == 3:
+        raise ValueError("a third update")
+    return count
+
+
+@pytest.mark.parametrize("native", [True, False])
+@pytest.mark.parametrize("windowed", [False, True])
+def test_a_failure_while_a_commit_flushes_the_cache_names_the_record_behind_the_update(
+    native: bool, windowed: bool
+) -> None:
+    """A node below a cached table that raises while a commit flushes the cache fails the commit with an
+    error that names the node and the input record whose update it was (the cache entry's record
+    context, as Kafka Streams reports it), not only the node."""
+    builder = StreamsBuilder()
+    grouped = builder.stream("in", key_serde=S, value_serde=S).group_by_key()
+    if windowed:
+        grouped.windowed_by(TimeWindows.of_size_with_no_grace(60_000)).count().to_stream().map_values(
+            fail_on_third
+        ).to("out", key_serde=TimeWindowedSerde(S, 60_000), value_serde=L)
+    else:
+        grouped.count().to_stream().map_values(fail_on_third).to("out", value_serde=L)
+    config = {"kappaflow.native.enabled": native, "statestore.cache.max.bytes": 1 << 20}
+    with TopologyTestDriver(builder.build(), config) as driver:
+        source = driver.create_input_topic("in", S, S)
+        source.pipe_key_value_list([("a", "1"), ("b", "2"), ("a", "3"), ("b", "4")])
+        with pytest.raises(ProcessingError) as failed:
+            source.pipe_input("b", "5")  # offset 4: b's third record
+    error = failed.value
+    assert "while a commit flushed the record cache (the cached update from record in-0@4)" in str(error)
+    assert "ValueError: a third update" in str(error)
+    assert (error.topic, error.partition, error.offset) == ("in", 0, 4)
+    assert error.node.startswith("KSTREAM-MAPVALUES-")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import random
+import re
 import tempfile
 import weakref
 from pathlib import Path
@@ -650,11 +651,15 @@ def test_a_flushed_table_reaches_its_fused_child_as_through_forward(
         assert sorted(set(out))[-1] == ("k9", 5)
         return
     assert all(count <= 4 for _key, count in out)
-    if handler == "log_and_fail":  # the commit's flush fails the application, naming the sink
-        assert error.startswith(
-            "ProcessingError: error in node 'KSTREAM-SINK-0000000003' while a commit flushed the record "
-            "cache: ValueError: count 5 over 4 [processing.exception.handler"
+    if handler == "log_and_fail":  # the commit's flush fails the application, naming sink and record
+        named = re.match(
+            r"ProcessingError: error in node 'KSTREAM-SINK-0000000003' while a commit flushed the record "
+            r"cache \(the cached update from record in-0@(\d+)\): ValueError: count 5 over 4 "
+            r"\[processing.exception.handler",
+            error,
         )
+        assert named, error
+        assert int(named.group(1)) // 40 == 4  # a key's fifth record (keys k0..k39 in turn)
     else:  # the refused counts are skipped, each under its own record, naming the sink
         assert error == "" and {count for _key, count in out} == {1, 2, 3, 4}
         assert native_logged and all("in node 'KSTREAM-SINK-0000000003'" in line for line in native_logged)

@@ -62,3 +62,8 @@ def test_serdes_from_config_strings() -> None:
     assert serde_from_config("kappaflow.serdes:Json", "k") == serdes.Json()
     with pytest.raises(ConfigError, match="default.value.serde"):
         serde_from_config("no.such.module:Thing", "default.value.serde")
+    # a name that is neither a builtin nor a path: the builtins are listed, not an import error
+    with pytest.raises(
+        ConfigError, match=r"'default.key.serde': unknown serde 'string': a builtin name \(String, "
+    ):
+        serde_from_config("string", "default.key.serde")

@@ -65,6 +65,9 @@ class FakeStoreContext:
     def set_record_context(self, context: RecordContext) -> None:
         self.current = context
 
+    def flush_failed(self, record: RecordContext) -> None:
+        self.failed_flush = record
+
     def register_store(self, store: Any, restore: Any, restore_messages: Any = None) -> None:
         self.registered.append((store, restore))
 

@@ -254,5 +254,10 @@ def serde_from_config(value: object, key: str) -> Serde[Any] | None:
         short = value.rsplit(".", 1)[-1].rsplit(":", 1)[-1]
         if short in _BUILTIN and (value == short or value.startswith("kappaflow")):
             return _BUILTIN[short]()
+        if value == short:  # neither a builtin nor a path: "string" for "String", say
+            raise ConfigError(
+                f"config '{key}': unknown serde '{value}': a builtin name ({', '.join(_BUILTIN)}) "
+                "or a 'module:attribute' path"
+            )
         return serde_from_config(import_object(value, key, "serde"), key)
     raise ConfigError(f"config '{key}': {value!r} is not a serde")

@@ -127,6 +127,10 @@ class StoreContext(Protocol):
 
     def set_record_context(self, context: RecordContext) -> None: ...
 
+    def flush_failed(self, record: RecordContext) -> None:
+        """A caching store's flush of the update `record` made raised: the task names it in the error."""
+        ...
+
     def register_store(
         self,
         store: StateStore,

@@ -152,6 +152,9 @@ class CachingKeyValueStore(WritesThroughPutStore):
                     continue
                 self.inner.put(key, entry.value)
                 self._listener(key, entry.value, old if self._send_old_values else None, entry.context)
+        except BaseException:
+            context.flush_failed(context.record_context())
+            raise
         finally:
             context.set_record_context(previous)
 
@@ -192,6 +195,9 @@ class CachingKeyValueStore(WritesThroughPutStore):
             for (key, value, record_context), old in zip(writes, olds, strict=True):
                 context.set_record_context(record_context)
                 listener(key, value, old, record_context)
+        except BaseException:
+            context.flush_failed(context.record_context())
+            raise
         finally:
             context.set_record_context(previous)
 

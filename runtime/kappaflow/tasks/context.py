@@ -59,6 +59,7 @@ class ProcessorContextImpl:
         "commit_requested",
         "current",
         "current_node",
+        "failed_flush_record",
         "failed_node",
         "global_stores",
         "node_failed",
@@ -100,6 +101,9 @@ class ProcessorContextImpl:
         self.system_time_punctuations = PunctuationQueue()
         self.commit_requested = False
         self.failed_node: str | None = None  # the deepest node a processing error came from
+        # the record context of the deepest cached update whose flush raised (`flush_failed`): the flush
+        # restores the context it found before the error reaches the commit, which names this record
+        self.failed_flush_record: RecordContext | None = None
         # the processing handler's turn at the node that raised (task-set when the handler may CONTINUE:
         # Java's ProcessorNode catches per node); None: a failure goes up to the drain loop
         self.node_failed: Callable[[Exception, ProcessorNode], None] | None = None
@@ -225,6 +229,12 @@ class ProcessorContextImpl:
 
     def set_record_context(self, context: RecordContext) -> None:
         self.current = context
+
+    def flush_failed(self, record: RecordContext) -> None:
+        """A cached update from `record` raised while flushed; the deepest one (the first to report) is
+        kept for the commit's error."""
+        if self.failed_flush_record is None:
+            self.failed_flush_record = record
 
     def register_store(
         self,

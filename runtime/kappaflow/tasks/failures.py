@@ -102,15 +102,24 @@ class RecordFailures:
         failed = FailedRecord("", -1, -1, timestamp, None, None, Headers(), node)
         self._handle(self._processing_handler, self._processing_setting, error, failed, None)
 
-    def flush_error(self, exc: Exception, node: str) -> ProcessingError:
+    def flush_error(self, exc: Exception, node: str, record: RecordContext | None) -> ProcessingError:
         """The error for `exc`, raised in `node` while a commit flushed the record caches (a cached table's
-        updates going downstream). Only log_and_fail gets here: any other handler was asked at the node,
-        where `forward()` runs it around each child (`handles_per_node`). So the commit fails, with an
-        error that names the node, as a failure while processing a record or a punctuation does."""
+        updates going downstream), naming the input record the failing update came from (`record`, the
+        cache entry's context: the last record that updated the key) when the store reported it. Only
+        log_and_fail gets here: any other handler was asked at the node, where `forward()` runs it around
+        each child (`handles_per_node`). So the commit fails, with an error that names the node and the
+        record, as a failure while processing a record does."""
+        if record is not None and not record.topic:
+            record = None  # a punctuation's write: no input record to name
+        source = "" if record is None else f" (the cached update from record {_position(record)})"
         error = ProcessingError(
-            f"error in node '{node}' while a commit flushed the record cache: {type(exc).__name__}: {exc} "
+            f"error in node '{node}' while a commit flushed the record cache{source}: "
+            f"{type(exc).__name__}: {exc} "
             f"[{self._processing_setting} failed the application; log_and_continue skips such an update]",
             node=node,
+            topic=record.topic if record else "",
+            partition=record.partition if record else -1,
+            offset=record.offset if record else -1,
         )
         error.__cause__ = exc
         return error
@@ -180,3 +189,8 @@ class RecordFailures:
             labels = {"topic": self.dead_letter_topic, **self.labels}
             self.metrics.increment("dead-letter-records-total", self._dead_letters, **labels)
             self._dead_letters = 0
+
+
+def _position(record: RecordContext) -> str:
+    """A record's place in its topic as the errors write it: topic-partition@offset."""
+    return f"{record.topic}-{record.partition}@{record.offset}"

@@ -500,15 +500,18 @@ class StreamTask:
     def prepare_commit(self) -> dict[tuple[str, int], int]:
         """Flush stores (caches forward and log their dirty entries) and return the offsets to commit."""
         if self.state in (TaskState.RUNNING, TaskState.RESTORING):
+            context = self.context
+            context.failed_flush_record = None  # one left by a failed eviction while processing
             try:
                 self.state_manager.flush()
             except (TaskMigratedError, ProcessingError, SchemaRegistryUnavailableError):
                 raise
             except Exception as exc:  # a node below a cached table raised: name it, as the drain does
-                node, self.context.failed_node = self.context.failed_node, None
+                node, context.failed_node = context.failed_node, None
+                record, context.failed_flush_record = context.failed_flush_record, None
                 if node is None:
                     raise
-                raise self.failures.flush_error(exc, node) from exc
+                raise self.failures.flush_error(exc, node, record) from exc
         self.publish_metrics()
         return self.committable_offsets()
 
