@@ -29,6 +29,28 @@ def test_kind_up_script_parses_and_references_existing_files() -> None:
     assert "charts/kappaflow" in text and "kind load docker-image" in text
 
 
+def test_kind_up_with_spark_builds_and_installs_the_spark_operator_the_real_node_tier_runs() -> None:
+    """`KAPPAFLOW_SPARK=1 make kind-up` adds what `upgrade: reprocess` needs: the three Spark images the
+    real-node tier builds (same names and tags), loaded into kind, and the Spark operator's own chart with
+    the values file the real-node tier installs it with."""
+    from tests.harness import images, spark_operator
+
+    text = (KIND / "kind-up.sh").read_text()
+    assert f"SPARK_OPERATOR_TAG={spark_operator.VERSION.lstrip('v')} " in text
+    version = images.VERSION
+    for image in (images.SPARK, images.EXAMPLES_SPARK, images.SPARK_OPERATOR):
+        name, tag = image.split(":")
+        shell = {version: "$VERSION", spark_operator.VERSION.lstrip("v"): "$SPARK_OPERATOR_TAG"}[tag]
+        assert f'"{name}:{shell}"' in text, image
+    built = set(re.findall(r"only\+=\(([\w -]+)\)", text)[0].split())
+    assert built == {"spark", "examples-spark", "spark-operator"}
+    assert built <= {image.alias for image in images.IMAGES.values()}
+    assert (
+        "tests.harness.spark_operator chart" in text and "-f examples/k8s/spark-operator-values.yaml" in text
+    )
+    assert '"spark.jobNamespaces={kappaflow-examples}"' in text
+
+
 def test_kind_cluster_config_is_valid_yaml() -> None:
     config = yaml.safe_load((KIND / "cluster.yaml").read_text())
     assert config["kind"] == "Cluster"
