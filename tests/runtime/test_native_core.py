@@ -554,6 +554,7 @@ def test_a_confluent_kafka_whose_layout_the_core_does_not_know_is_read_through_t
         core.MessageRuns(SubMessage, confluent_kafka.version(), Headers, routing.consumer_error)
     monkeypatch.setattr(confluent_kafka, "version", lambda: "9.9.9")
     assert routing.router(core) is routing.raw_records_by_partition
+    assert routing.router(core, print).func is routing.raw_records_by_partition  # type: ignore[attr-defined]
     assert "read through their accessors: confluent-kafka 9.9.9" in caplog.text
 
 

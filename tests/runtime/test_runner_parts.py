@@ -131,6 +131,9 @@ class FakeTasks(PartitionOwnership):
         if self.active.pop(task_id, None) is not None:
             self.closed.append((task_id, clean))
 
+    def restoring(self) -> list[FakeManaged]:
+        return [m for m in self.active.values() if m.task.state is TaskState.RESTORING]
+
 
 @dataclass
 class FakeTask:

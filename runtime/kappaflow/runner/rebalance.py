@@ -216,6 +216,50 @@ class RebalanceHandler:
             if self._tasks.create_active(task_id).task.state is TaskState.RESTORING:
                 consumer.pause(self.partitions_of(task_id))
 
+    def refetch_offsets(self, consumer: Consumer) -> None:
+        """Assign again the owned partitions that have delivered nothing since they were assigned, so
+        librdkafka fetches their committed offsets anew: its fetch of them failed as a whole because the
+        group coordinator moved, and it would never ask again (`routing.offsets_not_fetched`).
+
+        What a partition delivered is its position; one without a position has handed no record to the
+        tasks since its assignment, so assigning it again without an offset (the committed one, as at
+        any assignment) skips and repeats nothing. Under KIP-848 only those partitions are assigned
+        again (incrementally); a classic (eager) assignment is replaced whole, so the partitions that do
+        deliver keep their positions. Partitions of restoring tasks are paused again."""
+        if not self.in_group or not self._tasks.assigned:
+            return
+        owned = [TopicPartition(t, p) for t, p in self._tasks.assigned]
+        positions = consumer.position(owned)
+        stalled = [TopicPartition(tp.topic, tp.partition) for tp in positions if tp.offset < 0]
+        if not stalled:
+            return
+        log.warning(
+            "the committed offsets of %d assigned partition(s) were not fetched (the group coordinator "
+            "moved): assigning them again",
+            len(stalled),
+        )
+        if self._reset_policies:
+            resolve_start_offsets(consumer, stalled, self._reset_policies, self._clock_ms(), 30.0)
+        again = stalled if self._incremental else [*stalled, *(tp for tp in positions if tp.offset >= 0)]
+        # unassigned first, then opened into the native reader (a fetch stop undoes the opening), then
+        # assigned: the order of any assignment (`_assign`)
+        if self._incremental:
+            consumer.incremental_unassign(stalled)
+        else:
+            consumer.unassign()
+        if self.inputs is not None:
+            for tp in again:
+                self.inputs.open(tp.topic, tp.partition)
+        if self._incremental:
+            consumer.incremental_assign(stalled)
+        else:
+            consumer.assign(again)
+        assigned_again = {(tp.topic, tp.partition) for tp in again}
+        for managed in self._tasks.restoring():
+            partitions = self.partitions_of(managed.task.id)
+            if any((tp.topic, tp.partition) in assigned_again for tp in partitions):
+                consumer.pause(partitions)
+
     def forget(self) -> None:
         """The consumer is gone: nothing is assigned any more."""
         self._tasks.disown_all()

@@ -8,6 +8,7 @@ changelog batches the same way (`changelog_messages`)."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 from collections.abc import Callable, Iterable, Iterator
@@ -29,20 +30,23 @@ class ConsumerFailedError(StreamsError):
     group.instance.id after a broker restart): it must be replaced, and the group rejoined."""
 
 
-def raw_records_by_partition(messages: list[Any]) -> Iterator[tuple[tuple[str, int], list[RawTuple]]]:
+def raw_records_by_partition(
+    messages: list[Any], on_error: Callable[[KafkaError], None] | None = None
+) -> Iterator[tuple[tuple[str, int], list[RawTuple]]]:
     """Yield `((topic, partition), records)` for each run of one partition in a `consume()` batch.
 
     librdkafka hands a batch over in runs of one partition, so grouping by runs keeps per-partition order
     and costs one queue lookup per run instead of one per message. Each record is a plain
     `(offset, timestamp, key, value, headers)` tuple (`RawTuple`). Consumer errors are logged and
-    skipped, fatal ones raised as ConsumerFailedError."""
+    skipped, fatal ones raised as ConsumerFailedError (`on_error`, when given, gets them instead)."""
+    error = on_error or consumer_error
     current: tuple[str, int] = ("", -1)
     batch: list[RawTuple] = []
     append = batch.append
     for msg in messages:
         err = msg.error()
         if err is not None:
-            consumer_error(err)
+            error(err)
             continue
         tp = (msg.topic(), msg.partition())
         if tp != current:
@@ -64,16 +68,33 @@ def consumer_error(err: KafkaError) -> None:
     log.warning("consumer error: %s", err)
 
 
+# librdkafka's words for an OffsetFetch that failed as a whole (the assignment's committed offsets)
+_OFFSETS_NOT_FETCHED = "Failed to fetch committed offsets"
+# the request-level errors it only refreshes the coordinator on, without asking again
+_COORDINATOR_MOVED = (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE)
+
+
+def offsets_not_fetched(err: KafkaError) -> bool:
+    """Whether `err` says the committed offsets of newly assigned partitions were never fetched because
+    the group coordinator had moved. librdkafka (2.x, confluentinc/librdkafka#5586) then leaves those
+    partitions waiting for offsets for good: it refreshes the coordinator but never asks again, so they
+    are never fetched, and the tasks on them stay idle with their input piling up. The stream thread
+    assigns them again (`RebalanceHandler.refetch_offsets`), which asks the new coordinator."""
+    return err.code() in _COORDINATOR_MOVED and _OFFSETS_NOT_FETCHED in err.str()
+
+
 Runs = Iterable[tuple[tuple[str, int], list[RawTuple]]]
 Router = Callable[[list[Any]], Runs]
 
 
-def router(core: NativeCore | None) -> Router:
+def router(core: NativeCore | None, on_error: Callable[[KafkaError], None] = consumer_error) -> Router:
     """`raw_records_by_partition`, or its native twin when `core` is given and knows the installed
-    confluent-kafka's `Message` layout."""
-    reader = message_reader(core) if core is not None else None
+    confluent-kafka's `Message` layout; both hand a consumed error to `on_error`."""
+    reader = message_reader(core, on_error) if core is not None else None
     if reader is None:
-        return raw_records_by_partition
+        if on_error is consumer_error:
+            return raw_records_by_partition
+        return functools.partial(raw_records_by_partition, on_error=on_error)
 
     def native_runs(messages: list[Any]) -> Iterator[tuple[tuple[str, int], list[RawTuple]]]:
         runs, error = reader(messages)

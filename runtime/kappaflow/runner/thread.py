@@ -44,7 +44,7 @@ from kappaflow.runner.loop_ratios import LoopRatios
 from kappaflow.runner.metadata import consumer_client_id
 from kappaflow.runner.native_input import input_queues
 from kappaflow.runner.retry import StoppedWhileWaitingError
-from kappaflow.runner.routing import ConsumerFailedError, consumer_error, router
+from kappaflow.runner.routing import ConsumerFailedError, consumer_error, offsets_not_fetched, router
 from kappaflow.runner.samples import SAMPLE_INTERVAL_S, sample_process, sample_rocksdb_sizes
 from kappaflow.runner.tasks import TaskManager
 from kappaflow.runner.warmup import JoinWarmup
@@ -117,7 +117,8 @@ class StreamThread:
         self._early: EarlyConsumer | None = None  # the first group consumer, until `_join` takes it
         log.info("drain loop: %s", native.describe(config.get_bool("kappaflow.native.enabled")))
         # consumed batches into runs of records: natively from the messages' structs where it can
-        self._route = router(native.core(config.get_bool("kappaflow.native.enabled")))
+        self._route = router(native.core(config.get_bool("kappaflow.native.enabled")), self._consumed_error)
+        self._refetch_offsets = False  # set by `_consumed_error`, acted on after the batch is routed
         # Counters a dashboard plots exist from the start, at 0, so rate() and increase() see their
         # first increments (a series born at 1 has no increase to show).
         recovery = "transaction-aborts-total" if config.exactly_once else "task-rewinds-total"
@@ -253,11 +254,14 @@ class StreamThread:
             if self.global_state is not None:
                 self.global_state.poll()
             for code, reason in errors:  # what an erroneous Message would have carried
-                consumer_error(KafkaError(code, reason))
+                self._consumed_error(KafkaError(code, reason))
             for tp, records in self._route(messages):
                 tm.add_records(tp, records)
             for tp, records in runs:
                 tm.add_records(tp, records)
+            if self._refetch_offsets:  # after the batch: the positions count what it delivered
+                self._refetch_offsets = False
+                self.rebalance.refetch_offsets(consumer)
             restoring = time.perf_counter()
             for managed in tm.restore_step(timeout=0.02 if busy else 0.0):
                 consumer.resume(self.rebalance.partitions_of(managed.task.id))
@@ -391,6 +395,16 @@ class StreamThread:
             self._sent = sent
 
     # ----------------------------------------------------------------- failures
+    def _consumed_error(self, err: KafkaError) -> None:
+        """An error consumed in place of a record: committed offsets never fetched (librdkafka would
+        not ask again, `routing.offsets_not_fetched`) are fetched again after this batch; the rest is
+        `routing.consumer_error`'s (logged, or raised when fatal)."""
+        if offsets_not_fetched(err):
+            log.warning("consumer error: %s", err)
+            self._refetch_offsets = True
+            return
+        consumer_error(err)
+
     def _on_consumer_error(self, err: KafkaError) -> None:
         """librdkafka's error callback: a fatal error is acted on by the loop, the rest it retries."""
         log.log(logging.ERROR if err.fatal() else logging.DEBUG, "consumer error: %s", err)
