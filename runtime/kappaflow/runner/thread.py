@@ -15,6 +15,9 @@ Failures, and the answer to each (Kafka Streams' answers, with librdkafka's erro
 - ConsumerFailedError (a fatal consumer error, e.g. a static member fenced after a broker restart): the
   same, plus a new consumer that rejoins the group.
 - A broker that cannot be reached: calls are retried up to `default.api.timeout.ms` (runner/retry.py).
+- Committed offsets of an assignment never fetched (the group coordinator moved during the fetch, which
+  librdkafka does not retry): the partitions that delivered nothing are assigned again
+  (`RebalanceHandler.refetch_offsets`).
 - Anything else ends the thread; the uncaught-exception handler of KafkaStreams decides what follows.
 """
 
