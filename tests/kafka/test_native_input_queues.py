@@ -196,6 +196,21 @@ class CountingInputs:
         self.inner.close()
 
 
+def bulk_count_topology(source: str, sink: str) -> Any:
+    """A count of the bulk records' keys (`b0...`) of `source` into `sink`, grouped without a
+    repartition (each partition counts its own copy of a key)."""
+    builder = StreamsBuilder()
+    (
+        builder.stream(source, key_serde=serdes.Bytes(), value_serde=serdes.Bytes())
+        .filter(lambda k, _v: k is not None and k.startswith(b"b0"))
+        .group_by_key()
+        .count()
+        .to_stream()
+        .to(sink, key_serde=serdes.Bytes(), value_serde=serdes.Long())
+    )
+    return builder.build()
+
+
 def _count(bootstrap: str, app_id: str, source: str, state: Path, guarantee: str, native: bool,
            monkeypatch: Any) -> tuple[dict[bytes, bytes], int]:  # fmt: skip
     """Run a count over `source` until its output is complete; (last count per key, records carried)."""
@@ -209,19 +224,10 @@ def _count(bootstrap: str, app_id: str, source: str, state: Path, guarantee: str
         return made[-1]
 
     monkeypatch.setattr(thread, "input_queues", counting)
-    builder = StreamsBuilder()
-    (
-        builder.stream(source, key_serde=serdes.Bytes(), value_serde=serdes.Bytes())
-        .filter(lambda k, _v: k is not None and k.startswith(b"b0"))
-        .group_by_key()
-        .count()
-        .to_stream()
-        .to(f"{app_id}-out", key_serde=serdes.Bytes(), value_serde=serdes.Long())
-    )
     config = fast_config(bootstrap, app_id, str(state), **{
         "processing.guarantee": guarantee, "kappaflow.native.consume.enabled": native, "metrics.port": -1,
     })  # fmt: skip
-    app = KafkaStreams(builder.build(), config)
+    app = KafkaStreams(bulk_count_topology(source, f"{app_id}-out"), config)
     app.start()
     out = _consumer(bootstrap, "read_committed")
     last: dict[bytes, bytes] = {}

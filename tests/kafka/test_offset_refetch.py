@@ -20,10 +20,16 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, TopicPartition
 
-from kappaflow import StreamsBuilder, serdes
 from kappaflow.runner import KafkaStreams, rebalance, routing, thread
 from tests.kafka.streams_support import fast_config, wait_running
-from tests.kafka.test_native_input_queues import BULK, PARTITIONS, _consumer, _fill, _topic
+from tests.kafka.test_native_input_queues import (
+    BULK,
+    PARTITIONS,
+    _consumer,
+    _fill,
+    _topic,
+    bulk_count_topology,
+)
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
 
@@ -62,19 +68,10 @@ def test_a_failed_offset_fetch_is_fetched_again_and_every_input_counts_once(
     monkeypatch.setattr(rebalance.RebalanceHandler, "_assign", assigning)
     monkeypatch.setattr(thread, "router", injecting_router)
     caplog.set_level(logging.WARNING, logger="kappaflow.runner.rebalance")
-    builder = StreamsBuilder()
-    (
-        builder.stream(source, key_serde=serdes.Bytes(), value_serde=serdes.Bytes())
-        .filter(lambda k, _v: k is not None and k.startswith(b"b0"))
-        .group_by_key()
-        .count()
-        .to_stream()
-        .to(f"{app_id}-out", key_serde=serdes.Bytes(), value_serde=serdes.Long())
-    )
     config = fast_config(
         kafka_bootstrap, app_id, str(tmp_path), **{"processing.guarantee": guarantee, "metrics.port": -1}
     )
-    app = KafkaStreams(builder.build(), config)
+    app = KafkaStreams(bulk_count_topology(source, f"{app_id}-out"), config)
     app.start()
     out = _consumer(kafka_bootstrap, "read_committed")
     updates: list[tuple[bytes, int]] = []

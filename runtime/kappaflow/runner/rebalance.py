@@ -119,6 +119,15 @@ class RebalanceHandler:
                 restoring.extend(self.partitions_of(managed.task.id))
         if self._reset_policies:  # partitions never committed start where their source's policy says
             resolve_start_offsets(consumer, partitions, self._reset_policies, self._clock_ms(), 30.0)
+        self._open_and_assign(consumer, partitions)
+        if restoring:
+            consumer.pause(restoring)
+        log.info("assigned %d partitions: tasks %s", len(owned), sorted(str(t) for t in by_task))
+        self._on_change(True)
+
+    def _open_and_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Open `partitions` into the native reader, then assign them: added to the assignment under
+        KIP-848, the whole assignment under the classic protocol."""
         if self.inputs is not None:
             for tp in partitions:
                 self.inputs.open(tp.topic, tp.partition)
@@ -126,10 +135,6 @@ class RebalanceHandler:
             consumer.incremental_assign(partitions)
         else:
             consumer.assign(partitions)
-        if restoring:
-            consumer.pause(restoring)
-        log.info("assigned %d partitions: tasks %s", len(owned), sorted(str(t) for t in by_task))
-        self._on_change(True)
 
     def _revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         revoked = {(tp.topic, tp.partition) for tp in partitions}
@@ -247,13 +252,7 @@ class RebalanceHandler:
             consumer.incremental_unassign(stalled)
         else:
             consumer.unassign()
-        if self.inputs is not None:
-            for tp in again:
-                self.inputs.open(tp.topic, tp.partition)
-        if self._incremental:
-            consumer.incremental_assign(stalled)
-        else:
-            consumer.assign(again)
+        self._open_and_assign(consumer, again)
         assigned_again = {(tp.topic, tp.partition) for tp in again}
         for managed in self._tasks.restoring():
             partitions = self.partitions_of(managed.task.id)
