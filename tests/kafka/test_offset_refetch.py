@@ -2,11 +2,12 @@
 
 librdkafka's stuck state (confluentinc/librdkafka#5586: an OffsetFetch failed as a whole with
 NOT_COORDINATOR is never asked again) needs the group coordinator to move during the fetch; the cluster
-chaos test meets it by chance. Here the stream thread is handed that error in place of a record at
-points of its run (before its assignment, and while its partitions deliver), as librdkafka queues it,
-and the whole application must still count every input exactly once: the partitions that delivered
-nothing are assigned again at their committed offsets (the native reader reopened on them), the others
-keep their positions."""
+chaos test meets it by chance. Here the group's first assignment never reaches the consumer's
+fetcher, so its partitions deliver nothing, as in librdkafka's stuck state, and the stream thread is
+handed that error in place of a record, as librdkafka queues it (then again while its partitions
+deliver). The whole application must count every input exactly once:
+the partitions that delivered nothing are assigned again at their committed offsets (the native reader
+reopened on them), the others keep their positions. Without the refetch nothing is counted."""
 
 from __future__ import annotations
 
@@ -46,18 +47,23 @@ def test_a_failed_offset_fetch_is_fetched_again_and_every_input_counts_once(
     app_id = f"{source}-app"
     _topic(kafka_bootstrap, f"{app_id}-out")
     calls = {"assignments": 0, "injected": 0}
-    assign = rebalance.RebalanceHandler._assign
+    open_and_assign = rebalance.RebalanceHandler._open_and_assign
 
     def assigning(handler: Any, consumer: Any, partitions: Any) -> None:
-        assign(handler, consumer, partitions)
         calls["assignments"] += 1
+        if calls["assignments"] > 1:
+            open_and_assign(handler, consumer, partitions)
+        else:
+            # the group's first assignment stands (the application owns its tasks) but no fetcher starts,
+            # as when librdkafka never fetches its offsets: those partitions deliver nothing
+            consumer.assign([])
 
     def injecting_router(core: Any, on_error: Any) -> Any:
         route = routing.router(core, on_error)
 
         def injected(messages: list[Any]) -> Any:
-            # in the batch right after the first assignment (whose offsets are still being fetched, so
-            # nothing is delivered yet), then in every batch that carries records, up to six in all
+            # the error once the first assignment stands, then in batches that carry records (where
+            # every partition delivers: nothing to assign again), six times in all
             if calls["assignments"] and (calls["injected"] == 0 or messages) and calls["injected"] < 6:
                 calls["injected"] += 1
                 on_error(KafkaError(KafkaError.NOT_COORDINATOR, FETCH_FAILED))
@@ -65,7 +71,7 @@ def test_a_failed_offset_fetch_is_fetched_again_and_every_input_counts_once(
 
         return injected
 
-    monkeypatch.setattr(rebalance.RebalanceHandler, "_assign", assigning)
+    monkeypatch.setattr(rebalance.RebalanceHandler, "_open_and_assign", assigning)
     monkeypatch.setattr(thread, "router", injecting_router)
     caplog.set_level(logging.WARNING, logger="kappaflow.runner.rebalance")
     config = fast_config(
