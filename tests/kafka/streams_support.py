@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from kappaflow.runner import KafkaStreams, State
 
@@ -36,22 +36,26 @@ def read_topic(
     timeout: float = 30.0,
     committed_only: bool = False,
 ) -> list[Any]:
-    """Every record of `topic` from the beginning, until `expected` arrived or nothing new came for 2s."""
+    """Every record of `topic` from the beginning, until `expected` arrived or nothing new came for 2s.
+
+    The reader assigns the topic's partitions itself (waiting for the topic to exist) rather than joining
+    a group: a group join on a broker the other test lanes load took longer than a caller's 10 s budget,
+    and the reader returned nothing (test_record_collector in CI)."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": f"reader-{uuid.uuid4().hex[:8]}",
-            "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
             "isolation.level": "read_committed" if committed_only else "read_uncommitted",
         }
     )
-    consumer.subscribe([topic])
     records: list[Any] = []
     deadline = time.monotonic() + timeout
-    idle_since = time.monotonic()
     try:
-        while time.monotonic() < deadline:
+        partitions = _partitions_of(consumer, topic, deadline)
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        idle_since = time.monotonic()
+        while partitions and time.monotonic() < deadline:
             batch = consumer.consume(500, 0.2)
             batch = [m for m in batch if m.error() is None]
             if batch:
@@ -64,6 +68,18 @@ def read_topic(
     finally:
         consumer.close()
     return records
+
+
+def _partitions_of(consumer: Consumer, topic: str, deadline: float) -> list[int]:
+    """The partitions of `topic`, once its metadata shows it (up to `deadline`; none after it)."""
+    while True:
+        wait = max(0.1, min(5.0, deadline - time.monotonic()))
+        found = consumer.list_topics(topic, timeout=wait).topics.get(topic)
+        if found is not None and found.error is None and found.partitions:
+            return sorted(found.partitions)
+        if time.monotonic() >= deadline:
+            return []
+        time.sleep(0.1)
 
 
 def latest_counts(records: Iterable[Any]) -> dict[str, int]:
