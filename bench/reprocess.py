@@ -26,7 +26,7 @@ log and prints, per stage, its wall time against its tasks' run, deserialization
 
     python bench/reprocess.py [--lines 200000] [--partitions 1,4] [--masters local[1],local[2]]
                               [--readers kafka-client] [--threads 1,2] [--rounds 1] [--splits N] [--warm]
-                              [--timeline] [--bootstrap host:port]
+                              [--timeline] [--cpu] [--bootstrap host:port]
 
 Without --bootstrap it starts the project's broker (tests/harness/kafka_broker.py) on a free port and
 stops it at the end.
@@ -57,6 +57,7 @@ from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]  # noqa: E402
 from tests.kafka.streams_support import wordcount_topology  # noqa: E402
 
+from bench import process_cpu  # noqa: E402
 from kappaflow.runner import KafkaStreams, State, tune_gc_for_streaming  # noqa: E402
 from kappaflow.spark import reprocess  # noqa: E402
 from kappaflow.spark.session import create_session  # noqa: E402
@@ -222,6 +223,11 @@ def main() -> int:
         help="write Spark's event log and print where each stage's wall time went (bench/spark_timeline.py)",
     )
     parser.add_argument(
+        "--cpu",
+        action="store_true",
+        help="print each Spark run's CPU seconds per process: JVM, workers, broker (bench/process_cpu.py)",
+    )
+    parser.add_argument(
         "--conf",
         action="append",
         default=[],
@@ -313,9 +319,13 @@ def main() -> int:
                                     f"{reader} ({load()}) ...",
                                     flush=True,
                                 )
+                                cpu_before = process_cpu.snapshot() if args.cpu else {}
                                 seconds, processed = spark_run(
                                     spark, bootstrap, source, sink, state_dir, reader, args.splits
                                 )
+                                if args.cpu:
+                                    spent = process_cpu.difference(cpu_before, process_cpu.snapshot())
+                                    print("    CPU: " + "; ".join(spent), flush=True)
                                 print(
                                     f"    {seconds:.1f}s ({processed} records through both sub-topologies)",
                                     flush=True,

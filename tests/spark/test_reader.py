@@ -34,3 +34,20 @@ def test_a_range_under_transaction_markers_reads_every_record_and_ends(kafka_boo
     assert [r[0] for r in records] == sorted(r[0] for r in records)
     middle = read_range(settings, topic, 0, 6, 11, native)  # a range cut inside the log
     assert [r[0] for r in middle] == [6, 7, 8, 9, 10] and middle[0][3] == b"1-0"
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_records_larger_than_a_fetch_are_read_whole(kafka_bootstrap, kafka_topics, native):
+    """The reader fetches 256 KiB at a time into a 1 MiB queue: a record batch larger than both still
+    arrives whole (Kafka returns the first batch of a fetch whatever its size), so large records read."""
+    topic = kafka_topics(f"reader-large-{uuid.uuid4().hex[:6]}", partitions=1)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 50})
+    values = [bytes([i]) * (600 * 1024 if i % 2 else 10) for i in range(12)]
+    for value in values:
+        producer.produce(topic, key=b"k", value=value, partition=0)
+    assert producer.flush(30) == 0
+    settings = {"bootstrap.servers": kafka_bootstrap, "group.id": "reader-test"}
+    records = read_range(settings, topic, 0, 0, 12, native)
+    assert [r[3] for r in records] == values
+    tail = read_range(settings, topic, 0, 5, 9, native)
+    assert [r[0] for r in tail] == [5, 6, 7, 8] and tail[0][3] == values[5]

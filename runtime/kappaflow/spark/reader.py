@@ -19,11 +19,20 @@ from kappaflow.clients.rdkafka_log import with_logger
 from kappaflow.tasks.drain import RawTuple
 from kappaflow.tasks.native import MessageRuns
 
-# One range is read front to back as fast as the broker serves it: large fetches, a deep local queue.
+# One range is read front to back, and only the range: the fetcher stays a few small fetches ahead of
+# the reader, so the last one runs little past the range's end. 16 MB fetches and a 256 MB queue fetched
+# 1.4-2.4x each 250k-record range of bench/reprocess.py's input (the fetcher ran on to the partition's
+# end while the reader caught up), and once the queue held librdkafka's default 100k messages
+# (queued.min.messages) the fetcher waited fetch.queue.backoff.ms, 1 s by default, before asking again.
+# Here the queue is bounded by bytes alone and the fetcher asks again 1 ms after the reader made room:
+# reading 1M records in four ranges took 0.8-1.0 s and 1.0-1.1 CPU s against 1.2-2.4 s and 1.2-1.4 s,
+# fetching 1.1-1.3x of each range (bench/process_cpu.py's numbers in docs/performance-history.md).
 _READ_TUNING: dict[str, Any] = {
-    "fetch.max.bytes": 64 * 1024 * 1024,
-    "max.partition.fetch.bytes": 16 * 1024 * 1024,
-    "queued.max.messages.kbytes": 256 * 1024,
+    "fetch.max.bytes": 1024 * 1024,
+    "max.partition.fetch.bytes": 256 * 1024,
+    "queued.max.messages.kbytes": 1024,
+    "queued.min.messages": 10_000_000,
+    "fetch.queue.backoff.ms": 1,
     "fetch.wait.max.ms": 10,
 }
 _READ_BATCH = 50_000
