@@ -10,7 +10,8 @@ import random
 from collections import defaultdict
 
 from kappaflow import StreamsBuilder, serdes
-from kappaflow.spark.executor import StageJob, decode_batch, run_task
+from kappaflow.spark.batches import batch_records
+from kappaflow.spark.executor import StageJob, run_task
 
 S = serdes.String()
 
@@ -48,7 +49,7 @@ def test_a_spark_task_runs_the_calls_of_its_partition_concurrently_in_key_order(
     out = run_task(job, topology, 0, rows)  # type: ignore[arg-type]
     per_key: dict[str, list[int]] = defaultdict(list)
     for row in out[:-1]:
-        for _ts, key, value, _headers in decode_batch(row[4])[2]:
+        for _ts, key, value, _headers in batch_records(row[4]):
             assert key is not None and value is not None
             per_key[key.decode()].append(int(value.decode()[:-1]))
     assert sorted(v for values in per_key.values() for v in values) == list(range(n))

@@ -9,13 +9,12 @@ import pytest
 from kappaflow import Materialized, StreamsBuilder, TimeWindows, serdes
 from kappaflow.api.errors import StreamsError
 from kappaflow.clients.murmur2 import murmur2, partition_for_key
+from kappaflow.spark.batches import batch_records, encode_batch
 from kappaflow.spark.executor import (
     SEQUENCE_SHIFT,
     SparkCollector,
     StageJob,
     _ordered_records,
-    decode_batch,
-    encode_batch,
 )
 from kappaflow.spark.reprocess import parse_offsets, stage_order
 from kappaflow.spark.splits import (
@@ -181,7 +180,7 @@ def test_timestamp_merge_fast_path_orders_exactly_like_heapq_merge():
     import heapq
     import random
 
-    from kappaflow.spark.executor import merge_by_timestamp
+    from kappaflow.spark.batches import merge_by_timestamp
 
     rng = random.Random(3)
     for ordered in (True, False):
@@ -274,7 +273,7 @@ def test_the_collector_sends_each_key_to_its_slot():
     by_topic: dict[str, set[int]] = {}
     for _r, target, topic, _source, batch in rows:
         by_topic.setdefault(topic, set()).add(target)
-        for entry in decode_batch(batch)[2]:
+        for entry in batch_records(batch):
             if entry[1] is not None:
                 hashed = murmur2(entry[1]) & 0x7FFFFFFF
                 expected = (

@@ -20,8 +20,8 @@ serializers costs more than the topology itself, so what crosses Spark is few, l
 
     record (from a topic)   (task_partition, topic, source_partition, offset, timestamp, key, value, headers)
     range (read here)       (task_partition, topic, source_partition, start_offset, end_offset)
-    batch (repartitioned)   (task_partition, topic, source_partition, encoded (base, span, [(timestamp,
-                            key, value, headers), ...] in emit order); see encode_batch)
+    batch (repartitioned)   (task_partition, topic, source_partition, encoded (base, span, records in
+                            emit order); see spark/batches.py)
     output                  ("R", target_partition, topic, source_partition, encoded batch)
                             ("S", task_partition, stats_json)
 
@@ -38,15 +38,12 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import heapq
-import itertools
 import json
-import marshal
 import operator
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -58,12 +55,20 @@ from kappaflow.api.processor import TaskId
 from kappaflow.api.record import Headers
 from kappaflow.clients.kafka import produce_record
 from kappaflow.clients.murmur2 import murmur2
+from kappaflow.spark.batches import (
+    Decoded,
+    Emitted,
+    decode_batch,
+    encode_batch,
+    shuffled_input,
+    upstream_runs,
+)
 from kappaflow.spark.reader import read_range
 from kappaflow.spark.splits import key_slot
 from kappaflow.spark.worker_producer import discard as discard_producer
 from kappaflow.spark.worker_producer import worker_producer
 from kappaflow.tasks.drain import RawTuple
-from kappaflow.tasks.native import new_thread_cache
+from kappaflow.tasks.native import ShuffleSend, core, new_thread_cache
 from kappaflow.tasks.task import StreamTask
 from kappaflow.topology.topology import Topology
 
@@ -74,7 +79,6 @@ RangeRow = tuple[int, str, int, int, int]
 InputRow = RecordRow | BatchRow | RangeRow
 StatsRow = tuple[str, int, str]  # ("S", task partition, stats JSON): an upstream stage's, handed on
 OutputRow = tuple[Any, ...]
-Emitted = tuple[int, bytes | None, bytes | None, HeaderList]  # timestamp, key, value, headers
 
 # Keys whose repartition target a task remembers (per topic); past it the memo starts over.
 _PARTITION_MEMO = 200_000
@@ -117,7 +121,9 @@ def load_app(app: Topology | Callable[[], Topology]) -> Topology:
 class SparkCollector:
     """The RecordCollector of one reprocessing task (see the module docstring for where records go)."""
 
-    def __init__(self, job: StageJob, task_partition: int, sequence_base: int = 0) -> None:
+    def __init__(
+        self, job: StageJob, task_partition: int, sequence_base: int = 0, native: bool = True
+    ) -> None:
         self.job = job
         self.task_partition = task_partition
         # The worker's producer (spark/worker_producer.py). A stage that writes changelogs takes it at
@@ -133,8 +139,15 @@ class SparkCollector:
         self.delivered: dict[tuple[str, int], int] = {}
         self.error: Any = None
         self._base = sequence_base
-        self._emitted = 0  # repartitioned records, all targets: the span of this task's emit order
         self._partitions: dict[str, dict[bytes, int]] = {}
+        # With the native core the sink stages append repartitioned records to its byte buffers (no
+        # Python call or tuple per record: spark/batches.py); this `send` takes the rest.
+        installed = core(native)
+        self._native_shuffle: ShuffleSend | None = None
+        if installed is not None and job.repartition_topics:
+            targets = [(t, job.partition_counts[t], job.key_splits.get(t, 1)) for t in job.repartition_topics]
+            self._native_shuffle = installed.ShuffleSend(targets, task_partition, self.send)
+            self.send = self._native_shuffle  # type: ignore[method-assign, assignment]
 
     def partition_count(self, topic: str) -> int | None:
         return self.job.partition_counts.get(topic)
@@ -232,8 +245,13 @@ class SparkCollector:
         produce_record(producer, topic, key, value, headers, timestamp, partition, self._on_delivery)
 
     def shuffle_rows(self) -> list[OutputRow]:
+        """One row per target slot: ("R", slot, topic, this task's partition, encoded batch)."""
         rows: list[OutputRow] = []
-        span = sum(map(len, self.shuffled.values()))
+        native = self._native_shuffle.take() if self._native_shuffle is not None else []
+        span = sum(map(len, self.shuffled.values())) + sum(entry[2] for entry in native)
+        for topic, target, count, payload in native:
+            self.repartitioned += count
+            rows.append(("R", target, topic, self.task_partition, encode_batch(self._base, span, payload)))
         for (topic, target), batch in self.shuffled.items():
             self.repartitioned += len(batch)
             rows.append(("R", target, topic, self.task_partition, encode_batch(self._base, span, batch)))
@@ -260,47 +278,6 @@ class SparkCollector:
 
 
 _OFFSET = operator.itemgetter(3)  # of a RecordRow
-_TIMESTAMP = operator.itemgetter(0)  # of an Emitted
-_BASE = operator.itemgetter(0)  # of a decoded batch
-
-
-def encode_batch(base: int, span: int, batch: list[Emitted]) -> bytes:
-    """A repartitioned batch as bytes for Spark's shuffle: marshal, which writes these plain tuples of
-    ints, bytes, strings and None about four times faster than pickle (a measured share of the task).
-
-    `base` orders the batches of one upstream partition's chunks (offset order), `span` is how many
-    records the emitting task sent to all targets: batches whose [base, base + span) do not overlap are
-    concatenated in base order, which is the emit order of one unsplit task. That is per batch, not per
-    record: a sequence number on every record cost a large int in each record's tuple, in marshal's bytes
-    through every crossing of Spark, and a sort of every batch on the reading side.
-
-    marshal's format may change between Python versions; PySpark already requires the driver's Python
-    version on every worker, and batches only travel between workers of one job."""
-    return marshal.dumps((base, span, batch))
-
-
-def decode_batch(data: bytes) -> tuple[int, int, list[Emitted]]:
-    """(base, span, records in emit order) of an encoded batch (encode_batch)."""
-    decoded: tuple[int, int, list[Emitted]] = marshal.loads(data)
-    return decoded
-
-
-def _upstream_runs(batches: list[tuple[int, int, list[Emitted]]]) -> list[list[Emitted]]:
-    """One upstream partition's batches as runs in emit order: chunks, ordered by base, concatenated.
-
-    Batches whose ranges overlap did not come from chunks of one partition (two sub-topologies writing
-    one repartition topic, each numbering from its own start): each starts a run of its own, which the
-    timestamp merge then interleaves as it does different upstream partitions.
-    """
-    runs: list[list[Emitted]] = []
-    end = -1
-    for base, span, batch in sorted(batches, key=_BASE):
-        if runs and base >= end:
-            runs[-1].extend(batch)
-        else:
-            runs.append(batch)
-        end = max(end, base + span)
-    return runs
 
 
 def _ordered_records(
@@ -314,7 +291,7 @@ def _ordered_records(
     runtime's. Offsets are then numbered 0.. as in a fresh repartition topic.
     """
     records: dict[tuple[str, int], list[RecordRow]] = {}
-    batches: dict[tuple[str, int], dict[int, list[tuple[int, int, list[Emitted]]]]] = {}
+    batches: dict[tuple[str, int], dict[int, list[Decoded]]] = {}
     result: dict[tuple[str, int], list[RawTuple]] = {}
     for row in rows:
         if len(row) == 5:
@@ -327,28 +304,11 @@ def _ordered_records(
     for tp, group in records.items():
         group.sort(key=_OFFSET)
         result[tp] = [(r[3], r[4], r[5], r[6], Headers(r[7] or ())) for r in group]
+    installed = core(native)
     for tp, upstream in batches.items():
-        runs = [run for _, decoded in sorted(upstream.items()) for run in _upstream_runs(decoded)]
-        merged = runs[0] if len(runs) == 1 else merge_by_timestamp(runs)
-        result[tp] = [(i, e[0], e[1], e[2], Headers(e[3] or ())) for i, e in enumerate(merged)]
+        runs = [run for _, decoded in sorted(upstream.items()) for run in upstream_runs(decoded)]
+        result[tp] = shuffled_input(runs, installed)
     return result
-
-
-def merge_by_timestamp(runs: list[list[Emitted]]) -> Iterable[Emitted]:
-    """The runs merged by timestamp, stably: on a tie the earlier run first, and a run never reordered.
-
-    That is `heapq.merge`, a Python generator (about a microsecond per record). When every run is already
-    in timestamp order - the usual case: a producer's timestamps rise within a partition - a stable sort
-    of the runs one after another yields the same sequence, and timsort merges such runs in C.
-    """
-    if all(_ascending(run) for run in runs):
-        return sorted(itertools.chain.from_iterable(runs), key=_TIMESTAMP)
-    return heapq.merge(*runs, key=_TIMESTAMP)
-
-
-def _ascending(run: list[Emitted]) -> bool:
-    stamps = list(map(_TIMESTAMP, run))
-    return all(map(operator.le, stamps, itertools.islice(stamps, 1, None)))
 
 
 def _first_offset(rows: list[InputRow]) -> int:
@@ -412,15 +372,14 @@ def run_task(
     if not temporary:
         state_root = state_root / app_id
     task_id = TaskId(job.subtopology, partition)
-    collector = SparkCollector(job, partition, _first_offset(rows) << SEQUENCE_SHIFT)
+    native = config.get_bool("kappaflow.native.enabled")
+    collector = SparkCollector(job, partition, _first_offset(rows) << SEQUENCE_SHIFT, native)
     task = StreamTask(
         task_id,
         topology,
         config,
         collector,
-        new_thread_cache(
-            config.get_int("statestore.cache.max.bytes"), config.get_bool("kappaflow.native.enabled")
-        ),
+        new_thread_cache(config.get_int("statestore.cache.max.bytes"), native),
         Metrics(),
         state_root,
         lambda: int(time.time() * 1000),
@@ -432,7 +391,7 @@ def run_task(
         task.initialize()
         task.complete_restoration()
         with _collector_paused():  # the input, alive until processed, is frozen out of collections
-            ordered = _ordered_records(rows, job.consumer, config.get_bool("kappaflow.native.enabled"))
+            ordered = _ordered_records(rows, job.consumer, native)
         # The task's queues then hold the only references: each record is freed once processed, in the
         # loop that allocated its successors' memory, not all at once when the task returns (py-spy: that
         # bulk free was 4% of a worker's samples).

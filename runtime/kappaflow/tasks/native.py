@@ -27,7 +27,7 @@ from kappaflow.tasks.drain import Drained, DrainPlan, RawTuple
 
 log = logging.getLogger(__name__)
 
-PROTOCOL = 15
+PROTOCOL = 16
 """The version of the calls below; a core built from other sources says another and is not used."""
 
 TOUCHES: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -311,6 +311,26 @@ class ProduceSend(Protocol):
         ...
 
 
+class ShuffleSend(Protocol):
+    """A Spark reprocessing task's collector `send` (shuffle.rs): repartitioned records into byte
+    buffers per target slot, anything else to `fallback` (kappaflow.spark.executor.SparkCollector)."""
+
+    buffered: int  # records buffered since the last take
+
+    def __init__(
+        self, targets: list[tuple[str, int, int]], task_partition: int, fallback: Callable[..., None], /
+    ) -> None: ...
+
+    def __call__(
+        self, topic: str, key: bytes | None, value: bytes | None, headers: Headers | None, timestamp: int,
+        partition: int | None, /,
+    ) -> None: ...  # fmt: skip
+
+    def take(self) -> list[tuple[str, int, int, bytes]]:
+        """(topic, slot, records, payload) per slot sent to, in first-sent order; the buffers emptied."""
+        ...
+
+
 # (topic, partition, key, value, offset, librdkafka error code, (timestamp type, timestamp)) of a failed
 # delivery
 NativeFailure = tuple[str, int, bytes | None, bytes | None, int, int, tuple[int, int]]
@@ -344,6 +364,11 @@ class NativeCore(Protocol):
     ThreadCache: Callable[[int, object, int], RecordCache]  # kappaflow.state.cache.ThreadCache's twin
     StatelessStage: type[StatelessStage]
     SinkStage: type[SinkStage]
+    ShuffleSend: type[ShuffleSend]
+
+    def shuffled_records(self, runs: list[list[Any]], headers_type: type, /) -> list[RawTuple]:
+        """`kappaflow.spark.batches.shuffled_input`'s reference path, from payloads (shuffle.rs)."""
+        ...
 
     def drain(
         self, queue: deque[RawTuple], limit: int, plan: DrainPlan, partition_time: int, stream_time: int, /

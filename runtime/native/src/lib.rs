@@ -7,6 +7,8 @@
 //! partition's records into a RocksDB write batch; `RestoreQueues` takes the restore consumer's fetched
 //! records from librdkafka without a Python `Message` each, in `ChangelogRun`s it writes the same way;
 //! `InputQueues` does the same for the stream thread's group consumer, into the tasks' record tuples.
+//! A Spark reprocessing task's repartitioned records stay in byte buffers (`ShuffleSend`) until they
+//! are read into the next stage's record tuples (`shuffled_records`).
 //!
 //! Each mirrors its Python reference step for step (`kappaflow.runner.routing.raw_records_by_partition`,
 //! `kappaflow.tasks.drain.drain_python`, the processors' generic `process`, the changelog reader's
@@ -28,6 +30,7 @@ mod produce;
 mod rdkafka_queue;
 mod restore;
 mod restore_queue;
+mod shuffle;
 mod slots;
 mod stages;
 mod touches;
@@ -36,7 +39,7 @@ use pyo3::prelude::*;
 
 #[pymodule]
 fn kappaflow_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add("PROTOCOL", 15)?;
+    m.add("PROTOCOL", 16)?;
     let touches: Vec<(&str, Vec<&str>)> = touches::TOUCHES
         .iter()
         .map(|(class, attributes)| (*class, attributes.to_vec()))
@@ -58,5 +61,7 @@ fn kappaflow_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<cache_entry::CacheEntry>()?;
     m.add_class::<stages::StatelessStage>()?;
     m.add_class::<stages::SinkStage>()?;
+    m.add_class::<shuffle::ShuffleSend>()?;
+    m.add_function(wrap_pyfunction!(shuffle::shuffled_records, m)?)?;
     Ok(())
 }

@@ -15,6 +15,7 @@ use pyo3::{PyTraverseError, PyVisit};
 use crate::aggregate::AggregateStage;
 use crate::failure::FailureMark;
 use crate::produce::ProduceSend;
+use crate::shuffle::ShuffleSend;
 use crate::slots::encode_utf8;
 
 /// A stage's downstream: a native stage called in Rust, or any Python stage.
@@ -261,6 +262,8 @@ pub struct SinkStage {
     send: Py<PyAny>,
     /// `send` when it is the native producer's: called without the interpreter.
     native_send: Option<Py<ProduceSend>>,
+    /// `send` when it is a Spark task's shuffle buffers': called without the interpreter.
+    shuffle_send: Option<Py<ShuffleSend>>,
     key_utf8: bool,
     value_utf8: bool,
     key_serializer: Py<PyAny>,
@@ -281,6 +284,7 @@ impl SinkStage {
             name: get(intern!(py, "node"))?.extract()?,
             send: send.clone().unbind(),
             native_send: send.cast::<ProduceSend>().ok().map(|s| s.clone().unbind()),
+            shuffle_send: send.cast::<ShuffleSend>().ok().map(|s| s.clone().unbind()),
             key_utf8: get(intern!(py, "key_utf8"))?.is_truthy()?,
             value_utf8: get(intern!(py, "value_utf8"))?.is_truthy()?,
             key_serializer: get(intern!(py, "key_serializer"))?.unbind(),
@@ -307,6 +311,9 @@ impl SinkStage {
         visit.call(&self.send)?;
         if let Some(native) = &self.native_send {
             visit.call(native)?;
+        }
+        if let Some(shuffle) = &self.shuffle_send {
+            visit.call(shuffle)?;
         }
         visit.call(&self.key_serializer)?;
         visit.call(&self.value_serializer)?;
@@ -382,6 +389,18 @@ impl SinkStage {
             }
             if let Some(native) = &self.native_send {
                 native.get().send(
+                    py,
+                    self.topic.bind(py),
+                    &raw_key,
+                    &raw_value,
+                    headers,
+                    timestamp,
+                    &py.None().into_bound(py),
+                )?;
+                return Ok(());
+            }
+            if let Some(shuffle) = &self.shuffle_send {
+                shuffle.get().send(
                     py,
                     self.topic.bind(py),
                     &raw_key,
