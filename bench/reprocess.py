@@ -16,8 +16,9 @@ the stateless first stage cut into offset ranges and the count cut into key slot
 (runtime/kappaflow/spark/splits.py); `--splits 1` turns both off (the "before").
 
 Times are wall clock from start to done; Spark's session start-up (a JVM) is reported apart, since one
-session serves many runs (the first run of a session still pays for starting its Python workers; `--warm`
-starts them before the timed runs and reports that apart). `--rounds N` repeats everything N times
+session serves many runs (the first run of a session still pays for starting its Python workers and for
+the JVM's first shuffle; `--warm` starts the workers and runs one small shuffle before the timed runs and
+reports that apart). `--rounds N` repeats everything N times
 interleaved (the replays, then each master's runs) and reports each row's best and median, and ratios of
 both to the single-threaded replay's, since a shared machine is noisy; the 1-minute load average is
 printed with each run and its range with the results. `--timeline` has each session write Spark's event
@@ -154,14 +155,23 @@ def _import_executor(_index: int) -> int:
     return os.getpid()
 
 
+def _payloads(index: int, _rows: Any) -> Any:
+    for slot in range(4):
+        yield slot, bytes([index]) * (2 << 20)
+
+
 def start_workers(spark: Any) -> None:
     """One task per slot at once: Spark starts its Python daemon and forks a worker for each, which
-    later tasks reuse. Without it the first reprocessing of a session pays for that (about 2 s here)."""
+    later tasks reuse. Without it the first reprocessing of a session pays for that (about 2 s here).
+    Then one small shuffle of byte payloads, as a reprocessing's stages shuffle: the JVM's first shuffle
+    write loads and compiles its path, which held the first stage's first tasks ~0.35 s after their
+    Python side had finished (a session's cost, as its start-up is, not a run's)."""
     from kappaflow.spark.reprocess import task_slots
 
     context = spark.sparkContext
     slots = task_slots(str(context.master), context.defaultParallelism)
     context.parallelize(range(slots), slots).map(_import_executor).collect()
+    context.parallelize(range(slots), slots).mapPartitionsWithIndex(_payloads).partitionBy(4).count()
 
 
 def replay_in_child(bootstrap: str, source: str, sink: str, args: argparse.Namespace, threads: int) -> float:
@@ -215,7 +225,7 @@ def main() -> int:
     parser.add_argument(
         "--warm",
         action="store_true",
-        help="start each session's Python workers before the timed runs (reported apart)",
+        help="start each session's Python workers and run one shuffle before the timed runs (reported apart)",
     )
     parser.add_argument(
         "--timeline",
@@ -306,8 +316,8 @@ def main() -> int:
                             started = time.perf_counter()
                             start_workers(spark)
                             warm_s = time.perf_counter() - started
-                            print(f"    Python workers started in {warm_s:.1f}s", flush=True)
-                            record(f"Spark {master} Python workers start (--warm)", warm_s)
+                            print(f"    workers started, one shuffle run: {warm_s:.1f}s", flush=True)
+                            record(f"Spark {master} workers start, first shuffle (--warm)", warm_s)
                         # Alternate which input goes first: a session's first run meets its workers cold.
                         inputs = list(sources.items())[:: 1 if round_no % 2 else -1]
                         for partitions, source in inputs:

@@ -15,7 +15,6 @@ import heapq
 import itertools
 import marshal
 import operator
-import struct
 from collections.abc import Iterable
 
 from kappaflow.api.record import Headers
@@ -30,7 +29,6 @@ Decoded = tuple[int, int, Batch]  # (base, span, records) of an encoded batch
 
 _TIMESTAMP = operator.itemgetter(0)  # of an Emitted
 _BASE = operator.itemgetter(0)  # of a Decoded
-_I64, _I32, _U32 = struct.Struct("<q"), struct.Struct("<i"), struct.Struct("<I")
 
 
 def encode_batch(base: int, span: int, batch: Batch) -> bytes:
@@ -60,65 +58,93 @@ def batch_records(data: bytes) -> list[Emitted]:
     return decode_records(batch) if isinstance(batch, bytes) else batch
 
 
-def _put(out: list[bytes], data: bytes | None) -> None:
+def _varint(out: bytearray, n: int) -> None:
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+
+
+def _put(out: bytearray, data: bytes | None) -> None:
     if data is None:
-        out.append(_I32.pack(-1))
+        out.append(0)
     else:
-        out.append(_I32.pack(len(data)))
-        out.append(data)
+        _varint(out, len(data) + 1)
+        out += data
 
 
 def encode_records(records: Iterable[Emitted]) -> bytes:
-    """The native payload of `records` (shuffle.rs's format): per record a little-endian i64 timestamp,
-    the key and value each as an i32 length (-1 for None) and bytes, an u32 header count and per header
-    an u32 length and UTF-8 name and the value as the key's."""
-    out: list[bytes] = []
+    """The native payload of `records` (shuffle.rs's format), every integer a LEB128 varint: the
+    timestamp's difference from the previous record's (the first's from 0), zigzag-encoded; the key and
+    value each as length + 1 (0 for None) and the bytes; the header count and per header the UTF-8 name's
+    length and the name, and the value as the key's."""
+    out = bytearray()
+    previous = 0
     for timestamp, key, value, headers in records:
-        out.append(_I64.pack(timestamp))
+        delta = timestamp - previous
+        previous = timestamp
+        _varint(out, (delta << 1) ^ (delta >> 63) if delta < 0 else delta << 1)
         _put(out, key)
         _put(out, value)
-        out.append(_U32.pack(len(headers or ())))
+        _varint(out, len(headers or ()))
         for name, header in headers or ():
             encoded = name.encode()
-            out.append(_U32.pack(len(encoded)))
-            out.append(encoded)
+            _varint(out, len(encoded))
+            out += encoded
             _put(out, header)
-    return b"".join(out)
+    return bytes(out)
 
 
-def _take(payload: bytes, at: int) -> tuple[bytes | None, int]:
-    (length,) = _I32.unpack_from(payload, at)
-    at += 4
-    if length < 0:
-        return None, at
-    if at + length > len(payload):
-        raise ValueError(f"a shuffled batch ends inside a record (byte {at} of {len(payload)})")
-    return payload[at : at + length], at + length
+class _Cursor:
+    """Reading a payload front to back (decode_records)."""
+
+    def __init__(self, payload: bytes) -> None:
+        self.payload, self.at = payload, 0
+
+    def truncated(self) -> ValueError:
+        return ValueError(f"a shuffled batch ends inside a record (byte {self.at} of {len(self.payload)})")
+
+    def varint(self) -> int:
+        value = shift = 0
+        while True:
+            if self.at >= len(self.payload):
+                raise self.truncated()
+            byte = self.payload[self.at]
+            self.at += 1
+            value |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                return value
+            shift += 7
+
+    def take(self, n: int) -> bytes:
+        if self.at + n > len(self.payload):
+            raise self.truncated()
+        self.at += n
+        return self.payload[self.at - n : self.at]
+
+    def bytes_or_none(self) -> bytes | None:
+        length = self.varint()
+        return None if length == 0 else self.take(length - 1)
 
 
 def decode_records(payload: bytes) -> list[Emitted]:
     """The records of a native payload (encode_records' format), in order."""
     records: list[Emitted] = []
-    at = 0
-    try:
-        while at < len(payload):
-            (timestamp,) = _I64.unpack_from(payload, at)
-            key, at = _take(payload, at + 8)
-            value, at = _take(payload, at)
-            (count,) = _U32.unpack_from(payload, at)
-            at += 4
-            headers: list[tuple[str, bytes | None]] | None = None
-            if count:
-                headers = []
-                for _ in range(count):
-                    name, at = _take(payload, at)
-                    header, at = _take(payload, at)
-                    if name is None:
-                        raise ValueError("a shuffled header without a name")
-                    headers.append((name.decode(), header))
-            records.append((timestamp, key, value, headers))
-    except struct.error as e:
-        raise ValueError(f"a shuffled batch ends inside a record (byte {at} of {len(payload)})") from e
+    cursor = _Cursor(payload)
+    timestamp = 0
+    while cursor.at < len(payload):
+        zigzag = cursor.varint()
+        timestamp += (zigzag >> 1) ^ -(zigzag & 1)
+        key = cursor.bytes_or_none()
+        value = cursor.bytes_or_none()
+        headers: list[tuple[str, bytes | None]] | None = None
+        count = cursor.varint()
+        if count:
+            headers = []
+            for _ in range(count):
+                name = cursor.take(cursor.varint()).decode()
+                headers.append((name, cursor.bytes_or_none()))
+        records.append((timestamp, key, value, headers))
     return records
 
 

@@ -9,9 +9,11 @@
 //! half speed each. Here the sink stage's serialized key and value are appended to one byte buffer per
 //! target slot, and the reading side builds each record's tuple once, straight from the bytes.
 //!
-//! A record in a buffer (little-endian): timestamp i64; key and value each as an i32 length (-1 for
-//! None) and the bytes; an u32 header count and per header an u32 length and the UTF-8 name, an i32
-//! length (-1 for None) and the value. `kappaflow.spark.batches` holds the Python reference of both
+//! A record in a buffer, every integer a LEB128 varint: the timestamp's difference from the previous
+//! record's in the buffer (the first's from 0), zigzag-encoded; key and value each as length + 1 (0 for
+//! None) and the bytes; the header count and per header the UTF-8 name's length and the name, and the
+//! value as the key's. A word count's record is ~16 bytes (fixed-width fields took 32: the bytes Spark's
+//! JVM copies through its shuffle, twice). `kappaflow.spark.batches` holds the Python reference of both
 //! directions, which the tests compare with this byte for byte and record for record.
 
 use std::borrow::Cow;
@@ -70,6 +72,7 @@ struct Batch {
     target: usize,
     slot: i64,
     records: u64,
+    last_timestamp: i64,
     data: Vec<u8>,
 }
 
@@ -231,6 +234,7 @@ impl ShuffleSend {
                 target: index,
                 slot,
                 records: 0,
+                last_timestamp: 0,
                 data: Vec::new(),
             });
             buffers.batches.len() - 1
@@ -239,7 +243,7 @@ impl ShuffleSend {
         let start = batch.data.len();
         let encoded = encode(
             &mut batch.data,
-            timestamp,
+            timestamp.wrapping_sub(batch.last_timestamp),
             key_bytes.as_deref(),
             value_bytes.as_deref(),
             headers,
@@ -248,6 +252,7 @@ impl ShuffleSend {
             batch.data.truncate(start); // nothing of a record that failed stays
             return Err(error);
         }
+        batch.last_timestamp = timestamp;
         batch.records += 1;
         Ok(())
     }
@@ -273,32 +278,41 @@ fn raw<'a>(
     }
 }
 
+fn put_varint(out: &mut Vec<u8>, mut n: u64) {
+    while n >= 0x80 {
+        out.push((n as u8) | 0x80);
+        n >>= 7;
+    }
+    out.push(n as u8);
+}
+
 fn put_bytes(out: &mut Vec<u8>, data: Option<&[u8]>) {
     match data {
-        None => out.extend_from_slice(&(-1i32).to_le_bytes()),
+        None => out.push(0),
         Some(data) => {
-            out.extend_from_slice(&(data.len() as i32).to_le_bytes());
+            put_varint(out, data.len() as u64 + 1);
             out.extend_from_slice(data);
         }
     }
 }
 
+/// One record; `delta` is its timestamp less the previous record's in the buffer.
 fn encode(
     out: &mut Vec<u8>,
-    timestamp: i64,
+    delta: i64,
     key: Option<&[u8]>,
     value: Option<&[u8]>,
     headers: &Bound<'_, PyAny>,
 ) -> PyResult<()> {
-    out.extend_from_slice(&timestamp.to_le_bytes());
+    put_varint(out, (delta.wrapping_shl(1) ^ (delta >> 63)) as u64); // zigzag
     put_bytes(out, key);
     put_bytes(out, value);
     if headers.is_none() {
-        out.extend_from_slice(&0u32.to_le_bytes());
+        out.push(0);
         return Ok(());
     }
     let headers = headers.cast::<PyList>()?; // kappaflow's Headers: a list of (name, value)
-    out.extend_from_slice(&(headers.len() as u32).to_le_bytes());
+    put_varint(out, headers.len() as u64);
     for (i, header) in headers.iter().enumerate() {
         let pair = header.cast::<PyTuple>().ok().filter(|p| p.len() == 2);
         let Some(pair) = pair else {
@@ -312,7 +326,7 @@ fn encode(
             .cast::<PyString>()
             .map_err(|_| PyTypeError::new_err(format!("header {i}: the name must be a str")))?;
         let name = name.to_str()?.as_bytes();
-        out.extend_from_slice(&(name.len() as u32).to_le_bytes());
+        put_varint(out, name.len() as u64);
         out.extend_from_slice(name);
         let value = pair.get_item(1)?;
         if value.is_none() {
@@ -327,44 +341,69 @@ fn encode(
     Ok(())
 }
 
-/// A cursor over one payload.
+/// A cursor over one payload, and the timestamp of the record before it.
 struct Reader<'a> {
     data: &'a [u8],
     at: usize,
+    timestamp: i64,
 }
 
 impl<'a> Reader<'a> {
+    fn new(data: &'a [u8]) -> Self {
+        Reader {
+            data,
+            at: 0,
+            timestamp: 0,
+        }
+    }
+
+    fn truncated(&self) -> PyErr {
+        PyValueError::new_err(format!(
+            "a shuffled batch ends inside a record (byte {} of {})",
+            self.at,
+            self.data.len()
+        ))
+    }
+
     fn take(&mut self, n: usize) -> PyResult<&'a [u8]> {
         if self.data.len() - self.at < n {
-            return Err(PyValueError::new_err(format!(
-                "a shuffled batch ends inside a record (byte {} of {})",
-                self.at,
-                self.data.len()
-            )));
+            return Err(self.truncated());
         }
         let taken = &self.data[self.at..self.at + n];
         self.at += n;
         Ok(taken)
     }
 
-    fn i64(&mut self) -> PyResult<i64> {
-        Ok(i64::from_le_bytes(
-            self.take(8)?.try_into().unwrap_or([0; 8]),
+    fn varint(&mut self) -> PyResult<u64> {
+        let mut value: u64 = 0;
+        for shift in (0..64).step_by(7) {
+            let Some(&byte) = self.data.get(self.at) else {
+                return Err(self.truncated());
+            };
+            self.at += 1;
+            value |= ((byte & 0x7f) as u64) << shift;
+            if byte < 0x80 {
+                return Ok(value);
+            }
+        }
+        Err(PyValueError::new_err(
+            "a shuffled batch holds a varint over 64 bits",
         ))
     }
 
-    fn i32(&mut self) -> PyResult<i32> {
-        Ok(i32::from_le_bytes(
-            self.take(4)?.try_into().unwrap_or([0; 4]),
-        ))
+    /// The next record's timestamp (its zigzag delta added to the previous one's).
+    fn timestamp(&mut self) -> PyResult<i64> {
+        let zigzag = self.varint()?;
+        let delta = ((zigzag >> 1) as i64) ^ -((zigzag & 1) as i64);
+        self.timestamp = self.timestamp.wrapping_add(delta);
+        Ok(self.timestamp)
     }
 
     fn bytes<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let length = self.i32()?;
-        if length < 0 {
-            return Ok(py.None().into_bound(py));
+        match self.varint()? {
+            0 => Ok(py.None().into_bound(py)),
+            length => Ok(PyBytes::new(py, self.take(length as usize - 1)?).into_any()),
         }
-        Ok(PyBytes::new(py, self.take(length as usize)?).into_any())
     }
 
     fn done(&self) -> bool {
@@ -383,15 +422,16 @@ impl<'a> Position<'a> {
     fn peek(&mut self) -> PyResult<Option<i64>> {
         while self.reader.done() {
             match self.payloads.next() {
-                Some(next) => self.reader = Reader { data: next, at: 0 },
+                Some(next) => self.reader = Reader::new(next),
                 None => return Ok(None),
             }
         }
         let mut probe = Reader {
             data: self.reader.data,
             at: self.reader.at,
+            timestamp: self.reader.timestamp,
         };
-        Ok(Some(probe.i64()?))
+        Ok(Some(probe.timestamp()?))
     }
 }
 
@@ -413,7 +453,7 @@ pub fn shuffled_records<'py>(
     let mut positions: Vec<Position<'_>> = payloads
         .iter()
         .map(|run| Position {
-            reader: Reader { data: &[], at: 0 },
+            reader: Reader::new(&[]),
             payloads: run.iter(),
         })
         .collect();
@@ -451,10 +491,10 @@ fn read_record<'py>(
     headers_type: &Bound<'py, PyAny>,
     new_empty_list: Option<ffi::newfunc>,
 ) -> PyResult<Bound<'py, PyTuple>> {
-    let timestamp = reader.i64()?;
+    let timestamp = reader.timestamp()?;
     let key = reader.bytes(py)?;
     let value = reader.bytes(py)?;
-    let count = reader.i32()? as u32;
+    let count = reader.varint()?;
     let headers = if count == 0 {
         match new_empty_list {
             // SAFETY: `new` is the type's own tp_new (list's, see messages.rs `list_new`), called as
@@ -469,11 +509,8 @@ fn read_record<'py>(
     } else {
         let pairs = PyList::empty(py);
         for _ in 0..count {
-            let length = reader.i32()?;
-            if length < 0 {
-                return Err(PyValueError::new_err("a shuffled header without a name"));
-            }
-            let name = std::str::from_utf8(reader.take(length as usize)?)
+            let length = reader.varint()? as usize;
+            let name = std::str::from_utf8(reader.take(length)?)
                 .map_err(|e| PyValueError::new_err(format!("a shuffled header's name: {e}")))?;
             let value = reader.bytes(py)?;
             pairs.append((PyString::new(py, name), value))?;
