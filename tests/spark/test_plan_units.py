@@ -135,6 +135,8 @@ def test_offset_ranges_cover_a_partition_in_order_and_only_stateless_stages_spli
     assert split_count(None, 4, 2, 100_000) == 4
     assert split_count(None, 4, 2, 30_000) == 1  # chunks would be too small to pay for their tasks
     assert split_count(3, 1, 8, 10) == 3
+    assert split_count(None, 2, 1, 1_000_000, per_core=1) == 2  # offset chunks: one per core
+    assert split_count(None, 1, 1, 1_000_000, per_core=1) == 1
     first, second = stage_order(wordcount_topology("lines", "counts"))
     assert splittable(first, ["lines"], ["lines"], ["app-counts-repartition"], ["app-counts-repartition"])
     assert not splittable(first, ["lines"], ["lines"], ["out"], [])  # outputs would interleave chunks

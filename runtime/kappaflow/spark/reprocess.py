@@ -471,7 +471,7 @@ class Reprocessor:
             chunks = 1
             if splittable(sub, sources, user_topics, resolved_sinks, repartition):
                 largest = max(ends[sources[0]][p] - o for p, o in starts[sources[0]].items())
-                chunks = split_count(self.splits, parallelism, counts[sources[0]], largest)
+                chunks = split_count(self.splits, parallelism, counts[sources[0]], largest, per_core=1)
                 job.state_root = None  # no stores; chunks of one task must not share its directory
             if user_topics and self.reader == "kafka-client":
                 ranges = [
