@@ -4,9 +4,9 @@
 //! In the runtime a repartitioned record goes from the native sink stage to librdkafka; in a Spark task
 //! it goes to the shuffle instead. The Python collector built a tuple per record, kept it in a list per
 //! target slot and marshalled the lists when the task ended; the reading task unmarshalled them and
-//! built the record tuples from those: per record five or more Python objects made and freed twice, a
-//! third of a first stage's time on bench/reprocess.py, and memory-bound, so two tasks at once ran it at
-//! half speed each. Here the sink stage's serialized key and value are appended to one byte buffer per
+//! built the record tuples from those: per record five or more Python objects made and freed twice,
+//! about a third of the workers' samples on bench/reprocess.py (py-spy), and memory-bound, so two tasks
+//! at once ran it at half speed each. Here the sink stage's serialized key and value are appended to one byte buffer per
 //! target slot, and the reading side builds each record's tuple once, straight from the bytes.
 //!
 //! A record in a buffer, every integer a LEB128 varint: the timestamp's difference from the previous
