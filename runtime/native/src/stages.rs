@@ -253,6 +253,53 @@ impl StatelessStage {
     }
 }
 
+/// A sink's `send` that is native: the stream thread's producer (produce.rs) or a Spark task's shuffle
+/// buffers (shuffle.rs).
+enum NativeSend {
+    Produce(Py<ProduceSend>),
+    Shuffle(Py<ShuffleSend>),
+}
+
+impl NativeSend {
+    fn of(send: &Bound<'_, PyAny>) -> Option<Self> {
+        if let Ok(produce) = send.cast::<ProduceSend>() {
+            Some(NativeSend::Produce(produce.clone().unbind()))
+        } else if let Ok(shuffle) = send.cast::<ShuffleSend>() {
+            Some(NativeSend::Shuffle(shuffle.clone().unbind()))
+        } else {
+            None
+        }
+    }
+
+    fn traverse(&self, visit: &PyVisit<'_>) -> Result<(), PyTraverseError> {
+        match self {
+            NativeSend::Produce(produce) => visit.call(produce),
+            NativeSend::Shuffle(shuffle) => visit.call(shuffle),
+        }
+    }
+
+    /// `send(topic, key, value, headers, timestamp, None)`.
+    fn send<'py>(
+        &self,
+        py: Python<'py>,
+        topic: &Bound<'py, PyAny>,
+        key: &Bound<'py, PyAny>,
+        value: &Bound<'py, PyAny>,
+        headers: &Bound<'py, PyAny>,
+        timestamp: i64,
+    ) -> PyResult<()> {
+        let none = py.None().into_bound(py);
+        match self {
+            NativeSend::Produce(produce) => produce
+                .get()
+                .send(py, topic, key, value, headers, timestamp, &none),
+            NativeSend::Shuffle(shuffle) => shuffle
+                .get()
+                .send(py, topic, key, value, headers, timestamp, &none),
+        }
+    }
+}
+
 /// A compiled sink to a fixed topic without a partitioner (see `kappaflow.tasks.native.SinkPlan`):
 /// serialize the key and value, check the timestamp, send.
 #[pyclass(frozen, module = "kappaflow_native")]
@@ -260,10 +307,8 @@ pub struct SinkStage {
     topic: Py<PyAny>,
     name: String,
     send: Py<PyAny>,
-    /// `send` when it is the native producer's: called without the interpreter.
-    native_send: Option<Py<ProduceSend>>,
-    /// `send` when it is a Spark task's shuffle buffers': called without the interpreter.
-    shuffle_send: Option<Py<ShuffleSend>>,
+    /// `send` when it is native: called without the interpreter.
+    native_send: Option<NativeSend>,
     key_utf8: bool,
     value_utf8: bool,
     key_serializer: Py<PyAny>,
@@ -283,8 +328,7 @@ impl SinkStage {
             topic: get(intern!(py, "topic"))?.unbind(),
             name: get(intern!(py, "node"))?.extract()?,
             send: send.clone().unbind(),
-            native_send: send.cast::<ProduceSend>().ok().map(|s| s.clone().unbind()),
-            shuffle_send: send.cast::<ShuffleSend>().ok().map(|s| s.clone().unbind()),
+            native_send: NativeSend::of(&send),
             key_utf8: get(intern!(py, "key_utf8"))?.is_truthy()?,
             value_utf8: get(intern!(py, "value_utf8"))?.is_truthy()?,
             key_serializer: get(intern!(py, "key_serializer"))?.unbind(),
@@ -310,10 +354,7 @@ impl SinkStage {
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
         visit.call(&self.send)?;
         if let Some(native) = &self.native_send {
-            visit.call(native)?;
-        }
-        if let Some(shuffle) = &self.shuffle_send {
-            visit.call(shuffle)?;
+            native.traverse(&visit)?;
         }
         visit.call(&self.key_serializer)?;
         visit.call(&self.value_serializer)?;
@@ -388,28 +429,8 @@ impl SinkStage {
                 ));
             }
             if let Some(native) = &self.native_send {
-                native.get().send(
-                    py,
-                    self.topic.bind(py),
-                    &raw_key,
-                    &raw_value,
-                    headers,
-                    timestamp,
-                    &py.None().into_bound(py),
-                )?;
-                return Ok(());
-            }
-            if let Some(shuffle) = &self.shuffle_send {
-                shuffle.get().send(
-                    py,
-                    self.topic.bind(py),
-                    &raw_key,
-                    &raw_value,
-                    headers,
-                    timestamp,
-                    &py.None().into_bound(py),
-                )?;
-                return Ok(());
+                let topic = self.topic.bind(py);
+                return native.send(py, topic, &raw_key, &raw_value, headers, timestamp);
             }
             self.send.bind(py).call1((
                 self.topic.bind(py),
