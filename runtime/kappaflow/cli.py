@@ -464,8 +464,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         help="Spark tasks per partition where a stage may split: offset ranges of a stateless stage before "
-        "the first shuffle, key slots of a keyed count/reduce/aggregate after one (default: enough for "
-        "twice Spark's task slots; 1: never split)",
+        "the first shuffle, key slots of a keyed count/reduce/aggregate after one (default: one range or "
+        "two key slots per Spark task slot; 1: never split)",
     )
     reprocess.add_argument("--skip-outputs", action="store_true", help="rebuild state only, write no outputs")
     reprocess.add_argument(

@@ -236,8 +236,8 @@ class Reprocessor:
     reference and called there). `config` is the *new* application's StreamsConfig. `start`/`end` are
     `earliest`/`latest` or per-partition offsets. `write_state=None` writes RocksDB state only when Spark
     runs locally. `output_map` renames output topics; `skip_outputs` rebuilds state only. `splits` is how
-    many offset ranges or key slots each input partition of a splittable stage is cut into (None: enough
-    for twice Spark's task slots; 1: never split). `progress` gets a line per step, and every
+    many offset ranges or key slots each input partition of a splittable stage is cut into (None: one
+    range or two key slots per Spark task slot; 1: never split). `progress` gets a line per step, and every
     `progress_interval_s` (0: never) the running stage's Spark tasks done so far.
     """
 
