@@ -315,8 +315,6 @@ class ShuffleSend(Protocol):
     """A Spark reprocessing task's collector `send` (shuffle.rs): repartitioned records into byte
     buffers per target slot, anything else to `fallback` (kappaflow.spark.executor.SparkCollector)."""
 
-    buffered: int  # records buffered since the last take
-
     def __init__(
         self, targets: list[tuple[str, int, int]], task_partition: int, fallback: Callable[..., None], /
     ) -> None: ...

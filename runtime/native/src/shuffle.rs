@@ -141,12 +141,6 @@ impl ShuffleSend {
         self.send(py, topic, key, value, headers, timestamp, partition)
     }
 
-    /// Records buffered since the last `take`.
-    #[getter]
-    fn buffered(&self) -> PyResult<u64> {
-        Ok(self.lock()?.batches.iter().map(|b| b.records).sum())
-    }
-
     /// `[(topic, slot, records, payload), ...]` in the order the slots were first sent to, and the
     /// buffers emptied.
     fn take<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
