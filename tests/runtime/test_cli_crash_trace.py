@@ -19,6 +19,14 @@ before it imports and builds its admin client (whose log thread is the last Pyth
 The connect warning is written by that log thread 0.5 s after the admin client exists, by which time
 the stream thread waits in librdkafka's metadata call (up to 15 s, without the GIL) and every other
 thread waits too: nothing the dump reads is being freed, and every thread's stack must be in it.
+
+"By which time" is a timing, though, and on a loaded machine (CI runs the Kafka lane beside this one) a
+thread can be held off the CPU for longer than the log thread's 0.5 s, still running Python when the
+warning is written. So after the warning the test also waits until the kernel shows every thread of the
+process asleep (no thread running or waiting for a CPU) in `QUIET_SAMPLES` readings in a row of
+/proc/<pid>/task/*/stat: then the stream thread is inside the metadata call. The threads that wake now
+and then (the main loop every 0.2 s, the log and metrics threads every 0.5 s) run a few shallow lines,
+which the dump survives (the reproduction above needed 300-deep returns).
 """
 
 from __future__ import annotations
@@ -34,6 +42,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # one frame file per Python thread of the process: the main thread's loop, the stream thread (waiting
 # for the broker), the admin clients' log server, the application-shutdown watcher
+QUIET_SAMPLES = 10
+QUIET_INTERVAL_S = 0.01
+
 THREAD_FILES = (
     "kappaflow/cli.py",
     "kappaflow/runner/thread.py",
@@ -71,6 +82,7 @@ def test_an_abort_prints_every_threads_stack(tmp_path):
             lines.append(line)
             if "cannot connect to Kafka" in line or time.monotonic() > deadline:
                 break
+        assert _wait_until_quiet(process.pid, deadline=time.monotonic() + 30), "the process never went idle"
         os.kill(process.pid, signal.SIGABRT)  # what a failed librdkafka assertion raises
         rest, _ = process.communicate(timeout=30)
     finally:
@@ -86,3 +98,27 @@ def test_an_abort_prints_every_threads_stack(tmp_path):
         assert name in output, (name, output)
     stacks = output.count("Thread 0x") + output.count("Current thread 0x")
     assert stacks >= 5, output
+
+
+def _thread_states(pid: int) -> list[str]:
+    """Each thread's scheduler state letter (R running or runnable, S/D asleep, ...), from /proc."""
+    states = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+        except OSError:  # the thread ended between the listing and the read
+            continue
+        states.append(stat[stat.rindex(")") + 2])  # the field after "(comm)"; comm may hold spaces
+    return states
+
+
+def _wait_until_quiet(pid: int, deadline: float) -> bool:
+    """True once every thread of `pid` was asleep in QUIET_SAMPLES readings in a row."""
+    quiet = 0
+    while time.monotonic() < deadline:
+        states = _thread_states(pid)
+        quiet = quiet + 1 if states and all(state in "SD" for state in states) else 0
+        if quiet >= QUIET_SAMPLES:
+            return True
+        time.sleep(QUIET_INTERVAL_S)
+    return False
