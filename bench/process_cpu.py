@@ -65,6 +65,12 @@ def _cpu_seconds(stat: list[str]) -> float:
     return (int(stat[11]) + int(stat[12])) / _TICK  # utime, stime
 
 
+def cpu_seconds_of(pid: int) -> float | None:
+    """CPU seconds `pid` has taken so far (every thread, user and system); None once it is gone."""
+    stat = _stat_fields(Path(f"/proc/{pid}/stat"))
+    return None if stat is None else _cpu_seconds(stat)
+
+
 def snapshot(root: int | None = None) -> dict[tuple[str, str], float]:
     """CPU seconds so far per (role, thread) over `root` (this process) and its descendants.
 

@@ -30,7 +30,10 @@ store of the process, memtables charged into it), at_least_once, every other set
 The kappaflow process is a child of this one (`--child`); this process samples the child's VmRSS and the
 kernel's high-water mark (VmHWM) every 100 ms from /proc; the peak printed is the high-water mark, which
 sampling can only under-read. records/s counts input records from the first record processed to the
-last one counted (both sub-topologies process each record once, so 2x as many processed records).
+last one counted (both sub-topologies process each record once, so 2x as many processed records). Each
+row also prints, over that window, the kappaflow process's CPU per record (every thread) and the broker's
+(when the bench started it): on two shared cores, what the broker spends appending and serving the
+cell's records is time the application does not get.
 
 Java Kafka Streams runs every cell too (bench/peers/ScalingPeer.java, the same topology, record cache and
 RocksDB budget, at the broker's version), on the same input right after kappaflow, so the table shows
@@ -69,7 +72,7 @@ from bench.throughput import create_topic, wait_processed  # noqa: E402
 from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
 
-from bench import kafka_streams_peer  # noqa: E402
+from bench import kafka_streams_peer, process_cpu  # noqa: E402
 
 MIB = 1 << 20
 THROUGHPUT_WITHIN = 0.8  # each cell >= 0.8x the best cell: "within 20%"
@@ -120,6 +123,9 @@ class Cell:
     # the kappaflow process's CPU (every thread, librdkafka's included) per record over the timed window,
     # least over the rounds: steadier than records/s on 2 cores that the broker shares
     cpu_us: float = 0.0
+    # the broker's CPU per record over the same window (0 with --bootstrap: not a process of this bench):
+    # on 2 shared cores what it spends appending and serving the cell's records is the app's lost time
+    broker_cpu_us: float = 0.0
 
 
 def prefetch_bound() -> int:
@@ -191,17 +197,26 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
             print("IDLE", flush=True)  # the parent reads the idle RSS now
             sys.stdin.readline()
         else:
-            cpu_at_first: list[float] = []
-            started = lambda: cpu_at_first.append(process_cpu())  # noqa: E731
+            broker = spec["broker_pid"]
+            cpu_at_first: list[tuple[float, float | None]] = []
+
+            def started() -> None:
+                at_broker = process_cpu.cpu_seconds_of(broker) if broker else None
+                cpu_at_first.append((own_cpu(), at_broker))
+
             elapsed = wait_processed(app, 2 * spec["records"], timeout_s=3600.0, on_first=started)
+            own_first, broker_first = cpu_at_first[0]
             result["records_per_s"] = spec["records"] / elapsed
-            result["cpu_us_per_record"] = (process_cpu() - cpu_at_first[0]) * 1e6 / spec["records"]
+            result["cpu_us_per_record"] = (own_cpu() - own_first) * 1e6 / spec["records"]
+            broker_now = process_cpu.cpu_seconds_of(broker) if broker else None
+            if broker_first is not None and broker_now is not None:
+                result["broker_cpu_us_per_record"] = (broker_now - broker_first) * 1e6 / spec["records"]
     finally:
         app.close(60)
     return result
 
 
-def process_cpu() -> float:
+def own_cpu() -> float:
     """CPU seconds of this process so far, user and system, every thread."""
     times = os.times()
     return times.user + times.system
@@ -256,7 +271,7 @@ def spawn(spec: dict[str, Any]) -> subprocess.Popen[str]:
 
 def idle_baseline(bootstrap: str, admin: AdminClient, partitions: int, limits: Limits) -> int:
     """VmRSS of a kappaflow process RUNNING the cell's topology on `partitions` empty partitions."""
-    spec, topics, state_dir = new_spec(bootstrap, admin, partitions, 0, limits)
+    spec, topics, state_dir = new_spec(bootstrap, admin, partitions, 0, limits, None)
     proc = spawn(spec)
     assert proc.stdout is not None and proc.stdin is not None
     try:
@@ -275,7 +290,7 @@ def idle_baseline(bootstrap: str, admin: AdminClient, partitions: int, limits: L
 
 
 def new_spec(
-    bootstrap: str, admin: AdminClient, partitions: int, records: int, limits: Limits
+    bootstrap: str, admin: AdminClient, partitions: int, records: int, limits: Limits, broker_pid: int | None
 ) -> tuple[dict[str, Any], list[str], str]:
     """A cell's fresh topics, state directory and application id, as the child's JSON argument."""
     tag = uuid.uuid4().hex[:6]
@@ -293,6 +308,7 @@ def new_spec(
         "limits": limits.__dict__,
         "overrides": OVERRIDES,
         "table": TABLE,
+        "broker_pid": broker_pid,
     }
     return spec, [source, sink], state_dir
 
@@ -351,11 +367,16 @@ def run_java(classpath: str, spec: dict[str, Any], sink: str, limits: Limits) ->
 
 
 def run_cell(
-    bootstrap: str, admin: AdminClient, cell: Cell, limits: Limits, java_classpath: str | None
+    bootstrap: str,
+    admin: AdminClient,
+    cell: Cell,
+    limits: Limits,
+    java_classpath: str | None,
+    broker_pid: int | None,
 ) -> None:
     """Fill fresh input, run the kappaflow child on it while sampling its memory, then (with a
     classpath) Java Kafka Streams on the same input; fold into `cell`."""
-    spec, topics, state_dir = new_spec(bootstrap, admin, cell.partitions, cell.records, limits)
+    spec, topics, state_dir = new_spec(bootstrap, admin, cell.partitions, cell.records, limits, broker_pid)
     java_sink = f"{spec['sink']}-java"
     try:
         print(f"    writing {cell.records:,} records over {cell.keys:,} keys ...", flush=True)
@@ -369,12 +390,14 @@ def run_cell(
         disk = dir_bytes(state_dir)
         result = json.loads(output[-1])
         rate, cpu_us = float(result["records_per_s"]), float(result["cpu_us_per_record"])
+        broker_us = float(result.get("broker_cpu_us_per_record", 0.0))
         print(
-            f"    kappaflow {rate:,.0f} records/s, {cpu_us:.2f} CPU us/record, "
+            f"    kappaflow {rate:,.0f} records/s, {cpu_us:.2f} CPU us/record (broker {broker_us:.2f}), "
             f"peak RSS {peak / MIB:,.0f} MiB, state {disk / MIB:,.0f} MiB",
             flush=True,
         )
         cell.cpu_us = min(cell.cpu_us, cpu_us) if cell.cpu_us else cpu_us
+        cell.broker_cpu_us = min(cell.broker_cpu_us, broker_us) if cell.broker_cpu_us else broker_us
         cell.rounds.append(rate)
         cell.records_per_s = max(cell.records_per_s, rate)
         cell.peak = max(cell.peak, peak)
@@ -418,8 +441,8 @@ def print_table(cells: list[Cell], baselines: dict[int, int], limits: Limits) ->
     java_head = f"{'Java rec/s':>11}{'/ best':>8}{'kf/Java':>8}{'Java MiB':>9}" if with_java else ""
     print(
         f"{'partitions':>10}{'keys':>12}{'records':>12}{'records/s':>11}{'/ best':>8}  {'verdict':<8}"
-        f"{'CPU us':>7}{'idle MiB':>9}{'peak MiB':>9}{'bound MiB':>10}  {'verdict':<8}{'state MiB':>10}"
-        f"{java_head}"
+        f"{'CPU us':>7}{'broker':>7}{'idle MiB':>9}{'peak MiB':>9}{'bound MiB':>10}  {'verdict':<8}"
+        f"{'state MiB':>10}{java_head}"
     )
     java_best = max((cell.java_per_s for cell in cells), default=0.0)
     all_met = True
@@ -437,7 +460,7 @@ def print_table(cells: list[Cell], baselines: dict[int, int], limits: Limits) ->
         print(
             f"{cell.partitions:>10}{cell.keys:>12,}{cell.records:>12,}{cell.records_per_s:>11,.0f}"
             f"{cell.records_per_s / best if best else 0:>8.2f}  {'met' if fast else 'NOT met':<8}"
-            f"{cell.cpu_us:>7.2f}{baseline / MIB:>9.0f}{cell.peak / MIB:>9.0f}"
+            f"{cell.cpu_us:>7.2f}{cell.broker_cpu_us:>7.2f}{baseline / MIB:>9.0f}{cell.peak / MIB:>9.0f}"
             f"{limits.bound(baseline) / MIB:>10.0f}  "
             f"{'met' if bounded else 'NOT met':<8}{cell.disk / MIB:>10.0f}{java}"
         )
@@ -488,7 +511,8 @@ def main() -> int:
     )  # fmt: skip
     cells = [Cell(p, k, max(args.records, k)) for k in args.keys for p in args.partitions]
     java_classpath = None if args.no_java else kafka_streams_peer.prepare(SCALING_PEER)
-    with bench_broker(args.bootstrap) as (bootstrap, _broker):
+    with bench_broker(args.bootstrap) as (bootstrap, broker):
+        broker_pid = broker.pid if broker is not None else None
         admin = AdminClient({"bootstrap.servers": bootstrap})
         baselines: dict[int, int] = {}
         for partitions in args.partitions:
@@ -505,7 +529,7 @@ def main() -> int:
                     f"(load {load:.1f})",
                     flush=True,
                 )
-                run_cell(bootstrap, admin, cell, limits, java_classpath)
+                run_cell(bootstrap, admin, cell, limits, java_classpath, broker_pid)
         del admin  # its connections go before the broker does
     met = print_table(cells, baselines, limits)
     return 0 if met else 1

@@ -61,11 +61,15 @@ def test_a_cell_whose_java_failed_shows_n_a_and_stays_out_of_javas_spread(
 def test_each_cells_cpu_per_record_sits_on_its_row(capsys: pytest.CaptureFixture[str]) -> None:
     hot, cold = cell(1_000, 600_000, 137), cell(1_000_000, 110_000, 176)
     hot.cpu_us, cold.cpu_us = 1.77, 9.42
+    hot.broker_cpu_us, cold.broker_cpu_us = 0.61, 3.08
     print_table([hot, cold], {4: 73 * MIB}, LIMITS)
     rows = capsys.readouterr().out.splitlines()
     header = next(row for row in rows if row.lstrip().startswith("partitions"))
-    assert "CPU us" in header
+    assert "CPU us" in header and "broker" in header
     hot_row = next(row for row in rows if row.split()[1:2] == ["1,000"])
     cold_row = next(row for row in rows if row.split()[1:2] == ["1,000,000"])
     assert "1.77" in hot_row.split() and "9.42" not in hot_row.split()
     assert "9.42" in cold_row.split() and "1.77" not in cold_row.split()
+    hot_cells, cold_cells = hot_row.split(), cold_row.split()  # the broker's CPU right after the app's
+    assert hot_cells[hot_cells.index("1.77") + 1] == "0.61"
+    assert cold_cells[cold_cells.index("9.42") + 1] == "3.08"
