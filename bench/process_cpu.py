@@ -71,6 +71,29 @@ def cpu_seconds_of(pid: int) -> float | None:
     return None if stat is None else _cpu_seconds(stat)
 
 
+def thread_cpu(pid: int) -> dict[int, tuple[str, float]]:
+    """CPU seconds so far of each live thread of `pid`: thread id -> (its name, seconds)."""
+    found: dict[int, tuple[str, float]] = {}
+    for entry in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            text = (entry / "stat").read_text()
+        except OSError:  # it ended between the listing and the read
+            continue
+        name = text[text.index("(") + 1 : text.rindex(")")]
+        found[int(entry.name)] = (name, _cpu_seconds(text[text.rindex(")") + 2 :].split()))
+    return found
+
+
+def thread_kind(name: str) -> str:
+    """What a thread of a kappaflow process is, from the name its library gave it (Python's threads keep
+    the process's name)."""
+    if name.startswith("rdk:"):
+        return "librdkafka"
+    if name.startswith("rocksdb"):
+        return "RocksDB"
+    return "Python"
+
+
 def snapshot(root: int | None = None) -> dict[tuple[str, str], float]:
     """CPU seconds so far per (role, thread) over `root` (this process) and its descendants.
 

@@ -58,6 +58,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -200,20 +201,42 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
             broker = spec["broker_pid"]
             cpu_at_first: list[tuple[float, float | None]] = []
 
+            threads_at_first: list[dict[int, tuple[str, float]]] = []
+
             def started() -> None:
                 at_broker = process_cpu.cpu_seconds_of(broker) if broker else None
+                threads_at_first.append(process_cpu.thread_cpu(os.getpid()))
                 cpu_at_first.append((own_cpu(), at_broker))
 
             elapsed = wait_processed(app, 2 * spec["records"], timeout_s=3600.0, on_first=started)
+            threads_now = process_cpu.thread_cpu(os.getpid())
             own_first, broker_first = cpu_at_first[0]
             result["records_per_s"] = spec["records"] / elapsed
-            result["cpu_us_per_record"] = (own_cpu() - own_first) * 1e6 / spec["records"]
+            own_s = own_cpu() - own_first
+            result["cpu_us_per_record"] = own_s * 1e6 / spec["records"]
+            spent = cpu_by_thread(threads_at_first[0], threads_now, own_s)
+            result["threads_us_per_record"] = {kind: s * 1e6 / spec["records"] for kind, s in spent.items()}
             broker_now = process_cpu.cpu_seconds_of(broker) if broker else None
             if broker_first is not None and broker_now is not None:
                 result["broker_cpu_us_per_record"] = (broker_now - broker_first) * 1e6 / spec["records"]
     finally:
         app.close(60)
     return result
+
+
+def cpu_by_thread(
+    before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]], total_s: float
+) -> dict[str, float]:
+    """CPU seconds between two `process_cpu.thread_cpu` readings of this process by kind of thread: the
+    stream thread apart from the other Python threads, librdkafka's, RocksDB's background threads, and
+    what threads that ended meanwhile took (the process's total less the live threads')."""
+    stream = {t.native_id for t in threading.enumerate() if t.name.endswith("-StreamThread-1")}
+    spent: dict[str, float] = {}
+    for tid, (name, seconds) in after.items():
+        kind = "stream thread" if tid in stream else process_cpu.thread_kind(name)
+        spent[kind] = spent.get(kind, 0.0) + seconds - before.get(tid, (name, 0.0))[1]
+    spent["ended threads"] = max(0.0, total_s - sum(spent.values()))
+    return spent
 
 
 def own_cpu() -> float:
@@ -391,9 +414,13 @@ def run_cell(
         result = json.loads(output[-1])
         rate, cpu_us = float(result["records_per_s"]), float(result["cpu_us_per_record"])
         broker_us = float(result.get("broker_cpu_us_per_record", 0.0))
+        by_thread = ", ".join(
+            f"{kind} {us:.2f}"
+            for kind, us in sorted(result["threads_us_per_record"].items(), key=lambda i: -i[1])
+        )
         print(
-            f"    kappaflow {rate:,.0f} records/s, {cpu_us:.2f} CPU us/record (broker {broker_us:.2f}), "
-            f"peak RSS {peak / MIB:,.0f} MiB, state {disk / MIB:,.0f} MiB",
+            f"    kappaflow {rate:,.0f} records/s, {cpu_us:.2f} CPU us/record ({by_thread}; "
+            f"broker {broker_us:.2f}), peak RSS {peak / MIB:,.0f} MiB, state {disk / MIB:,.0f} MiB",
             flush=True,
         )
         cell.cpu_us = min(cell.cpu_us, cpu_us) if cell.cpu_us else cpu_us

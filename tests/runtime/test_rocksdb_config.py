@@ -166,3 +166,27 @@ def test_partitioned_store_finds_every_key_across_flushed_files(tmp_path: Path) 
         assert store.get(b"%08d" % 30_001) is None and store.get(b"absent") is None
     finally:
         store.close()
+
+
+def test_many_stores_behind_the_bounded_setter_flush_full_memtables_not_one_per_write(tmp_path: Path) -> None:
+    """A written memtable holds its first arena block and its bloom filter however few its entries, and the
+    shared write buffer manager counts both. With RocksDB's default blocks (an eighth of the write buffer,
+    512 KiB here) 64 stores' floors alone filled the 16 MiB budget, so nearly every write flushed the store
+    it went to: 4,894 flushes for 500k new keys, compactions 11 CPU us a record (bench/scaling_cost.py at
+    64 partitions). With 64 KiB blocks the memtables fill before they flush."""
+    setter = BoundedMemoryConfigSetter(32 << 20, 16 << 20)
+    stores = []
+    for index in range(64):
+        options = rocksdict.Options(raw_mode=True)
+        options.create_if_missing(True)
+        setter(f"store-{index}", options, {})
+        stores.append(rocksdict.Rdict(str(tmp_path / str(index)), options))
+    try:
+        for i in range(64_000):  # ~1,000 new keys a store: ~4 MiB of memtables in all
+            key = b"%016x" % ((i * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF)
+            stores[i % 64].put(key, b"\0" * 16)
+    finally:
+        for store in stores:
+            store.close()
+    flushes = sum(log.read_text().count('"event": "flush_started"') for log in tmp_path.glob("*/LOG"))
+    assert flushes <= 64, flushes  # at most a flush a store; the default blocks made thousands

@@ -56,6 +56,15 @@ METADATA_BLOCK_BYTES = 4096  # a partition of an index or filter, as RocksDB's d
 # A memtable's whole-key bloom filter as a share of its write buffer: at this store's ~60-byte entries
 # (key, value and the skiplist's node) about 10 bits a key, as the SST files' filters.
 MEMTABLE_BLOOM_RATIO = 0.02
+# The memtables' allocation unit under the bounded setter (RocksDB's default is an eighth of the write
+# buffer). A memtable takes its first block with its first write and its bloom filter when it is made, and
+# the write buffer manager counts both: when every store's memtable holding that much fills most of the
+# shared write-buffer budget, each write asks for a flush of the store it went to, whatever that store's
+# memtable holds. Counting 1M new keys into 64 stores behind 16 MiB of write buffers, the default 512 KiB
+# blocks did that: 4,894 flushes of a few KiB for 500k keys (8 with 4 stores), RocksDB's compactions
+# 11 CPU us a record through the broker (bench/scaling_cost.py, 64 partitions x 1M keys), 24.8 CPU us a key
+# in all against 7.7 with 64 KiB blocks (bench/rocksdb_new_keys.py's workload, 251 flushes).
+ARENA_BLOCK_BYTES = 64 << 10
 
 
 def bloom_filtered_table() -> rocksdict.BlockBasedOptions:
@@ -118,7 +127,10 @@ class BoundedMemoryConfigSetter:
     Index and filters are partitioned (`partition_index_and_filters`), as Kafka Streams' memory guide
     suggests for a bounded cache; `partitioned_index_filters=False` keeps one index and one filter block
     per SST file (cheaper while every store's state fits in the cache, far dearer once it does not).
-    Memtables filter lookups by whole key (`filter_memtables_by_whole_key`).
+    Memtables filter lookups by whole key (`filter_memtables_by_whole_key`) and grow in 64 KiB blocks
+    (`ARENA_BLOCK_BYTES`). A written store's memtable holds one block and its filter (2% of its write
+    buffer) however few its entries: keep the stores' count times that well under `write_buffer_bytes`
+    (about 100 stores for 16 MiB), or RocksDB flushes a tiny memtable on most writes.
     """
 
     def __init__(
@@ -138,6 +150,7 @@ class BoundedMemoryConfigSetter:
         self.write_buffers = rocksdict.WriteBufferManager.new_write_buffer_manager_with_cache(
             write_buffer_bytes, False, self.cache
         )
+        self._store_write_buffer = max(write_buffer_bytes // 4, 1 << 20)
 
     def __call__(self, store_name: str, options: rocksdict.Options, config: Mapping[str, Any]) -> None:
         table = bloom_filtered_table()
@@ -149,8 +162,9 @@ class BoundedMemoryConfigSetter:
             partition_index_and_filters(table)
         options.set_block_based_table_factory(table)
         options.set_write_buffer_manager(self.write_buffers)
-        options.set_write_buffer_size(max(self.write_buffer_bytes // 4, 1 << 20))
+        options.set_write_buffer_size(self._store_write_buffer)
         options.set_max_write_buffer_number(3)
+        options.set_arena_block_size(ARENA_BLOCK_BYTES)
         filter_memtables_by_whole_key(options)
 
     def usage_bytes(self) -> int:
