@@ -190,3 +190,29 @@ def test_many_stores_behind_the_bounded_setter_flush_full_memtables_not_one_per_
             store.close()
     flushes = sum(log.read_text().count('"event": "flush_started"') for log in tmp_path.glob("*/LOG"))
     assert flushes <= 64, flushes  # at most a flush a store; the default blocks made thousands
+
+
+def test_checkpointed_stores_behind_the_bounded_setter_flush_full_memtables(tmp_path: Path) -> None:
+    """Each store's metadata column family (its checkpointed changelog offset) shares the write buffer
+    manager too. With RocksDB's default options its memtable counted an 8 MiB arena block once a few dozen
+    checkpoints had filled the inline one, and 64 such stores kept the budget overrun: 7,137 flushes by the
+    write buffer manager counting 1M new keys from 64 partitions. Its memtable is now RocksDB's smallest."""
+    context = FakeStoreContext(tmp_path)
+    setter = BoundedMemoryConfigSetter(32 << 20, 16 << 20)
+    context.app_config = StreamsConfig({"application.id": "app", "rocksdb.config.setter": setter})
+    stores = [RocksDBKeyValueBytesStore(f"counts-{index}") for index in range(64)]
+    for store in stores:
+        store.init(context, store)  # type: ignore[arg-type]
+    try:
+        for offset in range(100):  # a checkpoint's offset, as `commit` records it, 100 commits a store
+            for store in stores:
+                store.record_offset(offset)
+        for i in range(64_000):
+            key = b"%016x" % ((i * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF)
+            stores[i % 64].put(key, b"\0" * 16)
+    finally:
+        for store in stores:
+            store.close()
+    logs = [log.read_text() for log in tmp_path.rglob("LOG")]
+    flushes = sum(log.count('"flush_reason": "Write Buffer Manager"') for log in logs)
+    assert flushes <= 64, flushes  # thousands with the metadata memtable's default 8 MiB blocks
