@@ -51,7 +51,8 @@ _TOPIC_ID_KEY = b"changelog.topic.id"
 # in the write buffer manager a bounded setter shares across stores: with RocksDB's defaults (64 MiB
 # buffers, 8 MiB blocks) each store's metadata memtable counted 8 MiB once a few dozen checkpoints had
 # filled its first, inline, block, 64 stores far past a 16 MiB budget, and from then on nearly every write
-# flushed a tiny memtable (7,137 flushes counting 1M new keys from 64 partitions, bench/scaling_cost.py).
+# flushed a tiny memtable (64 stores checkpointed 200 times each, then 300k new keys: 1,036 flushes, 197
+# with this buffer; tests/runtime/test_rocksdb_config.py).
 _META_WRITE_BUFFER_BYTES = 64 << 10
 _pack_timestamp = struct.Struct(">q").pack
 # A restore batch this large skips RocksDB's write-ahead log (see `restore_messages`); smaller ones, a
