@@ -199,22 +199,20 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
             sys.stdin.readline()
         else:
             broker = spec["broker_pid"]
-            cpu_at_first: list[tuple[float, float | None]] = []
-
-            threads_at_first: list[dict[int, tuple[str, float]]] = []
+            # at the first record: this process's CPU, its threads', the broker's
+            at_first: list[tuple[float, dict[int, tuple[str, float]], float | None]] = []
 
             def started() -> None:
                 at_broker = process_cpu.cpu_seconds_of(broker) if broker else None
-                threads_at_first.append(process_cpu.thread_cpu(os.getpid()))
-                cpu_at_first.append((own_cpu(), at_broker))
+                at_first.append((own_cpu(), process_cpu.thread_cpu(os.getpid()), at_broker))
 
             elapsed = wait_processed(app, 2 * spec["records"], timeout_s=3600.0, on_first=started)
             threads_now = process_cpu.thread_cpu(os.getpid())
-            own_first, broker_first = cpu_at_first[0]
+            own_first, threads_first, broker_first = at_first[0]
             result["records_per_s"] = spec["records"] / elapsed
             own_s = own_cpu() - own_first
             result["cpu_us_per_record"] = own_s * 1e6 / spec["records"]
-            spent = cpu_by_thread(threads_at_first[0], threads_now, own_s)
+            spent = cpu_by_thread(threads_first, threads_now, own_s)
             result["threads_us_per_record"] = {kind: s * 1e6 / spec["records"] for kind, s in spent.items()}
             broker_now = process_cpu.cpu_seconds_of(broker) if broker else None
             if broker_first is not None and broker_now is not None:

@@ -60,10 +60,10 @@ MEMTABLE_BLOOM_RATIO = 0.02
 # buffer). A memtable takes its first block with its first write and its bloom filter when it is made, and
 # the write buffer manager counts both: when every store's memtable holding that much fills most of the
 # shared write-buffer budget, each write asks for a flush of the store it went to, whatever that store's
-# memtable holds. Counting 1M new keys into 64 stores behind 16 MiB of write buffers, the default 512 KiB
-# blocks did that: 4,894 flushes of a few KiB for 500k keys (8 with 4 stores), RocksDB's compactions
-# 11 CPU us a record through the broker (bench/scaling_cost.py, 64 partitions x 1M keys), 24.8 CPU us a key
-# in all against 7.7 with 64 KiB blocks (bench/rocksdb_new_keys.py's workload, 251 flushes).
+# memtable holds. Writing 500k new keys straight into 64 stores behind 16 MiB of write buffers, the default
+# 512 KiB blocks did that: 4,894 flushes (8 with 4 stores) and 24.8 CPU us a key, against 251 flushes and
+# 7.7 us with 64 KiB blocks; through the broker (bench/scaling_cost.py, 64 partitions x 1M keys) RocksDB's
+# threads took 9.5-9.9 CPU us a record against 12.0-12.1.
 ARENA_BLOCK_BYTES = 64 << 10
 
 
@@ -150,7 +150,6 @@ class BoundedMemoryConfigSetter:
         self.write_buffers = rocksdict.WriteBufferManager.new_write_buffer_manager_with_cache(
             write_buffer_bytes, False, self.cache
         )
-        self._store_write_buffer = max(write_buffer_bytes // 4, 1 << 20)
 
     def __call__(self, store_name: str, options: rocksdict.Options, config: Mapping[str, Any]) -> None:
         table = bloom_filtered_table()
@@ -162,7 +161,7 @@ class BoundedMemoryConfigSetter:
             partition_index_and_filters(table)
         options.set_block_based_table_factory(table)
         options.set_write_buffer_manager(self.write_buffers)
-        options.set_write_buffer_size(self._store_write_buffer)
+        options.set_write_buffer_size(max(self.write_buffer_bytes // 4, 1 << 20))
         options.set_max_write_buffer_number(3)
         options.set_arena_block_size(ARENA_BLOCK_BYTES)
         filter_memtables_by_whole_key(options)
