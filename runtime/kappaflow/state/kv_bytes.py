@@ -38,8 +38,10 @@ from kappaflow.state.rocksdb_config import (
     RocksDBConfigSetter,
     bloom_filtered_table,
     resolve_config_setter,
+    write_buffer_group_of,
 )
 from kappaflow.state.uncommitted import Entry, UncommittedWrites, overlay
+from kappaflow.state.write_buffer_group import WriteBufferGroup
 
 _META_CF = "kappaflow_meta"
 _OFFSET_KEY = b"changelog.offset"
@@ -193,6 +195,7 @@ class RocksDBKeyValueBytesStore:
         # A property at run time; rocksdict's type stub declares it as a method.
         self._unlogged.disable_wal = True  # type: ignore[method-assign, assignment]
         self._config_setter: RocksDBConfigSetter | None = None
+        self._write_buffers: WriteBufferGroup | None = None  # the stores sharing this one's memtable budget
         self._app_config: Mapping[str, Any] = {}
 
     @property
@@ -215,6 +218,7 @@ class RocksDBKeyValueBytesStore:
     def init(self, context: StoreContext, root: StateStore) -> None:
         config = context.app_config
         self._config_setter = resolve_config_setter(config.get(CONFIG_KEY))
+        self._write_buffers = write_buffer_group_of(self._config_setter)
         self._app_config = config.as_dict()
         self._path = path = context.state_dir() / "rocksdb" / self._name
         opens = current_opens()
@@ -248,6 +252,8 @@ class RocksDBKeyValueBytesStore:
         self._db = db
         self._meta = db.get_column_family(_META_CF)
         self._meta_handle = db.get_column_family_handle(_META_CF)
+        if self._write_buffers is not None:
+            self._write_buffers.join(db)
 
     @property
     def path(self) -> Path | None:
@@ -324,6 +330,8 @@ class RocksDBKeyValueBytesStore:
         self._flushing = False  # closing waits for RocksDB's background flushes
         self._meta = None
         self._meta_handle = None
+        if self._write_buffers is not None:
+            self._write_buffers.leave(self._db)
         self._db.close()
         self._db = None
 
@@ -386,6 +394,8 @@ class RocksDBKeyValueBytesStore:
             batch.put(_OFFSET_KEY, str(changelog_offset).encode(), self._meta_handle)
         if batch.len():
             db.write(batch)
+            if self._write_buffers is not None:
+                self._write_buffers.after_write()
 
     def uncommitted_count(self) -> int:
         return 0 if self._uncommitted is None else len(self._uncommitted)
@@ -415,6 +425,8 @@ class RocksDBKeyValueBytesStore:
         else:
             db.put(key, value, self._unlogged)
         self._unflushed = True
+        if self._write_buffers is not None:
+            self._write_buffers.after_write()
 
     def put_if_absent(self, key: bytes, value: bytes | None) -> bytes | None:
         existing = self.get(key)
@@ -434,6 +446,8 @@ class RocksDBKeyValueBytesStore:
         _add_to_batch(batch, entries)
         self._require().write(batch, self._unlogged)  # see put
         self._unflushed = True
+        if self._write_buffers is not None:
+            self._write_buffers.after_write()
 
     def delete(self, key: bytes) -> bytes | None:
         old = self.get(key)
@@ -522,6 +536,8 @@ class RocksDBKeyValueBytesStore:
             self._unflushed = True
         else:
             self._require().write(batch)
+        if self._write_buffers is not None:
+            self._write_buffers.after_write()
 
     def committed_changelog_offset(self) -> int | None:
         raw = self._meta.get(_OFFSET_KEY) if self._meta is not None else None

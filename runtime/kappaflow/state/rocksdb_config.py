@@ -23,6 +23,7 @@ import rocksdict
 
 from kappaflow.api.errors import ConfigError
 from kappaflow.api.imports import import_object
+from kappaflow.state.write_buffer_group import WriteBufferGroup
 
 CONFIG_KEY = "rocksdb.config.setter"
 
@@ -49,6 +50,13 @@ def resolve_config_setter(value: object) -> RocksDBConfigSetter | None:
         )
     setter: RocksDBConfigSetter = value
     return setter
+
+
+def write_buffer_group_of(setter: RocksDBConfigSetter | None) -> WriteBufferGroup | None:
+    """The group of stores a setter's shared write buffer manager counts (its `write_buffer_group`
+    attribute, as `BoundedMemoryConfigSetter` has), or None: each store's memtables are its own."""
+    group = getattr(setter, "write_buffer_group", None)
+    return group if isinstance(group, WriteBufferGroup) else None
 
 
 BLOOM_BITS_PER_KEY = 10
@@ -130,7 +138,9 @@ class BoundedMemoryConfigSetter:
     Memtables filter lookups by whole key (`filter_memtables_by_whole_key`) and grow in 64 KiB blocks
     (`ARENA_BLOCK_BYTES`). A written store's memtable holds one block and its filter (2% of its write
     buffer) however few its entries: keep the stores' count times that well under `write_buffer_bytes`
-    (about 100 stores for 16 MiB), or RocksDB flushes a tiny memtable on most writes.
+    (about 100 stores for 16 MiB), or RocksDB flushes a tiny memtable on most writes. The stores opened
+    with the setter form its `write_buffer_group`, which flushes the memtables of stores that went quiet
+    holding much of the budget (RocksDB flushes only the store being written).
     """
 
     def __init__(
@@ -150,6 +160,7 @@ class BoundedMemoryConfigSetter:
         self.write_buffers = rocksdict.WriteBufferManager.new_write_buffer_manager_with_cache(
             write_buffer_bytes, False, self.cache
         )
+        self.write_buffer_group = WriteBufferGroup(self.write_buffers, write_buffer_bytes)
 
     def __call__(self, store_name: str, options: rocksdict.Options, config: Mapping[str, Any]) -> None:
         table = bloom_filtered_table()

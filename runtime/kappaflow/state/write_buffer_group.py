@@ -1,0 +1,84 @@
+"""The RocksDB stores that share one write buffer manager, and the flushes RocksDB leaves undone for them.
+
+A write buffer manager (the bounded setter's, `rocksdb_config.BoundedMemoryConfigSetter`) counts the
+memtables of every database that shares it. Once that count passes its flush trigger, RocksDB flushes a
+memtable of the database being written, whatever its size, and never one of the others. A store that took
+a burst of writes and then went quiet keeps its large memtable (no write of its own flushes it), and from
+then on every write to another store flushes that store's memtable, however few entries it holds.
+
+That is what the scaling table's 64-partition cells did (bench/scaling_cost.py, 1M new keys): the stream
+thread drained the first nine partitions' records before the others', their stores kept ~1.1 MiB
+memtables for the rest of the run, ~10 of the 16 MiB budget, and the other 55 stores flushed ~7,400
+memtables of a few hundred entries each, about one flush per 140 records.
+
+The group knows every open store sharing the manager. After a write, once the manager's count is past the
+trigger, it flushes (without waiting) the memtables that hold far more than the group's mean: the ones
+RocksDB would not flush. It looks at most once per `SCAN_INTERVAL_S`, so a write pays a clock read
+(and, past the trigger, a read of the manager's count) and no more.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+# RocksDB's write buffer manager asks for flushes once its memtables pass 7/8 of its budget.
+TRIGGER_NUMERATOR, TRIGGER_DENOMINATOR = 7, 8
+# A memtable holding this many times the group's mean is one RocksDB's own flushes are not reaching:
+# memtables that writes keep flushing are spread from near empty to the largest, about twice the mean.
+OUTSIZED_FACTOR = 2
+# How often, at most, the group reads its memtables' sizes (a property read each, under RocksDB's
+# mutex): past the trigger RocksDB flushes a memtable every few ms, so a few scans clear a burst's
+# leftovers before many small flushes happen.
+SCAN_INTERVAL_S = 0.01
+ACTIVE_MEMTABLE_BYTES = "rocksdb.cur-size-active-mem-table"
+
+
+def outsized_memtables(sizes: Sequence[int]) -> list[int]:
+    """Indexes of the memtables holding at least `OUTSIZED_FACTOR` times the mean of `sizes` (none of an
+    empty group or of a single store, whose own writes flush it)."""
+    if len(sizes) < 2:
+        return []
+    floor = OUTSIZED_FACTOR * sum(sizes) / len(sizes)
+    return [index for index, size in enumerate(sizes) if size > 0 and size >= floor]
+
+
+class WriteBufferGroup:
+    """The open databases sharing `manager` (a `rocksdict.WriteBufferManager` of `budget_bytes`).
+
+    Stores of several stream threads may share one group: joining, leaving and flushing hold one lock, so
+    a database is never flushed here while its store closes it."""
+
+    def __init__(self, manager: Any, budget_bytes: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self._manager = manager
+        self._clock = clock
+        self._trigger = budget_bytes * TRIGGER_NUMERATOR // TRIGGER_DENOMINATOR
+        self._lock = threading.Lock()
+        self._dbs: list[Any] = []
+        self._next_scan = 0.0
+        self.flushes = 0  # started by the group: what tests and benchmarks read
+
+    def join(self, db: Any) -> None:
+        """`db` (a `rocksdict.Rdict` opened with the shared manager) is open."""
+        with self._lock:
+            self._dbs.append(db)
+
+    def leave(self, db: Any) -> None:
+        """`db` is about to close: the group no longer touches it once this returns."""
+        with self._lock:
+            self._dbs = [other for other in self._dbs if other is not db]
+
+    def after_write(self) -> None:
+        """A store of the group wrote: past the trigger, flush the memtables RocksDB's flushes miss."""
+        now = self._clock()
+        if now < self._next_scan or self._manager.get_usage() < self._trigger:
+            return
+        self._next_scan = now + SCAN_INTERVAL_S
+        with self._lock:
+            dbs = self._dbs
+            sizes = [int(db.property_int_value(ACTIVE_MEMTABLE_BYTES) or 0) for db in dbs]
+            for index in outsized_memtables(sizes):
+                dbs[index].flush(wait=False)
+                self.flushes += 1
