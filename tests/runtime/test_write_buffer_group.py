@@ -4,6 +4,7 @@ being written, so without the group every other store flushes tiny memtables ins
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 import pytest
@@ -11,12 +12,7 @@ import pytest
 from kappaflow.api.config import StreamsConfig
 from kappaflow.state.kv_bytes import RocksDBKeyValueBytesStore
 from kappaflow.state.rocksdb_config import BoundedMemoryConfigSetter
-from kappaflow.state.write_buffer_group import (
-    ACTIVE_MEMTABLE_BYTES,
-    SCAN_INTERVAL_S,
-    WriteBufferGroup,
-    outsized_memtables,
-)
+from kappaflow.state.write_buffer_group import SCAN_INTERVAL_S, WriteBufferGroup, outsized_memtables
 from tests.runtime.test_stores import FakeStoreContext
 
 
@@ -40,17 +36,15 @@ class FakeManager:
         return self.usage
 
 
-class FakeDb:
+class FakeStore:
     def __init__(self, active_bytes: int) -> None:
         self.active_bytes = active_bytes
         self.flushed = 0
 
-    def property_int_value(self, name: str) -> int:
-        assert name == ACTIVE_MEMTABLE_BYTES
+    def active_memtable_bytes(self) -> int:
         return self.active_bytes
 
-    def flush(self, wait: bool = True) -> None:
-        assert not wait  # never holds the writing thread
+    def start_memtable_flush(self) -> None:
         self.flushed += 1
         self.active_bytes = 0
 
@@ -59,7 +53,7 @@ def test_the_group_scans_only_past_the_trigger_and_at_most_once_an_interval() ->
     now = [100.0]
     manager = FakeManager(usage=13 << 20)  # under 7/8 of 16 MiB
     group = WriteBufferGroup(manager, 16 << 20, clock=lambda: now[0])
-    quiet, busy = FakeDb(4 << 20), [FakeDb(100 << 10) for _ in range(7)]
+    quiet, busy = FakeStore(4 << 20), [FakeStore(100 << 10) for _ in range(7)]
     for db in [quiet, *busy]:
         group.join(db)
     group.after_write()
@@ -78,12 +72,29 @@ def test_the_group_scans_only_past_the_trigger_and_at_most_once_an_interval() ->
 
 def test_a_database_that_left_the_group_is_never_flushed_by_it() -> None:
     group = WriteBufferGroup(FakeManager(usage=16 << 20), 16 << 20, clock=lambda: 0.0)
-    leaving, others = FakeDb(4 << 20), [FakeDb(100 << 10) for _ in range(3)]
+    leaving, others = FakeStore(4 << 20), [FakeStore(100 << 10) for _ in range(3)]
     for db in [leaving, *others]:
         group.join(db)
     group.leave(leaving)
     group.after_write()
     assert leaving.flushed == 0
+
+
+def test_a_store_dropped_without_closing_is_not_kept_alive_by_the_group(tmp_path: Path) -> None:
+    """The group holds its stores weakly: a dropped store's database closes and frees its directory's
+    lock, so the same directory opens again in this process."""
+    context = FakeStoreContext(tmp_path)
+    setter = BoundedMemoryConfigSetter(32 << 20, 16 << 20)
+    context.app_config = StreamsConfig({"application.id": "app", "rocksdb.config.setter": setter})
+    dropped = RocksDBKeyValueBytesStore("counts")
+    dropped.init(context, dropped)  # type: ignore[arg-type]
+    dropped.put(b"k", b"v")
+    context.registered.clear()  # the fake context's restore callbacks hold the store too
+    del dropped
+    gc.collect()
+    again = RocksDBKeyValueBytesStore("counts")
+    again.init(context, again)  # type: ignore[arg-type]
+    again.close()
 
 
 def key(i: int) -> bytes:
@@ -115,7 +126,7 @@ def test_stores_that_went_quiet_are_flushed_once_the_shared_budget_fills(
             for store in stores[8:]:
                 store.put_all([(key(written + i), b"\0" * 16) for i in range(3)])
                 written += 3
-        quiet = [store._db.property_int_value(ACTIVE_MEMTABLE_BYTES) for store in stores[:8]]
+        quiet = [store.active_memtable_bytes() for store in stores[:8]]
         assert all(store.get(key(0)) == b"\0" * 16 for store in stores[:1])  # flushed, not lost
     finally:
         for store in stores:

@@ -56,6 +56,7 @@ _TOPIC_ID_KEY = b"changelog.topic.id"
 # flushed a tiny memtable (64 stores checkpointed 200 times each, then 300k new keys: 1,036 flushes, 197
 # with this buffer; tests/runtime/test_rocksdb_config.py).
 _META_WRITE_BUFFER_BYTES = 64 << 10
+_ACTIVE_MEMTABLE_BYTES = "rocksdb.cur-size-active-mem-table"
 _pack_timestamp = struct.Struct(">q").pack
 # A restore batch this large skips RocksDB's write-ahead log (see `restore_messages`); smaller ones, a
 # standby's tail, keep it, so a standby applying a trickle does not flush a memtable at every commit.
@@ -253,7 +254,7 @@ class RocksDBKeyValueBytesStore:
         self._meta = db.get_column_family(_META_CF)
         self._meta_handle = db.get_column_family_handle(_META_CF)
         if self._write_buffers is not None:
-            self._write_buffers.join(db)
+            self._write_buffers.join(self)
 
     @property
     def path(self) -> Path | None:
@@ -282,6 +283,18 @@ class RocksDBKeyValueBytesStore:
         if self._db is not None and self._uncommitted is None and not self._flush_at_checkpoint:
             self._db.flush()
             self._unflushed = self._flushing = False
+
+    def active_memtable_bytes(self) -> int:
+        """The memory of the active memtable (0 once closed): what its write buffer group compares."""
+        db = self._db
+        return 0 if db is None else int(db.property_int_value(_ACTIVE_MEMTABLE_BYTES) or 0)
+
+    def start_memtable_flush(self) -> None:
+        """Flush the active memtable without waiting: the write buffer group's, for a store that went
+        quiet holding much of the shared budget. The offset bookkeeping is unchanged: writes stay
+        `_unflushed` until a waiting flush (a checkpoint's) has seen them in SST files."""
+        if self._db is not None:
+            self._db.flush(wait=False)
 
     def flush_in_background(self) -> None:
         """Start flushing the memtables to SST files without waiting: at the end of a restoration, so that
@@ -331,7 +344,7 @@ class RocksDBKeyValueBytesStore:
         self._meta = None
         self._meta_handle = None
         if self._write_buffers is not None:
-            self._write_buffers.leave(self._db)
+            self._write_buffers.leave(self)
         self._db.close()
         self._db = None
 

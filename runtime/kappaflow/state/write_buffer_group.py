@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 # RocksDB's write buffer manager asks for flushes once its memtables pass 7/8 of its budget.
 TRIGGER_NUMERATOR, TRIGGER_DENOMINATOR = 7, 8
@@ -33,7 +34,6 @@ OUTSIZED_FACTOR = 2
 # mutex): past the trigger RocksDB flushes a memtable every few ms, so a few scans clear a burst's
 # leftovers before many small flushes happen.
 SCAN_INTERVAL_S = 0.01
-ACTIVE_MEMTABLE_BYTES = "rocksdb.cur-size-active-mem-table"
 
 
 def outsized_memtables(sizes: Sequence[int]) -> list[int]:
@@ -45,30 +45,44 @@ def outsized_memtables(sizes: Sequence[int]) -> list[int]:
     return [index for index, size in enumerate(sizes) if size > 0 and size >= floor]
 
 
+class MemtableOwner(Protocol):
+    """A store of the group: one RocksDB database written by its own thread."""
+
+    def active_memtable_bytes(self) -> int:
+        """The memory of its default column family's active memtable (0 once closed)."""
+        ...
+
+    def start_memtable_flush(self) -> None:
+        """Ask RocksDB to flush that memtable, without waiting (nothing once closed)."""
+        ...
+
+
 class WriteBufferGroup:
-    """The open databases sharing `manager` (a `rocksdict.WriteBufferManager` of `budget_bytes`).
+    """The open stores whose databases share `manager` (a `rocksdict.WriteBufferManager` of
+    `budget_bytes`).
 
     Stores of several stream threads may share one group: joining, leaving and flushing hold one lock, so
-    a database is never flushed here while its store closes it."""
+    a store is never flushed here while it closes. The group holds its stores weakly: a store dropped
+    without closing still frees its database (and its directory's lock)."""
 
     def __init__(self, manager: Any, budget_bytes: int, clock: Callable[[], float] = time.monotonic) -> None:
         self._manager = manager
         self._clock = clock
         self._trigger = budget_bytes * TRIGGER_NUMERATOR // TRIGGER_DENOMINATOR
         self._lock = threading.Lock()
-        self._dbs: list[Any] = []
+        self._stores: weakref.WeakSet[MemtableOwner] = weakref.WeakSet()
         self._next_scan = 0.0
         self.flushes = 0  # started by the group: what tests and benchmarks read
 
-    def join(self, db: Any) -> None:
-        """`db` (a `rocksdict.Rdict` opened with the shared manager) is open."""
+    def join(self, store: MemtableOwner) -> None:
+        """`store` opened its database with the shared manager."""
         with self._lock:
-            self._dbs.append(db)
+            self._stores.add(store)
 
-    def leave(self, db: Any) -> None:
-        """`db` is about to close: the group no longer touches it once this returns."""
+    def leave(self, store: MemtableOwner) -> None:
+        """`store` is about to close its database: the group no longer touches it once this returns."""
         with self._lock:
-            self._dbs = [other for other in self._dbs if other is not db]
+            self._stores.discard(store)
 
     def after_write(self) -> None:
         """A store of the group wrote: past the trigger, flush the memtables RocksDB's flushes miss."""
@@ -77,8 +91,8 @@ class WriteBufferGroup:
             return
         self._next_scan = now + SCAN_INTERVAL_S
         with self._lock:
-            dbs = self._dbs
-            sizes = [int(db.property_int_value(ACTIVE_MEMTABLE_BYTES) or 0) for db in dbs]
+            stores = list(self._stores)
+            sizes = [store.active_memtable_bytes() for store in stores]
             for index in outsized_memtables(sizes):
-                dbs[index].flush(wait=False)
+                stores[index].start_memtable_flush()
                 self.flushes += 1
