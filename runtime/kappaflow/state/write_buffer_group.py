@@ -6,10 +6,11 @@ memtable of the database being written, whatever its size, and never one of the 
 a burst of writes and then went quiet keeps its large memtable (no write of its own flushes it), and from
 then on every write to another store flushes that store's memtable, however few entries it holds.
 
-That is what the scaling table's 64-partition cells did (bench/scaling_cost.py, 1M new keys): the stream
-thread drained the first nine partitions' records before the others', their stores kept ~1.1 MiB
-memtables for the rest of the run, ~10 of the 16 MiB budget, and the other 55 stores flushed ~7,400
-memtables of a few hundred entries each, about one flush per 140 records.
+That is what the scaling table's 64-partition cells did (bench/scaling_cost.py, 1M new keys): nine stores
+took their partitions' records before the budget filled and were not written again, keeping ~1.1 MiB
+memtables to the end (~10 of the 16 MiB budget), and the other 55 stores flushed ~7,400 memtables of a
+few hundred entries each, about one flush per 140 records. Kafka Streams' bounded-memory recipe does the
+same (README, "Cost as partitions and keys grow").
 
 The group knows every open store sharing the manager. After a write, once the manager's count is past the
 trigger, it flushes (without waiting) the memtables that hold far more than the group's mean: the ones
@@ -72,7 +73,7 @@ class WriteBufferGroup:
         self._lock = threading.Lock()
         self._stores: weakref.WeakSet[MemtableOwner] = weakref.WeakSet()
         self._next_scan = 0.0
-        self.flushes = 0  # started by the group: what tests and benchmarks read
+        self.flushes = 0  # flushes the group started (a count for tests and debugging)
 
     def join(self, store: MemtableOwner) -> None:
         """`store` opened its database with the shared manager."""
