@@ -19,7 +19,7 @@ PYTEST_ARGS ?=
 # comparisons need the core this tier turns off)
 PYTHON_DRAIN_TESTS ?= tests/runtime --ignore=tests/runtime/test_native_core.py \
 	--ignore=tests/runtime/test_native_produce.py --ignore=tests/runtime/test_native_restore.py \
-	--ignore=tests/runtime/test_native_shuffle.py \
+	--ignore=tests/runtime/test_native_shuffle.py --ignore=tests/runtime/test_native_table_flush.py \
 	--deselect tests/runtime/test_fusion.py::test_wordcount_is_identical_fused_and_not \
 	--deselect tests/runtime/test_fusion.py::test_every_fused_processor_is_identical_with_generic_nodes_between \
 	tests/kafka/test_dead_letter.py tests/kafka/test_runner_recovery.py tests/kafka/test_task_idling.py \

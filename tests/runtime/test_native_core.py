@@ -627,20 +627,28 @@ def test_a_flushed_table_reaches_its_fused_child_as_through_forward(
     count) ends the run with the same error as the generic path's `forward()`, naming the sink (the commit
     that flushed the cache fails). A handler that may CONTINUE keeps `forward()` (it runs around each
     child) and skips the same records, naming the sink."""
-    from kappaflow.dsl.table_processors import TupleForwarder
+    from kappaflow.dsl import table_processors
 
-    direct = []
-    to_stage = TupleForwarder._flush_batch_to_stage
+    direct = []  # the child each batched flush went to without `forward()`: natively, or in Python
+    plan = table_processors.TableFlushPlan
+    to_stage = table_processors.TupleForwarder._flush_batch_to_stage
 
-    def counted(self: TupleForwarder, entries: Any, child: Any) -> None:
-        direct.append(child.name)
+    def native_plan(*fields: Any) -> Any:
+        direct.append(("native", fields[3]))
+        return plan(*fields)
+
+    def python_loop(self: Any, entries: Any, child: Any) -> None:
+        direct.append(("python", child.name))
         to_stage(self, entries, child)
 
-    monkeypatch.setattr(TupleForwarder, "_flush_batch_to_stage", counted)
+    monkeypatch.setattr(table_processors, "TableFlushPlan", native_plan)
+    monkeypatch.setattr(table_processors.TupleForwarder, "_flush_batch_to_stage", python_loop)
     native = run_flushed_counts(True, limit, handler)
     native_logged = [record.getMessage() for record in caplog.records if "in node" in record.getMessage()]
     caplog.clear()
-    assert bool(direct) == (handler == "log_and_fail")
+    # the fused child is the native to_stream stage, which takes the whole batch
+    assert set(direct) == ({("native", "KTABLE-TOSTREAM-0000000002")} if handler == "log_and_fail" else set())
+    direct.clear()
     assert native == run_flushed_counts(False, limit, handler)
     assert native_logged == [
         record.getMessage() for record in caplog.records if "in node" in record.getMessage()

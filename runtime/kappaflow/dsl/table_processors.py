@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,7 @@ from kappaflow.api.record import Record
 from kappaflow.dsl.change import Change
 from kappaflow.dsl.stream_processors import drop_record, native_stage
 from kappaflow.state.api import RecordContext
+from kappaflow.state.flushed_batch import FlushedBatch
 from kappaflow.state.kv_layers import MeteredKeyValueStore
 from kappaflow.state.timestamped import ValueAndTimestamp
 from kappaflow.state.versioned import (
@@ -35,6 +37,21 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 _NEW_VALUE = attrgetter("new_value")  # KTableToStreamProcessor's stage: a Change to its new value
 AnyRecord = Record[Any, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class TableFlushPlan:
+    """What a native stage takes a table's batched flush with (`take_flush`, runtime/native/src/
+    table_flush.rs): what `TupleForwarder._flush_batch_to_stage` does per entry, done for the whole batch
+    without a Python frame per entry. Built per flush, as the child is looked up per flush."""
+
+    context: ProcessorContext  # the task's: its current node is set as `forward()` sets it
+    node: ProcessorNode  # the table's node, current while an entry is typed
+    child: ProcessorNode  # current while its stage runs
+    child_name: str  # named as the failed node when its stage raises, unless a deeper node was
+    stamp: Callable[[Any], int] | None  # session windows: the timestamp from the key
+    send_old: bool
+    change: type[Change[Any]] = Change
 
 
 class TupleForwarder:
@@ -87,20 +104,26 @@ class TupleForwarder:
         finally:
             context.current_node = previous
 
-    def _on_flush_batch(self, entries: Iterator[tuple[Any, Any, Any, RecordContext]]) -> None:
+    def _on_flush_batch(self, entries: FlushedBatch) -> None:
         """`_on_flush` for each entry of a batched flush (the store makes each entry's record context
         current as it yields it), the node made current once: the same records forwarded in the same
-        order, one frame per flush instead of one per entry."""
+        order, one frame per flush instead of one per entry; none per entry when the one child is a
+        native stage (`TableFlushPlan`)."""
         context: Any = self.context
         child = _sole_fused_child(self.node, context)
         if child is not None:
-            self._flush_batch_to_stage(entries, child)
+            take_flush = getattr(child.fused, "take_flush", None)  # a native stage's
+            if take_flush is not None and self.node is not None:
+                plan = TableFlushPlan(context, self.node, child, child.name, self.stamp, self.send_old_values)
+                take_flush(entries, plan)
+                return
+            self._flush_batch_to_stage(iter(entries), child)
             return
         forward = context.forward
         previous = context.current_node
         context.current_node = self.node
         try:
-            for key, change, timestamp, headers in self._changes(entries):
+            for key, change, timestamp, headers in self._changes(iter(entries)):
                 forward(Record(key, change, timestamp, headers))
         finally:
             context.current_node = previous

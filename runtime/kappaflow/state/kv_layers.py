@@ -22,6 +22,7 @@ from kappaflow.state.api import (
     prefix_upper_bound,
 )
 from kappaflow.state.cache import NOT_DECODED, DirtyEntries, RecordCache, ThreadCache
+from kappaflow.state.flushed_batch import FlushedBatch
 from kappaflow.state.kv_wrapped import (  # re-exported: the stores import them from here
     ChangeLoggingKeyValueBytesStore as ChangeLoggingKeyValueBytesStore,
 )
@@ -62,9 +63,9 @@ BytesFlushListener = Callable[[bytes, bytes | None, bytes | None, RecordContext]
 BytesFlushBatchListener = Callable[
     [list[tuple[bytes, bytes | None, RecordContext]], list[bytes | None], list[object]], None
 ]
-# What the typed store hands a batch listener: (key, new value, old value, record context) per entry,
-# each entry's record context made current as it is produced.
-FlushBatchListener = Callable[[Iterator[tuple[Any, Any, Any, RecordContext]]], None]
+# What the typed store hands a batch listener: the flush's columns and how to type them (iterated:
+# (key, new value, old value, record context) per entry, each entry's record context made current).
+FlushBatchListener = Callable[[FlushedBatch], None]
 
 
 class WritesThroughPutStore(WrappedBytesStore):
@@ -167,21 +168,13 @@ class CachingKeyValueStore(WritesThroughPutStore):
         update) pays one RocksDB write batch per flush instead of a write per entry."""
         context = self._context
         assert context is not None
-        listener, inner, send_old = self._listener, self.inner, self._send_old_values
-        live = self.underlying_live
-        writes: list[tuple[bytes, bytes | None, RecordContext]] = []
-        olds: list[bytes | None] = []
-        decodeds: list[object] = []
-        for key, entry in entries:
-            value = entry.value
-            old = None
-            if listener is not None and (value is None or send_old) and (live is None or live(key)):
-                old = inner.get(key)
-            if listener is not None and value is None and old is None:
-                continue  # as `_flush_entries`: no write and no tombstone for a key never held
-            writes.append((key, value, entry.context))
-            olds.append(old if send_old else None)
-            decodeds.append(entry.decoded)
+        listener, send_old = self._listener, self._send_old_values
+        cache = self._cache
+        assert cache is not None
+        # as `_flush_entries`: old values read from the store below, no write and no tombstone for a
+        # delete of a key never held
+        read_old = self.inner.get if listener is not None else None
+        writes, olds, decodeds = cache.split_flush(entries, read_old, send_old, self.underlying_live)
         if not writes:
             return
         logged.put_all_logged(writes)
@@ -493,7 +486,20 @@ class MeteredKeyValueStore(MeteredStoreBase, Generic[K, V]):
             decodeds: list[object],
         ) -> None:
             assert batch_listener is not None and self._context is not None
-            batch_listener(self._typed_flush(writes, olds, decodeds, self._context.set_record_context))
+            key_serde: Any = self.key_serde
+            value_serde: Any = self.value_serde
+            batch_listener(
+                FlushedBatch(
+                    writes,
+                    olds,
+                    decodeds,
+                    self._topic,
+                    self._utf8_keys,
+                    key_serde.deserialize,
+                    value_serde.deserialize,
+                    self._context.set_record_context,
+                )
+            )
 
         expiring: Any = self.inner
         while expiring is not None and not isinstance(expiring, ExpiryForwarding):
@@ -504,28 +510,6 @@ class MeteredKeyValueStore(MeteredStoreBase, Generic[K, V]):
             return False
         batched = on_flush_batch if batch_listener is not None else None
         return caching.set_flush_listener(on_flush, send_old_values, batched)
-
-    def _typed_flush(
-        self,
-        writes: list[tuple[bytes, bytes | None, RecordContext]],
-        olds: list[bytes | None],
-        decodeds: list[object],
-        set_record_context: Callable[[RecordContext], None],
-    ) -> Iterator[tuple[Any, Any, Any, RecordContext]]:
-        """A batched flush's entries typed as `on_flush` types them, each entry's record context made
-        current before it is produced. A new value the cache kept decoded is that copy (it round-trips:
-        Serde.decodes_to_itself), not the bytes decoded again; a missing old value is None, as Java's
-        MeteredKeyValueStore maps null bytes to null without the deserializer. `_dk` and `_dv` are
-        inlined (String keys decoded as `bytes.decode`, as `_k` encodes them)."""
-        topic, utf8_keys = self._topic, self._utf8_keys
-        key_serde: Any = self.key_serde
-        value_serde: Any = self.value_serde
-        dk, dv = key_serde.deserialize, value_serde.deserialize
-        for (key, value, record_context), old, decoded in zip(writes, olds, decodeds, strict=True):
-            set_record_context(record_context)
-            new = dv(topic, value) if decoded is NOT_DECODED else decoded
-            typed_key = key.decode() if utf8_keys else dk(topic, key)
-            yield typed_key, new, (None if old is None else dv(topic, old)), record_context
 
 
 def _reading_layer(store: KeyValueBytesStore) -> KeyValueBytesStore:

@@ -27,7 +27,7 @@ from kappaflow.tasks.drain import Drained, DrainPlan, RawTuple
 
 log = logging.getLogger(__name__)
 
-PROTOCOL = 16
+PROTOCOL = 17
 """The version of the calls below; a core built from other sources says another and is not used."""
 
 TOUCHES: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -112,6 +112,25 @@ TOUCHES: tuple[tuple[str, tuple[str, ...]], ...] = (
             "caching_put",
         ),
     ),
+    (
+        "kappaflow.state.flushed_batch.FlushedBatch",
+        (
+            "writes",
+            "olds",
+            "decodeds",
+            "topic",
+            "utf8_keys",
+            "deserialize_key",
+            "deserialize_value",
+            "set_record_context",
+            "not_decoded",
+        ),
+    ),
+    (
+        "kappaflow.dsl.table_processors.TableFlushPlan",
+        ("context", "node", "child", "child_name", "stamp", "send_old", "change"),
+    ),
+    ("kappaflow.dsl.change.Change", ("new_value", "old_value", "is_latest")),
 )
 """Every Python class the native core reads or writes, with the attributes it touches: the table the core
 exports as `TOUCHES` (runtime/native/src/touches.rs), compared at import as `PROTOCOL` is. A rename here

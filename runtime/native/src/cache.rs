@@ -22,6 +22,7 @@ use pyo3::{PyTraverseError, PyVisit};
 
 use crate::cache_entry::{boxed, CacheEntry, Entry, Key, Stored, LONG_BYTES};
 use crate::slots::SlotClass;
+use crate::table_flush;
 
 /// One namespace (a task's store) of the record cache: entries in LRU order (eldest first), dirty keys
 /// in the order last written, their size, the flush listener; and the typed store's get and put counts
@@ -328,6 +329,19 @@ impl ThreadCache {
         if let Some(cache) = self.caches.remove(namespace) {
             self.size_bytes -= cache.bind(py).borrow().size;
         }
+    }
+
+    /// `ThreadCache.split_flush` (table_flush.rs).
+    #[staticmethod]
+    #[pyo3(signature = (entries, read_old, send_old, live))]
+    fn split_flush<'py>(
+        py: Python<'py>,
+        entries: &Bound<'py, PyList>,
+        read_old: Option<Bound<'py, PyAny>>,
+        send_old: bool,
+        live: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<table_flush::FlushColumns<'py>> {
+        table_flush::split_flush(py, entries, read_old.as_ref(), send_old, live.as_ref())
     }
 
     /// This cache's entry overhead (what `put` adds to an entry's bytes).

@@ -33,13 +33,14 @@ mod restore_queue;
 mod shuffle;
 mod slots;
 mod stages;
+mod table_flush;
 mod touches;
 
 use pyo3::prelude::*;
 
 #[pymodule]
 fn kappaflow_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add("PROTOCOL", 16)?;
+    m.add("PROTOCOL", 17)?;
     let touches: Vec<(&str, Vec<&str>)> = touches::TOUCHES
         .iter()
         .map(|(class, attributes)| (*class, attributes.to_vec()))

@@ -17,6 +17,7 @@ use crate::failure::FailureMark;
 use crate::produce::ProduceSend;
 use crate::shuffle::ShuffleSend;
 use crate::slots::encode_utf8;
+use crate::table_flush;
 
 /// A stage's downstream: a native stage called in Rust, or any Python stage.
 pub enum Next {
@@ -133,6 +134,22 @@ impl StatelessStage {
         headers: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
         self.process(py, key, value, timestamp, headers)
+    }
+
+    /// A cached table's batched flush, when this stage is the table node's one child (table_flush.rs).
+    fn take_flush(
+        slf: &Bound<'_, Self>,
+        batch: &Bound<'_, PyAny>,
+        plan: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let py = slf.py();
+        let stage = slf.get();
+        table_flush::take_flush(
+            py,
+            |key, value, timestamp, headers| stage.process(py, key, value, timestamp, headers),
+            batch,
+            plan,
+        )
     }
 
     /// A stage holds its task's context and the next stage, and a node holds its stage: the collector
@@ -348,6 +365,22 @@ impl SinkStage {
         headers: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
         self.process(py, key, value, timestamp, headers)
+    }
+
+    /// See `StatelessStage::take_flush`.
+    fn take_flush(
+        slf: &Bound<'_, Self>,
+        batch: &Bound<'_, PyAny>,
+        plan: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let py = slf.py();
+        let stage = slf.get();
+        table_flush::take_flush(
+            py,
+            |key, value, timestamp, headers| stage.process(py, key, value, timestamp, headers),
+            batch,
+            plan,
+        )
     }
 
     /// See `StatelessStage::__traverse__`.

@@ -101,6 +101,36 @@ pub const TOUCHES: &[(&str, &[&str])] = &[
             "caching_put",
         ],
     ),
+    (
+        "kappaflow.state.flushed_batch.FlushedBatch",
+        &[
+            "writes",
+            "olds",
+            "decodeds",
+            "topic",
+            "utf8_keys",
+            "deserialize_key",
+            "deserialize_value",
+            "set_record_context",
+            "not_decoded",
+        ],
+    ),
+    (
+        "kappaflow.dsl.table_processors.TableFlushPlan",
+        &[
+            "context",
+            "node",
+            "child",
+            "child_name",
+            "stamp",
+            "send_old",
+            "change",
+        ],
+    ),
+    (
+        "kappaflow.dsl.change.Change",
+        &["new_value", "old_value", "is_latest"],
+    ),
 ];
 
 /// The fields of `kappaflow.state.api.RecordContext`, in the order the drain loop sets them.
