@@ -395,6 +395,8 @@ NOT_KAPPAFLOW_ATTRIBUTES |= {"put", "delete"}
 # the collector's producer clients (the ProducerClients protocol, not a slotted record): produce.rs reads
 # the current producer per record, as the collector does, and serves reports every 1024 records
 NOT_KAPPAFLOW_ATTRIBUTES |= {"producer", "serve_reports"}
+# a bound method's owner and name: table_flush.rs calls a ProduceSend's bound `changelog` in Rust
+NOT_KAPPAFLOW_ATTRIBUTES |= {"__self__", "__name__"}
 
 
 def touched_classes() -> list[tuple[type, tuple[str, ...]]]:

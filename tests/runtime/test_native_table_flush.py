@@ -270,3 +270,72 @@ def test_take_flush_fails_where_the_python_loop_fails(core: NativeCore) -> None:
     with pytest.raises(ValueError):
         list(uneven)  # the Python twin's zip(strict=True)
     assert seen == ["x"]
+
+
+def flushed_writes() -> list[tuple[bytes, bytes | None, RecordContext]]:
+    """Writes of a timestamped store: values, a delete, a negative timestamp, values shorter than a
+    timestamp (not written by a timestamped store, but split the same way both ways)."""
+    return [
+        (b"a", long_at(7, 1_700_000_000_000), context_at(0)),
+        (b"gone", None, context_at(1)),
+        (b"old", (-5).to_bytes(8, "big", signed=True) + b"v", context_at(2)),
+        (b"short", b"\xff\x01", context_at(3)),
+        (b"empty", b"", context_at(4)),
+    ]
+
+
+@pytest.mark.parametrize("timestamped", [False, True])
+def test_log_writes_is_the_python_twins(core: NativeCore, timestamped: bool) -> None:
+    from kappaflow.state.kv_wrapped import log_writes
+
+    native: list[tuple[Any, ...]] = []
+    python: list[tuple[Any, ...]] = []
+    core.log_writes(lambda *record: native.append(record), "t-changelog", 3, flushed_writes(), timestamped)
+    log_writes(lambda *record: python.append(record), "t-changelog", 3, flushed_writes(), timestamped)
+    assert native == python
+    if timestamped:
+        assert native[0] == ("t-changelog", b"a", long_at(7, 0)[8:], 1_700_000_000_000, 3)
+        assert native[1] == ("t-changelog", b"gone", None, 1001, 3)  # a delete: its record's timestamp
+        assert native[2][2:4] == (b"v", -5) and native[3][2:4] == (b"", -255)
+    else:
+        assert [record[3] for record in native] == [1000, 1001, 1002, 1003, 1004]
+
+
+def test_log_writes_through_a_native_changelog_sender(core: NativeCore) -> None:
+    """Through a `ProduceSend`'s bound `changelog`, the records are produced natively (its count) and
+    what it leaves to Python (as `changelog` called from Python would) reaches its fallback with
+    `send_changelog`'s arguments."""
+    from confluent_kafka import Producer
+
+    from kappaflow.runner.native_produce import confluent_version, mapped_librdkafka
+
+    class Clients:
+        def __init__(self) -> None:
+            self.changelog_producer = Producer({"bootstrap.servers": "127.0.0.1:1", "log_level": 0})
+
+        def serve_reports(self) -> None:
+            return None
+
+    clients, fallback = Clients(), []
+    library = mapped_librdkafka()
+    assert library is not None
+    send = core.ProduceSend(
+        clients,
+        lambda *record: fallback.append(record),
+        lambda err, msg: None,
+        Producer,
+        confluent_version(),
+        library,
+        "changelog_producer",
+    )
+    writes = flushed_writes()
+    writes.append(("text", b"v", context_at(5)))  # type: ignore[arg-type]  # a str key: Python's turn
+    core.log_writes(send.changelog, "t-changelog", 0, writes, True)
+    assert send.sent == 3  # a, gone, empty; a negative timestamp and a str key go through Python
+    assert fallback == [
+        ("t-changelog", b"old", b"v", -5, 0),
+        ("t-changelog", b"short", b"", -255, 0),
+        ("t-changelog", "text", b"", int.from_bytes(b"v", "big", signed=True), 0),
+    ]
+    clients.changelog_producer.purge()
+    clients.changelog_producer.flush(5)

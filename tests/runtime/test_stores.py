@@ -23,6 +23,7 @@ from kappaflow.state.kv_layers import (
     ChangeLoggingKeyValueBytesStore,
     MeteredKeyValueStore,
 )
+from kappaflow.state.kv_wrapped import log_writes
 from kappaflow.state.timestamped import ValueAndTimestamp, ValueAndTimestampSerde
 from kappaflow.tasks.native import installed_core
 from tests.native_support import require_native_core
@@ -53,11 +54,11 @@ class FakeStoreContext:
     ) -> None:
         self.logged.append((store_name, key, value, timestamp))
 
-    def changelog_target(self, store_name: str) -> tuple[Any, str, int]:
+    def log_flushed(self, store_name: str, writes: Any, timestamped: bool) -> None:
         def send(topic: str, key: bytes, value: bytes | None, timestamp: int, partition: int) -> None:
             self.logged.append((store_name, key, value, timestamp))
 
-        return send, self.changelog_topic(store_name), 0
+        log_writes(send, self.changelog_topic(store_name), 0, writes, timestamped)
 
     def record_context(self) -> RecordContext:
         return self.current

@@ -81,6 +81,8 @@ class RecordContext:
 
 ChangelogSend = Callable[[str, bytes, bytes | None, int, int], None]
 """A record collector's `send_changelog(topic, key, value, timestamp, partition)`."""
+FlushedWrites = list[tuple[bytes, bytes | None, RecordContext]]
+"""A record cache flush's writes, in the order flushed: key, value (None: a delete), record context."""
 
 
 class StoreContext(Protocol):
@@ -109,10 +111,11 @@ class StoreContext(Protocol):
         self, store_name: str, key: bytes, value: bytes | None, timestamp: int, headers: Headers | None = None
     ) -> None: ...
 
-    def changelog_target(self, store_name: str) -> tuple[ChangelogSend, str, int]:
-        """What `log_change` sends a store's changelog records through, resolved once: the send
-        (`send(topic, key, value, timestamp, partition)`), the topic and the partition. A flush of many
-        entries then pays one call per record instead of `log_change`'s frame and lookups too."""
+    def log_flushed(self, store_name: str, writes: FlushedWrites, timestamped: bool) -> None:
+        """The changelog records of a record cache flush's writes `(key, value, record context)`, in
+        order, as `log_change` logs each: a timestamped store's value split into its timestamp and the
+        rest, any other stamped with its record context's. One call per flush instead of
+        `log_change`'s frame and lookups per record."""
         ...
 
     def record_context(self) -> RecordContext: ...

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from kappaflow.state.api import RecordContext
+from kappaflow.state.api import FlushedWrites, RecordContext
 
 # What an entry costs in this process beyond its key, value and topic bytes: the CacheEntry, its
 # RecordContext and Headers, the decoded value and the slots of the two ordered dicts (measured with
@@ -45,7 +45,6 @@ class CacheEntry:
 
 DirtyEntries = list[tuple[bytes, CacheEntry]]
 FlushListener = Callable[[DirtyEntries], None]
-FlushedWrites = list[tuple[bytes, bytes | None, RecordContext]]
 FlushColumns = tuple[FlushedWrites, list[bytes | None], list[object]]
 """A logged store's flush, split: the writes (key, value, record context), the old values the listener
 is told, and the decoded copies of the new values (`split_flush`)."""

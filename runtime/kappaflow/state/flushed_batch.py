@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from kappaflow.state.api import RecordContext
-from kappaflow.state.cache import NOT_DECODED, FlushedWrites
+from kappaflow.state.api import FlushedWrites, RecordContext
+from kappaflow.state.cache import NOT_DECODED
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,8 +10,9 @@ from kappaflow.api.errors import InvalidStateStoreError
 from kappaflow.state.api import (
     BytesIterator,
     ChangelogRecord,
+    ChangelogSend,
+    FlushedWrites,
     KeyValueBytesStore,
-    RecordContext,
     StateStore,
     StoreContext,
 )
@@ -112,7 +113,7 @@ class ChangeLoggingKeyValueBytesStore(WrappedBytesStore):
         else:
             context.log_change(self._store_name, key, value, record_context.timestamp, record_context.headers)
 
-    def put_all_logged(self, entries: list[tuple[bytes, bytes | None, RecordContext]]) -> None:
+    def put_all_logged(self, entries: FlushedWrites) -> None:
         """The record cache's flush: every write in one `put_all` (one RocksDB write batch), then each
         one's changelog record with the record context it was written in, as `put` logs it under that
         context. The same store contents and the same changelog records, in the same order, as a `put`
@@ -121,13 +122,7 @@ class ChangeLoggingKeyValueBytesStore(WrappedBytesStore):
         if context is None:
             raise InvalidStateStoreError(f"store '{self.name}' is not initialized")
         self.inner.put_all([(key, value) for key, value, _ in entries])
-        send, topic, partition = context.changelog_target(self._store_name)  # `log_change`, resolved once
-        timestamped = self.timestamped
-        for key, value, record_context in entries:
-            if timestamped and value is not None:
-                send(topic, key, value[8:], int.from_bytes(value[:8], "big", signed=True), partition)
-            else:
-                send(topic, key, value, record_context.timestamp, partition)
+        context.log_flushed(self._store_name, entries, self.timestamped)
 
     def put(self, key: bytes, value: bytes | None) -> None:
         self.inner.put(key, value)
@@ -148,3 +143,18 @@ class ChangeLoggingKeyValueBytesStore(WrappedBytesStore):
         old = self.inner.delete(key)
         self._log(key, None)
         return old
+
+
+def log_writes(
+    send: ChangelogSend, topic: str, partition: int, writes: FlushedWrites, timestamped: bool
+) -> None:
+    """`StoreContext.log_flushed` through `send`: each write's changelog record, a timestamped store's
+    value split into its timestamp (the first 8 bytes) and the rest, any other stamped with its record
+    context's timestamp. The reference of the native core's `log_writes` (runtime/native/src/
+    table_flush.rs), which a task's context uses with the core: past the record cache this runs per
+    input record."""
+    for key, value, record_context in writes:
+        if timestamped and value is not None:
+            send(topic, key, value[8:], int.from_bytes(value[:8], "big", signed=True), partition)
+        else:
+            send(topic, key, value, record_context.timestamp, partition)

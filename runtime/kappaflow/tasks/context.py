@@ -18,12 +18,14 @@ from kappaflow.api.processor import PunctuationType, TaskId, to_millis
 from kappaflow.api.record import Headers, Record, RecordMetadata
 from kappaflow.state.api import (
     ChangelogSend,
+    FlushedWrites,
     MessagesRestoreCallback,
     RecordContext,
     RestoreCallback,
     StateStore,
 )
 from kappaflow.state.cache import RecordCache
+from kappaflow.state.kv_wrapped import log_writes
 from kappaflow.tasks.async_calls import TaskAsyncCalls
 from kappaflow.tasks.collector import RecordCollector
 from kappaflow.tasks.punctuation import PunctuationQueue, PunctuationSchedule
@@ -32,6 +34,8 @@ if TYPE_CHECKING:
     from kappaflow.tasks.nodes import ProcessorNode
 
 NO_CONTEXT = RecordContext(-1, "", -1, -1, Headers())
+LogWrites = Callable[[ChangelogSend, str, int, FlushedWrites, bool], None]
+"""`kappaflow.state.kv_wrapped.log_writes` or its native twin."""
 
 
 class ProcessorContextImpl:
@@ -62,6 +66,7 @@ class ProcessorContextImpl:
         "failed_flush_record",
         "failed_node",
         "global_stores",
+        "log_writes",
         "node_failed",
         "stores",
         "stream_time",
@@ -108,6 +113,9 @@ class ProcessorContextImpl:
         # Java's ProcessorNode catches per node); None: a failure goes up to the drain loop
         self.node_failed: Callable[[Exception, ProcessorNode], None] | None = None
         self.changelog_partition = task_id.partition
+        # how `log_flushed` sends a flush's changelog records: the Python reference, or the native
+        # core's twin (set by the task when it runs with the core)
+        self.log_writes: LogWrites = log_writes
 
     # ----------------------------------------------------------------- ProcessorContext
     @property
@@ -218,11 +226,11 @@ class ProcessorContextImpl:
             topic = self._changelog_topics[store_name] = self._changelog_topic(store_name)
         self.collector.send_changelog(topic, key, value, timestamp, self.changelog_partition)
 
-    def changelog_target(self, store_name: str) -> tuple[ChangelogSend, str, int]:
+    def log_flushed(self, store_name: str, writes: FlushedWrites, timestamped: bool) -> None:
         topic = self._changelog_topics.get(store_name)
         if topic is None:
             topic = self._changelog_topics[store_name] = self._changelog_topic(store_name)
-        return self.collector.send_changelog, topic, self.changelog_partition
+        self.log_writes(self.collector.send_changelog, topic, self.changelog_partition, writes, timestamped)
 
     def record_context(self) -> RecordContext:
         return self.current

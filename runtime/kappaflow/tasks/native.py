@@ -19,7 +19,7 @@ from typing import Any, Protocol, cast
 
 from kappaflow.api.processor import ProcessorContext
 from kappaflow.api.record import Headers
-from kappaflow.state.api import RecordContext
+from kappaflow.state.api import ChangelogSend, FlushedWrites, RecordContext
 from kappaflow.state.cache import _ENTRY_OVERHEAD, NOT_DECODED, RecordCache, ThreadCache
 from kappaflow.state.kv_layers import CachedStoreBinding
 from kappaflow.state.timestamped import ValueAndTimestamp
@@ -27,7 +27,7 @@ from kappaflow.tasks.drain import Drained, DrainPlan, RawTuple
 
 log = logging.getLogger(__name__)
 
-PROTOCOL = 17
+PROTOCOL = 18
 """The version of the calls below; a core built from other sources says another and is not used."""
 
 TOUCHES: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -391,6 +391,12 @@ class NativeCore(Protocol):
         self, queue: deque[RawTuple], limit: int, plan: DrainPlan, partition_time: int, stream_time: int, /
     ) -> Drained:
         """`kappaflow.tasks.drain.drain_python`."""
+        ...
+
+    def log_writes(
+        self, send: ChangelogSend, topic: str, partition: int, writes: FlushedWrites, timestamped: bool, /
+    ) -> None:
+        """`kappaflow.state.kv_wrapped.log_writes` (table_flush.rs)."""
         ...
 
 

@@ -151,6 +151,8 @@ class StreamTask:
         self._plans: dict[tuple[str, int], DrainPlan] = {}  # per input partition, while running
         self._native = native.core(config.get_bool("kappaflow.native.enabled"))
         self._run_drain = self._native.drain if self._native is not None else drain_python
+        if self._native is not None:
+            self.context.log_writes = self._native.log_writes
         self._build_nodes()
         self.input_partitions = [(topic, task_id.partition) for topic in sorted(self.sources)]
         self.partitions = PartitionGroup(

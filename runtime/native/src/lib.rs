@@ -40,7 +40,7 @@ use pyo3::prelude::*;
 
 #[pymodule]
 fn kappaflow_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add("PROTOCOL", 17)?;
+    m.add("PROTOCOL", 18)?;
     let touches: Vec<(&str, Vec<&str>)> = touches::TOUCHES
         .iter()
         .map(|(class, attributes)| (*class, attributes.to_vec()))
@@ -64,5 +64,6 @@ fn kappaflow_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<stages::SinkStage>()?;
     m.add_class::<shuffle::ShuffleSend>()?;
     m.add_function(wrap_pyfunction!(shuffle::shuffled_records, m)?)?;
+    m.add_function(wrap_pyfunction!(table_flush::log_writes, m)?)?;
     Ok(())
 }

@@ -193,7 +193,7 @@ impl ProduceSend {
     /// else through the Python `send_changelog` this sender was given as `fallback`. Its delivery report
     /// reaches `on_delivery` (the collector's offset report) through confluent-kafka's own callback, as
     /// for a record produced through `Producer.produce`.
-    fn changelog(
+    pub(crate) fn changelog(
         &self,
         py: Python<'_>,
         topic: &Bound<'_, PyAny>,

@@ -2,9 +2,11 @@
 //! update is a flushed entry (a count of ever new keys flushes each key once), so what a flush costs per
 //! entry is what an input record costs there.
 //!
-//! Two steps, each the twin of a Python reference:
+//! Three steps, each the twin of a Python reference:
 //! - `split_flush`: the flushed `(key, CacheEntry)` pairs as the columns the store writes and forwards
 //!   (`kappaflow.state.cache.ThreadCache.split_flush`);
+//! - `log_writes`: each write's changelog record, after the store wrote the batch
+//!   (`kappaflow.state.kv_wrapped.log_writes`);
 //! - `take_flush`: a `FlushedBatch`'s entries typed, made `Change`s and handed to the table's one child
 //!   stage, its nodes made current and a failure named as `forward()` does
 //!   (`FlushedBatch.__iter__` with `TupleForwarder._changes` and `_flush_batch_to_stage`).
@@ -16,6 +18,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 
 use crate::cache_entry::CacheEntry;
+use crate::produce::ProduceSend;
 use crate::slots::{Slot, SlotClass};
 
 /// The columns of a logged store's flush: writes `(key, value, record context)`, old values, decoded
@@ -58,6 +61,67 @@ pub fn split_flush<'py>(
         decodeds.append(entry.decoded.bind(py))?;
     }
     Ok((writes, olds, decodeds))
+}
+
+/// `int.from_bytes(data, "big", signed=True)` of at most 8 bytes.
+fn signed_big_endian(data: &[u8]) -> i64 {
+    let sign: i64 = match data.first() {
+        Some(first) if first & 0x80 != 0 => -1,
+        _ => 0,
+    };
+    data.iter()
+        .fold(sign, |value, &byte| (value << 8) | i64::from(byte))
+}
+
+/// `kappaflow.state.kv_wrapped.log_writes`: the changelog record of each `(key, value, record context)`
+/// of a flush through `send(topic, key, value, timestamp, partition)`, a timestamped store's value
+/// split into its timestamp (the first 8 bytes) and the rest, any other one stamped with its record
+/// context's timestamp. A `send` that is a `ProduceSend`'s `changelog` (the stream thread's native
+/// changelog producer) is called in Rust.
+#[pyfunction]
+pub fn log_writes(
+    py: Python<'_>,
+    send: &Bound<'_, PyAny>,
+    topic: &Bound<'_, PyAny>,
+    partition: &Bound<'_, PyAny>,
+    writes: &Bound<'_, PyList>,
+    timestamped: bool,
+) -> PyResult<()> {
+    let native = native_changelog(py, send);
+    let timestamp_name = intern!(py, "timestamp");
+    for write in writes.iter() {
+        let write = write.cast_into::<PyTuple>()?;
+        let (key, mut value) = (write.get_item(0)?, write.get_item(1)?);
+        let timestamp = if timestamped && !value.is_none() {
+            let stored = value.cast::<PyBytes>()?.as_bytes();
+            let split = stored.len().min(8);
+            let timestamp = signed_big_endian(&stored[..split]);
+            value = PyBytes::new(py, &stored[split..]).into_any();
+            timestamp
+        } else {
+            write
+                .get_item(2)?
+                .getattr(timestamp_name)?
+                .extract::<i64>()?
+        };
+        match &native {
+            Some(producer) => producer
+                .get()
+                .changelog(py, topic, &key, &value, timestamp, partition)?,
+            None => {
+                send.call1((topic, &key, &value, timestamp, partition))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The `ProduceSend` whose bound `changelog` method `send` is, if it is one.
+fn native_changelog(py: Python<'_>, send: &Bound<'_, PyAny>) -> Option<Py<ProduceSend>> {
+    let owner = send.getattr(intern!(py, "__self__")).ok()?;
+    let producer = owner.cast_into::<ProduceSend>().ok()?;
+    let name = send.getattr(intern!(py, "__name__")).ok()?;
+    (name.extract::<&str>().ok()? == "changelog").then(|| producer.unbind())
 }
 
 /// `bytes.decode()` (UTF-8, strict: invalid bytes raise UnicodeDecodeError as there).
