@@ -1,7 +1,9 @@
 //! kappaflow's per-record machinery in Rust: a consumed batch read into per-partition runs of records
 //! (`MessageRuns`), a task's loop over one input partition's queue (`drain`) and the stages of the
 //! processors it feeds: the built-in stateless ones and fixed-topic sinks (`StatelessStage`,
-//! `SinkStage`) and cached stream aggregations (`AggregateStage`).
+//! `SinkStage`) and cached stream aggregations (`AggregateStage`). A cached table's batched flush
+//! (`table_flush`) is split into its store's columns, logged to its changelog and handed to the table's
+//! one compiled child without a Python frame per entry.
 //!
 //! Restoring has its own: `ChangelogMessages` splits a consumed changelog batch by partition and writes a
 //! partition's records into a RocksDB write batch; `RestoreQueues` takes the restore consumer's fetched
