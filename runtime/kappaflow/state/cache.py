@@ -272,7 +272,7 @@ class ThreadCache:
         flush) reads the old value of a delete, and of every entry when old values are sent, of a key
         `live` does not call expired; a delete of a key never held is left out: no write and no
         tombstone. Here because past the record cache this runs per input record: the native cache's
-        twin (cache.rs) does it without a Python frame per entry."""
+        twin (runtime/native/src/table_flush.rs) does it without a Python frame per entry."""
         writes: FlushedWrites = []
         olds: list[bytes | None] = []
         decodeds: list[object] = []

@@ -137,19 +137,13 @@ impl StatelessStage {
     }
 
     /// A cached table's batched flush, when this stage is the table node's one child (table_flush.rs).
-    fn take_flush(
-        slf: &Bound<'_, Self>,
-        batch: &Bound<'_, PyAny>,
-        plan: &Bound<'_, PyAny>,
+    fn take_flush<'py>(
+        &self,
+        py: Python<'py>,
+        batch: &Bound<'py, PyAny>,
+        plan: &Bound<'py, PyAny>,
     ) -> PyResult<()> {
-        let py = slf.py();
-        let stage = slf.get();
-        table_flush::take_flush(
-            py,
-            |key, value, timestamp, headers| stage.process(py, key, value, timestamp, headers),
-            batch,
-            plan,
-        )
+        table_flush::take_flush(py, |k, v, t, h| self.process(py, k, v, t, h), batch, plan)
     }
 
     /// A stage holds its task's context and the next stage, and a node holds its stage: the collector
@@ -368,19 +362,13 @@ impl SinkStage {
     }
 
     /// See `StatelessStage::take_flush`.
-    fn take_flush(
-        slf: &Bound<'_, Self>,
-        batch: &Bound<'_, PyAny>,
-        plan: &Bound<'_, PyAny>,
+    fn take_flush<'py>(
+        &self,
+        py: Python<'py>,
+        batch: &Bound<'py, PyAny>,
+        plan: &Bound<'py, PyAny>,
     ) -> PyResult<()> {
-        let py = slf.py();
-        let stage = slf.get();
-        table_flush::take_flush(
-            py,
-            |key, value, timestamp, headers| stage.process(py, key, value, timestamp, headers),
-            batch,
-            plan,
-        )
+        table_flush::take_flush(py, |k, v, t, h| self.process(py, k, v, t, h), batch, plan)
     }
 
     /// See `StatelessStage::__traverse__`.
