@@ -4,35 +4,13 @@
 //! record.
 
 use pyo3::exceptions::PyException;
-use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyString, PyTuple};
+use pyo3::types::{PyString, PyTuple};
 
-use crate::slots::{Slot, SlotClass};
+use crate::slots::{decode_utf8, Slot, SlotClass};
 use crate::stages::Next;
 use crate::touches::RECORD_CONTEXT_FIELDS;
-
-/// `bytes.decode()` (strict UTF-8): the same str, or the same UnicodeDecodeError.
-fn decode_utf8<'py>(py: Python<'py>, raw: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-    match raw.cast::<PyBytes>() {
-        Ok(bytes) => {
-            let data = bytes.as_bytes();
-            // SAFETY: `data` is borrowed from a live bytes object for the duration of the call; the
-            // result is a new reference or NULL with the Python error set, which `from_owned_ptr_or_err`
-            // turns into a PyErr.
-            unsafe {
-                let decoded = ffi::PyUnicode_DecodeUTF8(
-                    data.as_ptr().cast(),
-                    data.len() as ffi::Py_ssize_t,
-                    c"strict".as_ptr(),
-                );
-                Bound::from_owned_ptr_or_err(py, decoded)
-            }
-        }
-        Err(_) => raw.call_method0(intern!(py, "decode")),
-    }
-}
 
 /// What `drain` needs from its Python plan, read once per call.
 struct Plan<'py> {

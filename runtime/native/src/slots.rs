@@ -6,7 +6,7 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyString, PyType};
+use pyo3::types::{PyBytes, PyString, PyType};
 
 /// One slot of a slotted class, through its member descriptor.
 pub struct Slot {
@@ -140,4 +140,25 @@ pub fn encode_utf8<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     // SAFETY: `text` is a live str; the result is a new bytes reference or NULL with an error set.
     unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyUnicode_AsUTF8String(text.as_ptr())) }
+}
+
+/// `bytes.decode()` (strict UTF-8): the same str, or the same UnicodeDecodeError.
+pub fn decode_utf8<'py>(py: Python<'py>, raw: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    match raw.cast::<PyBytes>() {
+        Ok(bytes) => {
+            let data = bytes.as_bytes();
+            // SAFETY: `data` is borrowed from a live bytes object for the duration of the call; the
+            // result is a new reference or NULL with the Python error set, which `from_owned_ptr_or_err`
+            // turns into a PyErr.
+            unsafe {
+                let decoded = ffi::PyUnicode_DecodeUTF8(
+                    data.as_ptr().cast(),
+                    data.len() as ffi::Py_ssize_t,
+                    c"strict".as_ptr(),
+                );
+                Bound::from_owned_ptr_or_err(py, decoded)
+            }
+        }
+        Err(_) => raw.call_method0(intern!(py, "decode")),
+    }
 }

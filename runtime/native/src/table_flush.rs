@@ -12,14 +12,13 @@
 //!   (`FlushedBatch.__iter__` with `TupleForwarder._changes` and `_flush_batch_to_stage`).
 
 use pyo3::exceptions::PyValueError;
-use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 
 use crate::cache_entry::CacheEntry;
 use crate::produce::ProduceSend;
-use crate::slots::{Slot, SlotClass};
+use crate::slots::{decode_utf8, Slot, SlotClass};
 
 /// The columns of a logged store's flush: writes `(key, value, record context)`, old values, decoded
 /// copies of the new values.
@@ -122,23 +121,6 @@ fn native_changelog(py: Python<'_>, send: &Bound<'_, PyAny>) -> Option<Py<Produc
     let producer = owner.cast_into::<ProduceSend>().ok()?;
     let name = send.getattr(intern!(py, "__name__")).ok()?;
     (name.extract::<&str>().ok()? == "changelog").then(|| producer.unbind())
-}
-
-/// `bytes.decode()` (UTF-8, strict: invalid bytes raise UnicodeDecodeError as there).
-fn decode_utf8<'py>(py: Python<'py>, key: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-    let bytes = key.cast::<PyBytes>()?.as_bytes();
-    // SAFETY: the pointer and length are the live bytes object's; the result is a new str reference or
-    // NULL with an error set, which `from_owned_ptr_or_err` handles.
-    unsafe {
-        Bound::from_owned_ptr_or_err(
-            py,
-            ffi::PyUnicode_DecodeUTF8(
-                bytes.as_ptr().cast(),
-                bytes.len() as ffi::Py_ssize_t,
-                c"strict".as_ptr(),
-            ),
-        )
-    }
 }
 
 /// `take_flush(batch, plan)` of a stage, whose `process` is `stage`: every entry of the `FlushedBatch`
