@@ -1,17 +1,22 @@
 """exactly_once_v2 while the broker freezes in the middle of a commit (issue 29, item 1).
 
 The broker of a dedicated single node is stopped with SIGSTOP at the very moment the stream thread adds
-its offsets to a transaction (once the transaction's records are acknowledged), and resumed with SIGCONT
-a few seconds later: longer than librdkafka's own request timeout for AddOffsetsToTxn (about
-transaction.timeout.ms, here 1.5 s: the call answers `_TIMED_OUT`, "retry call to resume", while it goes
-on in the background - the answer the issue's instances got), shorter than default.api.timeout.ms and the
-node's session with its own controller (so the node is not fenced by itself, the combined node's
+its offsets to a transaction (once the transaction's records are acknowledged). The call then answers
+`_TIMED_OUT` after librdkafka's own limit (transaction.timeout.ms caps it, here 3 s), "retry call to
+resume", while it goes on in the background - the answer the issue's instances got. The broker is resumed
+with SIGCONT as the stream thread calls again, so the resumed call has its whole budget to reach the
+thawed broker: librdkafka gives a send_offsets_to_transaction attempt at most transaction.timeout.ms for
+both its requests (AddOffsetsToTxn, then TxnOffsetCommit), and an attempt whose TxnOffsetCommit runs out
+of it fails the transaction itself (rdkafka_txnmgr.c). A timer thaw at the fixed point the attempt
+happened to be at left a just-thawed broker as little as half a second under CI's load, and the test
+failed once with an abort librdkafka had decided. The freeze stays shorter than default.api.timeout.ms
+and the node's session with its own controller (so the node is not fenced by itself, the combined node's
 marker-dropping failure: tests.harness.kafka_split). The broker aborts timed-out transactions only once a
 minute here, so the commit the broker was given is still there to complete when it thaws.
 
 A timed-out call is not a failed call: the thread must resume it and learn its outcome, not abort
-the transaction and redo the work (runner/producer.py) - no transaction aborted, and the read_committed
-output holds every count exactly once: 1, 2, ... n per word.
+the transaction and redo the work (runner/producer.py) - the broker thawed by the resumed call, no
+transaction aborted, and the read_committed output holds every count exactly once: 1, 2, ... n per word.
 """
 
 from __future__ import annotations
@@ -44,18 +49,25 @@ from tests.kafka.streams_support import (
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(180)]
 
-FREEZE_S = 3.0  # > librdkafka's ~2 s request timeout here; < the node's 9 s session with its own controller
-TRANSACTION_TIMEOUT_MS = 1500
+TRANSACTION_TIMEOUT_MS = 3000
+# A thaw that no resumed call brought: the stream thread gave the call up instead (the test then fails).
+# Shorter than the node's 9 s session with its own controller.
+FREEZE_LIMIT_S = 7.0
+RESUMED = "the resumed call"
 
 
 class BrokerFreezer:
-    """Freezes one broker process (SIGSTOP) and thaws it (SIGCONT) `FREEZE_S` later, once, when armed."""
+    """Freezes one broker process (SIGSTOP) once, when armed, and thaws it (SIGCONT) when the frozen
+    call is made again, or `FREEZE_LIMIT_S` later if it is not."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
         self.armed = threading.Event()
         self.thawed = threading.Event()
         self.frozen_in: list[str] = []
+        self.thawed_by: list[str] = []
+        self._lock = threading.Lock()
+        self._limit: threading.Timer | None = None
 
     def freeze_if_armed(self, call: str) -> None:
         if not self.armed.is_set():
@@ -63,11 +75,22 @@ class BrokerFreezer:
         self.armed.clear()
         self.frozen_in.append(call)
         os.kill(self.pid, signal.SIGSTOP)
-        threading.Timer(FREEZE_S, self._thaw).start()
+        self._limit = threading.Timer(FREEZE_LIMIT_S, self.thaw, args=(f"{FREEZE_LIMIT_S}s passed",))
+        self._limit.start()
 
-    def _thaw(self) -> None:
-        os.kill(self.pid, signal.SIGCONT)
-        self.thawed.set()
+    @property
+    def frozen(self) -> bool:
+        return bool(self.frozen_in) and not self.thawed.is_set()
+
+    def thaw(self, by: str) -> None:
+        with self._lock:
+            if self.thawed.is_set():
+                return
+            os.kill(self.pid, signal.SIGCONT)
+            self.thawed_by.append(by)
+            self.thawed.set()
+        if self._limit is not None:
+            self._limit.cancel()
 
 
 FREEZER: BrokerFreezer | None = None
@@ -75,10 +98,13 @@ FREEZER: BrokerFreezer | None = None
 
 class FreezingProducer(Producer):  # type: ignore[misc]
     """A real transactional producer: when the freezer is armed, the broker is frozen just before the
-    transaction's offsets are added (the request is then out while the broker cannot answer)."""
+    transaction's offsets are added (the request is then out while the broker cannot answer), and thawed
+    as the call is made again (resumed after its timeout)."""
 
     def send_offsets_to_transaction(self, *args: Any) -> None:
-        if FREEZER is not None and FREEZER.armed.is_set():
+        if FREEZER is not None and FREEZER.frozen:
+            FREEZER.thaw(RESUMED)
+        elif FREEZER is not None and FREEZER.armed.is_set():
             # records still unacknowledged would time out during the freeze (message.timeout.ms is
             # transaction.timeout.ms) and abort the transaction for a reason of their own
             self.flush(10)
@@ -190,10 +216,12 @@ def test_offsets_timed_out_while_the_broker_froze_are_resumed_not_redone(
         produce_lines(bootstrap, source, first)
         output.wait_for(600, 90, "everything after the thaw")
         assert FREEZER.frozen_in == ["send_offsets_to_transaction"]
+        assert FREEZER.thawed_by == [RESUMED]
         # resumed, not aborted: nothing was redone
         assert app.metrics.counter("transaction-aborts-total") == 0
     finally:
         FREEZER.armed.clear()
+        FREEZER.thaw("the test's end")
         output.close()
         app.close(30)
     assert_exact_counts(bootstrap, sink, first + second + first)
