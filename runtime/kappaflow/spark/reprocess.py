@@ -132,8 +132,11 @@ _SETTLING = {
 
 
 def watermarks(consumer: Consumer, topic: str, partition: int, timeout: float = 30.0) -> tuple[int, int]:
-    """(low, high) of a partition, retrying while a just-created topic's leadership settles."""
+    """(low, high) of a partition, retrying while a just-created topic's leadership settles: the first
+    retry soon (a fresh client usually learns the leader within milliseconds; a fixed 0.2 s wait was
+    most of a run's time before its first stage), later ones up to every 0.2 s."""
     deadline = time.monotonic() + timeout
+    pause = 0.005
     while True:
         try:
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
@@ -144,7 +147,8 @@ def watermarks(consumer: Consumer, topic: str, partition: int, timeout: float = 
             if not settling or time.monotonic() > deadline:
                 raise
             serve_consumer_logs(consumer)  # it never fetches: its librdkafka lines arrive only so
-            time.sleep(0.2)
+            time.sleep(pause)
+            pause = min(0.2, pause * 2)
 
 
 def _resolve_range(
