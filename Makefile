@@ -170,7 +170,8 @@ spark-jars: setup
 	@$(PY) -m kappaflow.spark.jars
 
 # Spark reprocessing against replay, 1 and 4 input partitions, local[1] and local[2] (issue 31 item 6's
-# verdicts; ~6 min here; three rounds, since one slow round on this shared machine decides a best of two). At 1M lines a run takes 3-6 s: at 200k Spark's fixed costs per task decide.
+# verdicts; ~6 min here). Three rounds: on this shared machine one slow round decides a best of two. At
+# 1M lines a run takes 3-6 s: at 200k Spark's fixed costs per task decide.
 bench-reprocess: setup kafka-download spark-jars
 	$(PY) bench/reprocess.py --lines 1000000 --rounds 3 --warm
 
