@@ -63,7 +63,7 @@ from kappaflow.spark.batches import (
     shuffled_input,
     upstream_runs,
 )
-from kappaflow.spark.reader import read_range
+from kappaflow.spark.reader import read_batches, read_range
 from kappaflow.spark.splits import key_slot
 from kappaflow.spark.worker_producer import discard as discard_producer
 from kappaflow.spark.worker_producer import worker_producer
@@ -311,6 +311,24 @@ def _ordered_records(
     return result
 
 
+def _process_range(task: StreamTask, settings: dict[str, Any], row: RangeRow, native: bool) -> int:
+    """A task that reads one offset range processes each batch as it is read (read_batches), so its
+    memory is bounded by a batch, not by the range: reading a whole range first held every record of it
+    at once (a 1M-record partition read by one task at local[1]: ~1M record tuples). Its one input is in
+    offset order either way, so the records are processed in the same order as read at once. Returns
+    how many were processed."""
+    slot, topic, partition, start, end = row
+    processed = 0
+    with contextlib.closing(read_batches(settings, topic, partition, start, end, native)) as batches:
+        while True:
+            with _collector_paused():  # as a whole input's, a batch is frozen out of collections
+                batch = next(batches, None)
+            if batch is None:
+                return processed
+            task.add_records(topic, slot, batch)
+            processed += process_all(task)
+
+
 def _first_offset(rows: list[InputRow]) -> int:
     """The lowest input offset among topic rows (a range's start or a record's offset); 0 if none.
 
@@ -390,16 +408,19 @@ def run_task(
     try:
         task.initialize()
         task.complete_restoration()
-        with _collector_paused():  # the input, alive until processed, is frozen out of collections
-            ordered = _ordered_records(rows, job.consumer, native)
-        # The task's queues then hold the only references: each record is freed once processed, in the
-        # loop that allocated its successors' memory, not all at once when the task returns (py-spy: that
-        # bulk free was 4% of a worker's samples).
-        for topic, tp_partition in list(ordered):
-            task.add_records(topic, tp_partition, ordered.pop((topic, tp_partition)))
-        # Every input is buffered: one call drains them in timestamp order (one tight loop per queue when
-        # the task reads one partition), not one process() call per record.
-        processed = process_all(task)
+        if len(rows) == 1 and len(rows[0]) == 5:  # one offset range: nothing to order it against
+            processed = _process_range(task, job.consumer, rows[0], native)
+        else:
+            with _collector_paused():  # the input, alive until processed, is frozen out of collections
+                ordered = _ordered_records(rows, job.consumer, native)
+            # The task's queues then hold the only references: each record is freed once processed, in
+            # the loop that allocated its successors' memory, not all at once when the task returns
+            # (py-spy: that bulk free was 4% of a worker's samples).
+            for topic, tp_partition in list(ordered):
+                task.add_records(topic, tp_partition, ordered.pop((topic, tp_partition)))
+            # Every input is buffered: one call drains them in timestamp order (one tight loop per queue
+            # when the task reads one partition), not one process() call per record.
+            processed = process_all(task)
         task.prepare_commit()  # flush caches: forwards and logs what they still hold
         written = collector.write_changelogs()
         collector.flush()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 import operator
 import time
+from collections.abc import Generator
 from typing import Any
 
 from kappaflow.api.errors import StreamsError
@@ -41,18 +42,29 @@ _READ_BATCH = 50_000
 def read_range(
     settings: dict[str, Any], topic: str, partition: int, start: int, end: int, native: bool = True
 ) -> list[RawTuple]:
-    """Records [start, end) of one partition, read with librdkafka (the `kafka-client` reader).
+    """Records [start, end) of one partition, read with librdkafka (the `kafka-client` reader), all at once:
+    what a task reading several inputs needs, to order them by timestamp (read_batches)."""
+    batches = read_batches(settings, topic, partition, start, end, native)
+    return [record for batch in batches for record in batch]
+
+
+def read_batches(
+    settings: dict[str, Any], topic: str, partition: int, start: int, end: int, native: bool = True
+) -> Generator[list[RawTuple], None, None]:
+    """Records [start, end) of one partition, read with librdkafka, in the batches consumed (at most
+    `_READ_BATCH` records each, none empty): a task reading one range processes each before the next is
+    read, so its memory does not grow with the range (executor.run_task).
 
     Spark's Kafka source hands Python one Row object per record, which costs more than running the
     topology on it; reading the same range here with the runtime's own client is several times cheaper.
     With read_committed, transaction markers occupy offsets that are never delivered, so the loop stops
-    at the first position at or past `end`, not at a record count.
+    at the first position at or past `end`, not at a record count. The consumer is closed when the
+    iteration ends or the generator is closed.
     """
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
+    from confluent_kafka import Consumer, TopicPartition
 
-    records: list[RawTuple] = []
     if end <= start:
-        return records
+        return
     consumer = Consumer(
         with_logger({**settings, **_READ_TUNING, "enable.partition.eof": True, "enable.auto.commit": False})
     )
@@ -65,35 +77,44 @@ def read_range(
             # consume() returns when it has the count asked for or at the timeout: asking for what is
             # left (markers aside) keeps the last call from idling a whole timeout on a short batch.
             messages: list[Any] = consumer.consume(max(1, min(_READ_BATCH, end - position)), 0.5)
+            records: list[RawTuple] = []
             if reader is not None:
                 position = _read_natively(reader, messages, records, position, end)
-                if not messages and time.monotonic() > deadline:
-                    raise StreamsError(f"reading {topic}-{partition}: stuck at {position} before {end}")
-                continue
-            for msg in messages:
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        position = max(position, msg.offset())
-                        continue
-                    raise StreamsError(f"reading {topic}-{partition} failed: {err}")
-                offset = msg.offset()
-                position = offset + 1
-                if offset >= end:
-                    break
-                headers = msg.headers()  # queued as the runtime's routing queues them: a plain tuple
-                records.append((offset, msg.timestamp()[1], msg.key(), msg.value(), Headers(headers or ())))
-            if not messages and time.monotonic() > deadline:
+            else:
+                position = _read_in_python(messages, records, position, end, f"{topic}-{partition}")
+            if records:
+                yield records
+            elif not messages and time.monotonic() > deadline:
                 raise StreamsError(f"reading {topic}-{partition}: stuck at {position} before {end}")
     finally:
         consumer.close()
-    return records
+
+
+def _read_in_python(messages: list[Any], records: list[RawTuple], position: int, end: int, tp: str) -> int:
+    """read_batches' loop body without the native core: confluent-kafka's accessors per message. Returns
+    the new position; records at or past `end` are left out."""
+    from confluent_kafka import KafkaError
+
+    for msg in messages:
+        err = msg.error()
+        if err is not None:
+            if err.code() == KafkaError._PARTITION_EOF:
+                position = max(position, msg.offset())
+                continue
+            raise StreamsError(f"reading {tp} failed: {err}")
+        offset = msg.offset()
+        position = offset + 1
+        if offset >= end:
+            break
+        headers = msg.headers()  # queued as the runtime's routing queues them: a plain tuple
+        records.append((offset, msg.timestamp()[1], msg.key(), msg.value(), Headers(headers or ())))
+    return position
 
 
 def _read_natively(
     reader: MessageRuns, messages: list[Any], records: list[RawTuple], position: int, end: int
 ) -> int:
-    """read_range's loop body through the native core's message reader: one call turns the batch into
+    """read_batches' loop body through the native core's message reader: one call turns the batch into
     RawTuples (per message, confluent-kafka's accessors from Python were 6% of a word count's worker
     samples). Returns the new position; records at or past `end` are left out."""
     from confluent_kafka import KafkaError
@@ -119,7 +140,7 @@ def _read_natively(
 
 
 def _range_read_error(err: Any) -> None:
-    """The native reader's error callback: the partition's end is expected (read_range reads its offset),
+    """The native reader's error callback: the partition's end is expected (read_batches reads its offset),
     anything else fails the read."""
     from confluent_kafka import KafkaError
 
@@ -131,7 +152,7 @@ _NATIVE_READERS: dict[bool, MessageRuns | None] = {}
 
 
 def _native_reader(enabled: bool) -> MessageRuns | None:
-    """The native core's message reader for read_range (one per worker process), or None: no core, or
+    """The native core's message reader for read_batches (one per worker process), or None: no core, or
     `kappaflow.native.enabled=false` in the job's config."""
     if enabled not in _NATIVE_READERS:
         from kappaflow.runner.routing import message_reader
