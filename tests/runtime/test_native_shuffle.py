@@ -1,5 +1,5 @@
 """A Spark task's repartitioned records through the native core (`ShuffleSend`, `shuffled_records`,
-runtime/native/src/shuffle.rs) against the Python references in kappaflow.spark.batches and the Python
+`ShuffledCursor`: runtime/native/src/shuffle.rs, shuffled_cursor.rs) against the Python references in kappaflow.spark.batches and the Python
 collector: the same bytes, slots, order and record tuples, and the same errors."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from kappaflow.spark.batches import (
     decode_batch,
     decode_records,
     encode_records,
+    shuffled_batches,
     shuffled_input,
     upstream_runs,
 )
@@ -121,6 +122,33 @@ def test_native_reading_merges_and_numbers_like_the_reference(core):
             assert all(type(record[4]) is Headers for record in got)
 
 
+def test_the_cursor_hands_the_merge_over_in_batches_numbered_on(core):
+    """ShuffledCursor.take(n) n records at a time is the whole merge cut into pieces, offsets numbered on
+    across them, and so are shuffled_batches' native and reference paths."""
+    rng = random.Random(12)
+    for ascending in (True, False):
+        for _ in range(30):
+            runs: list[list[Any]] = []
+            for _run in range(rng.randint(1, 4)):
+                records = random_records(rng, rng.randint(0, 40), ascending)
+                cut = rng.randint(0, len(records))
+                runs.append([encode_records(records[:cut]), encode_records(records[cut:])])
+            expected = shuffled_input(runs, None)
+            size = rng.randint(1, 12)
+            cursor = core.ShuffledCursor(runs, Headers)
+            pieces = []
+            while piece := cursor.take(size):
+                assert len(piece) <= size
+                pieces.append(piece)
+            assert cursor.take(size) == []  # read to its end, it stays there
+            assert [r for piece in pieces for r in piece] == expected
+            assert all(len(piece) == size for piece in pieces[:-1])
+            for installed in (core, None):
+                batches = list(shuffled_batches(runs, installed, size))
+                assert [len(b) for b in batches] == [len(p) for p in pieces]
+                assert [r for b in batches for r in b] == expected
+
+
 def test_a_truncated_payload_is_refused(core):
     payload = encode_records([(1, b"key", b"value", [("h", b"x")])])
     for cut in (3, 10, len(payload) - 1):
@@ -128,6 +156,8 @@ def test_a_truncated_payload_is_refused(core):
             core.shuffled_records([[payload[:cut]]], Headers)
         with pytest.raises(ValueError, match="ends inside a record"):
             decode_records(payload[:cut])
+        with pytest.raises(ValueError, match="ends inside a record"):
+            core.ShuffledCursor([[payload[:cut]]], Headers).take(10)
 
 
 def test_a_task_sends_and_reads_the_same_through_both_paths(core):

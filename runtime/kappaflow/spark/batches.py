@@ -3,7 +3,7 @@ shuffle, and how the reading task orders them into its input (executor.py).
 
 A task sends each repartitioned record to its target slot's batch. With the native core the batches are
 byte buffers filled by the sink stage itself (`kappaflow_native.ShuffleSend`, runtime/native/src/
-shuffle.rs) and read back straight into record tuples (`kappaflow_native.shuffled_records`); without it
+shuffle.rs) and read back straight into record tuples (`kappaflow_native.ShuffledCursor`); without it
 they are lists of `Emitted` tuples, marshalled. Either travels as `encode_batch(base, span, batch)`.
 `encode_records` / `decode_records` are the Python reference of the byte format, which the tests compare
 with the core's; a reading task without the core decodes payloads with them.
@@ -15,7 +15,8 @@ import heapq
 import itertools
 import marshal
 import operator
-from collections.abc import Iterable
+from collections.abc import Generator, Iterable
+from typing import cast
 
 from kappaflow.api.record import Headers
 from kappaflow.tasks.drain import RawTuple
@@ -181,6 +182,24 @@ def merge_by_timestamp(runs: list[list[Emitted]]) -> Iterable[Emitted]:
 def _ascending(run: list[Emitted]) -> bool:
     stamps = list(map(_TIMESTAMP, run))
     return all(map(operator.le, stamps, itertools.islice(stamps, 1, None)))
+
+
+def shuffled_batches(
+    runs: list[list[Batch]], core: NativeCore | None, size: int
+) -> Generator[list[RawTuple], None, None]:
+    """`shuffled_input`'s records in batches of `size` (the last one shorter, none empty), each built
+    only when the one before it was taken: a task processes one before the next exists (executor.py).
+
+    The native core merges the payloads' run heads itself (`ShuffledCursor`), so the record tuples of
+    one batch at a time are alive; the reference decodes every payload first, as shuffled_input does."""
+    if core is not None and all(isinstance(batch, bytes) for run in runs for batch in run):
+        cursor = core.ShuffledCursor(cast(list[list[bytes]], runs), Headers)
+        while batch := cursor.take(size):
+            yield batch
+        return
+    records = iter(shuffled_input(runs, None))
+    while batch := list(itertools.islice(records, size)):
+        yield batch
 
 
 def shuffled_input(runs: list[list[Batch]], core: NativeCore | None) -> list[RawTuple]:

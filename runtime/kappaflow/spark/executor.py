@@ -43,7 +43,7 @@ import operator
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -56,10 +56,12 @@ from kappaflow.api.record import Headers
 from kappaflow.clients.kafka import produce_record
 from kappaflow.clients.murmur2 import murmur2
 from kappaflow.spark.batches import (
+    Batch,
     Decoded,
     Emitted,
     decode_batch,
     encode_batch,
+    shuffled_batches,
     shuffled_input,
     upstream_runs,
 )
@@ -82,6 +84,9 @@ OutputRow = tuple[Any, ...]
 
 # Keys whose repartition target a task remembers (per topic); past it the memo starts over.
 _PARTITION_MEMO = 200_000
+
+# A task reading one repartition partition builds its record tuples this many at a time (_process_batches).
+SHUFFLED_BATCH = 50_000
 
 # A chunk's batches are ordered by its first input offset shifted past any count one chunk can emit.
 SEQUENCE_SHIFT = 40
@@ -311,22 +316,37 @@ def _ordered_records(
     return result
 
 
-def _process_range(task: StreamTask, settings: dict[str, Any], row: RangeRow, native: bool) -> int:
-    """A task that reads one offset range processes each batch as it is read (read_batches), so its
-    memory is bounded by a batch, not by the range: reading a whole range first held every record of it
-    at once (a 1M-record partition read by one task at local[1]: ~1M record tuples). Its one input is in
-    offset order either way, so the records are processed in the same order as read at once. Returns
-    how many were processed."""
-    slot, topic, partition, start, end = row
+def _process_batches(
+    task: StreamTask, topic: str, partition: int, batches: Generator[list[RawTuple], None, None]
+) -> int:
+    """A task with one input, an offset range (read_batches) or one repartition partition's shuffled
+    batches (shuffled_batches), processes each batch before the next is built, so its memory is bounded
+    by a batch, not by its input: building the whole input first held every record of it at once (a
+    1M-record partition read by one task: ~1M record tuples). With one input there is nothing to order
+    it against, so the records are processed in the same order either way. The generator is closed
+    however the task ends (a range's consumer with it). Returns how many records were processed."""
     processed = 0
-    with contextlib.closing(read_batches(settings, topic, partition, start, end, native)) as batches:
+    with contextlib.closing(batches):
         while True:
             with _collector_paused():  # as a whole input's, a batch is frozen out of collections
                 batch = next(batches, None)
             if batch is None:
                 return processed
-            task.add_records(topic, slot, batch)
+            task.add_records(topic, partition, batch)
             processed += process_all(task)
+
+
+def _one_shuffled_input(rows: list[InputRow]) -> bool:
+    """Whether the rows are shuffled batches of one repartition partition, the task's only input."""
+    return bool(rows) and all(len(row) == 4 for row in rows) and len({(r[1], r[0]) for r in rows}) == 1
+
+
+def _shuffled_runs(rows: list[BatchRow]) -> list[list[Batch]]:
+    """One repartition partition's upstream runs, in upstream order (batches.upstream_runs)."""
+    upstream: dict[int, list[Decoded]] = {}
+    for row in rows:
+        upstream.setdefault(row[2], []).append(decode_batch(row[3]))
+    return [run for _, decoded in sorted(upstream.items()) for run in upstream_runs(decoded)]
 
 
 def _first_offset(rows: list[InputRow]) -> int:
@@ -409,7 +429,13 @@ def run_task(
         task.initialize()
         task.complete_restoration()
         if len(rows) == 1 and len(rows[0]) == 5:  # one offset range: nothing to order it against
-            processed = _process_range(task, job.consumer, rows[0], native)
+            slot, topic, partition, start, end = rows[0]
+            batches = read_batches(job.consumer, topic, partition, start, end, native)
+            processed = _process_batches(task, topic, slot, batches)
+        elif _one_shuffled_input(rows):
+            runs = _shuffled_runs(cast(list[BatchRow], rows))
+            batches = shuffled_batches(runs, core(native), SHUFFLED_BATCH)
+            processed = _process_batches(task, rows[0][1], rows[0][0], batches)
         else:
             with _collector_paused():  # the input, alive until processed, is frozen out of collections
                 ordered = _ordered_records(rows, job.consumer, native)

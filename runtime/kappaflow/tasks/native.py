@@ -27,7 +27,7 @@ from kappaflow.tasks.drain import Drained, DrainPlan, RawTuple
 
 log = logging.getLogger(__name__)
 
-PROTOCOL = 18
+PROTOCOL = 19
 """The version of the calls below; a core built from other sources says another and is not used."""
 
 TOUCHES: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -348,6 +348,17 @@ class ShuffleSend(Protocol):
         ...
 
 
+class ShuffledCursor(Protocol):
+    """A reprocessing task's shuffled input, merged by timestamp and read a batch at a time
+    (shuffled_cursor.rs; `kappaflow.spark.batches.shuffled_batches`' native path)."""
+
+    def __init__(self, runs: list[list[bytes]], headers_type: type, /) -> None: ...
+
+    def take(self, limit: int, /) -> list[RawTuple]:
+        """The next `limit` records at most, numbered on from the last; empty once every run is read."""
+        ...
+
+
 # (topic, partition, key, value, offset, librdkafka error code, (timestamp type, timestamp)) of a failed
 # delivery
 NativeFailure = tuple[str, int, bytes | None, bytes | None, int, int, tuple[int, int]]
@@ -382,6 +393,7 @@ class NativeCore(Protocol):
     StatelessStage: type[StatelessStage]
     SinkStage: type[SinkStage]
     ShuffleSend: type[ShuffleSend]
+    ShuffledCursor: type[ShuffledCursor]
 
     def shuffled_records(self, runs: list[list[Any]], headers_type: type, /) -> list[RawTuple]:
         """`kappaflow.spark.batches.shuffled_input`'s reference path, from payloads (shuffle.rs)."""

@@ -10,7 +10,7 @@
 //! records from librdkafka without a Python `Message` each, in `ChangelogRun`s it writes the same way;
 //! `InputQueues` does the same for the stream thread's group consumer, into the tasks' record tuples.
 //! A Spark reprocessing task's repartitioned records stay in byte buffers (`ShuffleSend`) until they
-//! are read into the next stage's record tuples (`shuffled_records`).
+//! are read into the next stage's record tuples, a batch at a time (`ShuffledCursor`).
 //!
 //! Each mirrors its Python reference step for step (`kappaflow.runner.routing.raw_records_by_partition`,
 //! `kappaflow.tasks.drain.drain_python`, the processors' generic `process`, the changelog reader's
@@ -33,6 +33,7 @@ mod rdkafka_queue;
 mod restore;
 mod restore_queue;
 mod shuffle;
+mod shuffled_cursor;
 mod slots;
 mod stages;
 mod table_flush;
@@ -42,7 +43,7 @@ use pyo3::prelude::*;
 
 #[pymodule]
 fn kappaflow_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add("PROTOCOL", 18)?;
+    m.add("PROTOCOL", 19)?;
     let touches: Vec<(&str, Vec<&str>)> = touches::TOUCHES
         .iter()
         .map(|(class, attributes)| (*class, attributes.to_vec()))
@@ -65,7 +66,8 @@ fn kappaflow_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<stages::StatelessStage>()?;
     m.add_class::<stages::SinkStage>()?;
     m.add_class::<shuffle::ShuffleSend>()?;
-    m.add_function(wrap_pyfunction!(shuffle::shuffled_records, m)?)?;
+    m.add_function(wrap_pyfunction!(shuffled_cursor::shuffled_records, m)?)?;
+    m.add_class::<shuffled_cursor::ShuffledCursor>()?;
     m.add_function(wrap_pyfunction!(table_flush::log_writes, m)?)?;
     Ok(())
 }

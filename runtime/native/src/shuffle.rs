@@ -17,8 +17,7 @@
 //! directions, which the tests compare with this byte for byte and record for record.
 
 use std::borrow::Cow;
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::HashMap;
 use std::ptr::null_mut;
 use std::sync::{Mutex, MutexGuard};
 
@@ -27,8 +26,6 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyList, PyString, PyTuple};
 use pyo3::{PyTraverseError, PyVisit};
-
-use crate::messages::list_new;
 
 /// Kafka's `Utils.murmur2` (the Java client's and librdkafka's `murmur2` partitioner hash).
 pub(crate) fn murmur2(data: &[u8]) -> i32 {
@@ -336,21 +333,13 @@ fn encode(
 }
 
 /// A cursor over one payload, and the timestamp of the record before it.
-struct Reader<'a> {
-    data: &'a [u8],
-    at: usize,
-    timestamp: i64,
+pub(crate) struct Reader<'a> {
+    pub(crate) data: &'a [u8],
+    pub(crate) at: usize,
+    pub(crate) timestamp: i64,
 }
 
 impl<'a> Reader<'a> {
-    fn new(data: &'a [u8]) -> Self {
-        Reader {
-            data,
-            at: 0,
-            timestamp: 0,
-        }
-    }
-
     fn truncated(&self) -> PyErr {
         PyValueError::new_err(format!(
             "a shuffled batch ends inside a record (byte {} of {})",
@@ -386,7 +375,7 @@ impl<'a> Reader<'a> {
     }
 
     /// The next record's timestamp (its zigzag delta added to the previous one's).
-    fn timestamp(&mut self) -> PyResult<i64> {
+    pub(crate) fn timestamp(&mut self) -> PyResult<i64> {
         let zigzag = self.varint()?;
         let delta = ((zigzag >> 1) as i64) ^ -((zigzag & 1) as i64);
         self.timestamp = self.timestamp.wrapping_add(delta);
@@ -400,85 +389,12 @@ impl<'a> Reader<'a> {
         }
     }
 
-    fn done(&self) -> bool {
+    pub(crate) fn done(&self) -> bool {
         self.at >= self.data.len()
     }
 }
 
-/// One record's start in a run: its timestamp, for the merge.
-struct Position<'a> {
-    reader: Reader<'a>,
-    payloads: std::slice::Iter<'a, &'a [u8]>,
-}
-
-impl<'a> Position<'a> {
-    /// The next record's timestamp, moving to the run's next payload where one ends.
-    fn peek(&mut self) -> PyResult<Option<i64>> {
-        while self.reader.done() {
-            match self.payloads.next() {
-                Some(next) => self.reader = Reader::new(next),
-                None => return Ok(None),
-            }
-        }
-        let mut probe = Reader {
-            data: self.reader.data,
-            at: self.reader.at,
-            timestamp: self.reader.timestamp,
-        };
-        Ok(Some(probe.timestamp()?))
-    }
-}
-
-/// The reading stage's input from its shuffled batches: `runs` are the upstream runs in order, each a
-/// list of payloads (their records concatenated). Returns the record tuples `(offset, timestamp, key,
-/// value, headers)` with offsets numbered from 0, merged by timestamp as
-/// `kappaflow.spark.batches.merge_by_timestamp` merges (on a tie the earlier run first, a run never
-/// reordered); `headers_type` makes each record's headers (`Headers(headers or ())`).
-#[pyfunction]
-pub fn shuffled_records<'py>(
-    py: Python<'py>,
-    runs: Vec<Vec<Bound<'py, PyBytes>>>,
-    headers_type: &Bound<'py, PyAny>,
-) -> PyResult<Bound<'py, PyList>> {
-    let payloads: Vec<Vec<&[u8]>> = runs
-        .iter()
-        .map(|run| run.iter().map(|p| p.as_bytes()).collect())
-        .collect();
-    let mut positions: Vec<Position<'_>> = payloads
-        .iter()
-        .map(|run| Position {
-            reader: Reader::new(&[]),
-            payloads: run.iter(),
-        })
-        .collect();
-    let new_empty_list = list_new(headers_type);
-    let records = PyList::empty(py);
-    let mut heap: BinaryHeap<Reverse<(i64, usize)>> = BinaryHeap::new();
-    for (run, position) in positions.iter_mut().enumerate() {
-        if let Some(timestamp) = position.peek()? {
-            heap.push(Reverse((timestamp, run)));
-        }
-    }
-    let mut offset: i64 = 0;
-    while let Some(Reverse((_, run))) = heap.pop() {
-        let position = &mut positions[run];
-        let record = read_record(
-            py,
-            &mut position.reader,
-            offset,
-            headers_type,
-            new_empty_list,
-        )?;
-        records.append(record)?;
-        offset += 1;
-        if let Some(timestamp) = position.peek()? {
-            heap.push(Reverse((timestamp, run)));
-        }
-    }
-    Ok(records)
-}
-
-fn read_record<'py>(
+pub(crate) fn read_record<'py>(
     py: Python<'py>,
     reader: &mut Reader<'_>,
     offset: i64,

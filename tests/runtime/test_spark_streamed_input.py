@@ -1,8 +1,9 @@
-"""A Spark reprocessing task that reads one offset range (kappaflow.spark.executor.run_task) processes each
-batch as the kafka-client reader hands it over, before the next is read: its memory is bounded by a batch,
-not by the range (reading a whole range first held all of it at once). Run in-process, with the reader
-replaced by batches of the records it would return: no broker or Spark session is needed to see the order
-in which a task reads and processes."""
+"""A Spark reprocessing task with one input (kappaflow.spark.executor.run_task) processes each batch of it
+before the next is built: an offset range as the kafka-client reader hands it over, one repartition
+partition's shuffled batches as their merge yields them. Its memory is bounded by a batch, not by its
+input (building the whole input first held all of it at once). Run in-process, with the reader replaced
+by batches of the records it would return: no broker or Spark session is needed to see the order in which
+a task builds and processes its input."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ import pytest
 from kappaflow import StreamsBuilder, serdes
 from kappaflow.api.record import Headers
 from kappaflow.spark import executor
-from kappaflow.spark.batches import batch_records
+from kappaflow.spark.batches import batch_records, encode_batch, encode_records, shuffled_input, upstream_runs
 from kappaflow.spark.executor import StageJob, run_task
 from kappaflow.tasks.drain import RawTuple
+from kappaflow.tasks.native import core
 
 S = serdes.String()
 APP_ID = "spark-streamed"
@@ -116,3 +118,69 @@ def test_a_task_failing_mid_range_closes_its_reader(monkeypatch: pytest.MonkeyPa
     assert reader.closed  # the consumer a real reader holds is closed, not left to the collector
     assert seen == values[: 2 * BATCH + 3]  # stopped at the poison record, in its third batch
     assert len(reader.processed_when_asked) == 3  # the batches after it were never read
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_a_repartition_partition_is_processed_batch_by_batch_in_merge_order(
+    monkeypatch: pytest.MonkeyPatch, native: bool
+) -> None:
+    """The stage after a repartition, reading the batches two upstream tasks shuffled to it: the records
+    are processed in the merge's order (by timestamp, the earlier upstream first on a tie), each batch of
+    SHUFFLED_BATCH before the next is built."""
+    if native and core(True) is None:
+        pytest.skip("the native core is not installed")
+    seen: list[str] = []
+    builder = StreamsBuilder()
+    (
+        builder.stream("in", key_serde=S, value_serde=S)
+        .repartition(key_serde=S, value_serde=S)
+        .peek(lambda _k, v: seen.append(v))
+        .repartition(key_serde=S, value_serde=S)
+    )
+    topology = builder.build()
+    first, second = sorted(topology.resolve_topic(t, APP_ID) for t in topology.internal_topics)
+    job = StageJob(
+        app=topology,
+        config={
+            "application.id": APP_ID,
+            "bootstrap.servers": "unused:9092",
+            "kappaflow.native.enabled": native,
+        },
+        subtopology=1,
+        partition_counts={"in": 1, first: 1, second: 1},
+        repartition_topics=[first, second],
+        changelog_topics=[],
+        producer={},
+        state_root=None,
+    )
+    # two upstream tasks' runs, each in two chunks' batches; timestamps interleave and tie across them
+    upstream = {
+        task: [
+            (1000 + 2 * i + task % 2, f"k{i}".encode(), f"t{task}-{i}".encode(), None) for i in range(RECORDS)
+        ]
+        for task in (0, 1)
+    }
+    rows = [
+        (0, first, task, encode_batch(base, 25, encode_records(records[base : base + 25])))
+        for task, records in upstream.items()
+        for base in (0, 25)
+    ]
+    runs = [[encode_records(records[:25]), encode_records(records[25:])] for records in upstream.values()]
+    expected = [record[3].decode() for record in shuffled_input(runs, None)]
+    assert len(upstream_runs([(0, 25, b""), (25, 25, b"")])) == 1  # one task's two chunks: one run
+
+    asked: list[int] = []
+    real = executor.shuffled_batches
+
+    def noting(*args: object) -> Generator[list[RawTuple], None, None]:
+        for batch in real(*args):  # type: ignore[arg-type]
+            asked.append(len(seen))
+            yield batch
+        asked.append(len(seen))
+
+    monkeypatch.setattr(executor, "shuffled_batches", noting)
+    monkeypatch.setattr(executor, "SHUFFLED_BATCH", BATCH)
+    out = run_task(job, topology, 0, rows)  # type: ignore[arg-type]
+    assert seen == expected and len(seen) == 2 * RECORDS
+    assert asked == [*range(0, 2 * RECORDS, BATCH), 2 * RECORDS]
+    assert len(_shuffled(out)) == 2 * RECORDS
