@@ -1,6 +1,7 @@
 """A Spark task's repartitioned records through the native core (`ShuffleSend`, `shuffled_records`,
-`ShuffledCursor`: runtime/native/src/shuffle.rs, shuffled_cursor.rs) against the Python references in kappaflow.spark.batches and the Python
-collector: the same bytes, slots, order and record tuples, and the same errors."""
+`ShuffledCursor`: runtime/native/src/shuffle.rs, shuffled_cursor.rs) against the Python references in
+kappaflow.spark.batches and the Python collector: the same bytes, slots, order and record tuples, and the
+same errors."""
 
 from __future__ import annotations
 
