@@ -48,6 +48,16 @@ def random_records(rng: random.Random, n: int, ascending: bool = True) -> list[E
     return records
 
 
+def random_runs(rng: random.Random, most: int, ascending: bool) -> list[list[Any]]:
+    """One to four upstream runs of up to `most` random records each, every run cut into two payloads."""
+    runs: list[list[Any]] = []
+    for _run in range(rng.randint(1, 4)):
+        records = random_records(rng, rng.randint(0, most), ascending)
+        cut = rng.randint(0, len(records))
+        runs.append([encode_records(records[:cut]), encode_records(records[cut:])])
+    return runs
+
+
 def job(changelogs: list[str] | None = None) -> StageJob:
     counts = {"app-r": 3, "app-s": 2}
     return StageJob(
@@ -112,11 +122,7 @@ def test_native_reading_merges_and_numbers_like_the_reference(core):
     rng = random.Random(11)
     for ascending in (True, False):
         for _ in range(40):
-            runs: list[list[Any]] = []
-            for _run in range(rng.randint(1, 4)):
-                records = random_records(rng, rng.randint(0, 30), ascending)
-                cut = rng.randint(0, len(records))
-                runs.append([encode_records(records[:cut]), encode_records(records[cut:])])
+            runs = random_runs(rng, 30, ascending)
             expected = shuffled_input(runs, None)
             got = core.shuffled_records(runs, Headers)
             assert got == expected
@@ -129,11 +135,7 @@ def test_the_cursor_hands_the_merge_over_in_batches_numbered_on(core):
     rng = random.Random(12)
     for ascending in (True, False):
         for _ in range(30):
-            runs: list[list[Any]] = []
-            for _run in range(rng.randint(1, 4)):
-                records = random_records(rng, rng.randint(0, 40), ascending)
-                cut = rng.randint(0, len(records))
-                runs.append([encode_records(records[:cut]), encode_records(records[cut:])])
+            runs = random_runs(rng, 40, ascending)
             expected = shuffled_input(runs, None)
             size = rng.randint(1, 12)
             cursor = core.ShuffledCursor(runs, Headers)
