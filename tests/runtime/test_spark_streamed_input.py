@@ -17,7 +17,7 @@ from kappaflow.spark import executor
 from kappaflow.spark.batches import batch_records, encode_batch, encode_records, shuffled_input, upstream_runs
 from kappaflow.spark.executor import StageJob, run_task
 from kappaflow.tasks.drain import RawTuple
-from kappaflow.tasks.native import core
+from tests.native_support import require_native_core
 
 S = serdes.String()
 APP_ID = "spark-streamed"
@@ -120,15 +120,15 @@ def test_a_task_failing_mid_range_closes_its_reader(monkeypatch: pytest.MonkeyPa
     assert len(reader.processed_when_asked) == 3  # the batches after it were never read
 
 
-@pytest.mark.parametrize("native", [True, False])
+@pytest.mark.parametrize("native", [pytest.param(True, marks=pytest.mark.native_core), False])
 def test_a_repartition_partition_is_processed_batch_by_batch_in_merge_order(
     monkeypatch: pytest.MonkeyPatch, native: bool
 ) -> None:
     """The stage after a repartition, reading the batches two upstream tasks shuffled to it: the records
     are processed in the merge's order (by timestamp, the earlier upstream first on a tie), each batch of
     SHUFFLED_BATCH before the next is built."""
-    if native and core(True) is None:
-        pytest.skip("the native core is not installed")
+    if native:
+        require_native_core()
     seen: list[str] = []
     builder = StreamsBuilder()
     (
