@@ -296,23 +296,21 @@ def _ordered_records(
     runtime's. Offsets are then numbered 0.. as in a fresh repartition topic.
     """
     records: dict[tuple[str, int], list[RecordRow]] = {}
-    batches: dict[tuple[str, int], dict[int, list[Decoded]]] = {}
+    batches: dict[tuple[str, int], list[BatchRow]] = {}
     result: dict[tuple[str, int], list[RawTuple]] = {}
     for row in rows:
         if len(row) == 5:
             result[(row[1], row[0])] = read_range(consumer, row[1], row[2], row[3], row[4], native)
         elif len(row) == 4:
-            upstream = batches.setdefault((row[1], row[0]), {})
-            upstream.setdefault(row[2], []).append(decode_batch(row[3]))
+            batches.setdefault((row[1], row[0]), []).append(row)
         else:
             records.setdefault((row[1], row[0]), []).append(row)
     for tp, group in records.items():
         group.sort(key=_OFFSET)
         result[tp] = [(r[3], r[4], r[5], r[6], Headers(r[7] or ())) for r in group]
     installed = core(native)
-    for tp, upstream in batches.items():
-        runs = [run for _, decoded in sorted(upstream.items()) for run in upstream_runs(decoded)]
-        result[tp] = shuffled_input(runs, installed)
+    for tp, batch_rows in batches.items():
+        result[tp] = shuffled_input(_shuffled_runs(batch_rows), installed)
     return result
 
 
